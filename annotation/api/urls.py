@@ -1,0 +1,9 @@
+"""REST API v1. Each area keeps its own routes beside its views."""
+from django.urls import include, path
+
+urlpatterns = [
+    path("", include("annotation.api.auth_urls")),
+    path("", include("annotation.api.project_urls")),
+    path("", include("annotation.api.import_urls")),
+    path("", include("annotation.api.assignment_urls")),
+]

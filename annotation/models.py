@@ -1,0 +1,324 @@
+"""Projects, chains, steps, labels and leases.
+
+Labels are never edited in place: a correction is a new Annotation whose
+``supersedes`` points at the one it replaces (invariant 1)."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+
+class LabelingMode(models.TextChoices):
+    ALL_STEPS = "all_steps", "Grade every step"
+    FIRST_ERROR = "first_error", "Stop at the first incorrect step"
+
+
+class StepSplit(models.TextChoices):
+    NEWLINE = "newline", "One step per non-empty line"
+    DOUBLE_NEWLINE = "double_newline", "One step per paragraph"
+
+
+class Role(models.TextChoices):
+    ANNOTATOR = "annotator", "Annotator"
+    LEAD = "lead", "Project lead"
+    ML = "ml", "ML staff"
+
+
+class Rating(models.IntegerChoices):
+    INCORRECT = -1, "incorrect"
+    AMBIGUOUS = 0, "ambiguous"
+    CORRECT = 1, "correct"
+
+
+class Project(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    guidelines = models.TextField(blank=True)
+    overlap = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(50)],
+        help_text="How many annotators grade each chain.",
+    )
+    labeling_mode = models.CharField(
+        max_length=20, choices=LabelingMode.choices, default=LabelingMode.ALL_STEPS
+    )
+    step_split = models.CharField(
+        max_length=20,
+        choices=StepSplit.choices,
+        default=StepSplit.NEWLINE,
+        help_text="How plain-text solutions are split into steps on import.",
+    )
+    lease_minutes = models.PositiveIntegerField(
+        default=30, validators=[MinValueValidator(1), MaxValueValidator(24 * 60)]
+    )
+    show_reference_answer = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(overlap__gte=1), name="project_overlap_positive"),
+            models.CheckConstraint(condition=Q(lease_minutes__gte=1), name="project_lease_positive"),
+            models.CheckConstraint(
+                condition=Q(labeling_mode__in=LabelingMode.values), name="project_labeling_mode_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def lease_duration(self) -> timedelta:
+        return timedelta(minutes=self.lease_minutes)
+
+
+class Membership(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.ANNOTATOR)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "user"], name="membership_unique"),
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="membership_role_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project} as {self.role}"
+
+
+class ImportBatch(models.Model):
+    """One imported file. Its content hash makes a repeated import a no-op."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="imports")
+    filename = models.CharField(max_length=500)
+    format = models.CharField(max_length=30)
+    content_hash = models.CharField(max_length=64)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    chains_created = models.PositiveIntegerField(default=0)
+    chains_duplicate = models.PositiveIntegerField(default=0)
+    steps_created = models.PositiveIntegerField(default=0)
+    labels_created = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "content_hash"], name="import_batch_unique_file"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.filename} ({self.format})"
+
+
+class Problem(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="problems")
+    text = models.TextField()
+    reference_answer = models.TextField(blank=True)
+    content_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "content_hash"], name="problem_unique_text"),
+        ]
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
+class Chain(models.Model):
+    """One sampled solution. ``finished_count`` counts finished human annotations;
+    ``is_finished`` is kept equal to ``finished_count >= project.overlap`` by the services
+    so the queue can use a partial index instead of counting."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="chains")
+    problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="chains")
+    import_batch = models.ForeignKey(
+        ImportBatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="chains"
+    )
+    content_hash = models.CharField(max_length=64)
+    final_answer = models.TextField(blank=True)
+    generator = models.CharField(max_length=200, blank=True)
+    meta = models.JSONField(default=dict, blank=True)
+    step_count = models.PositiveIntegerField(default=0)
+    priority = models.FloatField(default=0.0)
+    finished_count = models.PositiveIntegerField(default=0)
+    is_finished = models.BooleanField(default=False)
+    is_flagged = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "content_hash"], name="chain_unique_content"),
+        ]
+        indexes = [
+            # The queue: highest priority first, then oldest, among open chains.
+            models.Index(
+                "project",
+                models.F("priority").desc(),
+                "id",
+                condition=Q(is_finished=False, is_flagged=False),
+                name="chain_queue_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"chain {self.pk}"
+
+
+class Step(models.Model):
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="steps")
+    index = models.PositiveIntegerField()
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["chain_id", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["chain", "index"], name="step_unique_index"),
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.index} of chain {self.chain_id}"
+
+
+class AssignmentStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    SUBMITTED = "submitted", "Submitted"
+    SKIPPED = "skipped", "Skipped"
+    EXPIRED = "expired", "Expired"
+
+
+class Assignment(models.Model):
+    """A lease: one annotator holds one chain until ``expires_at``. An ACTIVE row whose
+    ``expires_at`` has passed no longer counts against the chain's overlap."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="assignments")
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="assignments")
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="assignments"
+    )
+    status = models.CharField(
+        max_length=20, choices=AssignmentStatus.choices, default=AssignmentStatus.ACTIVE
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    skip_reason = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["chain", "annotator"],
+                condition=Q(status="active"),
+                name="assignment_one_live_lease",
+            ),
+            models.UniqueConstraint(
+                fields=["chain", "annotator"],
+                condition=Q(status="submitted"),
+                name="assignment_one_submit_per_annotator",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=AssignmentStatus.values), name="assignment_status_valid"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["chain", "expires_at"],
+                condition=Q(status="active"),
+                name="assignment_live_by_chain",
+            ),
+            models.Index(
+                fields=["annotator", "project", "expires_at"],
+                condition=Q(status="active"),
+                name="assignment_live_by_annotator",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"lease {self.pk} of chain {self.chain_id} to {self.annotator_id}"
+
+
+class AnnotationSource(models.TextChoices):
+    HUMAN = "human", "Annotator"
+    IMPORT = "import", "Import"
+
+
+class Annotation(models.Model):
+    """One finished pass over one chain: by a person (``annotator``) or carried in by an
+    import (``import_batch``, ``source_name`` such as "prm800k"). Never edited: a correction
+    is a new row with ``supersedes`` set."""
+
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="annotations")
+    source = models.CharField(max_length=20, choices=AnnotationSource.choices)
+    source_name = models.CharField(max_length=100, blank=True)
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="annotations",
+    )
+    import_batch = models.ForeignKey(
+        ImportBatch, null=True, blank=True, on_delete=models.PROTECT, related_name="annotations"
+    )
+    assignment = models.OneToOneField(
+        Assignment, null=True, blank=True, on_delete=models.PROTECT, related_name="annotation"
+    )
+    supersedes = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseded_by"
+    )
+    rewrite = models.TextField(blank=True, help_text="The corrected text of the first wrong step.")
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    request_id = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(source="human", annotator__isnull=False, import_batch__isnull=True)
+                    | Q(source="import", annotator__isnull=True, import_batch__isnull=False)
+                ),
+                name="annotation_source_consistent",
+            ),
+            models.UniqueConstraint(
+                fields=["annotator", "request_id"],
+                condition=~Q(request_id=""),
+                name="annotation_unique_request",
+            ),
+        ]
+        indexes = [models.Index(fields=["chain", "source"], name="annotation_by_chain")]
+
+    def __str__(self) -> str:
+        return f"annotation {self.pk} of chain {self.chain_id}"
+
+
+class StepRating(models.Model):
+    annotation = models.ForeignKey(Annotation, on_delete=models.CASCADE, related_name="ratings")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="ratings")
+    rating = models.SmallIntegerField(choices=Rating.choices)
+    comment = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["annotation", "step"], name="rating_one_per_step"),
+            models.CheckConstraint(
+                condition=Q(rating__gte=-1, rating__lte=1), name="rating_in_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rating:+d} on step {self.step_id}"

@@ -1,0 +1,2 @@
+"""HTML pages."""
+urlpatterns: list = []

@@ -1,0 +1,7 @@
+"""Development and `make demo`: works with nothing else running."""
+from .base import *  # noqa: F401,F403
+from .base import SECRET_KEY as _SECRET_KEY
+from .base import env_bool
+
+DEBUG = env_bool("DJANGO_DEBUG", True)
+SECRET_KEY = _SECRET_KEY or "dev-only-insecure-key-never-used-in-production"

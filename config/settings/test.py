@@ -1,0 +1,12 @@
+"""Tests: PostgreSQL and Redis for real, as on the production stack."""
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/steplab")
+os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
+
+from .base import *  # noqa: E402,F401,F403
+
+SECRET_KEY = "test-only-key"
+DEBUG = False
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405

@@ -1,0 +1,83 @@
+"""Shared fixtures. The suite runs against real PostgreSQL and Redis; with CI=true a
+missing service fails the whole run instead of skipping tests."""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from rest_framework.test import APIClient
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    missing = [
+        name
+        for name, port in (("PostgreSQL", 5432), ("Redis", 6379))
+        if not _reachable("127.0.0.1", port)
+    ]
+    if missing and IN_CI:
+        pytest.exit(f"CI=true and required services are down: {', '.join(missing)}", returncode=3)
+
+
+def require_shared_data() -> Path:
+    """The real public samples beside the repository; CI has them, so there a missing
+    folder is a failure, elsewhere a skip."""
+    if not SHARED_DATA.is_dir():
+        if IN_CI:
+            pytest.fail(f"{SHARED_DATA} is missing in CI")
+        pytest.skip(f"{SHARED_DATA} not present")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    return require_shared_data()
+
+
+@pytest.fixture
+def api_client() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def project(db):
+    from tests.factories import ProjectFactory
+
+    return ProjectFactory()
+
+
+@pytest.fixture
+def make_member(db):
+    """make_member(project, role="annotator") -> User, a new user with that role."""
+    from tests.factories import MembershipFactory
+
+    def make(project, role: str = "annotator", **user_fields):
+        return MembershipFactory(project=project, role=role, **user_fields).user
+
+    return make
+
+
+@pytest.fixture
+def client_for():
+    """client_for(user) -> an APIClient authenticated as user (session-free, forced)."""
+
+    def make(user) -> APIClient:
+        client = APIClient()
+        client.force_authenticate(user=user)
+        return client
+
+    return make
