@@ -1,0 +1,25 @@
+"""Import parsers: stream reasoning chains out of PRM800K, ProcessBench, TRL, Math-Shepherd
+and generic files. Pure Python (no Django), so they are unit-tested and benchmarked alone;
+the import service turns their output into rows."""
+
+from annotation.importers.formats import (
+    FORMATS,
+    MAX_LINE_BYTES,
+    STEP_SPLITS,
+    FormatDetectionError,
+    detect_format,
+    iter_chains,
+)
+from annotation.importers.records import LineError, ParsedChain, content_hash
+
+__all__ = [
+    "FORMATS",
+    "MAX_LINE_BYTES",
+    "STEP_SPLITS",
+    "FormatDetectionError",
+    "LineError",
+    "ParsedChain",
+    "content_hash",
+    "detect_format",
+    "iter_chains",
+]

@@ -1,0 +1,59 @@
+"""What the import parsers produce: one `ParsedChain` per good record, one `LineError` per
+rejected one. Plain dataclasses, no Django, so the parsers are tested and benchmarked alone
+and the import service can stream them straight into COPY."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedChain:
+    """One reasoning chain read from an import file, validated and normalised.
+
+    Texts are stripped of surrounding whitespace only; inside they are verbatim (LaTeX,
+    markdown and HTML-looking text are data, never markup). `labels` is None when the
+    record carries no rating at all; otherwise it has one entry per step, None for a step
+    nobody rated (e.g. the steps after ProcessBench's first error).
+    """
+
+    line: int
+    problem: str
+    steps: tuple[str, ...]
+    answer: str = ""
+    reference_answer: str = ""
+    generator: str = ""
+    labels: tuple[int | None, ...] | None = None
+    label_source: str = ""
+    # hash=False: a dict is unhashable, and the chain's identity is its text anyway.
+    meta: dict[str, Any] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True, slots=True)
+class LineError:
+    """A rejected record: `line` is the 1-based line of a JSONL file (or the 1-based index
+    of a record in a JSON array); `reason` names the field, e.g. "steps[2]: empty step"."""
+
+    line: int
+    reason: str
+
+
+def content_hash(problem: str, steps: Sequence[str]) -> str:
+    """The chain's identity for deduplication: sha256 over problem and step texts.
+
+    The encoding is canonical JSON (no ASCII escaping, no spaces), so the hash does not
+    depend on how the source file happened to escape or space its text, and a step
+    boundary can never be confused with text ("a", "b" differs from "a\\nb").
+
+    >>> content_hash("1+1?", ["1+1=2", "# Answer 2"])
+    '72e63d94de5bd0e222ae39f9cd2debe8d96f1a0a8372f04da07448b9be1e171d'
+    >>> one_step = content_hash("1+1?", ["1+1=2\\n# Answer 2"])
+    >>> one_step == content_hash("1+1?", ["1+1=2", "# Answer 2"])
+    False
+    """
+    canonical = json.dumps([problem, list(steps)], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
