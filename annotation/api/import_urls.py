@@ -1,1 +1,11 @@
-urlpatterns: list = []
+from django.urls import path
+
+from annotation.api.imports import ImportCreateApi
+
+urlpatterns = [
+    path(
+        "projects/<int:project_id>/imports/",
+        ImportCreateApi.as_view(),
+        name="api-project-imports",
+    ),
+]

@@ -1,0 +1,223 @@
+"""Imports over HTTP: `POST /api/v1/projects/{id}/imports/`. Thin: check access, take the
+upload as a file on disk, call ``chain_import``, serialize its result or its rejection."""
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
+from django.core.files.uploadhandler import FileUploadHandler, StopUpload
+from django.http import HttpRequest, QueryDict
+from django.utils.datastructures import MultiValueDict
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.exceptions import APIException
+from rest_framework.generics import GenericAPIView
+from rest_framework.parsers import MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from annotation.api.permissions import LEADS, project_for_request
+from annotation.importers.formats import FORMATS
+from annotation.services.imports import ImportRejected, chain_import
+
+# Bad lines listed in a 400; `errors_omitted` says how many more there were.
+MAX_LISTED_ERRORS = 1000
+# Multipart framing around the file (boundaries, headers, the `format` field): a request
+# this much over the file limit may still hold an acceptable file.
+_MULTIPART_SLACK_BYTES = 64 * 1024
+
+
+class ImportCreateInputSerializer(serializers.Serializer):
+    file = serializers.FileField(help_text="The file to import (JSON or JSONL).")
+    format = serializers.ChoiceField(
+        choices=("auto", *FORMATS),
+        default="auto",
+        help_text="The file's format; `auto` detects it.",
+    )
+
+
+class ImportResultOutputSerializer(serializers.Serializer):
+    batch_id = serializers.IntegerField(
+        allow_null=True, help_text="The import batch (the earlier one for a repeated file)."
+    )
+    filename = serializers.CharField()
+    format = serializers.CharField(help_text="The format the file was read as.")
+    chains_created = serializers.IntegerField()
+    chains_duplicate = serializers.IntegerField(
+        help_text="Chains skipped: already in the project or repeated in the file."
+    )
+    steps_created = serializers.IntegerField()
+    labels_created = serializers.IntegerField(help_text="Step ratings the file carried.")
+    already_imported = serializers.BooleanField(
+        help_text="The same file was imported into this project before; nothing was added."
+    )
+
+
+class LineErrorOutputSerializer(serializers.Serializer):
+    line = serializers.IntegerField(help_text="1-based line (JSONL) or record (JSON array).")
+    reason = serializers.CharField()
+
+
+class ImportRejectedOutputSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    format = serializers.CharField(required=False)
+    errors = LineErrorOutputSerializer(many=True, required=False)
+    errors_omitted = serializers.IntegerField(
+        required=False, help_text="Bad lines beyond those listed in `errors`."
+    )
+
+
+class UploadTooLarge(APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "upload_too_large"
+
+
+class _UploadSizeLimit(FileUploadHandler):
+    """Stops a multipart upload once its files pass ``limit`` bytes, before the rest is
+    spooled to disk. A request whose Content-Length is already far beyond the limit is
+    not parsed at all. The view turns ``exceeded`` into a 413."""
+
+    def __init__(self, request: HttpRequest, *, limit: int) -> None:
+        super().__init__(request)
+        self.limit = limit
+        self.received = 0
+        self.exceeded = False
+
+    def handle_raw_input(
+        self,
+        input_data: Any,
+        META: dict[str, Any],  # noqa: N803 (Django's signature)
+        content_length: int,
+        boundary: bytes,
+        encoding: str | None = None,
+    ) -> tuple[QueryDict, MultiValueDict] | None:
+        if content_length > self.limit + _MULTIPART_SLACK_BYTES:
+            self.exceeded = True
+            return QueryDict(), MultiValueDict()
+        return None
+
+    def receive_data_chunk(self, raw_data: bytes, start: int) -> bytes:
+        self.received += len(raw_data)
+        if self.received > self.limit:
+            self.exceeded = True
+            raise StopUpload(connection_reset=False)
+        return raw_data
+
+    def file_complete(self, file_size: int) -> None:
+        return None
+
+
+@contextmanager
+def _upload_on_disk(upload: UploadedFile) -> Iterator[Path]:
+    """The upload as a path. Large uploads already sit in a temporary file; small ones
+    (under FILE_UPLOAD_MAX_MEMORY_SIZE) are copied out chunk by chunk."""
+    temporary_path = getattr(upload, "temporary_file_path", None)
+    if temporary_path is not None:
+        yield Path(temporary_path())
+        return
+    with tempfile.NamedTemporaryFile(prefix="steplab-import-", suffix=".upload") as copy:
+        for chunk in upload.chunks():
+            copy.write(chunk)
+        copy.flush()
+        yield Path(copy.name)
+
+
+def _too_large_message(limit: int) -> str:
+    return f"The file is larger than the import limit of {limit:,} bytes."
+
+
+class ImportCreateApi(GenericAPIView):
+    parser_classes = [MultiPartParser]
+    serializer_class = ImportCreateInputSerializer
+
+    def initialize_request(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Request:
+        # The size limit must be in place before anything parses the body, and the CSRF
+        # check of session authentication already reads request.POST.
+        self.upload_limit = _UploadSizeLimit(
+            request, limit=settings.STEPLAB_IMPORT_MAX_UPLOAD_BYTES
+        )
+        request.upload_handlers.insert(0, self.upload_limit)
+        return super().initialize_request(request, *args, **kwargs)
+
+    @extend_schema(
+        operation_id="projects_imports_create",
+        summary="Import a file of chains (leads only)",
+        description=(
+            "Imports every chain in the file, with the step labels it carries (kept as "
+            "import annotations, never as a person's). The file is imported whole or not "
+            "at all: any bad line rejects it with every bad line listed. Formats: "
+            f"{', '.join(FORMATS)}; `auto` detects the format. A file imported into the "
+            "project before adds nothing (200, `already_imported`)."
+        ),
+        request={"multipart/form-data": ImportCreateInputSerializer},
+        responses={
+            201: OpenApiResponse(ImportResultOutputSerializer, description="Imported."),
+            200: OpenApiResponse(
+                ImportResultOutputSerializer,
+                description="This file was imported before; nothing was added.",
+            ),
+            400: OpenApiResponse(
+                ImportRejectedOutputSerializer,
+                description=(
+                    "Rejected, nothing written: bad lines (each with its line number and "
+                    "reason), an undetectable or unknown format, or no file."
+                ),
+            ),
+            403: OpenApiResponse(description="A member who is not a lead of the project."),
+            404: OpenApiResponse(description="No such project, or not a member of it."),
+            413: OpenApiResponse(
+                inline_serializer("UploadTooLarge", {"detail": serializers.CharField()}),
+                description="The file is over STEPLAB_IMPORT_MAX_UPLOAD_BYTES.",
+            ),
+        },
+    )
+    def post(self, request: Request, project_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        limit = self.upload_limit.limit
+        data = ImportCreateInputSerializer(data=request.data)
+        if self.upload_limit.exceeded:
+            raise UploadTooLarge(_too_large_message(limit))
+        data.is_valid(raise_exception=True)
+        upload: UploadedFile = data.validated_data["file"]
+        if upload.size is not None and upload.size > limit:
+            raise UploadTooLarge(_too_large_message(limit))
+
+        with _upload_on_disk(upload) as path:
+            try:
+                result = chain_import(
+                    project=project,
+                    path=path,
+                    filename=upload.name,
+                    fmt=data.validated_data["format"],
+                    user=request.user,
+                )
+            except ImportRejected as exc:
+                return Response(_rejection_payload(name=upload.name, rejected=exc), status=400)
+            except ValueError as exc:  # FormatDetectionError and unknown formats
+                return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(
+            ImportResultOutputSerializer(result).data,
+            status=status.HTTP_200_OK if result.already_imported else status.HTTP_201_CREATED,
+        )
+
+
+def _rejection_payload(*, name: str | None, rejected: ImportRejected) -> dict[str, Any]:
+    listed = rejected.errors[:MAX_LISTED_ERRORS]
+    noun = "bad line" if rejected.error_count == 1 else "bad lines"
+    return ImportRejectedOutputSerializer(
+        {
+            "detail": (
+                f"{name or 'The file'} was not imported: {rejected.error_count:,} {noun} "
+                f"(read as {rejected.format}); nothing was written."
+            ),
+            "format": rejected.format,
+            "errors": listed,
+            "errors_omitted": rejected.error_count - len(listed),
+        }
+    ).data
+
