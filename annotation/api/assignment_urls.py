@@ -1,1 +1,33 @@
-urlpatterns: list = []
+"""Routes of the labeling queue."""
+
+from django.urls import path
+
+from annotation.api.assignments import (
+    AssignmentNextView,
+    AssignmentRenewView,
+    AssignmentSkipView,
+    AssignmentSubmitView,
+)
+
+urlpatterns = [
+    path(
+        "projects/<int:project_id>/assignments/next/",
+        AssignmentNextView.as_view(),
+        name="assignment-next",
+    ),
+    path(
+        "assignments/<int:assignment_id>/submit/",
+        AssignmentSubmitView.as_view(),
+        name="assignment-submit",
+    ),
+    path(
+        "assignments/<int:assignment_id>/renew/",
+        AssignmentRenewView.as_view(),
+        name="assignment-renew",
+    ),
+    path(
+        "assignments/<int:assignment_id>/skip/",
+        AssignmentSkipView.as_view(),
+        name="assignment-skip",
+    ),
+]

@@ -1,0 +1,312 @@
+"""The labeling queue over HTTP: next, submit, renew, skip.
+
+Views are thin: check access, call one service from ``annotation.services.assignments``,
+serialize the result. Service errors map to status codes here: ValidationError 400,
+someone else's (or a missing) lease 404, a lost or closed lease 409, a busy queue 503."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
+from rest_framework import serializers, status
+from rest_framework.exceptions import APIException, NotFound
+from rest_framework.exceptions import ValidationError as DRFValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotation.api.errors import validation_error_detail
+from annotation.models import Annotation, Assignment, Chain, Project, Step, StepRating
+from annotation.selectors import project_get_for_member
+from annotation.services.assignments import (
+    REQUEST_ID_MAX_LENGTH,
+    LeaseConflict,
+    QueueBusy,
+    RatingInput,
+    assignment_claim_next,
+    assignment_renew,
+    assignment_skip,
+    assignment_submit,
+)
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The lease can no longer be used."
+    default_code = "lease_conflict"
+
+
+class ServiceUnavailable(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "Try again."
+    default_code = "queue_busy"
+
+
+@contextmanager
+def service_errors() -> Iterator[None]:
+    """Translate the data layer's errors into DRF's, so they reach the client as a clear
+    status code and message."""
+    try:
+        yield
+    except DjangoValidationError as exc:
+        raise DRFValidationError(validation_error_detail(exc)) from exc
+    except Assignment.DoesNotExist as exc:
+        raise NotFound("No such assignment.") from exc
+    except LeaseConflict as exc:
+        # The code tells a client a lost lease ("lease_lost": ask for the next chain) from a
+        # closed one ("lease_closed": already submitted or skipped).
+        raise Conflict({"detail": exc.message, "code": exc.code}) from exc
+    except QueueBusy as exc:
+        raise ServiceUnavailable({"detail": exc.message, "code": exc.code}) from exc
+
+
+ERROR_RESPONSE = inline_serializer(
+    "QueueError",
+    {
+        "detail": serializers.CharField(),
+        "code": serializers.CharField(
+            required=False, help_text="On 409: lease_lost, lease_closed or lease_conflict."
+        ),
+    },
+)
+
+
+# --- next --------------------------------------------------------------------------------
+
+
+class LeaseOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Assignment
+        fields = ["id", "expires_at"]
+
+
+class ProblemForLabelingSerializer(serializers.Serializer):
+    text = serializers.CharField()
+    reference_answer = serializers.CharField(
+        required=False, help_text="Only when the project shows reference answers."
+    )
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if not self.context["project"].show_reference_answer:
+            data.pop("reference_answer", None)
+        return data
+
+
+class StepForLabelingSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Step
+        fields = ["id", "index", "text"]
+
+
+class ChainForLabelingSerializer(serializers.ModelSerializer):
+    """What an annotator sees: no ratings of others, no imported labels, no metadata
+    (which may carry them), no generator name (which may bias the grade)."""
+
+    problem = ProblemForLabelingSerializer()
+    steps = StepForLabelingSerializer(many=True)
+    labeling_mode = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Chain
+        fields = ["id", "problem", "steps", "final_answer", "labeling_mode"]
+
+    def get_labeling_mode(self, chain: Chain) -> str:
+        return self.context["project"].labeling_mode
+
+
+class NextOutputSerializer(serializers.Serializer):
+    assignment = LeaseOutputSerializer(source="*")
+    chain = ChainForLabelingSerializer()
+
+
+class AssignmentNextView(APIView):
+    @extend_schema(
+        operation_id="assignments_next",
+        request=None,
+        responses={
+            200: NextOutputSerializer,
+            204: OpenApiResponse(description="Nothing is left for you to label here."),
+            404: OpenApiResponse(ERROR_RESPONSE, description="No such project (or not yours)."),
+            503: OpenApiResponse(ERROR_RESPONSE, description="Busy; try again."),
+        },
+        summary="Lease the next chain to label",
+        description="Returns your live lease in this project if you hold one; otherwise "
+        "leases the highest-priority, then oldest, chain that still needs annotators and "
+        "that you have not labeled or skipped.",
+    )
+    def post(self, request: Request, project_id: int) -> Response:
+        project: Project = project_get_for_member(user=request.user, project_id=project_id)
+        with service_errors():
+            assignment = assignment_claim_next(project=project, user=request.user)
+        if assignment is None:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        data = NextOutputSerializer(assignment, context={"project": project}).data
+        return Response(data)
+
+
+# --- submit ------------------------------------------------------------------------------
+
+
+class RatingInputSerializer(serializers.Serializer):
+    step = serializers.IntegerField(help_text="A step id of the leased chain.")
+    # Range-checked by the service, whose message names the step.
+    rating = serializers.IntegerField(help_text="-1 (incorrect), 0 (ambiguous) or 1 (correct).")
+    comment = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=10_000, trim_whitespace=True
+    )
+
+
+class SubmitInputSerializer(serializers.Serializer):
+    ratings = RatingInputSerializer(many=True, allow_empty=False)
+    rewrite = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=20_000,
+        help_text="The corrected text of the first incorrect step (needs a -1 rating).",
+    )
+    duration_ms = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=0, max_value=2**31 - 1
+    )
+    request_id = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=REQUEST_ID_MAX_LENGTH,
+        help_text="A client-chosen id; repeating a submit with it changes nothing.",
+    )
+
+
+class StepRatingOutputSerializer(serializers.ModelSerializer):
+    step = serializers.IntegerField(source="step_id")
+
+    class Meta:
+        model = StepRating
+        fields = ["step", "rating", "comment"]
+
+
+class AnnotationOutputSerializer(serializers.ModelSerializer):
+    chain = serializers.IntegerField(source="chain_id")
+    ratings = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Annotation
+        fields = ["id", "chain", "created_at", "rewrite", "duration_ms", "request_id", "ratings"]
+
+    @extend_schema_field(StepRatingOutputSerializer(many=True))
+    def get_ratings(self, annotation: Annotation) -> list[dict[str, Any]]:
+        ratings = annotation.ratings.order_by("step__index")
+        return StepRatingOutputSerializer(ratings, many=True).data
+
+
+class SubmitOutputSerializer(serializers.Serializer):
+    annotation = AnnotationOutputSerializer(source="*")
+
+
+class AssignmentSubmitView(APIView):
+    @extend_schema(
+        operation_id="assignments_submit",
+        request=SubmitInputSerializer,
+        responses={
+            201: SubmitOutputSerializer,
+            200: OpenApiResponse(
+                SubmitOutputSerializer,
+                description="A repeat with the same request_id: the first result, unchanged.",
+            ),
+            400: OpenApiResponse(description="Ratings that do not fit the chain or the mode."),
+            404: OpenApiResponse(ERROR_RESPONSE, description="No such assignment (or not yours)."),
+            409: OpenApiResponse(
+                ERROR_RESPONSE,
+                description="The lease expired and its place went to someone else, the chain "
+                "is fully annotated, or the lease was already submitted or skipped.",
+            ),
+        },
+        summary="Submit ratings for a leased chain",
+    )
+    def post(self, request: Request, assignment_id: int) -> Response:
+        payload = SubmitInputSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = payload.validated_data
+        with service_errors():
+            annotation = assignment_submit(
+                assignment_id=assignment_id,
+                user=request.user,
+                ratings=[
+                    RatingInput(step_id=r["step"], rating=int(r["rating"]), comment=r["comment"])
+                    for r in data["ratings"]
+                ],
+                rewrite=data["rewrite"],
+                duration_ms=data["duration_ms"],
+                request_id=data["request_id"],
+            )
+        code = status.HTTP_201_CREATED if annotation.created else status.HTTP_200_OK
+        return Response(SubmitOutputSerializer(annotation).data, status=code)
+
+
+# --- renew -------------------------------------------------------------------------------
+
+
+class AssignmentRenewView(APIView):
+    @extend_schema(
+        operation_id="assignments_renew",
+        request=None,
+        responses={
+            200: LeaseOutputSerializer,
+            404: OpenApiResponse(ERROR_RESPONSE, description="No such assignment (or not yours)."),
+            409: OpenApiResponse(ERROR_RESPONSE, description="The lease is closed or lost."),
+        },
+        summary="Extend a lease",
+        description="Sets the lease to expire one lease length from now. An expired lease is "
+        "renewed too while its place is still free.",
+    )
+    def post(self, request: Request, assignment_id: int) -> Response:
+        with service_errors():
+            assignment = assignment_renew(assignment_id=assignment_id, user=request.user)
+        return Response(LeaseOutputSerializer(assignment).data)
+
+
+# --- skip --------------------------------------------------------------------------------
+
+
+class SkipInputSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2_000, help_text="Why you skip this chain.")
+
+
+class SkipOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Assignment
+        fields = ["id", "status", "skip_reason"]
+
+
+class AssignmentSkipView(APIView):
+    @extend_schema(
+        operation_id="assignments_skip",
+        request=SkipInputSerializer,
+        responses={
+            200: SkipOutputSerializer,
+            404: OpenApiResponse(ERROR_RESPONSE, description="No such assignment (or not yours)."),
+            409: OpenApiResponse(ERROR_RESPONSE, description="The lease was already submitted."),
+        },
+        summary="Skip a leased chain",
+        description="You will not be offered this chain again.",
+    )
+    def post(self, request: Request, assignment_id: int) -> Response:
+        payload = SkipInputSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        with service_errors():
+            assignment = assignment_skip(
+                assignment_id=assignment_id,
+                user=request.user,
+                reason=payload.validated_data["reason"],
+            )
+        return Response(SkipOutputSerializer(assignment).data)

@@ -1,0 +1,584 @@
+"""The labeling queue: lease a chain, renew the lease, skip it, submit its ratings.
+
+Invariant 2 (a chain is never leased to more annotators than its overlap allows, counting
+finished annotations, and never twice to the same annotator) and invariant 1 (no label is
+lost or overwritten) live here. Every function is one transaction.
+
+Locking protocol, which every writer of a chain's places follows:
+
+* A chain's places are ``finished_count`` plus its live leases (ACTIVE, unexpired).
+  Whoever takes a place (claim, renewing or submitting an expired lease) or fills one
+  (submit) holds that chain's row lock (``SELECT ... FOR NO KEY UPDATE``) until commit,
+  and decides only on rows read by a statement that started *after* the lock was
+  granted. Under READ COMMITTED each statement sees everything committed before it
+  began, so such a fresh statement sees every earlier holder's lease or submit. (The
+  statement that takes the lock does not: its subqueries use the snapshot from before
+  the lock, which is why the claim checks its candidate again.)
+* A claim marks the chain's stale ACTIVE leases EXPIRED before it takes their place,
+  while holding the lock. So a lease whose place went to someone else is never ACTIVE
+  again, and a submit or renew under the same lock can trust an ACTIVE, unexpired lease.
+* Lock order: the caller's user row, then one chain, then that chain's assignment rows.
+  A claim that must wait for a chain holds no other chain lock while it waits, so
+  claims cannot deadlock one another. ``assignment_skip`` only frees a place and locks
+  just its own assignment row.
+
+``FOR NO KEY UPDATE`` rather than ``FOR UPDATE``: it still conflicts with every other
+claim, submit and row update, but not with the key-share locks that inserting an
+assignment or annotation takes on its chain and user through their foreign keys.
+
+On SQLite (the demo default) ``select_for_update`` is a no-op; the settings open every
+transaction with ``BEGIN IMMEDIATE``, which serializes writers, so the same code holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from annotation.models import (
+    Annotation,
+    AnnotationSource,
+    Assignment,
+    AssignmentStatus,
+    Chain,
+    LabelingMode,
+    Membership,
+    Project,
+    Rating,
+    Step,
+    StepRating,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+# A claim retries only when a concurrent transaction committed a lease or submit on its
+# candidate between the candidate query's snapshot and the lock; each retry starts from a
+# fresh snapshot, so more than a couple in a row means heavy contention, not a bug.
+CLAIM_MAX_ATTEMPTS = 8
+REQUEST_ID_MAX_LENGTH = Annotation._meta.get_field("request_id").max_length or 100
+VALID_RATINGS = frozenset(Rating.values)
+
+
+@dataclass(frozen=True)
+class RatingInput:
+    """One step's grade in a submit."""
+
+    step_id: int
+    rating: int
+    comment: str = ""
+
+
+class QueueError(Exception):
+    """A queue operation was refused. ``code`` is a stable machine-readable name."""
+
+    code = "queue_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class LeaseConflict(QueueError):
+    """The lease can no longer be used: its place went to someone else, the chain is
+    full, or the caller already finished this chain. The API answers 409."""
+
+    code = "lease_conflict"
+
+
+class LeaseLost(LeaseConflict):
+    """The lease expired and its place was taken by another annotator."""
+
+    code = "lease_lost"
+
+
+class LeaseClosed(LeaseConflict):
+    """The lease was already submitted or skipped."""
+
+    code = "lease_closed"
+
+
+class QueueBusy(QueueError):
+    """Every retry of a claim lost its race; the caller should try again (API: 503)."""
+
+    code = "queue_busy"
+
+
+class _ClaimRace(Exception):
+    """Internal: the locked candidate was taken meanwhile; roll back and try again."""
+
+
+def _now(now: datetime | None) -> datetime:
+    return now if now is not None else timezone.now()
+
+
+# The queue's one predicate, in SQL, shared by the candidate scan, the re-check under the
+# lock and the "is this expired lease's place still free" test, so they cannot drift apart.
+# ``c`` is the chain. Live leases of the caller are not counted: a claim only gets here
+# when the caller holds none in the project (checked under the caller's lock), and an
+# expired lease being taken back must not count the caller's newer lease on the chain.
+# Hand-written rather than built by the ORM: this is the hot path, and building it as a
+# queryset cost more than running it. Plain SQL that SQLite runs too.
+_PLACE_FREE_SQL = f"""
+    NOT c.is_finished
+    AND c.finished_count + (
+        SELECT COUNT(*) FROM {Assignment._meta.db_table} a
+        WHERE a.chain_id = c.id AND a.status = '{AssignmentStatus.ACTIVE}'
+          AND a.expires_at > %(now)s AND a.annotator_id <> %(user)s
+    ) < %(overlap)s
+    AND NOT EXISTS (
+        SELECT 1 FROM {Assignment._meta.db_table} a
+        WHERE a.chain_id = c.id AND a.annotator_id = %(user)s
+          AND a.status IN ('{AssignmentStatus.SUBMITTED}', '{AssignmentStatus.SKIPPED}')
+    )
+    AND NOT EXISTS (
+        SELECT 1 FROM {Annotation._meta.db_table} n
+        WHERE n.chain_id = c.id AND n.annotator_id = %(user)s
+          AND n.source = '{AnnotationSource.HUMAN}'
+    )
+"""
+
+# Highest priority, then oldest. ``project_id``, ``NOT is_finished``, ``NOT is_flagged`` and
+# the order match the partial index ``chain_queue_idx``: the scan walks the index and stops
+# at the first chain that passes the per-chain probes.
+_CANDIDATE_SQL = f"""
+    SELECT c.* FROM {Chain._meta.db_table} c
+    WHERE c.project_id = %(project)s AND NOT c.is_finished AND NOT c.is_flagged
+      AND {_PLACE_FREE_SQL} {{skip}}
+    ORDER BY c.priority DESC, c.id
+    LIMIT 1 {{lock}}
+"""
+
+_RECHECK_SQL = f"""
+    SELECT (NOT c.is_flagged AND {_PLACE_FREE_SQL}),
+           EXISTS (
+               SELECT 1 FROM {Assignment._meta.db_table} a
+               WHERE a.chain_id = c.id AND a.status = '{AssignmentStatus.ACTIVE}'
+                 AND a.expires_at <= %(now)s
+           )
+    FROM {Chain._meta.db_table} c WHERE c.id = %(chain)s
+"""
+
+_PLACE_SQL = f"SELECT {_PLACE_FREE_SQL} FROM {Chain._meta.db_table} c WHERE c.id = %(chain)s"
+
+
+def _sql_params(*, project: Project, user: User, now: datetime, **extra: object) -> dict:
+    return {
+        "project": project.pk,
+        "user": user.pk,
+        "overlap": project.overlap,
+        "now": connection.ops.adapt_datetimefield_value(now),
+        **extra,
+    }
+
+
+def _candidate(
+    *, project: Project, user: User, now: datetime, skip: set[int], wait: bool
+) -> Chain | None:
+    """Lock and return the best claimable chain, skipping chains locked by others unless
+    ``wait``. Its subqueries see the snapshot from before the lock (see the re-check)."""
+    params = _sql_params(project=project, user=user, now=now)
+    skip_sql = ""
+    if skip:
+        names = [f"skip{i}" for i in range(len(skip))]
+        skip_sql = "AND c.id NOT IN (" + ", ".join(f"%({n})s" for n in names) + ")"
+        params.update(zip(names, sorted(skip), strict=True))
+    lock = ""
+    if connection.features.has_select_for_update:
+        lock = f"FOR NO KEY UPDATE OF c{'' if wait else ' SKIP LOCKED'}"
+    sql = _CANDIDATE_SQL.format(skip=skip_sql, lock=lock)
+    return next(iter(Chain.objects.raw(sql, params)), None)
+
+
+def _recheck(*, project: Project, user: User, now: datetime, chain_id: int) -> tuple[bool, bool]:
+    """(still claimable, has stale ACTIVE leases) for a chain whose lock we hold, read by a
+    fresh statement so it sees every lease and submit committed before the lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RECHECK_SQL, _sql_params(project=project, user=user, now=now, chain=chain_id)
+        )
+        claimable, has_stale = cursor.fetchone()
+    return bool(claimable), bool(has_stale)
+
+
+def _live_lease_of(*, project: Project, user: User, now: datetime) -> Assignment | None:
+    return (
+        Assignment.objects.select_related("chain__problem")
+        .filter(project=project, annotator=user, status=AssignmentStatus.ACTIVE, expires_at__gt=now)
+        .order_by("expires_at", "id")
+        .first()
+    )
+
+
+def _expire_stale_leases(*, chain_id: int, now: datetime) -> None:
+    """Mark the chain's ACTIVE leases that have run out EXPIRED.
+
+    Precondition: the chain's row lock is held. After this, a lease whose place is about
+    to be taken can no longer pass for live in a submit or renew."""
+    Assignment.objects.filter(
+        chain_id=chain_id, status=AssignmentStatus.ACTIVE, expires_at__lte=now
+    ).update(status=AssignmentStatus.EXPIRED)
+
+
+def _claim_once(
+    *, project: Project, user: User, now: datetime, skip: set[int]
+) -> Assignment | None:
+    # One claim per person at a time: without this a double-clicked "next" could give the
+    # same annotator two chains (the second one's place idle until it expires).
+    list(get_user_model().objects.select_for_update(no_key=True).filter(pk=user.pk).values("pk"))
+
+    existing = _live_lease_of(project=project, user=user, now=now)
+    if existing is not None:
+        return existing
+
+    chain = _candidate(project=project, user=user, now=now, skip=skip, wait=False)
+    if chain is None:
+        # Chains locked right now by a submit or another claim were skipped; one of them
+        # may still have a free place, and answering "nothing left" would send the
+        # annotator home. Wait for the best one instead (we hold no chain lock here, so
+        # this wait cannot close a deadlock cycle).
+        chain = _candidate(project=project, user=user, now=now, skip=skip, wait=True)
+        if chain is None:
+            return None
+
+    # The candidate query's subqueries read a snapshot from before the lock; a lease or
+    # submit committed in between is invisible to them. Ask again in a fresh statement.
+    claimable, has_stale = _recheck(project=project, user=user, now=now, chain_id=chain.pk)
+    if not claimable:
+        skip.add(chain.pk)
+        raise _ClaimRace
+    if has_stale:
+        # Also frees the caller's own stale lease on this chain, which the constraint
+        # "one live lease per annotator and chain" would otherwise reject.
+        _expire_stale_leases(chain_id=chain.pk, now=now)
+
+    return Assignment.objects.create(
+        project=project,
+        chain=chain,
+        annotator=user,
+        status=AssignmentStatus.ACTIVE,
+        expires_at=now + project.lease_duration,
+    )
+
+
+def assignment_claim_next(
+    *, project: Project, user: User, now: datetime | None = None
+) -> Assignment | None:
+    """Lease the next chain of ``project`` to ``user``, or return None if none is left.
+
+    If the caller already holds a live lease in this project, that lease is returned
+    unchanged ("next" is idempotent). Otherwise the highest-priority, then oldest, chain
+    that is not finished or flagged, that the caller never submitted, skipped or
+    annotated, and whose finished annotations plus live leases are below the project's
+    overlap, is leased for ``project.lease_duration``.
+
+    Precondition: the caller is allowed to label in ``project`` (the API checks it with
+    ``project_get_for_member``). The returned assignment has ``chain`` loaded. Raises
+    QueueBusy if every bounded retry lost a race."""
+    now = _now(now)
+    skip: set[int] = set()
+    for _attempt in range(CLAIM_MAX_ATTEMPTS):
+        try:
+            # A savepoint per attempt: rolling a lost race back also releases the row
+            # lock on its candidate, so a retry never waits while holding a chain lock.
+            with transaction.atomic():
+                return _claim_once(project=project, user=user, now=now, skip=skip)
+        except _ClaimRace:
+            continue
+    raise QueueBusy("The queue is busy right now; please try again.")
+
+
+def _lock_own_chain(*, assignment_id: int, user: User) -> Chain:
+    """Lock the chain of the caller's assignment ``assignment_id``.
+
+    A lease of someone else, or of a project the caller no longer belongs to, is reported
+    as missing (Assignment.DoesNotExist) so its existence is not revealed."""
+    mine = Q(assignments__pk=assignment_id, assignments__annotator=user)
+    chains = Chain.objects.filter(mine)
+    if not user.is_superuser:
+        chains = chains.filter(
+            Exists(Membership.objects.filter(project=OuterRef("project"), user=user))
+        )
+    chain = chains.select_related("project").select_for_update(no_key=True, of=("self",)).first()
+    if chain is None:
+        raise Assignment.DoesNotExist("No such assignment.")
+    return chain
+
+
+def _place_is_free(*, chain: Chain, user: User, now: datetime) -> bool:
+    """Whether ``user`` may hold a place on ``chain`` now, not counting the user's own
+    leases: the chain is not full and the user has not finished it already.
+
+    Precondition: the chain's row lock is held (so this fresh read is current)."""
+    params = _sql_params(project=chain.project, user=user, now=now, chain=chain.pk)
+    with connection.cursor() as cursor:
+        cursor.execute(_PLACE_SQL, params)
+        (free,) = cursor.fetchone()
+    return bool(free)
+
+
+def _take_back_expired(*, chain: Chain, assignment: Assignment, user: User, now: datetime) -> None:
+    """Let the caller keep working on an expired lease if its place is still free;
+    otherwise raise LeaseLost. Precondition: the chain's row lock is held."""
+    if not _place_is_free(chain=chain, user=user, now=now):
+        raise LeaseLost(
+            "Your lease on this chain expired and its place went to another annotator "
+            "(or the chain is already fully annotated). Ask for the next chain."
+        )
+    # The caller may have leased this chain again since; one live lease is enough.
+    Assignment.objects.filter(chain=chain, annotator=user, status=AssignmentStatus.ACTIVE).exclude(
+        pk=assignment.pk
+    ).update(status=AssignmentStatus.EXPIRED)
+
+
+def assignment_renew(*, assignment_id: int, user: User, now: datetime | None = None) -> Assignment:
+    """Extend the caller's lease to ``now + project.lease_duration``.
+
+    Renewing is a heartbeat: it never stacks beyond one lease length from now. An expired
+    lease is renewed too while its place is still free; if the place went to another
+    annotator this raises LeaseLost. A submitted or skipped lease raises LeaseClosed;
+    a lease of someone else raises Assignment.DoesNotExist."""
+    now = _now(now)
+    with transaction.atomic():
+        chain = _lock_own_chain(assignment_id=assignment_id, user=user)
+        # Read after the lock: a claim may have just marked this lease EXPIRED.
+        assignment = Assignment.objects.get(pk=assignment_id)
+        if assignment.status in (AssignmentStatus.SUBMITTED, AssignmentStatus.SKIPPED):
+            raise LeaseClosed(f"This lease was already {assignment.status}.")
+        if not (assignment.status == AssignmentStatus.ACTIVE and assignment.expires_at > now):
+            _take_back_expired(chain=chain, assignment=assignment, user=user, now=now)
+        assignment.status = AssignmentStatus.ACTIVE
+        assignment.expires_at = now + chain.project.lease_duration
+        assignment.save(update_fields=["status", "expires_at"])
+        assignment.chain = chain
+        return assignment
+
+
+def assignment_skip(*, assignment_id: int, user: User, reason: str) -> Assignment:
+    """Give the chain back with a reason; the caller is never offered it again.
+
+    Skipping an expired lease still records the choice. Skipping twice is a no-op that
+    returns the skipped lease; skipping a submitted lease raises LeaseClosed; a lease of
+    someone else raises Assignment.DoesNotExist. Only frees a place, so it needs no chain
+    lock: it locks just the assignment row."""
+    reason = reason.strip()
+    if not reason:
+        raise ValidationError({"reason": "Say why you skip this chain."})
+    with transaction.atomic():
+        owned = Assignment.objects.filter(pk=assignment_id, annotator=user)
+        if not user.is_superuser:
+            owned = owned.filter(
+                Exists(Membership.objects.filter(project=OuterRef("project"), user=user))
+            )
+        assignment = owned.select_for_update(no_key=True).first()
+        if assignment is None:
+            raise Assignment.DoesNotExist("No such assignment.")
+        if assignment.status == AssignmentStatus.SKIPPED:
+            return assignment
+        if assignment.status == AssignmentStatus.SUBMITTED:
+            raise LeaseClosed("This lease was already submitted; it cannot be skipped.")
+        assignment.status = AssignmentStatus.SKIPPED
+        assignment.skip_reason = reason
+        assignment.finished_at = timezone.now()
+        assignment.save(update_fields=["status", "skip_reason", "finished_at"])
+        return assignment
+
+
+def _describe(position: int, step_id: int) -> str:
+    return f"step {position} (id {step_id})"
+
+
+def _validate_submission(
+    *, steps: Sequence[tuple[int, int]], ratings: Sequence[RatingInput], mode: str, rewrite: str
+) -> None:
+    """Raise ValidationError unless ``ratings`` grade ``steps`` (``(id, index)`` pairs in
+    step order) as the labeling mode requires.
+
+    * all_steps: every step, exactly once.
+    * first_error: every step up to and including the first -1 (all steps if none is -1);
+      a rating after the first -1 is refused, since grading stops there (PRM800K).
+    * A rewrite is the corrected text of the first incorrect step, so in both modes it
+      needs a -1 rating."""
+    position = {step_id: pos for pos, (step_id, _index) in enumerate(steps, start=1)}
+    errors: list[str] = []
+    seen: dict[int, RatingInput] = {}
+    for item in ratings:
+        if item.step_id not in position:
+            errors.append(f"Step id {item.step_id} is not a step of this chain.")
+            continue
+        where = _describe(position[item.step_id], item.step_id)
+        if item.step_id in seen:
+            errors.append(f"{where.capitalize()} is rated more than once.")
+            continue
+        if isinstance(item.rating, bool) or item.rating not in VALID_RATINGS:
+            errors.append(f"{where.capitalize()}: a rating is -1, 0 or 1, not {item.rating!r}.")
+            continue
+        seen[item.step_id] = item
+    if errors:
+        raise ValidationError({"ratings": errors})
+
+    first_error = next(
+        (
+            pos
+            for step_id, pos in position.items()
+            if step_id in seen and seen[step_id].rating == Rating.INCORRECT
+        ),
+        None,
+    )
+    if mode == LabelingMode.FIRST_ERROR and first_error is not None:
+        beyond = [
+            _describe(pos, step_id)
+            for step_id, pos in position.items()
+            if pos > first_error and step_id in seen
+        ]
+        if beyond:
+            errors.append(
+                f"In first_error mode grading stops at the first incorrect step (step "
+                f"{first_error}); remove the ratings after it: {', '.join(beyond)}."
+            )
+        required = [step_id for step_id, pos in position.items() if pos <= first_error]
+    else:
+        required = list(position)
+    missing = [_describe(position[s], s) for s in required if s not in seen]
+    if missing:
+        if mode == LabelingMode.FIRST_ERROR:
+            rule = (
+                "In first_error mode every step up to the first incorrect one "
+                "(all steps if none is) must be rated"
+            )
+        else:
+            rule = "In all_steps mode every step must be rated"
+        errors.append(f"{rule}; missing: {', '.join(missing)}.")
+    if errors:
+        raise ValidationError({"ratings": errors})
+    if rewrite and first_error is None:
+        raise ValidationError(
+            {
+                "rewrite": "A rewrite corrects the first incorrect step: rate a step -1, "
+                "or send no rewrite."
+            }
+        )
+
+
+def _idempotent_repeat(
+    *, annotation: Annotation, assignment_id: int, request_id: str
+) -> Annotation:
+    if annotation.assignment_id != assignment_id:
+        raise LeaseConflict(
+            f"request_id {request_id!r} was already used for another submission; "
+            "use a new request_id for each submission."
+        )
+    annotation.created = False  # type: ignore[attr-defined]
+    return annotation
+
+
+def assignment_submit(
+    *,
+    assignment_id: int,
+    user: User,
+    ratings: Sequence[RatingInput],
+    rewrite: str = "",
+    duration_ms: int | None = None,
+    request_id: str = "",
+    now: datetime | None = None,
+) -> Annotation:
+    """Record the caller's ratings for the chain leased by ``assignment_id``.
+
+    Creates one human Annotation with a StepRating per graded step, marks the lease
+    SUBMITTED and counts the annotation on the chain (``finished_count``, and
+    ``is_finished`` once it reaches the overlap), all in one transaction under the chain's
+    row lock. Nothing that exists is changed: a correction is a new annotation.
+
+    A repeat with the same non-empty ``request_id`` returns the first annotation and
+    changes nothing (the result's ``created`` is False; True on a new annotation). An
+    expired lease is accepted while its place is still free, so the work is not lost;
+    if its place went to another annotator this raises LeaseLost, and a chain that is
+    already full raises LeaseConflict: never a label beyond the overlap. Bad ratings
+    raise ValidationError naming the step; someone else's lease raises
+    Assignment.DoesNotExist."""
+    now = _now(now)
+    rewrite = rewrite.strip()
+    if len(request_id) > REQUEST_ID_MAX_LENGTH:
+        raise ValidationError(
+            {"request_id": f"A request_id has at most {REQUEST_ID_MAX_LENGTH} characters."}
+        )
+    if duration_ms is not None and duration_ms < 0:
+        raise ValidationError({"duration_ms": "A duration cannot be negative."})
+
+    if request_id:
+        # Annotations are never edited or deleted, so a hit here is final: no lock needed.
+        earlier = Annotation.objects.filter(annotator=user, request_id=request_id).first()
+        if earlier is not None:
+            return _idempotent_repeat(
+                annotation=earlier, assignment_id=assignment_id, request_id=request_id
+            )
+
+    with transaction.atomic():
+        chain = _lock_own_chain(assignment_id=assignment_id, user=user)
+        project = chain.project
+        # Read after the lock: a claim may have marked this lease EXPIRED and taken its
+        # place, or a concurrent repeat of this very submit may have just committed.
+        assignment = Assignment.objects.select_related("annotation").get(pk=assignment_id)
+        if assignment.status == AssignmentStatus.SUBMITTED:
+            done = getattr(assignment, "annotation", None)
+            if request_id and done is not None and done.request_id == request_id:
+                return _idempotent_repeat(
+                    annotation=done, assignment_id=assignment_id, request_id=request_id
+                )
+            raise LeaseClosed("This lease was already submitted.")
+        if assignment.status == AssignmentStatus.SKIPPED:
+            raise LeaseClosed("You skipped this chain; its lease is closed.")
+        if assignment.status == AssignmentStatus.ACTIVE and assignment.expires_at > now:
+            # A live lease holds its place, but the overlap may have been lowered since.
+            if chain.finished_count >= project.overlap:
+                raise LeaseConflict("This chain already has all the annotations it needs.")
+        else:
+            _take_back_expired(chain=chain, assignment=assignment, user=user, now=now)
+
+        steps = list(Step.objects.filter(chain=chain).order_by("index").values_list("id", "index"))
+        _validate_submission(
+            steps=steps, ratings=ratings, mode=project.labeling_mode, rewrite=rewrite
+        )
+
+        annotation = Annotation.objects.create(
+            chain=chain,
+            source=AnnotationSource.HUMAN,
+            annotator=user,
+            assignment=assignment,
+            rewrite=rewrite,
+            duration_ms=duration_ms,
+            request_id=request_id,
+        )
+        order = {step_id: index for step_id, index in steps}
+        StepRating.objects.bulk_create(
+            [
+                StepRating(
+                    annotation=annotation,
+                    step_id=item.step_id,
+                    rating=item.rating,
+                    comment=item.comment.strip(),
+                )
+                for item in sorted(ratings, key=lambda r: order[r.step_id])
+            ]
+        )
+        assignment.status = AssignmentStatus.SUBMITTED
+        assignment.finished_at = now
+        assignment.save(update_fields=["status", "finished_at"])
+        # finished_count was read under the lock, so it is current.
+        finished = chain.finished_count + 1
+        Chain.objects.filter(pk=chain.pk).update(
+            finished_count=finished, is_finished=finished >= project.overlap
+        )
+        chain.finished_count = finished
+        chain.is_finished = finished >= project.overlap
+        annotation.chain = chain
+        annotation.created = True  # type: ignore[attr-defined]
+        return annotation
