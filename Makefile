@@ -27,8 +27,7 @@ install: $(STAMP) $(NODE_STAMP)
 # The embedded default: SQLite (or $$DATABASE_URL), tasks in-process, a demo project.
 demo: install
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo
-	@echo "Steplab on http://$(HOST):$(PORT)/  (logins printed above)"
+	$(PY) manage.py seed_demo --host $(HOST):$(PORT)
 	$(PY) manage.py runserver --noreload $(HOST):$(PORT)
 
 serve: install

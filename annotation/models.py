@@ -64,9 +64,12 @@ class Project(models.Model):
         ordering = ["id"]
         constraints = [
             models.CheckConstraint(condition=Q(overlap__gte=1), name="project_overlap_positive"),
-            models.CheckConstraint(condition=Q(lease_minutes__gte=1), name="project_lease_positive"),
             models.CheckConstraint(
-                condition=Q(labeling_mode__in=LabelingMode.values), name="project_labeling_mode_valid"
+                condition=Q(lease_minutes__gte=1), name="project_lease_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(labeling_mode__in=LabelingMode.values),
+                name="project_labeling_mode_valid",
             ),
         ]
 
@@ -162,7 +165,9 @@ class Chain(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["project", "content_hash"], name="chain_unique_content"),
+            models.UniqueConstraint(
+                fields=["project", "content_hash"], name="chain_unique_content"
+            ),
         ]
         indexes = [
             # The queue: highest priority first, then oldest, among open chains.

@@ -1,2 +1,13 @@
 """HTML pages."""
-urlpatterns: list = []
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from annotation import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("login/", views.LoginView.as_view(), name="login"),
+    # Django 5 only accepts POST here: a link or an <img> cannot log anyone out.
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("projects/<int:project_id>/", views.project_overview, name="project-overview"),
+]

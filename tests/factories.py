@@ -39,7 +39,7 @@ class ProblemFactory(factory.django.DjangoModelFactory):
 
     project = factory.SubFactory(ProjectFactory)
     text = factory.Sequence(lambda n: f"What is {n} + {n}?")
-    content_hash = factory.Sequence(lambda n: f"problem-{n:060d}")
+    content_hash = factory.Sequence(lambda n: f"problem-{n:056d}")
 
 
 class ChainFactory(factory.django.DjangoModelFactory):
@@ -47,10 +47,11 @@ class ChainFactory(factory.django.DjangoModelFactory):
 
     class Meta:
         model = Chain
+        skip_postgeneration_save = True
 
     project = factory.SubFactory(ProjectFactory)
     problem = factory.LazyAttribute(lambda o: ProblemFactory(project=o.project))
-    content_hash = factory.Sequence(lambda n: f"chain-{n:062d}")
+    content_hash = factory.Sequence(lambda n: f"chain-{n:058d}")
     final_answer = "42"
     step_count = 3
 
@@ -60,3 +61,4 @@ class ChainFactory(factory.django.DjangoModelFactory):
             Step.objects.bulk_create(
                 [Step(chain=obj, index=i, text=f"Step {i + 1}.") for i in range(obj.step_count)]
             )
+

@@ -1,1 +1,23 @@
-urlpatterns: list = []
+from django.urls import path
+
+from annotation.api.projects import (
+    MemberDetailApi,
+    MemberListCreateApi,
+    ProjectDetailApi,
+    ProjectListCreateApi,
+)
+
+urlpatterns = [
+    path("projects/", ProjectListCreateApi.as_view(), name="api-projects"),
+    path("projects/<int:project_id>/", ProjectDetailApi.as_view(), name="api-project"),
+    path(
+        "projects/<int:project_id>/members/",
+        MemberListCreateApi.as_view(),
+        name="api-project-members",
+    ),
+    path(
+        "projects/<int:project_id>/members/<int:user_id>/",
+        MemberDetailApi.as_view(),
+        name="api-project-member",
+    ),
+]

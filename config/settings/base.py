@@ -113,9 +113,12 @@ LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
 REST_FRAMEWORK = {
+    # Token first: an anonymous API call then gets 401 with `WWW-Authenticate: Token`
+    # rather than a bare 403. The session still authenticates the pages' fetches, with
+    # DRF enforcing CSRF on them.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -125,14 +128,26 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {"login": "10/min"},
 }
 
+# The login throttle keeps its counters in the default cache. Per-process memory is enough
+# for one web process (the demo); with several gunicorn workers each would count on its
+# own, so production sets CACHE_URL (e.g. redis://127.0.0.1:6379/1) to share them.
+CACHE_URL = os.environ.get("CACHE_URL", "")
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+        if CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "steplab"}
+    )
+}
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "Steplab API",
     "DESCRIPTION": "Step-level labeling of reasoning chains for process reward models.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     # Swagger UI and Redoc are served from our own static files: no CDN.
-    "SWAGGERUI_DIST": "SIDECAR",
-    "SWAGGERUI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
 }
 
@@ -153,7 +168,9 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 
 # Imports: uploads go to a temporary file, never into memory whole.
-STEPLAB_IMPORT_MAX_UPLOAD_BYTES = int(os.environ.get("STEPLAB_IMPORT_MAX_UPLOAD_BYTES", str(2 * 1024**3)))
+STEPLAB_IMPORT_MAX_UPLOAD_BYTES = int(
+    os.environ.get("STEPLAB_IMPORT_MAX_UPLOAD_BYTES", str(2 * 1024**3))
+)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 

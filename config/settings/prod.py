@@ -1,9 +1,10 @@
 """Production: refuses to start without its secrets."""
+import os
+
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F401,F403
 from .base import ALLOWED_HOSTS, SECRET_KEY, env_bool
-import os
 
 if not SECRET_KEY:
     raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set in production.")

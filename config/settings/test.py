@@ -10,3 +10,8 @@ SECRET_KEY = "test-only-key"
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
+
+# Tests never run collectstatic; WhiteNoise would warn on every request that the
+# collected-static directory is missing. Static files are served from the finders.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = True

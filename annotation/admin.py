@@ -1,0 +1,219 @@
+"""Django admin: a window onto the data for staff, not a second write path.
+
+Labels, leases, steps and imported rows are read-only here. Editing them in place would
+bypass the services that keep ``Chain.finished_count``/``is_finished`` and the overlap
+true, and would overwrite labels, which invariant 1 forbids."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest
+
+from annotation.models import (
+    Annotation,
+    Assignment,
+    Chain,
+    ImportBatch,
+    Membership,
+    Problem,
+    Project,
+    Step,
+    StepRating,
+)
+from annotation.services.projects import chain_finished_recompute
+
+
+class ReadOnlyAdminMixin:
+    """View only: no add, change or delete, in lists and inlines alike."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+    fields = ["user", "role", "created_at"]
+    readonly_fields = ["created_at"]
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "labeling_mode",
+        "overlap",
+        "chain_total",
+        "member_total",
+        "created_by",
+        "created_at",
+    ]
+    list_filter = ["labeling_mode", "step_split"]
+    search_fields = ["name"]
+    readonly_fields = ["created_by", "created_at"]
+    inlines = [MembershipInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Project]:
+        # Two to-many joins multiply rows, hence distinct counts.
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("created_by")
+            .annotate(
+                _chains=Count("chains", distinct=True),
+                _members=Count("memberships", distinct=True),
+            )
+        )
+
+    @admin.display(description="chains", ordering="_chains")
+    def chain_total(self, obj: Project) -> int:
+        return obj._chains  # type: ignore[attr-defined]
+
+    @admin.display(description="members", ordering="_members")
+    def member_total(self, obj: Project) -> int:
+        return obj._members  # type: ignore[attr-defined]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Project | None = None) -> bool:
+        # Deleting a project deletes its labels; only allowed while it has none.
+        if obj is not None and Annotation.objects.filter(chain__project=obj).exists():
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def save_model(self, request: HttpRequest, obj: Project, form: Any, change: bool) -> None:
+        if not change:
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)
+        if change and "overlap" in form.changed_data:
+            # The admin's save runs in one transaction that now holds the project row's
+            # lock, as project_update does; the finished flags must follow the overlap.
+            chain_finished_recompute(project=obj)
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "project", "role", "created_at"]
+    list_filter = ["role", "project"]
+    search_fields = ["user__username", "project__name"]
+    autocomplete_fields = ["user", "project"]
+    list_select_related = ["user", "project"]
+
+
+@admin.register(ImportBatch)
+class ImportBatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = [
+        "filename",
+        "project",
+        "format",
+        "chains_created",
+        "chains_duplicate",
+        "steps_created",
+        "labels_created",
+        "created_by",
+        "created_at",
+    ]
+    list_filter = ["format", "project"]
+    search_fields = ["filename", "content_hash"]
+    list_select_related = ["project", "created_by"]
+
+
+@admin.register(Problem)
+class ProblemAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["id", "short_text", "project", "reference_answer", "created_at"]
+    list_filter = ["project"]
+    search_fields = ["text", "reference_answer"]
+    list_select_related = ["project"]
+
+    @admin.display(description="text")
+    def short_text(self, obj: Problem) -> str:
+        return obj.text[:100]
+
+
+class StepInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = Step
+    fields = ["index", "text"]
+    readonly_fields = fields
+    extra = 0
+    ordering = ["index"]
+
+
+@admin.register(Chain)
+class ChainAdmin(admin.ModelAdmin):
+    """Only the flag and the priority may be changed by hand (e.g. to pull a broken chain
+    out of the queue); everything else is import data or kept by the services."""
+
+    list_display = [
+        "id",
+        "project",
+        "generator",
+        "step_count",
+        "priority",
+        "finished_count",
+        "is_finished",
+        "is_flagged",
+        "created_at",
+    ]
+    list_filter = ["project", "is_finished", "is_flagged", "generator"]
+    search_fields = ["problem__text", "final_answer", "content_hash"]
+    list_select_related = ["project"]
+    readonly_fields = [
+        "project",
+        "problem",
+        "import_batch",
+        "content_hash",
+        "final_answer",
+        "generator",
+        "meta",
+        "step_count",
+        "finished_count",
+        "is_finished",
+        "created_at",
+    ]
+    inlines = [StepInline]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Chain | None = None) -> bool:
+        return False  # a chain's deletion cascades to its labels (invariant 1)
+
+
+class StepRatingInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = StepRating
+    fields = ["step", "rating", "comment"]
+    readonly_fields = fields
+    extra = 0
+
+
+@admin.register(Annotation)
+class AnnotationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = [
+        "id",
+        "chain",
+        "source",
+        "source_name",
+        "annotator",
+        "supersedes",
+        "duration_ms",
+        "created_at",
+    ]
+    list_filter = ["source", "source_name", "chain__project"]
+    search_fields = ["annotator__username", "source_name", "request_id"]
+    list_select_related = ["annotator", "chain"]
+    inlines = [StepRatingInline]
+
+
+@admin.register(Assignment)
+class AssignmentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["id", "chain", "annotator", "project", "status", "created_at", "expires_at"]
+    list_filter = ["status", "project"]
+    search_fields = ["annotator__username"]
+    list_select_related = ["annotator", "project", "chain"]

@@ -1,0 +1,77 @@
+"""Token login for scripts and the CLI. The pages use the session instead."""
+from __future__ import annotations
+
+from django.contrib.auth import authenticate
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.authtoken.models import Token
+from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle, ScopedRateThrottle
+from rest_framework.views import APIView
+
+
+class TokenCreateInputSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(max_length=4096, style={"input_type": "password"})
+
+
+class TokenOutputSerializer(serializers.Serializer):
+    token = serializers.CharField()
+
+
+class AuthTokenApi(APIView):
+    # Password guessing is throttled per client address ("login" in DEFAULT_THROTTLE_RATES);
+    # revoking a token is not.
+    throttle_scope = "login"
+
+    def get_permissions(self) -> list[BasePermission]:
+        if self.request.method == "POST":
+            return [AllowAny()]
+        return [IsAuthenticated()]
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        if self.request.method == "POST":
+            return [ScopedRateThrottle()]
+        return []
+
+    @extend_schema(
+        tags=["auth"],
+        operation_id="auth_token_create",
+        summary="Exchange a username and password for an API token",
+        description="Send it as `Authorization: Token <token>`. The same token is returned "
+        "until it is revoked.",
+        request=TokenCreateInputSerializer,
+        responses={
+            200: TokenOutputSerializer,
+            400: OpenApiResponse(description="Wrong username or password."),
+            429: OpenApiResponse(description="Too many attempts."),
+        },
+        auth=[],
+    )
+    def post(self, request: Request) -> Response:
+        data = TokenCreateInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = authenticate(
+            request=request._request,
+            username=data.validated_data["username"],
+            password=data.validated_data["password"],
+        )
+        if user is None or not user.is_active:
+            # One message for both cases: do not reveal which usernames exist.
+            raise serializers.ValidationError(
+                {"non_field_errors": ["Unable to log in with these credentials."]}
+            )
+        token, _ = Token.objects.get_or_create(user=user)
+        return Response(TokenOutputSerializer({"token": token.key}).data)
+
+    @extend_schema(
+        tags=["auth"],
+        operation_id="auth_token_destroy",
+        summary="Revoke the caller's API token",
+        responses={204: None},
+    )
+    def delete(self, request: Request) -> Response:
+        Token.objects.filter(user=request.user).delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)

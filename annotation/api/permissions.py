@@ -1,0 +1,38 @@
+"""Access checks for the API. Every project-scoped endpoint resolves its project through
+``project_for_request``, a thin wrapper over ``annotation.selectors.project_get_for_member``,
+so the API and the pages apply the same rule (invariant 6): a non-member gets 404, a member
+without the needed role 403."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from annotation.models import Project, Role
+from annotation.selectors import project_get_for_member
+
+# Role sets for ``project_for_request(roles=...)``. None means any member.
+ANY_MEMBER: tuple[str, ...] | None = None
+LEADS: tuple[str, ...] = (Role.LEAD,)
+
+
+def project_for_request(
+    *, request: Request, project_id: int | str, roles: Iterable[str] | None = ANY_MEMBER
+) -> Project:
+    """The project named in the URL if the caller may act on it.
+
+    Raises Http404 for a project the caller does not belong to (its existence is not
+    revealed) and PermissionDenied for a member without one of ``roles``; DRF turns
+    both into 404 and 403."""
+    return project_get_for_member(user=request.user, project_id=project_id, roles=roles)
+
+
+class IsStaffUser(BasePermission):
+    """Site staff (``is_staff``): the people who may create projects."""
+
+    message = "Only staff users can create projects."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return bool(request.user and request.user.is_authenticated and request.user.is_staff)

@@ -1,0 +1,124 @@
+"""Input and output serializers of the projects and members endpoints."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from annotation.models import LabelingMode, Membership, Project, Role, StepSplit
+
+
+class _RejectUnknownFieldsMixin:
+    """A PATCH with a field we do not accept (``name``, a typo) is a 400, not a silent
+    no-op that looks like success."""
+
+    initial_data: Any
+    fields: Any
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(self.initial_data, dict):
+            # A form post from the browsable API carries its CSRF token as a field.
+            unknown = sorted(set(self.initial_data) - set(self.fields) - {"csrfmiddlewaretoken"})
+            if unknown:
+                raise serializers.ValidationError(
+                    {field: ["This field cannot be set here."] for field in unknown}
+                )
+        return attrs
+
+
+class ProjectCreateInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    overlap = serializers.IntegerField(min_value=1, max_value=50)
+    labeling_mode = serializers.ChoiceField(choices=LabelingMode.choices)
+    guidelines = serializers.CharField(required=False, allow_blank=True, default="")
+    lease_minutes = serializers.IntegerField(
+        required=False, min_value=1, max_value=24 * 60, default=30
+    )
+    step_split = serializers.ChoiceField(
+        choices=StepSplit.choices, required=False, default=StepSplit.NEWLINE
+    )
+    show_reference_answer = serializers.BooleanField(required=False, default=True)
+
+
+class ProjectUpdateInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+    guidelines = serializers.CharField(required=False, allow_blank=True)
+    overlap = serializers.IntegerField(required=False, min_value=1, max_value=50)
+    labeling_mode = serializers.ChoiceField(choices=LabelingMode.choices, required=False)
+    lease_minutes = serializers.IntegerField(required=False, min_value=1, max_value=24 * 60)
+    step_split = serializers.ChoiceField(choices=StepSplit.choices, required=False)
+    show_reference_answer = serializers.BooleanField(required=False)
+
+
+class ProjectProgressSerializer(serializers.Serializer):
+    chains_total = serializers.IntegerField()
+    chains_finished = serializers.IntegerField(help_text="Chains with `overlap` finished passes.")
+    annotations_needed = serializers.IntegerField(help_text="chains_total x overlap")
+    annotations_finished = serializers.IntegerField(
+        help_text="Finished human annotations, at most `overlap` counted per chain."
+    )
+    percent = serializers.SerializerMethodField()
+
+    def get_percent(self, project: Project) -> float:
+        needed = project.annotations_needed  # type: ignore[attr-defined]
+        if not needed:
+            return 0.0
+        return round(100.0 * project.annotations_finished / needed, 1)  # type: ignore[attr-defined]
+
+
+class ProjectOutputSerializer(serializers.ModelSerializer):
+    """A project as returned by the list, the detail and create. Needs the annotations
+    of ``project_list_with_progress``."""
+
+    role = serializers.CharField(source="my_role", help_text="The caller's role.")
+    progress = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Project
+        fields = [
+            "id",
+            "name",
+            "role",
+            "overlap",
+            "labeling_mode",
+            "step_split",
+            "lease_minutes",
+            "show_reference_answer",
+            "created_at",
+            "progress",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(ProjectProgressSerializer)
+    def get_progress(self, project: Project) -> dict[str, Any]:
+        return ProjectProgressSerializer(project).data
+
+
+class ProjectDetailOutputSerializer(ProjectOutputSerializer):
+    class Meta(ProjectOutputSerializer.Meta):
+        fields = [*ProjectOutputSerializer.Meta.fields, "guidelines"]
+        read_only_fields = fields
+
+
+class MemberAddInputSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    role = serializers.ChoiceField(choices=Role.choices)
+
+    def validate_username(self, value: str) -> Any:
+        user = get_user_model().objects.filter(username=value, is_active=True).first()
+        if user is None:
+            raise serializers.ValidationError(
+                f"No active user named {value!r}. Users are created by an administrator."
+            )
+        return user
+
+
+class MemberOutputSerializer(serializers.ModelSerializer):
+    user_id = serializers.IntegerField(source="user.id")
+    username = serializers.CharField(source="user.username")
+
+    class Meta:
+        model = Membership
+        fields = ["user_id", "username", "role", "created_at"]
+        read_only_fields = fields

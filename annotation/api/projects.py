@@ -1,0 +1,188 @@
+"""Projects and members. Thin: validate, check access, call one service, serialize."""
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.db.models import QuerySet
+from django.http import Http404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.generics import GenericAPIView
+from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from annotation.api.errors import service_errors_as_400
+from annotation.api.permissions import LEADS, IsStaffUser, project_for_request
+from annotation.api.project_serializers import (
+    MemberAddInputSerializer,
+    MemberOutputSerializer,
+    ProjectCreateInputSerializer,
+    ProjectDetailOutputSerializer,
+    ProjectOutputSerializer,
+    ProjectUpdateInputSerializer,
+)
+from annotation.models import Membership, Project
+from annotation.project_selectors import (
+    membership_list,
+    project_get_with_progress,
+    project_list_with_progress,
+)
+from annotation.services.projects import (
+    membership_add,
+    membership_remove,
+    project_create,
+    project_update,
+)
+
+NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is not a member.")
+NOT_A_LEAD = OpenApiResponse(description="A member who is not a lead of the project.")
+NOT_STAFF = OpenApiResponse(description="Only staff users create projects.")
+INVALID = OpenApiResponse(description="Invalid input; the body names each field's errors.")
+
+
+class ProjectListCreateApi(GenericAPIView):
+    serializer_class = ProjectOutputSerializer
+
+    def get_permissions(self) -> list[BasePermission]:
+        if self.request.method == "POST":
+            return [IsAuthenticated(), IsStaffUser()]
+        return [IsAuthenticated()]
+
+    def get_queryset(self) -> QuerySet[Project]:
+        return project_list_with_progress(user=self.request.user)
+
+    @extend_schema(
+        tags=["projects"],
+        operation_id="projects_list",
+        summary="Projects the caller belongs to, with progress",
+        responses=ProjectOutputSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(ProjectOutputSerializer(page, many=True).data)
+
+    @extend_schema(
+        tags=["projects"],
+        operation_id="projects_create",
+        summary="Create a project (staff only); the creator becomes its lead",
+        request=ProjectCreateInputSerializer,
+        responses={201: ProjectDetailOutputSerializer, 400: INVALID, 403: NOT_STAFF},
+    )
+    def post(self, request: Request) -> Response:
+        data = ProjectCreateInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        with service_errors_as_400():
+            project = project_create(created_by=request.user, **data.validated_data)
+        project = project_get_with_progress(user=request.user, project_id=project.pk)
+        return Response(ProjectDetailOutputSerializer(project).data, status=status.HTTP_201_CREATED)
+
+
+class ProjectDetailApi(GenericAPIView):
+    # Only for the schema generator; every method looks its project up through the
+    # access check instead.
+    queryset = Project.objects.none()
+    serializer_class = ProjectDetailOutputSerializer
+
+    @extend_schema(
+        tags=["projects"],
+        operation_id="projects_retrieve",
+        summary="One project (members only)",
+        responses={200: ProjectDetailOutputSerializer, 404: NOT_A_MEMBER},
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_get_with_progress(user=request.user, project_id=project_id)
+        return Response(ProjectDetailOutputSerializer(project).data)
+
+    @extend_schema(
+        tags=["projects"],
+        operation_id="projects_partial_update",
+        summary="Change a project's settings (leads only)",
+        description="Changing `overlap` recomputes which chains are finished.",
+        request=ProjectUpdateInputSerializer,
+        responses={
+            200: ProjectDetailOutputSerializer,
+            400: INVALID,
+            403: NOT_A_LEAD,
+            404: NOT_A_MEMBER,
+        },
+    )
+    def patch(self, request: Request, project_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        data = ProjectUpdateInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        with service_errors_as_400():
+            project_update(project=project, data=dict(data.validated_data))
+        project = project_get_with_progress(user=request.user, project_id=project.pk)
+        return Response(ProjectDetailOutputSerializer(project).data)
+
+
+class MemberListCreateApi(GenericAPIView):
+    queryset = Membership.objects.none()  # the schema generator's; see ProjectDetailApi
+    serializer_class = MemberOutputSerializer
+
+    @extend_schema(
+        tags=["projects"],
+        operation_id="projects_members_list",
+        summary="The project's members (any member may see who is on the team)",
+        responses={200: MemberOutputSerializer(many=True), 404: NOT_A_MEMBER},
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id)
+        page = self.paginate_queryset(membership_list(project=project))
+        return self.get_paginated_response(MemberOutputSerializer(page, many=True).data)
+
+    @extend_schema(
+        tags=["projects"],
+        operation_id="projects_members_create",
+        summary="Add a member, or change a member's role (leads only)",
+        request=MemberAddInputSerializer,
+        responses={
+            201: OpenApiResponse(MemberOutputSerializer, description="Added."),
+            200: OpenApiResponse(MemberOutputSerializer, description="Already a member; role set."),
+            400: INVALID,
+            403: NOT_A_LEAD,
+            404: NOT_A_MEMBER,
+        },
+    )
+    def post(self, request: Request, project_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        data = MemberAddInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        with service_errors_as_400():
+            membership, created = membership_add(
+                project=project,
+                user=data.validated_data["username"],  # the validator resolved it to a User
+                role=data.validated_data["role"],
+            )
+        return Response(
+            MemberOutputSerializer(membership).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+
+class MemberDetailApi(GenericAPIView):
+    queryset = Membership.objects.none()  # the schema generator's; see ProjectDetailApi
+    serializer_class = MemberOutputSerializer
+
+    @extend_schema(
+        tags=["projects"],
+        operation_id="projects_members_destroy",
+        summary="Remove a member (leads only; the last lead stays)",
+        responses={
+            204: None,
+            400: OpenApiResponse(description="The project's only lead cannot be removed."),
+            403: NOT_A_LEAD,
+            404: OpenApiResponse(description="No such project or member, or not a member."),
+        },
+    )
+    def delete(self, request: Request, project_id: int, user_id: int) -> Response:
+        project: Project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        user = get_user_model().objects.filter(pk=user_id).first()
+        if user is None:
+            raise Http404("No such member.")
+        with service_errors_as_400():
+            try:
+                membership_remove(project=project, user=user)
+            except Membership.DoesNotExist:
+                raise Http404("No such member.") from None
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,166 @@
+"""Write paths for projects and their members. The API, the pages, the admin-free
+commands (``seed_demo``) all go through these functions."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Case, Value, When
+from django.utils import timezone
+
+from annotation.models import (
+    Assignment,
+    AssignmentStatus,
+    Chain,
+    LabelingMode,
+    Membership,
+    Project,
+    Role,
+    StepSplit,
+)
+
+# The settings a lead may change after creation. ``name`` is deliberately absent:
+# commands and exports refer to projects by name.
+PROJECT_UPDATABLE_FIELDS = (
+    "guidelines",
+    "overlap",
+    "labeling_mode",
+    "lease_minutes",
+    "step_split",
+    "show_reference_answer",
+)
+
+
+def project_create(
+    *,
+    name: str,
+    created_by: AbstractBaseUser,
+    overlap: int = 1,
+    labeling_mode: str = LabelingMode.ALL_STEPS,
+    guidelines: str = "",
+    lease_minutes: int = 30,
+    step_split: str = StepSplit.NEWLINE,
+    show_reference_answer: bool = True,
+) -> Project:
+    """Create a project and make ``created_by`` its lead.
+
+    Who may create projects (staff) is the caller's check; this function only keeps the
+    data consistent: a project never exists without a lead."""
+    project = Project(
+        name=name.strip(),
+        overlap=overlap,
+        labeling_mode=labeling_mode,
+        guidelines=guidelines,
+        lease_minutes=lease_minutes,
+        step_split=step_split,
+        show_reference_answer=show_reference_answer,
+        created_by=created_by,
+    )
+    project.full_clean()
+    try:
+        with transaction.atomic():
+            project.save()
+            Membership.objects.create(project=project, user=created_by, role=Role.LEAD)
+    except IntegrityError as exc:
+        # full_clean checked the name, but a concurrent create can win the race.
+        raise ValidationError({"name": ["A project with this name already exists."]}) from exc
+    return project
+
+
+def project_update(*, project: Project, data: dict[str, Any]) -> Project:
+    """Change a project's settings. Only keys of PROJECT_UPDATABLE_FIELDS are accepted.
+
+    A changed overlap recomputes ``Chain.is_finished`` for every chain of the project in
+    one UPDATE, so raising it puts chains back into the queue and lowering it takes them
+    out. The project row is locked for the whole change so two concurrent updates
+    cannot leave the flags computed from the losing overlap."""
+    unknown = set(data) - set(PROJECT_UPDATABLE_FIELDS)
+    if unknown:
+        raise ValidationError(
+            {field: ["This field cannot be changed."] for field in sorted(unknown)}
+        )
+    with transaction.atomic():
+        locked = Project.objects.select_for_update().get(pk=project.pk)
+        old_overlap = locked.overlap
+        for field, value in data.items():
+            setattr(locked, field, value)
+        locked.full_clean()
+        if data:
+            locked.save(update_fields=list(data))
+        if locked.overlap != old_overlap:
+            chain_finished_recompute(project=locked)
+    return locked
+
+
+def chain_finished_recompute(*, project: Project) -> int:
+    """Set ``is_finished = finished_count >= overlap`` for every chain of the project in a
+    single UPDATE. Returns the number of rows touched.
+
+    Call it inside the transaction that changed ``project.overlap`` (holding the project
+    row lock), so a concurrent submit cannot compute the flag from the old overlap."""
+    return Chain.objects.filter(project=project).update(
+        is_finished=Case(
+            When(finished_count__gte=project.overlap, then=Value(True)), default=Value(False)
+        )
+    )
+
+
+def membership_add(
+    *, project: Project, user: AbstractBaseUser, role: str
+) -> tuple[Membership, bool]:
+    """Add ``user`` to the project with ``role``, or change the role of an existing member.
+    Returns the membership and whether it was created.
+
+    Running it twice with the same arguments changes nothing, which keeps ``seed_demo``
+    idempotent. Demoting the last lead is refused: a project always has one."""
+    if role not in Role.values:
+        raise ValidationError({"role": [f"Unknown role {role!r}; use one of {Role.values}."]})
+    with transaction.atomic():
+        # Lock the project's memberships so two leads demoting each other at once
+        # cannot both pass the last-lead check.
+        memberships = list(Membership.objects.select_for_update().filter(project=project))
+        existing = next((m for m in memberships if m.user_id == user.pk), None)
+        if existing is None:
+            try:
+                with transaction.atomic():
+                    membership = Membership.objects.create(project=project, user=user, role=role)
+            except IntegrityError as exc:
+                raise ValidationError(
+                    {"username": ["This user was just added by someone else."]}
+                ) from exc
+            return membership, True
+        if existing.role != role:
+            if existing.role == Role.LEAD and _lead_count(memberships) == 1:
+                raise ValidationError(
+                    {"role": ["This is the project's only lead; add another lead first."]}
+                )
+            existing.role = role
+            existing.save(update_fields=["role"])
+        return existing, False
+
+
+def membership_remove(*, project: Project, user: AbstractBaseUser) -> None:
+    """Remove ``user`` from the project.
+
+    Their annotations stay (invariant 1). Their live leases are expired so the places
+    they held under the overlap go back to the queue at once instead of at expiry.
+    The last lead cannot be removed."""
+    with transaction.atomic():
+        memberships = list(Membership.objects.select_for_update().filter(project=project))
+        membership = next((m for m in memberships if m.user_id == user.pk), None)
+        if membership is None:
+            raise Membership.DoesNotExist(f"{user} is not a member of {project}.")
+        if membership.role == Role.LEAD and _lead_count(memberships) == 1:
+            raise ValidationError(
+                {"user": ["This is the project's only lead; add another lead first."]}
+            )
+        membership.delete()
+        Assignment.objects.filter(
+            project=project, annotator=user, status=AssignmentStatus.ACTIVE
+        ).update(status=AssignmentStatus.EXPIRED, finished_at=timezone.now())
+
+
+def _lead_count(memberships: list[Membership]) -> int:
+    return sum(1 for m in memberships if m.role == Role.LEAD)

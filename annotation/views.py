@@ -1,0 +1,65 @@
+"""HTML pages. Thin: who is asking, one selector, one template. Every project page goes
+through the same access check as the API (``project_get_for_member``), so a project the
+user does not belong to is a 404 here too."""
+from __future__ import annotations
+
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+from rest_framework.throttling import SimpleRateThrottle
+
+from annotation.models import ImportBatch, Role
+from annotation.project_selectors import (
+    membership_list,
+    project_get_with_progress,
+    project_list_with_progress,
+)
+
+
+class _LoginPageThrottle(SimpleRateThrottle):
+    """The login form shares the API's "login" rate, counted per client address, so
+    guessing passwords through the page is no cheaper than through the token endpoint."""
+
+    scope = "login"
+
+    def get_cache_key(self, request: HttpRequest, view: object) -> str:  # type: ignore[override]
+        return self.cache_format % {"scope": "login-page", "ident": self.get_ident(request)}
+
+
+class LoginView(auth_views.LoginView):
+    redirect_authenticated_user = True
+
+    def post(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        if not _LoginPageThrottle().allow_request(request, self):  # type: ignore[arg-type]
+            form = self.get_form()
+            form.add_error(None, "Too many login attempts. Wait a minute and try again.")
+            return self.render_to_response(self.get_context_data(form=form), status=429)
+        return super().post(request, *args, **kwargs)
+
+
+@require_GET
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    projects = list(project_list_with_progress(user=request.user))
+    return render(request, "annotation/home.html", {"projects": projects})
+
+
+@require_GET
+@login_required
+def project_overview(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = project_get_with_progress(user=request.user, project_id=project_id)
+    is_lead = project.my_role == Role.LEAD  # type: ignore[attr-defined]
+    context = {
+        "project": project,
+        "is_lead": is_lead,
+        "members": list(membership_list(project=project)),
+        # Imports are a lead's business (invariant 6): others do not see file names.
+        "imports": (
+            list(ImportBatch.objects.filter(project=project).order_by("-created_at")[:10])
+            if is_lead
+            else []
+        ),
+    }
+    return render(request, "annotation/project_overview.html", context)

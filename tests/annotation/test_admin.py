@@ -1,0 +1,90 @@
+"""The admin shows the data but is not a second write path for labels and leases."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from annotation.models import (
+    Annotation,
+    AnnotationSource,
+    Assignment,
+    Chain,
+    Project,
+    Role,
+    StepRating,
+)
+from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_client_() -> Client:
+    client = Client()
+    client.force_login(UserFactory(is_staff=True, is_superuser=True))
+    return client
+
+
+@pytest.fixture
+def labeled_chain() -> Chain:
+    project = ProjectFactory(overlap=2)
+    annotator = MembershipFactory(project=project, role=Role.ANNOTATOR).user
+    chain = ChainFactory(project=project, finished_count=1)
+    annotation = Annotation.objects.create(
+        chain=chain, source=AnnotationSource.HUMAN, annotator=annotator
+    )
+    StepRating.objects.bulk_create(
+        [StepRating(annotation=annotation, step=step, rating=1) for step in chain.steps.all()]
+    )
+    Assignment.objects.create(
+        project=project,
+        chain=chain,
+        annotator=annotator,
+        expires_at=timezone.now() + timedelta(minutes=5),
+    )
+    return chain
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["project", "membership", "importbatch", "problem", "chain", "annotation", "assignment"],
+)
+def test_changelists_render(admin_client_: Client, labeled_chain: Chain, model: str) -> None:
+    assert admin_client_.get(f"/admin/annotation/{model}/").status_code == 200
+
+
+def test_annotations_cannot_be_changed_added_or_deleted(
+    admin_client_: Client, labeled_chain: Chain
+) -> None:
+    annotation = labeled_chain.annotations.get()
+    url = f"/admin/annotation/annotation/{annotation.pk}/change/"
+    page = admin_client_.get(url)
+    assert page.status_code == 200  # view only
+    assert b'name="_save"' not in page.content
+    assert admin_client_.post(url, {"rewrite": "edited"}).status_code == 403
+    assert admin_client_.get("/admin/annotation/annotation/add/").status_code == 403
+    delete = admin_client_.post(
+        f"/admin/annotation/annotation/{annotation.pk}/delete/", {"post": "yes"}
+    )
+    assert delete.status_code == 403
+    annotation.refresh_from_db()
+    assert annotation.rewrite == ""
+    assert StepRating.objects.filter(annotation=annotation).count() == 3
+
+
+def test_chains_cannot_be_deleted_and_a_labeled_project_neither(
+    admin_client_: Client, labeled_chain: Chain
+) -> None:
+    chain_delete = admin_client_.post(
+        f"/admin/annotation/chain/{labeled_chain.pk}/delete/", {"post": "yes"}
+    )
+    project_delete = admin_client_.post(
+        f"/admin/annotation/project/{labeled_chain.project_id}/delete/", {"post": "yes"}
+    )
+    assert (chain_delete.status_code, project_delete.status_code) == (403, 403)
+    assert Chain.objects.filter(pk=labeled_chain.pk).exists()
+    assert Project.objects.filter(pk=labeled_chain.project_id).exists()
