@@ -9,14 +9,23 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 TEST_DB_URL ?= postgres://postgres@127.0.0.1:5432/steplab
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
+TORCH_VERSION ?= 2.13.0
+CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: install demo test lint serve bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e '.[test]'
+	# The CPU build of torch first, so the `ml` extra's range is already satisfied.
+	$(PIP) install --quiet torch==$(TORCH_VERSION)
+	$(PIP) install --quiet -e '.[ml,test]'
 	touch $(STAMP)
+
+# Browser tests drive Debian's chromium package (never a downloaded browser build).
+$(CHROMIUM):
+	command -v apt-get >/dev/null || { echo "need $(CHROMIUM): install Debian's chromium package"; exit 1; }
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
 $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -34,7 +43,7 @@ serve: install
 	$(PY) manage.py runserver $(HOST):$(PORT)
 
 # The whole suite against PostgreSQL and Redis.
-test: install
+test: install $(CHROMIUM)
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DB_URL)} CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 		$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -327,3 +327,56 @@ class StepRating(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rating:+d} on step {self.step_id}"
+
+
+class SnapshotSplit(models.TextChoices):
+    TRAIN = "train", "Train"
+    HELDOUT = "heldout", "Held-out"
+
+
+class Snapshot(models.Model):
+    """An immutable dataset version: the consensus label of every labeled step at one
+    moment, split into train and held-out by problem, identified by its content hash.
+    Rows are written once by ``snapshot_create`` and never updated."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="snapshots")
+    version = models.PositiveIntegerField(help_text="1, 2, 3 ... per project.")
+    content_hash = models.CharField(max_length=64)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    heldout_fraction = models.FloatField(default=0.2)
+    seed = models.IntegerField(default=0)
+    counts = models.JSONField(default=dict, blank=True)
+    meta = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["project_id", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "version"], name="snapshot_unique_version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project} v{self.version}"
+
+
+class SnapshotChain(models.Model):
+    """One chain in a snapshot. ``labels[i]`` is the consensus rating of step i (-1, 0, 1)
+    or None where the step has no label (e.g. after the first error in first_error mode);
+    ``support[i]`` is the share of votes behind it."""
+
+    snapshot = models.ForeignKey(Snapshot, on_delete=models.CASCADE, related_name="chains")
+    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="snapshot_rows")
+    split = models.CharField(max_length=10, choices=SnapshotSplit.choices)
+    labels = models.JSONField()
+    support = models.JSONField(default=list)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["snapshot", "chain"], name="snapshot_chain_unique"),
+        ]
+        indexes = [models.Index(fields=["snapshot", "split", "chain"], name="snapshot_chain_split")]
+
+    def __str__(self) -> str:
+        return f"chain {self.chain_id} in {self.snapshot}"
