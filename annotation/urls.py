@@ -10,4 +10,5 @@ urlpatterns = [
     # Django 5 only accepts POST here: a link or an <img> cannot log anyone out.
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("projects/<int:project_id>/", views.project_overview, name="project-overview"),
+    path("projects/<int:project_id>/label/", views.label_workspace, name="label-workspace"),
 ]

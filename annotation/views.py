@@ -7,6 +7,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.http import require_GET
 from rest_framework.throttling import SimpleRateThrottle
 
@@ -16,6 +17,7 @@ from annotation.project_selectors import (
     project_get_with_progress,
     project_list_with_progress,
 )
+from annotation.selectors import project_get_for_member
 
 
 class _LoginPageThrottle(SimpleRateThrottle):
@@ -63,3 +65,24 @@ def project_overview(request: HttpRequest, project_id: int) -> HttpResponse:
         ),
     }
     return render(request, "annotation/project_overview.html", context)
+
+
+@require_GET
+@login_required
+def label_workspace(request: HttpRequest, project_id: int) -> HttpResponse:
+    """The annotator workspace. The page carries only the project's settings; chains come
+    from the queue API (``assignments/next/``), so the page and any other client see the
+    same fields and nothing else (no gold or imported labels, no other annotators)."""
+    project = project_get_for_member(user=request.user, project_id=project_id)
+    config = {
+        "projectId": project.pk,
+        "labelingMode": project.labeling_mode,
+        "leaseSeconds": project.lease_minutes * 60,
+        "api": {
+            "next": reverse("assignment-next", args=[project.pk]),
+            "stats": reverse("project-my-stats", args=[project.pk]),
+            # The prefix of /api/v1/assignments/{id}/{action}/.
+            "assignment": reverse("assignment-renew", args=[0]).removesuffix("0/renew/"),
+        },
+    }
+    return render(request, "annotation/label.html", {"project": project, "config": config})

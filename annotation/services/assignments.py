@@ -75,6 +75,7 @@ class RatingInput:
     step_id: int
     rating: int
     comment: str = ""
+    duration_ms: int | None = None
 
 
 class QueueError(Exception):
@@ -565,6 +566,7 @@ def assignment_submit(
                     step_id=item.step_id,
                     rating=item.rating,
                     comment=item.comment.strip(),
+                    duration_ms=item.duration_ms,
                 )
                 for item in sorted(ratings, key=lambda r: order[r.step_id])
             ]

@@ -1,0 +1,142 @@
+"""What the annotator workspace needs beyond the queue: flag a broken chain, and the
+caller's own counts. Thin views over ``annotation.services.workspace`` and
+``annotation.workspace_selectors``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotation.api.assignments import (
+    ERROR_RESPONSE,
+    AnnotationOutputSerializer,
+    NextOutputSerializer,
+    SkipOutputSerializer,
+    SubmitInputSerializer,
+    after_submit,
+    ratings_from_payload,
+    service_errors,
+)
+from annotation.models import Project
+from annotation.selectors import project_get_for_member
+from annotation.services.workspace import (
+    SubmitAndNext,
+    assignment_submit_and_claim_next,
+    chain_flag,
+)
+from annotation.workspace_selectors import annotator_stats_get
+
+
+class FlagInputSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2_000, help_text="What is broken in this chain.")
+
+
+class AssignmentFlagView(APIView):
+    @extend_schema(
+        operation_id="assignments_flag",
+        request=FlagInputSerializer,
+        responses={
+            200: SkipOutputSerializer,
+            404: OpenApiResponse(ERROR_RESPONSE, description="No such assignment (or not yours)."),
+            409: OpenApiResponse(ERROR_RESPONSE, description="The lease was already submitted."),
+        },
+        summary="Flag the leased chain as broken",
+        description="Takes the chain out of the queue for everyone until a lead looks at it, "
+        "and closes your lease as skipped with the reason.",
+    )
+    def post(self, request: Request, assignment_id: int) -> Response:
+        payload = FlagInputSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        with service_errors():
+            assignment = chain_flag(
+                assignment_id=assignment_id,
+                user=request.user,
+                reason=payload.validated_data["reason"],
+            )
+        return Response(SkipOutputSerializer(assignment).data)
+
+
+class MyStatsOutputSerializer(serializers.Serializer):
+    annotated_today = serializers.IntegerField()
+    annotated_total = serializers.IntegerField()
+    skipped_total = serializers.IntegerField()
+    gold_accuracy = serializers.FloatField(
+        allow_null=True, help_text="Share of gold steps graded right; null without gold chains."
+    )
+    gold_chains = serializers.IntegerField()
+    day_start = serializers.DateTimeField(help_text="Where 'today' starts.")
+
+
+class MyStatsView(APIView):
+    @extend_schema(
+        operation_id="projects_my_stats",
+        responses={
+            200: MyStatsOutputSerializer,
+            404: OpenApiResponse(ERROR_RESPONSE, description="No such project (or not yours)."),
+        },
+        summary="Your own progress in this project",
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project: Project = project_get_for_member(user=request.user, project_id=project_id)
+        stats = annotator_stats_get(project=project, user=request.user)
+        return Response(MyStatsOutputSerializer(stats).data)
+
+
+class SubmitAndNextOutputSerializer(serializers.Serializer):
+    annotation = AnnotationOutputSerializer()
+    next = serializers.SerializerMethodField(
+        help_text="The next lease and chain, as from assignments/next/; null unless "
+        "next_status is 'leased'."
+    )
+    next_status = serializers.ChoiceField(
+        choices=["leased", "empty", "busy"],
+        help_text="'empty': nothing is left for you; 'busy': ask assignments/next/ again.",
+    )
+
+    @extend_schema_field(NextOutputSerializer(allow_null=True))
+    def get_next(self, result: SubmitAndNext) -> dict[str, Any] | None:
+        following = result.next_assignment
+        if following is None:
+            return None
+        return NextOutputSerializer(following, context={"project": following.project}).data
+
+
+class AssignmentSubmitAndNextView(APIView):
+    @extend_schema(
+        operation_id="assignments_submit_and_next",
+        request=SubmitInputSerializer,
+        responses={
+            201: SubmitAndNextOutputSerializer,
+            200: OpenApiResponse(
+                SubmitAndNextOutputSerializer,
+                description="A repeat with the same request_id: the first annotation.",
+            ),
+            400: OpenApiResponse(description="Ratings that do not fit the chain or the mode."),
+            404: OpenApiResponse(ERROR_RESPONSE, description="No such assignment (or not yours)."),
+            409: OpenApiResponse(ERROR_RESPONSE, description="As for submit."),
+        },
+        summary="Submit ratings, then lease the next chain",
+        description="assignments/{id}/submit/ followed by projects/{id}/assignments/next/ in "
+        "one request. The submit is committed before the next chain is leased.",
+    )
+    def post(self, request: Request, assignment_id: int) -> Response:
+        payload = SubmitInputSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = payload.validated_data
+        with service_errors():
+            result = assignment_submit_and_claim_next(
+                assignment_id=assignment_id,
+                user=request.user,
+                ratings=ratings_from_payload(data),
+                rewrite=data["rewrite"],
+                duration_ms=data["duration_ms"],
+                request_id=data["request_id"],
+            )
+        after_submit(result.annotation)
+        code = status.HTTP_201_CREATED if result.annotation.created else status.HTTP_200_OK
+        return Response(SubmitAndNextOutputSerializer(result).data, status=code)

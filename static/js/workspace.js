@@ -1,0 +1,806 @@
+// The annotator workspace: grade each step of a leased chain from the keyboard.
+//
+// Everything goes through the REST API (window.Steplab.api): next, submit, renew, skip,
+// flag, my-stats. Text from imports is data: it is put in the page with textContent only,
+// and KaTeX (trust off) turns $...$ into math afterwards; a formula it cannot parse stays
+// as source text. Ratings, comments and times live in localStorage under the assignment
+// id until the server confirms the submit, so a reload or a crash loses nothing.
+"use strict";
+
+(function () {
+  const config = JSON.parse(document.getElementById("workspace-config").textContent);
+  const api = window.Steplab.api;
+  const FIRST_ERROR = config.labelingMode === "first_error";
+  const STORAGE_PREFIX = "steplab:assignment:";
+  const STORAGE_MAX_AGE_MS = 14 * 24 * 3600 * 1000;
+  const RATING_KEYS = { "1": 1, "+": 1, "2": 0, "0": 0, "3": -1, "-": -1 };
+  const RATING_LABELS = { 1: "correct", 0: "ambiguous", "-1": "incorrect" };
+  const KATEX_OPTIONS = {
+    delimiters: [
+      { left: "$$", right: "$$", display: true },
+      { left: "\\[", right: "\\]", display: true },
+      { left: "\\(", right: "\\)", display: false },
+      { left: "$", right: "$", display: false },
+    ],
+    throwOnError: false,
+    trust: false,
+    strict: "ignore",
+  };
+  const SKIP_PRESETS = ["Outside my expertise", "Too long to grade now", "Problem is unclear"];
+  const FLAG_PRESETS = ["Garbled or truncated text", "Steps split wrongly", "Problem is missing"];
+
+  const $ = (id) => document.getElementById(id);
+  const root = $("workspace");
+  const els = {
+    message: $("ws-message"),
+    loading: $("ws-loading"),
+    empty: $("ws-empty"),
+    chain: $("ws-chain"),
+    problem: $("problem-text"),
+    referenceWrap: $("reference-wrap"),
+    reference: $("reference-text"),
+    steps: $("steps"),
+    finalWrap: $("final-wrap"),
+    final: $("final-text"),
+    rewriteWrap: $("rewrite-wrap"),
+    rewrite: $("rewrite"),
+    rewriteStepNo: $("rewrite-step-no"),
+    progress: $("progress-text"),
+    submit: $("btn-submit"),
+    raw: $("btn-raw"),
+    help: $("help-dialog"),
+    guidelines: $("guidelines-dialog"),
+    reason: $("reason-dialog"),
+    reasonForm: $("reason-form"),
+    reasonTitle: $("reason-title"),
+    reasonHelp: $("reason-help"),
+    reasonPresets: $("reason-presets"),
+    reasonInput: $("reason-input"),
+  };
+
+  // --- state ------------------------------------------------------------------------------
+
+  let lease = null; // {id, expires_at}
+  let chain = null; // the chain as the API sent it
+  let state = null; // what is persisted: ratings, comments, rewrite, times, cursor
+  let rows = []; // one {li, buttons, comment, commentBox} per step, in order
+  let busy = false; // a submit, skip or flag is in flight
+  let leaseLost = false;
+  let showRaw = false;
+  let focusSince = performance.now(); // when the current step got the focus
+  let renewTimer = null;
+  let reasonAction = null; // "skip" or "flag" while the reason dialog is open
+
+  function newState(assignmentId) {
+    return {
+      assignmentId,
+      ratings: {}, // step id -> -1 | 0 | 1
+      comments: {}, // step id -> text
+      rewrite: "",
+      stepMs: {}, // step id -> ms the step held the focus
+      elapsedMs: 0, // visible time on this chain, summed over page loads
+      current: 0,
+      history: [], // undo stack: [{changes: [[stepId, previous rating or null]], current}]
+      // One id per assignment: a submit repeated after a dropped answer changes nothing.
+      requestId: `ws-${assignmentId}-${Math.random().toString(36).slice(2, 12)}`,
+      savedAt: Date.now(),
+    };
+  }
+
+  function storageKey(assignmentId) {
+    return STORAGE_PREFIX + assignmentId;
+  }
+
+  function save() {
+    if (!state) return;
+    accrueTime();
+    state.savedAt = Date.now();
+    try {
+      localStorage.setItem(storageKey(state.assignmentId), JSON.stringify(state));
+    } catch (error) {
+      // Storage full or disabled: the work still submits, it just would not survive a reload.
+      showMessage("This browser will not keep your ratings across a reload.", "warn");
+    }
+  }
+
+  function load(assignmentId) {
+    try {
+      const raw = localStorage.getItem(storageKey(assignmentId));
+      return raw ? JSON.parse(raw) : null;
+    } catch (error) {
+      return null;
+    }
+  }
+
+  function forget(assignmentId) {
+    try {
+      localStorage.removeItem(storageKey(assignmentId));
+    } catch (error) {
+      /* nothing to forget */
+    }
+  }
+
+  function purgeOldDrafts() {
+    try {
+      const now = Date.now();
+      for (let i = localStorage.length - 1; i >= 0; i -= 1) {
+        const key = localStorage.key(i);
+        if (!key || !key.startsWith(STORAGE_PREFIX)) continue;
+        const draft = JSON.parse(localStorage.getItem(key) || "{}");
+        if (!draft.savedAt || now - draft.savedAt > STORAGE_MAX_AGE_MS) {
+          localStorage.removeItem(key);
+        }
+      }
+    } catch (error) {
+      /* best effort */
+    }
+  }
+
+  // Time: the chain's clock runs while the page is visible; each step's clock while it
+  // is the current step and the page is visible.
+  let clockSince = performance.now();
+  function accrueTime() {
+    if (!state || document.hidden) return;
+    const now = performance.now();
+    state.elapsedMs += now - clockSince;
+    clockSince = now;
+    const step = chain && chain.steps[state.current];
+    if (step) state.stepMs[step.id] = (state.stepMs[step.id] || 0) + (now - focusSince);
+    focusSince = now;
+  }
+
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden) {
+      accrueTime();
+      save();
+    } else {
+      clockSince = performance.now();
+      focusSince = clockSince;
+      if (lease && !leaseLost) renew();
+    }
+  });
+
+  // --- rules of the labeling mode ----------------------------------------------------------
+
+  // Index of the first step rated -1, or -1 if none.
+  function firstErrorIndex() {
+    if (!chain) return -1;
+    return chain.steps.findIndex((step) => state.ratings[step.id] === -1);
+  }
+
+  // The steps the mode asks for: all of them, or in first_error mode those up to and
+  // including the first -1.
+  function requiredCount() {
+    const first = FIRST_ERROR ? firstErrorIndex() : -1;
+    return first >= 0 ? first + 1 : chain.steps.length;
+  }
+
+  function isAsked(index) {
+    return index < requiredCount();
+  }
+
+  function unratedIndexes() {
+    const out = [];
+    for (let i = 0; i < requiredCount(); i += 1) {
+      if (state.ratings[chain.steps[i].id] === undefined) out.push(i);
+    }
+    return out;
+  }
+
+  function isComplete() {
+    return chain !== null && unratedIndexes().length === 0;
+  }
+
+  // --- rendering ---------------------------------------------------------------------------
+
+  function renderMath(element, text) {
+    element.textContent = text;
+    if (!showRaw && typeof window.renderMathInElement === "function") {
+      window.renderMathInElement(element, KATEX_OPTIONS);
+    }
+  }
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function renderChain() {
+    renderMath(els.problem, chain.problem.text);
+    const reference = chain.problem.reference_answer;
+    els.referenceWrap.hidden = !reference;
+    if (reference) renderMath(els.reference, reference);
+    els.finalWrap.hidden = !chain.final_answer;
+    if (chain.final_answer) renderMath(els.final, chain.final_answer);
+
+    const fragment = document.createDocumentFragment();
+    rows = chain.steps.map((step, index) => {
+      const li = el("li", "ws-step");
+      li.dataset.index = String(index);
+      li.dataset.stepId = String(step.id);
+      li.addEventListener("click", () => moveTo(index));
+
+      const number = el("span", "ws-step-no", String(index + 1));
+      const buttons = el("span", "ws-rate");
+      const buttonsByRating = {};
+      for (const [rating, symbol, key] of [
+        [1, "+1", "1"],
+        [0, "0", "2"],
+        [-1, "−1", "3"],
+      ]) {
+        const button = el("button", `ws-rate-btn rate-${RATING_LABELS[rating]}`, symbol);
+        button.type = "button";
+        button.tabIndex = -1; // the keyboard drives the page, not the tab order
+        button.title = `${RATING_LABELS[rating]} (${key})`;
+        button.setAttribute("aria-label", `${RATING_LABELS[rating]}, step ${index + 1}`);
+        button.addEventListener("click", (event) => {
+          event.stopPropagation();
+          moveTo(index);
+          rate(rating);
+        });
+        buttons.append(button);
+        buttonsByRating[rating] = button;
+      }
+      const body = el("div", "ws-step-body");
+      const text = el("div", "ws-text math");
+      renderMath(text, step.text);
+      const comment = el("p", "ws-comment");
+      const commentBox = el("textarea", "ws-comment-box");
+      commentBox.rows = 2;
+      commentBox.maxLength = 10000;
+      commentBox.placeholder = "Comment on this step (Enter or Esc to leave)";
+      commentBox.hidden = true;
+      commentBox.addEventListener("keydown", (event) => {
+        if ((event.key === "Enter" && !event.shiftKey) || event.key === "Escape") {
+          event.preventDefault();
+          event.stopPropagation();
+          closeComment(index);
+        }
+      });
+      commentBox.addEventListener("blur", () => closeComment(index));
+      body.append(text, comment, commentBox);
+      li.append(number, buttons, body);
+      fragment.append(li);
+      return { li, text, buttons: buttonsByRating, comment, commentBox };
+    });
+    els.steps.replaceChildren(fragment);
+    els.rewrite.value = state.rewrite || "";
+    refresh();
+  }
+
+  // Re-renders the math of every text on the page (raw-source toggle).
+  function rerenderTexts() {
+    if (!chain) return;
+    renderMath(els.problem, chain.problem.text);
+    if (chain.problem.reference_answer) renderMath(els.reference, chain.problem.reference_answer);
+    if (chain.final_answer) renderMath(els.final, chain.final_answer);
+    chain.steps.forEach((step, index) => renderMath(rows[index].text, step.text));
+  }
+
+  // Brings the classes, progress and buttons in line with the state.
+  function refresh() {
+    const required = requiredCount();
+    const first = firstErrorIndex();
+    chain.steps.forEach((step, index) => {
+      const row = rows[index];
+      const rating = state.ratings[step.id];
+      row.li.classList.toggle("is-current", index === state.current);
+      row.li.classList.toggle("is-dimmed", index >= required);
+      row.li.dataset.rating = rating === undefined ? "" : String(rating);
+      for (const [value, button] of Object.entries(row.buttons)) {
+        const on = rating !== undefined && Number(value) === rating;
+        button.classList.toggle("is-on", on);
+        button.setAttribute("aria-pressed", on ? "true" : "false");
+      }
+      const comment = state.comments[step.id] || "";
+      row.comment.textContent = comment;
+      row.comment.hidden = !comment || !row.commentBox.hidden;
+    });
+    // A rewrite corrects the first incorrect step, in either mode.
+    const showRewrite = first >= 0;
+    els.rewriteWrap.hidden = !showRewrite;
+    if (showRewrite) els.rewriteStepNo.textContent = String(first + 1);
+    const rated = required - unratedIndexes().length;
+    const complete = isComplete();
+    els.progress.textContent = complete
+      ? `All ${required} needed steps rated. Enter submits.`
+      : `${rated} of ${required} steps rated`;
+    els.submit.disabled = !complete || busy || leaseLost;
+    root.dataset.complete = complete ? "true" : "false";
+  }
+
+  function scrollCurrentIntoView() {
+    const row = rows[state.current];
+    if (row) row.li.scrollIntoView({ block: "nearest" });
+  }
+
+  function setView(view) {
+    root.dataset.state = view;
+    root.setAttribute("aria-busy", view === "loading" ? "true" : "false");
+    els.loading.hidden = view !== "loading";
+    els.empty.hidden = view !== "empty";
+    els.chain.hidden = view !== "ready";
+  }
+
+  let messageTimer = null;
+  function showMessage(text, kind = "info", sticky = false) {
+    els.message.textContent = text;
+    els.message.className = `ws-message ${kind}`;
+    els.message.hidden = false;
+    clearTimeout(messageTimer);
+    if (!sticky) messageTimer = setTimeout(clearMessage, 5000);
+  }
+
+  function clearMessage() {
+    els.message.hidden = true;
+    els.message.textContent = "";
+  }
+
+  // --- actions -----------------------------------------------------------------------------
+
+  function moveTo(index) {
+    if (!chain) return;
+    const clamped = Math.max(0, Math.min(chain.steps.length - 1, index));
+    if (clamped === state.current) return;
+    accrueTime();
+    state.current = clamped;
+    refresh();
+    scrollCurrentIntoView();
+    save();
+  }
+
+  function nextUnratedAfter(index) {
+    const open = unratedIndexes();
+    return open.find((i) => i > index) ?? open[0];
+  }
+
+  function applyChanges(changes) {
+    for (const [stepId, rating] of changes) {
+      if (rating === null) delete state.ratings[stepId];
+      else state.ratings[stepId] = rating;
+    }
+  }
+
+  function rate(rating) {
+    if (!chain || leaseLost) return;
+    if (!isAsked(state.current)) {
+      showMessage("Grading stops at the first incorrect step; change that −1 to go on.");
+      return;
+    }
+    const step = chain.steps[state.current];
+    const previous = state.ratings[step.id];
+    state.history.push({ changes: [[step.id, previous ?? null]], current: state.current });
+    applyChanges([[step.id, rating]]);
+    const next = nextUnratedAfter(state.current);
+    accrueTime();
+    if (next !== undefined) state.current = next;
+    refresh();
+    scrollCurrentIntoView();
+    save();
+  }
+
+  function rateRemainingCorrect() {
+    if (!chain || leaseLost) return;
+    const open = unratedIndexes();
+    if (open.length === 0) return;
+    const changes = open.map((i) => [chain.steps[i].id, null]);
+    state.history.push({ changes, current: state.current });
+    applyChanges(open.map((i) => [chain.steps[i].id, 1]));
+    accrueTime();
+    state.current = open[open.length - 1];
+    refresh();
+    scrollCurrentIntoView();
+    save();
+  }
+
+  function undo() {
+    if (!chain || leaseLost) return;
+    const entry = state.history.pop();
+    if (!entry) {
+      showMessage("Nothing to undo.");
+      return;
+    }
+    applyChanges(entry.changes);
+    accrueTime();
+    state.current = entry.current;
+    refresh();
+    scrollCurrentIntoView();
+    save();
+  }
+
+  function openComment() {
+    if (!chain) return;
+    const index = state.current;
+    const row = rows[index];
+    row.commentBox.value = state.comments[chain.steps[index].id] || "";
+    row.commentBox.hidden = false;
+    row.comment.hidden = true;
+    row.commentBox.focus();
+  }
+
+  function closeComment(index) {
+    const row = rows[index];
+    if (!row || row.commentBox.hidden) return;
+    const text = row.commentBox.value.trim();
+    const stepId = chain.steps[index].id;
+    if (text) state.comments[stepId] = text;
+    else delete state.comments[stepId];
+    row.commentBox.hidden = true;
+    if (document.activeElement === row.commentBox) row.commentBox.blur();
+    refresh();
+    save();
+  }
+
+  function openRewrite() {
+    if (els.rewriteWrap.hidden) {
+      showMessage("The corrected step follows a −1 rating.");
+      return;
+    }
+    els.rewrite.focus();
+  }
+
+  els.rewrite.addEventListener("input", () => {
+    if (!state) return;
+    state.rewrite = els.rewrite.value;
+    save();
+  });
+  els.rewrite.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      event.preventDefault();
+      event.stopPropagation();
+      els.rewrite.blur();
+    } else if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+      event.preventDefault();
+      event.stopPropagation();
+      els.rewrite.blur();
+      submit();
+    }
+  });
+
+  function toggleRaw() {
+    showRaw = !showRaw;
+    els.raw.setAttribute("aria-pressed", showRaw ? "true" : "false");
+    els.raw.classList.toggle("is-on", showRaw);
+    rerenderTexts();
+  }
+
+  // --- talking to the server ---------------------------------------------------------------
+
+  function stopRenewing() {
+    if (renewTimer !== null) clearInterval(renewTimer);
+    renewTimer = null;
+  }
+
+  function startRenewing() {
+    stopRenewing();
+    // Half the lease: one missed renewal (a dropped request) still leaves time for the next.
+    const every = Math.max(5, config.leaseSeconds / 2) * 1000;
+    renewTimer = setInterval(renew, every);
+  }
+
+  async function renew() {
+    if (!lease || leaseLost) return;
+    const id = lease.id;
+    try {
+      const data = await api(`${config.api.assignment}${id}/renew/`, { method: "POST" });
+      if (lease && lease.id === id) lease.expires_at = data.expires_at;
+    } catch (error) {
+      if (error.status === 409 || error.status === 404) markLeaseLost(error);
+      // Network errors: quiet; the next tick tries again, and the ratings are stored.
+    }
+  }
+
+  function markLeaseLost(error) {
+    leaseLost = true;
+    stopRenewing();
+    root.dataset.lease = "lost";
+    const detail = error && error.body && error.body.detail ? ` (${error.body.detail})` : "";
+    showMessage(
+      `Your lease on this chain was lost${detail}. Your ratings stay on screen; ` +
+        "press n for the next chain.",
+      "error",
+      true,
+    );
+    refresh();
+  }
+
+  async function refreshStats() {
+    try {
+      const stats = await api(config.api.stats);
+      $("stat-today").textContent = String(stats.annotated_today);
+      $("stat-total").textContent = String(stats.annotated_total);
+      const hasGold = stats.gold_chains > 0 && stats.gold_accuracy !== null;
+      $("stat-gold-wrap").hidden = !hasGold;
+      if (hasGold) $("stat-gold").textContent = `${Math.round(stats.gold_accuracy * 100)} %`;
+    } catch (error) {
+      /* counts are a nicety; the work goes on without them */
+    }
+  }
+
+  function finishMeasure() {
+    // User Timing marks: the submit-to-next-chain latency shows in the browser's
+    // performance tools (and the benchmark reads it).
+    // It ends in the animation frame that paints the new chain.
+    if (!performance.getEntriesByName("steplab:submit", "mark").length) return;
+    requestAnimationFrame(() => {
+      performance.mark("steplab:rendered");
+      performance.measure("steplab:submit-to-next", "steplab:submit", "steplab:rendered");
+      performance.clearMarks("steplab:submit");
+    });
+  }
+
+  async function loadNext() {
+    stopRenewing();
+    leaseLost = false;
+    delete root.dataset.lease;
+    let data;
+    try {
+      data = await api(config.api.next, { method: "POST" });
+    } catch (error) {
+      setView(chain ? "ready" : "loading");
+      const why = error.status === 503 ? "The queue is busy" : "Could not reach the server";
+      showMessage(`${why}; trying again in a few seconds.`, "warn", true);
+      setTimeout(loadNext, 3000);
+      return;
+    }
+    showLease(data);
+  }
+
+  // Puts a lease from next (or from submit-and-next) on screen; null is the empty queue.
+  function showLease(data) {
+    leaseLost = false;
+    delete root.dataset.lease;
+    if (data === null) {
+      delete root.dataset.assignment;
+      lease = null;
+      chain = null;
+      state = null;
+      rows = [];
+      setView("empty");
+      finishMeasure();
+      return;
+    }
+    lease = data.assignment;
+    chain = data.chain;
+    state = load(lease.id) || newState(lease.id);
+    state.current = Math.min(state.current || 0, chain.steps.length - 1);
+    const restored = Object.keys(state.ratings).length > 0 || state.rewrite;
+    clockSince = performance.now();
+    focusSince = clockSince;
+    renderChain();
+    setView("ready");
+    root.dataset.assignment = String(lease.id);
+    scrollCurrentIntoView();
+    finishMeasure();
+    if (restored) showMessage("Your unsaved ratings on this chain were restored.");
+    save();
+    startRenewing();
+  }
+
+  async function submit() {
+    if (!chain || busy) return;
+    if (leaseLost) {
+      showMessage("This lease is lost; press n for the next chain.", "error", true);
+      return;
+    }
+    if (!isComplete()) {
+      const open = unratedIndexes();
+      showMessage(`${open.length} step${open.length === 1 ? "" : "s"} still to rate.`);
+      moveTo(open[0]);
+      return;
+    }
+    performance.clearMarks("steplab:submit");
+    performance.mark("steplab:submit");
+    accrueTime();
+    const required = requiredCount();
+    const payload = {
+      ratings: chain.steps.slice(0, required).map((step) => ({
+        step: step.id,
+        rating: state.ratings[step.id],
+        comment: state.comments[step.id] || "",
+        duration_ms: Math.round(state.stepMs[step.id] || 0),
+      })),
+      rewrite: firstErrorIndex() >= 0 ? (state.rewrite || "").trim() : "",
+      duration_ms: Math.round(state.elapsedMs),
+      request_id: state.requestId,
+    };
+    busy = true;
+    refresh();
+    const id = lease.id;
+    let result;
+    try {
+      // Submit and lease the next chain in one round trip: most of the wait between
+      // Enter and the next chain is the network, not the rendering.
+      result = await api(`${config.api.assignment}${id}/submit-and-next/`, {
+        method: "POST",
+        body: payload,
+      });
+    } catch (error) {
+      busy = false;
+      performance.clearMarks("steplab:submit");
+      if (error.status === 409 && error.body && error.body.code === "lease_closed") {
+        // Submitted already (another tab, or an answer that got lost): nothing to keep.
+        forget(id);
+        await loadNext();
+        return;
+      }
+      if (error.status === 409 || error.status === 404) {
+        markLeaseLost(error);
+        return;
+      }
+      if (error.status === 400) {
+        showMessage(`The server refused the ratings: ${describeErrors(error.body)}`, "error", true);
+      } else {
+        showMessage(
+          "Could not reach the server. Your ratings are kept in this browser; " +
+            "press Enter to try again.",
+          "error",
+          true,
+        );
+      }
+      refresh();
+      return;
+    }
+    busy = false;
+    forget(id);
+    clearMessage();
+    stopRenewing();
+    if (result.next_status === "busy") await loadNext();
+    else showLease(result.next);
+    refreshStats();
+  }
+
+  function describeErrors(body) {
+    if (!body) return "unknown error";
+    if (typeof body === "string") return body;
+    const parts = [];
+    for (const value of Object.values(body)) {
+      if (Array.isArray(value)) parts.push(...value.map(String));
+      else if (typeof value === "string") parts.push(value);
+    }
+    return parts.join(" ") || "unknown error";
+  }
+
+  function openReason(action) {
+    if (!chain || busy) return;
+    reasonAction = action;
+    const skip = action === "skip";
+    els.reasonTitle.textContent = skip ? "Skip this chain" : "Flag a broken chain";
+    els.reasonHelp.textContent = skip
+      ? "You will not see this chain again. Type a reason, or pick one with ↓ ↑."
+      : "The chain leaves the queue until a lead looks at it. Type what is broken, or pick " +
+        "with ↓ ↑.";
+    const presets = skip ? SKIP_PRESETS : FLAG_PRESETS;
+    els.reasonPresets.replaceChildren(
+      ...presets.map((text, i) => {
+        const button = el("button", "button ws-preset", text);
+        button.type = "button";
+        button.addEventListener("click", () => {
+          els.reasonInput.value = text;
+          els.reasonInput.focus();
+        });
+        return button;
+      }),
+    );
+    els.reasonInput.value = "";
+    els.reason.showModal();
+    els.reasonInput.focus();
+  }
+
+  els.reasonInput.addEventListener("keydown", (event) => {
+    // The arrows cycle through the common reasons while the box is empty or holds one;
+    // every printable key, digits included, stays text ("3 steps are merged").
+    if (event.key !== "ArrowDown" && event.key !== "ArrowUp") return;
+    const presets = reasonAction === "skip" ? SKIP_PRESETS : FLAG_PRESETS;
+    const at = presets.indexOf(els.reasonInput.value);
+    if (els.reasonInput.value !== "" && at < 0) return;
+    event.preventDefault();
+    const step = event.key === "ArrowDown" ? 1 : -1;
+    const next = at < 0 ? (step > 0 ? 0 : presets.length - 1) : at + step;
+    els.reasonInput.value = presets[(next + presets.length) % presets.length];
+  });
+  $("reason-cancel").addEventListener("click", () => els.reason.close());
+  els.reasonForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const reason = els.reasonInput.value.trim();
+    if (!reason) {
+      els.reasonInput.focus();
+      return;
+    }
+    els.reason.close();
+    giveBack(reasonAction, reason);
+  });
+
+  async function giveBack(action, reason) {
+    if (!lease || busy) return;
+    busy = true;
+    const id = lease.id;
+    try {
+      await api(`${config.api.assignment}${id}/${action}/`, {
+        method: "POST",
+        body: { reason },
+      });
+    } catch (error) {
+      busy = false;
+      if (error.status === 409 || error.status === 404) markLeaseLost(error);
+      else showMessage(`Could not ${action} this chain; try again.`, "error", true);
+      return;
+    }
+    busy = false;
+    forget(id);
+    showMessage(action === "skip" ? "Skipped." : "Flagged; thank you.");
+    await loadNext();
+    refreshStats();
+  }
+
+  // --- keyboard ----------------------------------------------------------------------------
+
+  function anyDialogOpen() {
+    return els.help.open || els.guidelines.open || els.reason.open;
+  }
+
+  function toggleDialog(dialog) {
+    if (dialog.open) dialog.close();
+    else dialog.showModal();
+  }
+
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const target = event.target;
+    const typing =
+      target instanceof HTMLTextAreaElement ||
+      target instanceof HTMLInputElement ||
+      (target instanceof HTMLElement && target.isContentEditable);
+    if (typing || anyDialogOpen()) {
+      if (event.key === "?" && els.help.open) {
+        event.preventDefault();
+        els.help.close();
+      }
+      return;
+    }
+    const key = event.key;
+    let handled = true;
+    if (key === "?") toggleDialog(els.help);
+    else if (key === "g") toggleDialog(els.guidelines);
+    else if (key === "r") toggleRaw();
+    else if (root.dataset.state === "empty" && key === "n") loadNext();
+    else if (!chain) handled = false;
+    else if (key === "j" || key === "ArrowDown") moveTo(state.current + 1);
+    else if (key === "k" || key === "ArrowUp") moveTo(state.current - 1);
+    else if (key in RATING_KEYS) rate(RATING_KEYS[key]);
+    else if (key === "a") rateRemainingCorrect();
+    else if (key === "u") undo();
+    else if (key === "c") openComment();
+    else if (key === "w") openRewrite();
+    else if (key === "Enter") submit();
+    else if (key === "s") openReason("skip");
+    else if (key === "f") openReason("flag");
+    else if (key === "n" && leaseLost) {
+      forget(lease.id);
+      clearMessage();
+      loadNext();
+    } else handled = false;
+    if (handled) event.preventDefault();
+  });
+
+  // The mouse works too. A clicked button gives the focus back, or the next Enter would
+  // press it again instead of submitting.
+  document.addEventListener("click", (event) => {
+    const button = event.target instanceof Element ? event.target.closest("button") : null;
+    if (button && !button.closest("dialog")) button.blur();
+  });
+  els.submit.addEventListener("click", submit);
+  $("btn-skip").addEventListener("click", () => openReason("skip"));
+  $("btn-flag").addEventListener("click", () => openReason("flag"));
+  $("btn-help").addEventListener("click", () => toggleDialog(els.help));
+  $("btn-guidelines").addEventListener("click", () => toggleDialog(els.guidelines));
+  $("btn-check-again").addEventListener("click", () => loadNext());
+  els.raw.addEventListener("click", toggleRaw);
+  window.addEventListener("pagehide", save);
+
+  purgeOldDrafts();
+  loadNext();
+  refreshStats();
+})();

@@ -1,0 +1,397 @@
+"""The annotator workspace in a real browser: Debian's chromium driven by Playwright
+against pytest-django's live server, logged in through the login form, keyboard only.
+
+Screenshots go to tests/artifacts/ (git-ignored) for people to look at; nothing here
+asserts a timing (bench/bench_workspace.py measures submit-to-next)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from annotation.models import (
+    Annotation,
+    Assignment,
+    AssignmentStatus,
+    Chain,
+    LabelingMode,
+    Project,
+    Role,
+    Step,
+)
+from annotation.services.workspace import FLAG_REASON_PREFIX
+from tests.browser import ARTIFACTS, chromium_launch, page_login, workspace_open
+from tests.factories import MembershipFactory, ProblemFactory, ProjectFactory
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists("/usr/bin/chromium") and not os.environ.get("STEPLAB_CHROMIUM"),
+    reason="Debian's chromium package is not installed (make test installs it)",
+)
+
+MATH_PROBLEM = (
+    "The denominator of a fraction is $7$ less than $3$ times the numerator. If the "
+    "fraction is equivalent to $\\frac{2}{5}$, what is the numerator?\n"
+    "$$\\frac{x}{3x-7} = \\frac{2}{5}$$"
+)
+MATH_STEPS = [
+    "Let's call the numerator $x$.",
+    "So the denominator is $3x-7$.",
+    "We know that \\(\\frac{x}{3x-7} = \\frac{2}{5}\\).",
+    "So \\[5x = 2(3x-7).\\]",
+    "Then $5x = 6x - 14$, and a broken formula $\\frac{1}{$ stays as source.",
+    "So $x = 14$.",
+]
+XSS_SCRIPT = "<script>window.__xss=1</script>"
+XSS_IMG = '<img src=x onerror="window.__xss=1">'
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls
+    # in the same thread are still synchronous, so Django's async guard must stand aside.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        launched = chromium_launch(playwright=playwright)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    cache.clear()  # the login throttle counts per address, and every test logs in
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    context.set_default_timeout(15_000)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    yield opened
+    context.close()
+    assert errors == [], f"JavaScript errors on the page: {errors}"
+
+
+def chain_create(
+    *,
+    project: Project,
+    problem: str,
+    steps: list[str],
+    reference_answer: str = "",
+    final_answer: str = "14",
+) -> Chain:
+    """A chain with exactly these step texts."""
+    problem_row = ProblemFactory(project=project, text=problem, reference_answer=reference_answer)
+    chain = Chain.objects.create(
+        project=project,
+        problem=problem_row,
+        content_hash=f"chain-{problem_row.pk}",
+        final_answer=final_answer,
+        step_count=len(steps),
+    )
+    Step.objects.bulk_create(
+        [Step(chain=chain, index=i, text=text) for i, text in enumerate(steps)]
+    )
+    return chain
+
+
+def annotator_in(project: Project) -> Any:
+    return MembershipFactory(project=project, role=Role.ANNOTATOR).user
+
+
+def step_ratings(page: Page) -> list[str]:
+    return page.eval_on_selector_all("#steps > li", "rows => rows.map(r => r.dataset.rating)")
+
+
+def drafts(page: Page) -> list[str]:
+    return page.evaluate(
+        "Object.keys(localStorage).filter(k => k.startsWith('steplab:assignment:'))"
+    )
+
+
+def test_grade_whole_chain_with_keyboard_only(live_server: Any, page: Page) -> None:
+    # Given: an annotator, an all_steps project with one math chain of six steps
+    project = ProjectFactory(labeling_mode=LabelingMode.ALL_STEPS, guidelines="Be strict.")
+    chain = chain_create(
+        project=project,
+        problem=MATH_PROBLEM,
+        steps=MATH_STEPS,
+        reference_answer="$14$",
+    )
+    user = annotator_in(project)
+    page_login(page=page, base_url=live_server.url, username=user.username)
+    workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
+
+    # Then: the math is rendered by KaTeX, and the formula it cannot parse shows as source
+    assert page.locator("#problem-text .katex").count() >= 3
+    assert page.locator("#problem-text .katex-display").count() == 1
+    assert page.locator("#steps .katex-display").count() == 1  # \[...\]
+    assert "\\frac{1}{" in page.locator("#steps li").nth(4).inner_text()
+    assert page.locator("#reference-text .katex").count() == 1
+    page.screenshot(path=str(ARTIFACTS / "workspace_math.png"), full_page=True)
+
+    # When: the raw-source toggle is pressed, the problem reads as typed; again, as math
+    page.keyboard.press("r")
+    assert page.locator("#problem-text").text_content() == MATH_PROBLEM
+    assert page.locator("#problem-text .katex").count() == 0
+    page.keyboard.press("r")
+    assert page.locator("#problem-text .katex").count() >= 3
+
+    # When: grading by keyboard: +1, comment, -1, 0, undo, ambiguous again, then the rest
+    page.keyboard.press("1")  # step 1 correct, moves to step 2
+    page.keyboard.press("c")
+    page.keyboard.type("The sign is fine but <b>check</b> it.")
+    page.keyboard.press("Enter")  # leaves the comment box, does not submit
+    page.keyboard.press("3")  # step 2 incorrect
+    page.keyboard.press("+")  # step 3 correct
+    page.keyboard.press("2")  # step 4 ambiguous
+    page.keyboard.press("u")  # undo: step 4 unrated again, and current again
+    assert step_ratings(page) == ["1", "-1", "1", "", "", ""]
+    page.keyboard.press("0")  # step 4 ambiguous, moves to step 5
+    page.keyboard.press("k")  # 4
+    page.keyboard.press("ArrowUp")  # 3
+    page.keyboard.press("j")  # 4
+    page.keyboard.press("ArrowDown")  # 5
+    assert page.locator("#steps li.is-current").get_attribute("data-index") == "4"
+    page.screenshot(path=str(ARTIFACTS / "workspace_mid_grading.png"), full_page=True)
+    assert page.locator("#btn-submit").is_disabled()
+    page.keyboard.press("a")  # steps 5 and 6 correct in one key
+    assert step_ratings(page) == ["1", "-1", "1", "0", "1", "1"]
+    # The comment is shown as text, not markup
+    assert page.locator("#steps li").nth(1).locator(".ws-comment b").count() == 0
+    page.keyboard.press("?")
+    assert page.locator("#help-dialog").is_visible()
+    page.keyboard.press("Escape")
+    assert not page.locator("#help-dialog").is_visible()
+    page.keyboard.press("Enter")  # submit
+
+    # Then: the queue is empty, and the ratings landed in the database
+    page.wait_for_selector("#workspace[data-state=empty]")
+    annotation = Annotation.objects.get(chain=chain, annotator=user)
+    ratings = list(annotation.ratings.order_by("step__index").values_list("rating", "comment"))
+    assert [r for r, _ in ratings] == [1, -1, 1, 0, 1, 1]
+    assert ratings[1][1] == "The sign is fine but <b>check</b> it."
+    assert [c for i, (_, c) in enumerate(ratings) if i != 1] == [""] * 5
+    assert annotation.duration_ms is not None and annotation.duration_ms > 0
+    assert all(d is not None for d in annotation.ratings.values_list("duration_ms", flat=True))
+    assert annotation.request_id.startswith(f"ws-{annotation.assignment_id}-")
+    assert drafts(page) == []
+    # And: the own counts show the submit
+    page.wait_for_function("document.getElementById('stat-total').textContent === '1'")
+    assert page.locator("#stat-today").text_content() == "1"
+
+
+def test_first_error_mode_dims_later_steps_and_sends_the_rewrite(
+    live_server: Any, page: Page
+) -> None:
+    # Given: a first_error project with a five-step chain
+    project = ProjectFactory(labeling_mode=LabelingMode.FIRST_ERROR)
+    chain = chain_create(
+        project=project,
+        problem="Solve $5x = 2(3x-7)$ for $x$.",
+        steps=["$5x = 6x - 14$", "So $x = 7$.", "Check: $5 \\cdot 7 = 35$.", "Yes.", "Done."],
+    )
+    user = annotator_in(project)
+    page_login(page=page, base_url=live_server.url, username=user.username)
+    workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
+    rows = page.locator("#steps > li")
+
+    # When: step 1 is correct and step 2 incorrect
+    page.keyboard.press("1")
+    page.keyboard.press("-")
+
+    # Then: steps 3-5 are dimmed and not asked for; the rewrite box invites the fix
+    assert [rows.nth(i).evaluate("r => r.classList.contains('is-dimmed')") for i in range(5)] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert page.locator("#rewrite-wrap").is_visible()
+    assert page.locator("#rewrite-step-no").text_content() == "2"
+    assert page.locator("#workspace").get_attribute("data-complete") == "true"
+
+    # When: the -1 is undone, the later steps are asked for again
+    page.keyboard.press("u")
+    assert page.locator("#steps > li.is-dimmed").count() == 0
+    assert not page.locator("#rewrite-wrap").is_visible()
+    assert page.locator("#workspace").get_attribute("data-complete") == "false"
+
+    # When: the -1 is given again, the rewrite written from the keyboard, and submitted
+    page.keyboard.press("3")
+    page.keyboard.press("w")
+    page.keyboard.type("So $x = 14$.")
+    page.keyboard.press("Escape")
+    page.screenshot(path=str(ARTIFACTS / "workspace_first_error.png"), full_page=True)
+    page.keyboard.press("Enter")
+
+    # Then: only the steps up to the first error are rated, and the rewrite is stored
+    page.wait_for_selector("#workspace[data-state=empty]")
+    annotation = Annotation.objects.get(chain=chain, annotator=user)
+    assert list(annotation.ratings.order_by("step__index").values_list("rating", flat=True)) == [
+        1,
+        -1,
+    ]
+    assert annotation.rewrite == "So $x = 14$."
+
+
+def test_reload_mid_chain_restores_ratings_and_comments(live_server: Any, page: Page) -> None:
+    # Given: an annotator halfway through a four-step chain, with a comment
+    project = ProjectFactory(labeling_mode=LabelingMode.ALL_STEPS)
+    chain = chain_create(project=project, problem="What is $2+2$?", steps=["a", "b", "c", "d"])
+    user = annotator_in(project)
+    page_login(page=page, base_url=live_server.url, username=user.username)
+    workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
+    assignment_id = page.locator("#workspace").get_attribute("data-assignment")
+    page.keyboard.press("1")  # step 1 correct, moves to step 2
+    page.keyboard.press("c")
+    page.keyboard.type("hmm")
+    page.keyboard.press("Escape")
+    page.keyboard.press("3")  # step 2 incorrect, moves to step 3
+
+    # When: the page is reloaded
+    page.reload()
+    page.wait_for_selector("#workspace[data-state=ready]")
+
+    # Then: the same lease is back with its ratings, comment and cursor
+    assert page.locator("#workspace").get_attribute("data-assignment") == assignment_id
+    assert step_ratings(page) == ["1", "-1", "", ""]
+    assert page.locator("#steps > li").nth(1).locator(".ws-comment").text_content() == "hmm"
+    assert page.locator("#steps li.is-current").get_attribute("data-index") == "2"
+    assert "restored" in page.locator("#ws-message").text_content()
+
+    # When: the rest is graded and submitted
+    page.keyboard.press("a")
+    page.keyboard.press("Enter")
+
+    # Then: everything typed before the reload landed, and the draft is gone
+    page.wait_for_selector("#workspace[data-state=empty]")
+    annotation = Annotation.objects.get(chain=chain, annotator=user)
+    assert list(annotation.ratings.order_by("step__index").values_list("rating", "comment")) == [
+        (1, ""),
+        (-1, "hmm"),
+        (1, ""),
+        (1, ""),
+    ]
+    assert drafts(page) == []
+
+
+def test_xss_payload_in_a_step_renders_as_text_and_runs_nothing(
+    live_server: Any, page: Page
+) -> None:
+    # Given: a chain whose problem, steps and final answer carry markup
+    project = ProjectFactory()
+    chain_create(
+        project=project,
+        problem=f"Problem {XSS_IMG} with $x$",
+        steps=[XSS_SCRIPT, XSS_IMG, f"$x$ then {XSS_IMG} and $\\href{{javascript:1}}{{y}}$"],
+        final_answer=XSS_SCRIPT,
+    )
+    user = annotator_in(project)
+    page_login(page=page, base_url=live_server.url, username=user.username)
+
+    # When: the workspace shows it, rendered and raw
+    workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
+    page.keyboard.press("r")
+    page.keyboard.press("r")
+
+    # Then: the payloads are visible text, no element was created from them, nothing ran
+    rows = page.locator("#steps > li .ws-text")
+    assert rows.nth(0).text_content() == XSS_SCRIPT
+    assert rows.nth(1).text_content() == XSS_IMG
+    assert XSS_IMG in page.locator("#problem-text").text_content()
+    assert page.locator("#final-text").text_content() == XSS_SCRIPT
+    assert page.locator("#ws-chain img, #ws-chain script").count() == 0
+    assert page.locator("#ws-chain a[href^='javascript']").count() == 0  # KaTeX trust is off
+    assert page.evaluate("typeof window.__xss") == "undefined"
+
+
+def test_lease_lost_keeps_ratings_on_screen(live_server: Any, page: Page) -> None:
+    # Given: an annotator grading a chain whose lease then went to someone else
+    project = ProjectFactory()
+    chain = chain_create(project=project, problem="p", steps=["a", "b"])
+    user = annotator_in(project)
+    page_login(page=page, base_url=live_server.url, username=user.username)
+    workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
+    page.keyboard.press("1")
+    page.keyboard.press("1")
+    Assignment.objects.filter(chain=chain, annotator=user).update(status=AssignmentStatus.EXPIRED)
+    other = annotator_in(project)
+    Assignment.objects.create(
+        project=project,
+        chain=chain,
+        annotator=other,
+        expires_at=chain.created_at.replace(year=chain.created_at.year + 1),
+    )
+
+    # When: the annotator submits
+    page.keyboard.press("Enter")
+
+    # Then: the page says the lease is lost, and the ratings stay on screen
+    page.wait_for_selector("#workspace[data-lease=lost]")
+    assert "lost" in page.locator("#ws-message").text_content()
+    assert step_ratings(page) == ["1", "1"]
+    assert not Annotation.objects.filter(annotator=user).exists()
+
+
+def test_skip_and_flag_with_a_reason_from_the_keyboard(live_server: Any, page: Page) -> None:
+    # Given: two chains to label
+    project = ProjectFactory()
+    first = chain_create(project=project, problem="first", steps=["a"])
+    second = chain_create(project=project, problem="second", steps=["b"])
+    user = annotator_in(project)
+    page_login(page=page, base_url=live_server.url, username=user.username)
+    workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
+    assert page.locator("#problem-text").text_content() == "first"
+
+    # When: s, the second common reason (arrow down twice), Enter skips the first chain
+    page.keyboard.press("s")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Enter")
+
+    # Then: the skip is recorded with the reason and the second chain is on screen
+    page.wait_for_function("document.getElementById('problem-text').textContent === 'second'")
+    skipped = Assignment.objects.get(chain=first, annotator=user)
+    assert (skipped.status, skipped.skip_reason) == (
+        AssignmentStatus.SKIPPED,
+        "Too long to grade now",
+    )
+
+    # When: f, a typed reason, Enter flags the second chain
+    page.keyboard.press("f")
+    page.keyboard.type("3 steps are merged")  # digits are text here, never a shortcut
+    page.keyboard.press("Enter")
+
+    # Then: the chain is flagged, and the queue is empty
+    page.wait_for_selector("#workspace[data-state=empty]")
+    second.refresh_from_db()
+    assert second.is_flagged
+    assert Assignment.objects.get(chain=second).skip_reason == (
+        f"{FLAG_REASON_PREFIX}3 steps are merged"
+    )
+    assert page.locator("#ws-empty h2").text_content() == "Nothing left to label"
+    page.screenshot(path=str(ARTIFACTS / "workspace_nothing_left.png"))
+
+
+def test_lease_is_renewed_quietly_at_half_the_lease(live_server: Any, page: Page) -> None:
+    # Given: a one-minute lease, and the page's clock under the test's control
+    project = ProjectFactory(lease_minutes=1)
+    chain = chain_create(project=project, problem="p", steps=["a"])
+    user = annotator_in(project)
+    page_login(page=page, base_url=live_server.url, username=user.username)
+    page.clock.install()
+    workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
+    first_expiry = Assignment.objects.get(chain=chain).expires_at
+
+    # When: half the lease passes on the page's clock
+    with page.expect_response(lambda r: r.url.endswith("/renew/")) as renewed:
+        page.clock.run_for(31_000)
+
+    # Then: the page renewed the lease, and says nothing about it
+    assert renewed.value.status == 200
+    assert Assignment.objects.get(chain=chain).expires_at > first_expiry
+    assert page.locator("#ws-message").is_hidden()
