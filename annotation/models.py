@@ -28,6 +28,14 @@ class Role(models.TextChoices):
     ML = "ml", "ML staff"
 
 
+class ImportLabels(models.TextChoices):
+    """How labels carried in by an import count toward consensus."""
+
+    IGNORE = "ignore", "Ignore imported labels"
+    VOTE = "vote", "Count each imported label as one more vote"
+    FALLBACK = "fallback", "Use imported labels only on chains no person has labeled"
+
+
 class Rating(models.IntegerChoices):
     INCORRECT = -1, "incorrect"
     AMBIGUOUS = 0, "ambiguous"
@@ -55,6 +63,12 @@ class Project(models.Model):
         default=30, validators=[MinValueValidator(1), MaxValueValidator(24 * 60)]
     )
     show_reference_answer = models.BooleanField(default=True)
+    import_labels = models.CharField(
+        max_length=20,
+        choices=ImportLabels.choices,
+        default=ImportLabels.FALLBACK,
+        help_text="How labels that came in with an import count toward consensus.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -316,6 +330,9 @@ class StepRating(models.Model):
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="ratings")
     rating = models.SmallIntegerField(choices=Rating.choices)
     comment = models.TextField(blank=True)
+    duration_ms = models.PositiveIntegerField(
+        null=True, blank=True, help_text="How long the step held the annotator's focus."
+    )
 
     class Meta:
         constraints = [
@@ -371,6 +388,14 @@ class SnapshotChain(models.Model):
     split = models.CharField(max_length=10, choices=SnapshotSplit.choices)
     labels = models.JSONField()
     support = models.JSONField(default=list)
+    votes = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            'The current labels behind the consensus, one entry per voter: {"by": username '
+            'or "import:<source>", "source": "human"|"import", "labels": [...]}.'
+        ),
+    )
 
     class Meta:
         constraints = [

@@ -62,3 +62,45 @@ class ChainFactory(factory.django.DjangoModelFactory):
                 [Step(chain=obj, index=i, text=f"Step {i + 1}.") for i in range(obj.step_count)]
             )
 
+
+
+class ImportBatchFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "annotation.ImportBatch"
+
+    project = factory.SubFactory(ProjectFactory)
+    filename = "labels.jsonl"
+    format = "prm800k"
+    content_hash = factory.Sequence(lambda n: f"batch-{n:058d}")
+
+
+def annotation_with_ratings(
+    *,
+    chain: Chain,
+    labels: list[int | None],
+    annotator: object | None = None,
+    import_batch: object | None = None,
+    supersedes: object | None = None,
+):
+    """An Annotation on ``chain`` with a StepRating per non-None entry of ``labels``: a
+    person's when ``annotator`` is given, else an import's (``import_batch``, made when
+    missing). Written directly, without the queue, for consensus tests."""
+    from annotation.models import Annotation, AnnotationSource, StepRating
+
+    if annotator is None and import_batch is None:
+        import_batch = ImportBatchFactory(project=chain.project)
+    annotation = Annotation.objects.create(
+        chain=chain,
+        source=AnnotationSource.HUMAN if annotator is not None else AnnotationSource.IMPORT,
+        source_name="" if annotator is not None else "prm800k",
+        annotator=annotator,
+        import_batch=import_batch,
+        supersedes=supersedes,
+    )
+    steps = {step.index: step for step in chain.steps.all()}
+    StepRating.objects.bulk_create(
+        StepRating(annotation=annotation, step=steps[index], rating=label)
+        for index, label in enumerate(labels)
+        if label is not None
+    )
+    return annotation

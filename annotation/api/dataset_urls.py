@@ -1,0 +1,12 @@
+from django.urls import path
+
+from annotation.api.datasets import ExportApi, SnapshotListCreateApi
+
+urlpatterns = [
+    path(
+        "projects/<int:project_id>/snapshots/",
+        SnapshotListCreateApi.as_view(),
+        name="api-project-snapshots",
+    ),
+    path("projects/<int:project_id>/export/", ExportApi.as_view(), name="api-project-export"),
+]

@@ -1,0 +1,84 @@
+"""`manage.py export_dataset PROJECT --format ... --out PATH`: write a snapshot's labels."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from annotation.dataset_selectors import snapshot_get
+from annotation.models import Project, SnapshotSplit
+from annotation.selectors import project_resolve
+from annotation.services.exports import EXPORT_FORMATS, export_write
+from annotation.services.snapshots import AMBIGUOUS_CHOICES, snapshot_create
+
+
+class Command(BaseCommand):
+    help = (
+        "Export a dataset snapshot's consensus labels. Without --snapshot a new snapshot "
+        "of the current labels is made first (with --ambiguous as its TRL default)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("project", help="the project's id or name")
+        parser.add_argument("--format", required=True, choices=EXPORT_FORMATS)
+        parser.add_argument("--out", required=True, type=Path, help="the file to write")
+        parser.add_argument(
+            "--snapshot", type=int, help="the snapshot version to export (default: a new one)"
+        )
+        parser.add_argument(
+            "--ambiguous",
+            choices=AMBIGUOUS_CHOICES,
+            help="how trl, parquet and processbench treat an ambiguous (0) step "
+            "(default: the snapshot's own choice, drop for a new snapshot)",
+        )
+        parser.add_argument("--split", choices=SnapshotSplit.values, help="one split only")
+        parser.add_argument(
+            "--heldout-fraction", type=float, default=0.2, help="for a new snapshot"
+        )
+        parser.add_argument("--seed", type=int, default=0, help="for a new snapshot")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            project = project_resolve(ref=options["project"])
+        except Project.DoesNotExist as exc:
+            raise CommandError(str(exc)) from None
+        out: Path = options["out"]
+        if not out.parent.is_dir():
+            raise CommandError(f"{out.parent}: no such directory.")
+        try:
+            if options["snapshot"] is None:
+                snapshot = snapshot_create(
+                    project=project,
+                    heldout_fraction=options["heldout_fraction"],
+                    seed=options["seed"],
+                    ambiguous=options["ambiguous"] or "drop",
+                )
+                made = "new snapshot"
+            else:
+                found = snapshot_get(project=project, version=options["snapshot"])
+                if found is None:
+                    raise CommandError(
+                        f'"{project.name}" has no snapshot version {options["snapshot"]}.'
+                    )
+                snapshot, made = found, "snapshot"
+            result = export_write(
+                snapshot=snapshot,
+                fmt=options["format"],
+                path=out,
+                ambiguous=options["ambiguous"],
+                split=options["split"],
+            )
+        except ValidationError as exc:
+            raise CommandError(" ".join(exc.messages)) from None
+        except OSError as exc:
+            raise CommandError(f"{out}: cannot write ({exc.strerror or exc}).") from None
+        noun = "step rows" if result.format == "csv" else "chains"
+        self.stdout.write(
+            f"exported {result.records:,} {noun} ({result.steps:,} labeled steps) "
+            f'of "{project.name}" {made} v{snapshot.version} '
+            f"({snapshot.content_hash[:12]}) as {result.format} to {out}; "
+            f"ambiguous={result.ambiguous}"
+            + (f", split={result.split}" if result.split else "")
+        )

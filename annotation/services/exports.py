@@ -1,0 +1,391 @@
+"""Exports: a snapshot's consensus labels in the formats PRM trainers and tools read.
+
+Every export streams: it reads the snapshot through ``snapshot_examples`` (keyset
+pages of rows) and writes as it reads, so memory does not grow with the project. The
+one write path behind the `export_dataset` command and the export endpoint.
+
+Formats (one record per chain unless said otherwise):
+
+- ``prm800k``: PRM800K's raw line shape. Every step is a single completion with
+  ``chosen_completion: 0`` and its consensus rating (null where unlabeled); all steps of
+  the chain are written, also the unrated ones after a first error, so importing the
+  file gives back the very same chains (same content hashes) and labels.
+  ``finish_reason``: ``found_error`` with a -1, ``solution`` when every step is rated,
+  else ``give_up``.
+- ``trl``: TRL stepwise supervision ``{"prompt", "completions", "labels": [bool]}``. A
+  trainer needs a boolean for every completion, so the chain is cut before its first
+  unrated step; an ambiguous (0) step becomes true (``positive``), false (``negative``)
+  or cuts the chain there (``drop``). A chain left with no step is not written.
+- ``parquet``: the same TRL rows, in row groups of PARQUET_ROWS_PER_GROUP, with the
+  snapshot and the ambiguous mapping in the file's key-value metadata ("steplab").
+- ``processbench``: ``{"id", "generator", "problem", "steps", "label",
+  "final_answer_correct"}``; ``label`` is the index of the earliest -1 (an ambiguous
+  step counts as the error only with ``negative``), or -1 when every step is rated and
+  none is wrong. A chain with no error but unrated steps cannot claim "no error" and is
+  not written. ``final_answer_correct`` compares the final answer with the problem's
+  reference answer (ignoring spaces and $), null when either is missing.
+- ``csv``: one row per step: snapshot version, split, chain id and hash, step index and
+  text, consensus, support, and ``raw_labels``, a JSON object {voter: rating} of the
+  current votes on that step (per-annotator columns would change with every export).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from django.core.exceptions import ValidationError
+
+from annotation.dataset_selectors import SnapshotExample, snapshot_examples
+from annotation.models import Snapshot, SnapshotSplit
+from annotation.services.snapshots import AMBIGUOUS_CHOICES, DEFAULT_AMBIGUOUS
+
+EXPORT_FORMATS = ("prm800k", "trl", "processbench", "csv", "parquet")
+TEXT_FORMATS = ("prm800k", "trl", "processbench", "csv")
+CONTENT_TYPES = {
+    "prm800k": "application/x-ndjson",
+    "trl": "application/x-ndjson",
+    "processbench": "application/x-ndjson",
+    "csv": "text/csv",
+    "parquet": "application/vnd.apache.parquet",
+}
+EXTENSIONS = {
+    "prm800k": "jsonl",
+    "trl": "jsonl",
+    "processbench": "jsonl",
+    "csv": "csv",
+    "parquet": "parquet",
+}
+CSV_HEADER = (
+    "snapshot_version",
+    "split",
+    "chain_id",
+    "chain_hash",
+    "step_index",
+    "step_text",
+    "consensus",
+    "support",
+    "raw_labels",
+)
+PARQUET_ROWS_PER_GROUP = 10_000
+# Text is handed out (to a file or an HTTP response) in pieces of about this size.
+_PIECE_CHARS = 256 * 1024
+
+
+@dataclass
+class ExportStats:
+    """What an export wrote: records (chains, or step rows for csv) and labeled steps."""
+
+    records: int = 0
+    steps: int = 0
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    snapshot: Snapshot
+    format: str
+    ambiguous: str
+    split: str | None
+    records: int
+    steps: int
+    path: Path | None = None
+
+
+def export_options_check(
+    *, fmt: str, ambiguous: str | None, split: str | None, snapshot: Snapshot
+) -> str:
+    """Validate the options; the ambiguous mapping to use (the snapshot's own default,
+    ``meta["trl_ambiguous"]``, unless overridden). Raises ValidationError."""
+    errors: dict[str, str] = {}
+    if fmt not in EXPORT_FORMATS:
+        errors["format"] = f"Must be one of {', '.join(EXPORT_FORMATS)}."
+    if ambiguous is not None and ambiguous not in AMBIGUOUS_CHOICES:
+        errors["ambiguous"] = f"Must be one of {', '.join(AMBIGUOUS_CHOICES)}."
+    if split is not None and split not in SnapshotSplit.values:
+        errors["split"] = f"Must be one of {', '.join(SnapshotSplit.values)}."
+    if errors:
+        raise ValidationError(errors)
+    return ambiguous or snapshot.meta.get("trl_ambiguous", DEFAULT_AMBIGUOUS)
+
+
+# --- records: pure functions of one example ------------------------------------------
+
+
+def trl_labels(*, labels: list[int | None], ambiguous: str) -> list[bool]:
+    """The boolean labels of the labeled prefix TRL gets (see the module docstring).
+
+    >>> trl_labels(labels=[1, 0, -1, None], ambiguous="positive")
+    [True, True, False]
+    >>> trl_labels(labels=[1, 0, -1], ambiguous="drop")
+    [True]
+    """
+    out: list[bool] = []
+    for label in labels:
+        if label is None:
+            break
+        if label == 0:
+            if ambiguous == "drop":
+                break
+            out.append(ambiguous == "positive")
+        else:
+            out.append(label == 1)
+    return out
+
+
+def trl_record(*, example: SnapshotExample, ambiguous: str) -> dict[str, Any] | None:
+    labels = trl_labels(labels=example.labels, ambiguous=ambiguous)
+    if not labels:
+        return None
+    return {
+        "prompt": example.problem,
+        "completions": example.steps[: len(labels)],
+        "labels": labels,
+    }
+
+
+def prm800k_record(*, example: SnapshotExample) -> dict[str, Any]:
+    labels = example.labels
+    if -1 in labels:
+        finish_reason = "found_error"
+    elif None in labels:
+        finish_reason = "give_up"
+    else:
+        finish_reason = "solution"
+    return {
+        "question": {
+            "problem": example.problem,
+            "ground_truth_answer": example.reference_answer or None,
+        },
+        "label": {
+            "steps": [
+                {
+                    "completions": [{"text": text, "rating": rating, "flagged": False}],
+                    "human_completion": None,
+                    "chosen_completion": 0,
+                }
+                for text, rating in zip(example.steps, labels, strict=True)
+            ],
+            "total_time": None,
+            "finish_reason": finish_reason,
+        },
+    }
+
+
+def first_error_index(*, labels: list[int | None], ambiguous: str) -> int | None:
+    """ProcessBench's label: the earliest wrong step, -1 for none, None when unrated
+    steps leave it unknown.
+
+    >>> first_error_index(labels=[1, 0, -1], ambiguous="negative")
+    1
+    >>> first_error_index(labels=[1, 1, None], ambiguous="drop")
+    """
+    for index, label in enumerate(labels):
+        if label == -1 or (label == 0 and ambiguous == "negative"):
+            return index
+        if label is None:
+            return None
+    return -1
+
+
+def _answer_key(text: str) -> str:
+    return "".join(text.replace("$", "").split())
+
+
+def processbench_record(
+    *, example: SnapshotExample, ambiguous: str, project_id: int
+) -> dict[str, Any] | None:
+    label = first_error_index(labels=example.labels, ambiguous=ambiguous)
+    if label is None:
+        return None
+    correct = None
+    if example.final_answer and example.reference_answer:
+        correct = _answer_key(example.final_answer) == _answer_key(example.reference_answer)
+    return {
+        "id": f"steplab-{project_id}-{example.chain_id}",
+        "generator": example.generator,
+        "problem": example.problem,
+        "steps": example.steps,
+        "label": label,
+        "final_answer_correct": correct,
+    }
+
+
+def csv_rows(*, example: SnapshotExample, version: int) -> Iterator[tuple[Any, ...]]:
+    for index, text in enumerate(example.steps):
+        raw = {
+            vote["by"]: vote["labels"][index]
+            for vote in example.votes
+            if index < len(vote["labels"]) and vote["labels"][index] is not None
+        }
+        label = example.labels[index]
+        support = example.support[index]
+        yield (
+            version,
+            example.split,
+            example.chain_id,
+            example.chain_hash,
+            index,
+            text,
+            "" if label is None else label,
+            "" if support is None else round(support, 4),
+            json.dumps(raw, ensure_ascii=False) if raw else "",
+        )
+
+
+# --- streams -------------------------------------------------------------------------
+
+
+def _labeled(labels: list[int | None]) -> int:
+    return len(labels) - labels.count(None)
+
+
+def export_text(
+    *,
+    snapshot: Snapshot,
+    fmt: str,
+    ambiguous: str,
+    split: str | None = None,
+    stats: ExportStats | None = None,
+) -> Iterator[str]:
+    """The export as text pieces of about _PIECE_CHARS, for a file or an HTTP response.
+    ``stats`` (when given) is filled in as the pieces are produced. Options must have
+    passed ``export_options_check``."""
+    stats = stats if stats is not None else ExportStats()
+    examples = snapshot_examples(snapshot=snapshot, split=split, with_votes=fmt == "csv")
+    buffer: list[str] = []
+    size = 0
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(CSV_HEADER)
+        for example in examples:
+            for row in csv_rows(example=example, version=snapshot.version):
+                writer.writerow(row)
+                stats.records += 1
+            stats.steps += _labeled(example.labels)
+            if out.tell() >= _PIECE_CHARS:
+                yield out.getvalue()
+                out.seek(0)
+                out.truncate()
+        if out.tell():
+            yield out.getvalue()
+        return
+
+    record_of = _json_record_builder(fmt=fmt, ambiguous=ambiguous, snapshot=snapshot)
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    for example in examples:
+        record = record_of(example)
+        if record is None:
+            continue
+        line = dumps(record) + "\n"
+        stats.records += 1
+        stats.steps += (
+            len(record["labels"]) if fmt == "trl" else _labeled(example.labels)
+        )
+        buffer.append(line)
+        size += len(line)
+        if size >= _PIECE_CHARS:
+            yield "".join(buffer)
+            buffer.clear()
+            size = 0
+    if buffer:
+        yield "".join(buffer)
+
+
+def _json_record_builder(
+    *, fmt: str, ambiguous: str, snapshot: Snapshot
+) -> Callable[[SnapshotExample], dict[str, Any] | None]:
+    if fmt == "prm800k":
+        return lambda example: prm800k_record(example=example)
+    if fmt == "trl":
+        return lambda example: trl_record(example=example, ambiguous=ambiguous)
+    if fmt == "processbench":
+        project_id = snapshot.project_id
+        return lambda example: processbench_record(
+            example=example, ambiguous=ambiguous, project_id=project_id
+        )
+    raise ValueError(f"{fmt} is not a JSON Lines export format")
+
+
+def parquet_metadata(*, snapshot: Snapshot, ambiguous: str, split: str | None) -> dict[str, str]:
+    return {
+        "steplab": json.dumps(
+            {
+                "project": snapshot.project_id,
+                "snapshot_version": snapshot.version,
+                "snapshot_hash": snapshot.content_hash,
+                "ambiguous": ambiguous,
+                "split": split,
+            }
+        )
+    }
+
+
+def export_parquet(
+    *, snapshot: Snapshot, path: Path | BinaryIO, ambiguous: str, split: str | None = None
+) -> ExportStats:
+    """Write the TRL rows to a Parquet file (a path or a binary file object), one row
+    group per PARQUET_ROWS_PER_GROUP rows, so only one group is ever held in memory."""
+    import pyarrow as pa  # lazily: only exports need it
+    import pyarrow.parquet as pq
+
+    schema = pa.schema(
+        [
+            ("prompt", pa.string()),
+            ("completions", pa.list_(pa.string())),
+            ("labels", pa.list_(pa.bool_())),
+        ],
+        metadata=parquet_metadata(snapshot=snapshot, ambiguous=ambiguous, split=split),
+    )
+    stats = ExportStats()
+    columns: dict[str, list[Any]] = {"prompt": [], "completions": [], "labels": []}
+    with pq.ParquetWriter(path, schema) as writer:
+        for example in snapshot_examples(snapshot=snapshot, split=split):
+            record = trl_record(example=example, ambiguous=ambiguous)
+            if record is None:
+                continue
+            for name, values in columns.items():
+                values.append(record[name])
+            stats.records += 1
+            stats.steps += len(record["labels"])
+            if len(columns["prompt"]) >= PARQUET_ROWS_PER_GROUP:
+                writer.write_table(pa.table(columns, schema=schema))
+                columns = {name: [] for name in columns}
+        if columns["prompt"] or stats.records == 0:
+            writer.write_table(pa.table(columns, schema=schema))
+    return stats
+
+
+def export_write(
+    *,
+    snapshot: Snapshot,
+    fmt: str,
+    path: Path,
+    ambiguous: str | None = None,
+    split: str | None = None,
+) -> ExportResult:
+    """Write the export of ``snapshot`` to ``path``. Raises ValidationError for bad
+    options and OSError when the file cannot be written."""
+    mapping = export_options_check(fmt=fmt, ambiguous=ambiguous, split=split, snapshot=snapshot)
+    if fmt == "parquet":
+        stats = export_parquet(snapshot=snapshot, path=path, ambiguous=mapping, split=split)
+    else:
+        stats = ExportStats()
+        with path.open("w", encoding="utf-8", newline="") as out:
+            for piece in export_text(
+                snapshot=snapshot, fmt=fmt, ambiguous=mapping, split=split, stats=stats
+            ):
+                out.write(piece)
+    return ExportResult(
+        snapshot=snapshot,
+        format=fmt,
+        ambiguous=mapping,
+        split=split,
+        records=stats.records,
+        steps=stats.steps,
+        path=path,
+    )

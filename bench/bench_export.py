@@ -1,0 +1,196 @@
+#!/usr/bin/env python
+"""Export benchmark: steps/s and peak memory of `export_write` in every format, at two
+project sizes, to show memory stays flat as the project grows.
+
+    .venv/bin/python bench/bench_export.py [--sizes 100000,1000000] [--steps 10]
+        [--database-url URL] [--keep-db]
+
+For each size (step labels) it imports size/steps labeled chains through the real import
+service (COPY), so the labels are import annotations that consensus uses by the
+project's default "fallback" rule; freezes them with ``snapshot_create``; then exports
+the snapshot once per format, each in a fresh child process so that process's peak RSS
+(ru_maxrss) is the export's alone, Django and pyarrow included. Figures go to stdout as a
+table and to bench/out/export.json. A measurement, not a test.
+
+The database is recreated (its name must contain "bench", so a typo cannot drop real data)
+and migrated with the dev settings.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/steplab_bench_export"
+DEFAULT_OUT = REPO_ROOT / "bench" / "out" / "export.json"
+FORMATS = ("trl", "prm800k", "processbench", "csv", "parquet")
+
+
+def _django(database_url: str) -> None:
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.dev")
+    sys.path.insert(0, str(REPO_ROOT))
+    import django
+
+    django.setup()
+
+
+def _recreate_database(database_url: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    parts = urlsplit(database_url)
+    name = parts.path.lstrip("/")
+    if "bench" not in name:
+        raise SystemExit(f"refusing to recreate {name!r}: its name must contain 'bench'")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        ident = sql.Identifier(name)
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "DJANGO_SETTINGS_MODULE": "config.settings.dev",
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=REPO_ROOT, env=env, check=True,
+    )
+
+
+def _write_labeled(path: Path, *, chains: int, steps: int, seed: int) -> None:
+    """Generic JSONL with labels: mostly correct steps, some ambiguous, an error in ~40 %
+    of chains (steps after it unlabeled, as in first_error mode)."""
+    rng = random.Random(seed)
+    with path.open("w", encoding="utf-8") as out:
+        for index in range(chains):
+            labels: list[int | None] = []
+            error_at = rng.randrange(steps) if rng.random() < 0.4 else None
+            for s in range(steps):
+                if error_at is not None and s > error_at:
+                    labels.append(None)
+                elif s == error_at:
+                    labels.append(-1)
+                else:
+                    labels.append(0 if rng.random() < 0.05 else 1)
+            record = {
+                "problem": (
+                    f"Problem {index} of seed {seed}: compute $\\sum_{{k=1}}^{{{index}}} k$."
+                ),
+                "steps": [
+                    f"Step {s} of chain {index}: we rewrite the sum as $\\frac{{n(n+1)}}{{2}}$ "
+                    f"and substitute n = {index + s}."
+                    for s in range(steps)
+                ],
+                "answer": str(index),
+                "labels": labels,
+            }
+            out.write(json.dumps(record) + "\n")
+
+
+def _prepare(database_url: str, size: int, steps: int, workdir: Path) -> tuple[int, int, dict]:
+    from annotation.models import Project
+    from annotation.services.imports import chain_import
+    from annotation.services.snapshots import snapshot_create
+
+    chains = size // steps
+    source = workdir / f"labeled-{size}.jsonl"
+    _write_labeled(source, chains=chains, steps=steps, seed=size)
+    project = Project.objects.create(name=f"bench export {size} {time.time_ns()}")
+    started = time.perf_counter()
+    chain_import(project=project, path=source, fmt="generic")
+    imported = time.perf_counter() - started
+    started = time.perf_counter()
+    snapshot = snapshot_create(project=project)
+    frozen = time.perf_counter() - started
+    source.unlink()
+    return project.pk, snapshot.version, {
+        "chains": chains,
+        "import_s": round(imported, 2),
+        "snapshot_s": round(frozen, 2),
+        "snapshot_counts": snapshot.counts,
+    }
+
+
+def _child(args: argparse.Namespace) -> None:
+    _django(args.database_url)
+    from annotation.models import Snapshot
+    from annotation.services.exports import export_write
+
+    snapshot = Snapshot.objects.get(project_id=args.project, version=args.snapshot)
+    out = Path(args.out)
+    started = time.perf_counter()
+    result = export_write(snapshot=snapshot, fmt=args.format, path=out, ambiguous="positive")
+    seconds = time.perf_counter() - started
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({
+        "format": args.format,
+        "records": result.records,
+        "steps": result.steps,
+        "seconds": round(seconds, 3),
+        "steps_per_s": round(result.steps / seconds),
+        "peak_rss_mb": round(rss_kb / 1024, 1),
+        "bytes": out.stat().st_size,
+    }))
+    out.unlink()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--formats", default=",".join(FORMATS))
+    parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
+    parser.add_argument("--keep-db", action="store_true")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--project", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--snapshot", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--format", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args)
+        return
+
+    if not args.keep_db:
+        _recreate_database(args.database_url)
+    _django(args.database_url)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="steplab-bench-export-") as tmp:
+        workdir = Path(tmp)
+        for size in (int(x) for x in args.sizes.split(",")):
+            project_id, version, setup = _prepare(args.database_url, size, args.steps, workdir)
+            print(f"{size:>9,} labels: {setup}", flush=True)
+            for fmt in args.formats.split(","):
+                child = subprocess.run(
+                    [
+                        sys.executable, __file__, "--child", "--database-url", args.database_url,
+                        "--project", str(project_id), "--snapshot", str(version),
+                        "--format", fmt, "--out", str(workdir / f"export.{fmt}"),
+                    ],
+                    check=True, capture_output=True, text=True,
+                )
+                figures = json.loads(child.stdout.strip().splitlines()[-1])
+                figures["size"] = size
+                results.append({**figures, "setup": setup})
+                print(
+                    f"  {fmt:<13} {figures['steps']:>9,} steps  {figures['seconds']:>7.2f} s  "
+                    f"{figures['steps_per_s']:>9,} steps/s  peak {figures['peak_rss_mb']:>6.1f} MB",
+                    flush=True,
+                )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"results": results}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
