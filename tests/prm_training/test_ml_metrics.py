@@ -1,0 +1,82 @@
+"""Held-out metrics against hand-computed values and scikit-learn."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from prm_training.ml.data import ChainExample
+from prm_training.ml.metrics import evaluate, roc_auc
+from prm_training.ml.score import ChainScores
+
+
+def _chain(chain_id: int, labels: tuple[int | None, ...]) -> ChainExample:
+    return ChainExample(chain_id, "p", tuple(f"s{i}" for i in range(len(labels))), labels)
+
+
+def _scores(chain_id: int, probs: list[float]) -> ChainScores:
+    return ChainScores(chain_id=chain_id, step_probs=probs, member_probs=None)
+
+
+def test_evaluate_matches_hand_computed_values() -> None:
+    # Given: three chains with an error, two without, one that does not settle its first
+    # error (unrated step before any -1) and one unlabeled
+    examples = [
+        _chain(1, (1, -1, None)),    # truth 1; predicted 1  -> hit
+        _chain(2, (-1, None)),       # truth 0; predicted -1 -> miss
+        _chain(3, (1, 1, -1)),       # truth 2; predicted 1  -> miss
+        _chain(4, (1, 0, 1)),        # truth none; predicted none -> hit (0 is not an error)
+        _chain(5, (1, 1)),           # truth none; predicted 1 -> miss
+        _chain(6, (1, None, -1)),    # unsettled: steps count, chain does not
+        ChainExample(7, "p", ("s",)),
+    ]
+    scores = [
+        _scores(1, [0.9, 0.2, 0.1]),
+        _scores(2, [0.7, 0.3]),
+        _scores(3, [0.8, 0.4, 0.3]),
+        _scores(4, [0.6, 0.55, 0.95]),
+        _scores(5, [0.9, 0.45]),
+        _scores(6, [0.5, 0.5, 0.05]),
+        _scores(7, [0.5]),
+    ]
+
+    # When
+    metrics = evaluate(examples, scores)
+
+    # Then: error accuracy 1/3, correct accuracy 1/2, F1 = 2ab/(a+b) = 0.4
+    assert metrics["chains_with_error"] == 3 and metrics["chains_without_error"] == 2
+    assert metrics["heldout_chains"] == 5
+    assert metrics["error_accuracy"] == pytest.approx(1 / 3)
+    assert metrics["correct_accuracy"] == pytest.approx(1 / 2)
+    assert metrics["processbench_f1"] == pytest.approx(0.4)
+    assert metrics["first_error_accuracy"] == pytest.approx(2 / 5)
+    # Steps rated +1/-1 only (the 0 and the unrated ones are left out)
+    probs = [0.9, 0.2, 0.7, 0.8, 0.4, 0.3, 0.6, 0.95, 0.9, 0.45, 0.5, 0.05]
+    labels = [1, 0, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0]
+    assert metrics["heldout_steps"] == len(labels)
+    assert metrics["step_auroc"] == pytest.approx(roc_auc_score(labels, probs))
+
+
+def test_processbench_f1_is_left_out_when_one_class_is_missing() -> None:
+    metrics = evaluate([_chain(1, (1, 1))], [_scores(1, [0.9, 0.8])])
+    assert "processbench_f1" not in metrics and "step_auroc" not in metrics
+    assert metrics["correct_accuracy"] == 1.0
+
+
+def test_scores_must_line_up_with_examples() -> None:
+    with pytest.raises(ValueError, match="out of order"):
+        evaluate([_chain(1, (1,))], [_scores(2, [0.5])])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_roc_auc_agrees_with_sklearn_including_ties(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, size=200)
+    labels[:2] = [0, 1]
+    scores = np.round(rng.random(200), 1)  # many ties
+    assert roc_auc(labels, scores) == pytest.approx(roc_auc_score(labels, scores))
+
+
+def test_roc_auc_needs_both_classes() -> None:
+    with pytest.raises(ValueError):
+        roc_auc([1, 1], [0.2, 0.3])

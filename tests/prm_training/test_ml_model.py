@@ -1,0 +1,214 @@
+"""The PRM on tiny backbones built from a config: the prefix property for an encoder and
+for decoders, learning a learnable signal, checkpoint round trip, cancellation."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from prm_training.ml.config import PRMConfig
+from prm_training.ml.data import ChainExample
+from prm_training.ml.features import clear_feature_caches
+from prm_training.ml.model import (
+    EnsembleHead,
+    backbone_fingerprint,
+    collate_windows,
+    encode_steps,
+    load_backbone,
+    step_attention_mask,
+)
+from prm_training.ml.score import LoadedPRM, load_prm, score_chains
+from prm_training.ml.synthetic import synthetic_chains
+from prm_training.ml.train import TrainingCancelled, TrainProgress, train_prm
+from tests.prm_training.ml_tiny import tiny_backbone_dir
+
+
+@pytest.fixture(scope="module")
+def backbones(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny-backbones")
+    return {name: tiny_backbone_dir(root, name) for name in ("bert", "gpt2", "llama")}
+
+
+def _untrained_prm(directory: Path, *, max_length: int = 128, mode: str = "full") -> LoadedPRM:
+    tokenizer, backbone, kind = load_backbone(directory)
+    torch.manual_seed(0)
+    head = EnsembleHead(int(backbone.config.hidden_size), 16, 3, dropout=0.0)
+    config = PRMConfig(backbone=str(directory), mode=mode, max_length=max_length)
+    return LoadedPRM(config=config, tokenizer=tokenizer, backbone=backbone.eval(),
+                     head=head.eval(), kind=kind, device=torch.device("cpu"),
+                     fingerprint=backbone_fingerprint(directory))
+
+
+BASE = ChainExample(1, "what is a", ("add the two numbers", "then divide by three",
+                                     "so we get five", "hence value equals six"))
+CHANGED = ChainExample(2, "what is a", ("add the two numbers", "then divide by three",
+                                        "wrong square root", "total", "sum of each term"))
+OTHER = ChainExample(3, "what is b plus c plus d", ("multiply both sides " * 5,))
+
+
+def test_step_mask_lets_a_token_see_the_problem_and_steps_up_to_its_own() -> None:
+    segments = torch.tensor([[0, 0, 1, 1, 2, -1]])
+    mask = step_attention_mask(segments)[0, 0]
+    assert mask.shape == (6, 6)
+    assert mask[3].tolist() == [True, True, True, True, False, False]  # step 1 sees 0..1
+    assert mask[0].tolist() == [True, True, False, False, False, False]  # problem: itself
+    assert mask[5].tolist() == [True, True, False, False, False, False]  # padding row: not empty
+
+
+@pytest.mark.parametrize("model_type", ["bert", "gpt2", "llama"])
+@pytest.mark.parametrize("max_length", [128, 16])
+def test_changing_a_later_step_leaves_earlier_scores_unchanged(
+    backbones: dict[str, Path], model_type: str, max_length: int
+) -> None:
+    # Given: a PRM and two chains that share the problem and the first two steps
+    prm = _untrained_prm(backbones[model_type], max_length=max_length)
+
+    # When: both are scored in one padded batch next to an unrelated longer chain
+    base, changed, _ = list(score_chains(prm, [BASE, CHANGED, OTHER], batch_size=8))
+
+    # Then: the shared prefix scores the same, the changed step does not
+    np.testing.assert_allclose(base.step_probs[:2], changed.step_probs[:2], atol=1e-5)
+    np.testing.assert_allclose(np.array(base.member_probs)[:, :2],
+                               np.array(changed.member_probs)[:, :2], atol=1e-5)
+    assert abs(base.step_probs[2] - changed.step_probs[2]) > 1e-4
+    # ...and a chain scored alone scores as it did in the batch (padding does not leak)
+    [alone] = score_chains(prm, [BASE])
+    np.testing.assert_allclose(alone.step_probs, base.step_probs, atol=1e-5)
+
+
+def test_without_the_step_mask_an_encoder_would_see_later_steps(
+    backbones: dict[str, Path],
+) -> None:
+    # The control for the test above: a plain padding mask on BERT leaks the future.
+    from prm_training.ml.data import chains_to_windows
+
+    prm = _untrained_prm(backbones["bert"])
+    windows = chains_to_windows(prm.tokenizer, [BASE, CHANGED], 128)
+    batch = collate_windows(windows, 0, prm.device)
+    with torch.no_grad():
+        masked = encode_steps(prm.backbone, "encoder", batch)
+        leaky = encode_steps(prm.backbone, "decoder", batch)  # 2-D mask, bidirectional model
+    assert torch.allclose(masked[0], masked[4], atol=1e-5)  # step 1 of BASE vs of CHANGED
+    assert not torch.allclose(leaky[0], leaky[4], atol=1e-3)
+
+
+def _tiny_config(directory: Path, **overrides: object) -> PRMConfig:
+    settings: dict[str, object] = dict(
+        backbone=str(directory), mode="full", epochs=4, batch_size=16, learning_rate=2e-3,
+        head_learning_rate=3e-3, head_hidden=32, ensemble_size=3, max_length=64,
+        report_every_s=0.0,
+    )
+    settings.update(overrides)
+    return PRMConfig(**settings)  # type: ignore[arg-type]
+
+
+def test_full_mode_learns_a_learnable_signal(backbones: dict[str, Path], tmp_path: Path) -> None:
+    # Given: steps are wrong exactly when they contain the word "wrong"
+    chains = synthetic_chains(260, seed=3)
+    train, heldout = chains[:200], chains[200:]
+    events: list[TrainProgress] = []
+
+    # When
+    config = _tiny_config(backbones["bert"], epochs=10, learning_rate=5e-3,
+                          head_learning_rate=5e-3)
+    result = train_prm(config, train, heldout, tmp_path / "ckpt", progress=events.append)
+
+    # Then: held-out steps are ranked almost perfectly and progress was reported
+    assert result.metrics["step_auroc"] > 0.9, result.metrics
+    assert result.metrics["processbench_f1"] > 0.6, result.metrics
+    assert result.train_chains == 200 and result.heldout_chains == 60
+    assert events[-1].step == events[-1].total_steps
+    assert events[-1].epoch == 10
+    assert events[-1].loss < events[0].loss
+
+
+@pytest.mark.parametrize("mode", ["full", "frozen_head"])
+def test_checkpoint_round_trip_scores_the_same(
+    backbones: dict[str, Path], tmp_path: Path, mode: str
+) -> None:
+    # Given: a trained checkpoint (decoder backbone, to cover that path end to end)
+    chains = synthetic_chains(50, seed=5)
+    config = _tiny_config(backbones["llama"], mode=mode, epochs=1, head_epochs=3)
+    result = train_prm(config, chains[:40], chains[40:], tmp_path / "ckpt")
+    root = Path(result.checkpoint_dir)
+
+    # Then: the documented layout
+    for name in ("config.json", "head.safetensors", "metrics.json", "tokenizer"):
+        assert (root / name).exists(), name
+    assert (root / "backbone").is_dir() == (mode == "full")
+
+    # When: loaded in a fresh cache state and rescored
+    clear_feature_caches()
+    prm = load_prm(root)
+    scores = list(score_chains(prm, chains[40:]))
+
+    # Then: the held-out metrics it stored are reproduced from the loaded checkpoint
+    from prm_training.ml.metrics import evaluate
+
+    recomputed = evaluate(chains[40:], scores)
+    for key in ("step_auroc", "first_error_accuracy"):
+        assert recomputed[key] == pytest.approx(result.metrics[key], abs=1e-6)
+    assert all(item.member_probs is not None and len(item.member_probs) == 3 for item in scores)
+    assert prm.config == config
+
+
+def test_frozen_checkpoint_refuses_a_different_backbone(
+    backbones: dict[str, Path], tmp_path: Path
+) -> None:
+    chains = synthetic_chains(20, seed=6)
+    config = _tiny_config(backbones["bert"], mode="frozen_head", head_epochs=1)
+    result = train_prm(config, chains[:15], chains[15:], tmp_path / "ckpt")
+    meta_path = Path(result.checkpoint_dir) / "config.json"
+    import json
+
+    meta = json.loads(meta_path.read_text())
+    meta["prm_config"]["backbone"] = str(backbones["gpt2"])
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="not the backbone"):
+        load_prm(result.checkpoint_dir)
+
+
+@pytest.mark.parametrize("mode", ["full", "frozen_head"])
+def test_cancellation_raises_and_leaves_no_checkpoint(
+    backbones: dict[str, Path], tmp_path: Path, mode: str
+) -> None:
+    # Given: a stop flag that turns true after the second check
+    checks = []
+
+    def should_stop() -> bool:
+        checks.append(1)
+        return len(checks) > 2
+
+    out = tmp_path / "ckpt"
+    config = _tiny_config(backbones["bert"], mode=mode, epochs=5, head_epochs=50)
+
+    # When / Then
+    with pytest.raises(TrainingCancelled):
+        train_prm(config, synthetic_chains(60, seed=7), [], out, should_stop=should_stop)
+    assert len(checks) == 3
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no partial directory either
+
+
+def test_retraining_into_the_same_directory_replaces_it(
+    backbones: dict[str, Path], tmp_path: Path
+) -> None:
+    chains = synthetic_chains(20, seed=8)
+    config = _tiny_config(backbones["bert"], mode="frozen_head", head_epochs=1)
+    out = tmp_path / "ckpt"
+    train_prm(config, chains[:15], chains[15:], out)
+    second = train_prm(replace(config, seed=1), chains[:15], chains[15:], out)
+    assert load_prm(second.checkpoint_dir).config.seed == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_training_without_usable_labels_is_refused(
+    backbones: dict[str, Path], tmp_path: Path
+) -> None:
+    chains = [ChainExample(1, "a", ("b",), (0,)), ChainExample(2, "a", ("c",))]
+    with pytest.raises(ValueError, match="usable label"):
+        train_prm(_tiny_config(backbones["bert"], ambiguous="ignore"), chains, [],
+                  tmp_path / "x")
