@@ -14,5 +14,6 @@ urlpatterns = [
     # script and works under a strict Content-Security-Policy.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    path("", include("prm_training.urls")),
     path("", include("annotation.urls")),
 ]

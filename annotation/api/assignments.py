@@ -37,6 +37,7 @@ from annotation.services.assignments import (
     assignment_skip,
     assignment_submit,
 )
+from prm_training.services.training import training_autostart_enqueue
 
 
 class Conflict(APIException):
@@ -164,6 +165,34 @@ class RatingInputSerializer(serializers.Serializer):
     comment = serializers.CharField(
         required=False, allow_blank=True, default="", max_length=10_000, trim_whitespace=True
     )
+    duration_ms = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=0,
+        max_value=2**31 - 1,
+        help_text="How long the step held the annotator's focus.",
+    )
+
+
+def ratings_from_payload(data: dict[str, Any]) -> list[RatingInput]:
+    """The service's rating inputs from a validated ``SubmitInputSerializer`` payload."""
+    return [
+        RatingInput(
+            step_id=r["step"],
+            rating=int(r["rating"]),
+            comment=r["comment"],
+            duration_ms=r["duration_ms"],
+        )
+        for r in data["ratings"]
+    ]
+
+
+def after_submit(annotation: Any) -> None:
+    """What every submit endpoint does once a new annotation is recorded."""
+    if annotation.created and annotation.chain.is_finished:
+        # Auto-retraining counts finished chains; a worker checks, never this request.
+        training_autostart_enqueue(project_id=annotation.chain.project_id)
 
 
 class SubmitInputSerializer(serializers.Serializer):
@@ -241,14 +270,12 @@ class AssignmentSubmitView(APIView):
             annotation = assignment_submit(
                 assignment_id=assignment_id,
                 user=request.user,
-                ratings=[
-                    RatingInput(step_id=r["step"], rating=int(r["rating"]), comment=r["comment"])
-                    for r in data["ratings"]
-                ],
+                ratings=ratings_from_payload(data),
                 rewrite=data["rewrite"],
                 duration_ms=data["duration_ms"],
                 request_id=data["request_id"],
             )
+        after_submit(annotation)
         code = status.HTTP_201_CREATED if annotation.created else status.HTTP_200_OK
         return Response(SubmitOutputSerializer(annotation).data, status=code)
 

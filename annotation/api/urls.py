@@ -6,4 +6,7 @@ urlpatterns = [
     path("", include("annotation.api.project_urls")),
     path("", include("annotation.api.import_urls")),
     path("", include("annotation.api.assignment_urls")),
+    path("", include("annotation.api.dataset_urls")),
+    path("", include("prm_training.api.urls")),
+    path("", include("annotation.api.workspace_urls")),
 ]

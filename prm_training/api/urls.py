@@ -1,0 +1,46 @@
+"""Routes of the PRM loop under /api/v1/."""
+from django.urls import path
+
+from prm_training.api.views import (
+    ModelVersionActivateApi,
+    ProjectModelVersionsApi,
+    ProjectScoringRunsApi,
+    ProjectTrainingRunsApi,
+    ScoringRunDetailApi,
+    TrainingRunCancelApi,
+    TrainingRunDetailApi,
+)
+
+urlpatterns = [
+    path(
+        "projects/<int:project_id>/training-runs/",
+        ProjectTrainingRunsApi.as_view(),
+        name="api-training-runs",
+    ),
+    path("training-runs/<int:run_id>/", TrainingRunDetailApi.as_view(), name="api-training-run"),
+    path(
+        "training-runs/<int:run_id>/cancel/",
+        TrainingRunCancelApi.as_view(),
+        name="api-training-run-cancel",
+    ),
+    path(
+        "projects/<int:project_id>/model-versions/",
+        ProjectModelVersionsApi.as_view(),
+        name="api-model-versions",
+    ),
+    path(
+        "model-versions/<int:version_id>/activate/",
+        ModelVersionActivateApi.as_view(),
+        name="api-model-version-activate",
+    ),
+    path(
+        "projects/<int:project_id>/scoring-runs/",
+        ProjectScoringRunsApi.as_view(),
+        name="api-scoring-runs",
+    ),
+    path(
+        "scoring-runs/<int:scoring_run_id>/",
+        ScoringRunDetailApi.as_view(),
+        name="api-scoring-run",
+    ),
+]

@@ -1,0 +1,336 @@
+"""The PRM loop over HTTP: training runs, model versions, scoring runs.
+
+Thin: resolve the object through a selector (non-member 404, wrong role 403), call one
+service, serialize. ML staff start, cancel, activate and score; leads may read."""
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotation.api.errors import service_errors_as_400
+from annotation.selectors import project_get_for_member
+from prm_training.models import (
+    AcquisitionStrategy,
+    ModelVersion,
+    ScoringRun,
+    TrainingRun,
+)
+from prm_training.selectors import (
+    ML_AND_LEADS,
+    ML_ONLY,
+    model_version_get_for_member,
+    model_version_list,
+    scoring_run_get_for_member,
+    scoring_run_list,
+    training_run_get_for_member,
+    training_run_list,
+)
+from prm_training.services.scoring import scoring_run_start
+from prm_training.services.training import (
+    AMBIGUOUS_RULES,
+    MODES,
+    model_version_activate,
+    training_run_cancel,
+    training_run_start,
+)
+
+NOT_FOUND = OpenApiResponse(description="No such object, or not in one of your projects.")
+FORBIDDEN = OpenApiResponse(description="Your role in this project does not allow this.")
+RUN_LIST_LIMIT = 50
+
+
+# --- training runs -----------------------------------------------------------------------
+
+
+class TrainingRunInputSerializer(serializers.Serializer):
+    """PRMConfig fields; any left out take the ML package's defaults."""
+
+    backbone = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=1000,
+        help_text="Absolute path of a local Hugging Face model directory on the worker; "
+        "blank for the bundled all-MiniLM-L6-v2.",
+    )
+    mode = serializers.ChoiceField(choices=MODES, required=False)
+    epochs = serializers.IntegerField(required=False, help_text="Passes in 'full' mode.")
+    head_epochs = serializers.IntegerField(
+        required=False, help_text="Passes over cached features in 'frozen_head' mode."
+    )
+    learning_rate = serializers.FloatField(required=False)
+    head_learning_rate = serializers.FloatField(required=False)
+    batch_size = serializers.IntegerField(required=False)
+    max_length = serializers.IntegerField(required=False)
+    ambiguous = serializers.ChoiceField(choices=AMBIGUOUS_RULES, required=False)
+    ensemble_size = serializers.IntegerField(required=False)
+    head_hidden = serializers.IntegerField(required=False)
+    seed = serializers.IntegerField(required=False)
+
+
+class TrainingRunOutputSerializer(serializers.ModelSerializer):
+    # A plain string in the schema: an enum named "status" would collide with the
+    # assignment's (the lead may map RunStatus in SPECTACULAR_SETTINGS ENUM_NAME_OVERRIDES).
+    status = serializers.CharField(
+        read_only=True, help_text="queued, running, succeeded, failed or cancelled."
+    )
+    started_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    model_version = serializers.SerializerMethodField()
+
+    class Meta:
+        model = TrainingRun
+        fields = [
+            "id",
+            "project",
+            "status",
+            "trigger",
+            "settings",
+            "snapshot",
+            "started_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "progress",
+            "last_loss",
+            "loss_history",
+            "error",
+            "attempts",
+            "cancel_requested",
+            "activation_note",
+            "model_version",
+        ]
+
+    def get_model_version(self, run: TrainingRun) -> int | None:
+        version = getattr(run, "model_version", None)
+        return version.pk if version is not None else None
+
+
+class ProjectTrainingRunsApi(APIView):
+    @extend_schema(
+        operation_id="training_runs_list",
+        responses={200: TrainingRunOutputSerializer(many=True), 403: FORBIDDEN, 404: NOT_FOUND},
+        summary="The project's latest training runs (ML staff and leads)",
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_get_for_member(
+            user=request.user, project_id=project_id, roles=ML_AND_LEADS
+        )
+        runs = training_run_list(project=project)[:RUN_LIST_LIMIT]
+        return Response(TrainingRunOutputSerializer(runs, many=True).data)
+
+    @extend_schema(
+        operation_id="training_runs_start",
+        request=TrainingRunInputSerializer,
+        responses={
+            201: TrainingRunOutputSerializer,
+            400: OpenApiResponse(description="A setting out of range."),
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+        },
+        summary="Start a training run (ML staff)",
+        description="Queues a run on the GPU workers. It trains on a fresh snapshot of the "
+        "consensus labels; the new model version becomes active only if it beats the active "
+        "one on the same held-out chains.",
+    )
+    def post(self, request: Request, project_id: int) -> Response:
+        project = project_get_for_member(user=request.user, project_id=project_id, roles=ML_ONLY)
+        payload = TrainingRunInputSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        with service_errors_as_400():
+            run = training_run_start(
+                project=project, user=request.user, settings=dict(payload.validated_data)
+            )
+        return Response(TrainingRunOutputSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class TrainingRunDetailApi(APIView):
+    @extend_schema(
+        operation_id="training_runs_retrieve",
+        responses={200: TrainingRunOutputSerializer, 403: FORBIDDEN, 404: NOT_FOUND},
+        summary="Follow a training run (ML staff and leads)",
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        run = training_run_get_for_member(user=request.user, run_id=run_id)
+        return Response(TrainingRunOutputSerializer(run).data)
+
+
+class TrainingRunCancelApi(APIView):
+    @extend_schema(
+        operation_id="training_runs_cancel",
+        request=None,
+        responses={
+            200: TrainingRunOutputSerializer,
+            400: OpenApiResponse(description="The run has already finished."),
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+        },
+        summary="Cancel a training run (ML staff)",
+        description="A queued run is cancelled at once; a running one stops at its next "
+        "progress check and publishes nothing.",
+    )
+    def post(self, request: Request, run_id: int) -> Response:
+        run = training_run_get_for_member(user=request.user, run_id=run_id, roles=ML_ONLY)
+        with service_errors_as_400():
+            run = training_run_cancel(run=run)
+        return Response(TrainingRunOutputSerializer(run).data)
+
+
+# --- model versions ----------------------------------------------------------------------
+
+
+class ModelVersionOutputSerializer(serializers.ModelSerializer):
+    snapshot_version = serializers.IntegerField(source="snapshot.version", read_only=True)
+    activated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ModelVersion
+        fields = [
+            "id",
+            "project",
+            "version",
+            "training_run",
+            "snapshot",
+            "snapshot_version",
+            "metrics",
+            "is_active",
+            "created_at",
+            "activated_at",
+            "activated_by",
+        ]
+
+
+class ProjectModelVersionsApi(APIView):
+    @extend_schema(
+        operation_id="model_versions_list",
+        responses={200: ModelVersionOutputSerializer(many=True), 403: FORBIDDEN, 404: NOT_FOUND},
+        summary="Model versions with their held-out metrics (ML staff and leads)",
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_get_for_member(
+            user=request.user, project_id=project_id, roles=ML_AND_LEADS
+        )
+        versions = model_version_list(project=project)
+        return Response(ModelVersionOutputSerializer(versions, many=True).data)
+
+
+class ModelVersionActivateApi(APIView):
+    @extend_schema(
+        operation_id="model_versions_activate",
+        request=None,
+        responses={200: ModelVersionOutputSerializer, 403: FORBIDDEN, 404: NOT_FOUND},
+        summary="Make a model version the active one (ML staff)",
+    )
+    def post(self, request: Request, version_id: int) -> Response:
+        version = model_version_get_for_member(
+            user=request.user, version_id=version_id, roles=ML_ONLY
+        )
+        version = model_version_activate(model_version=version, user=request.user)
+        version = model_version_list(project=version.project).get(pk=version.pk)
+        return Response(ModelVersionOutputSerializer(version).data)
+
+
+# --- scoring runs ------------------------------------------------------------------------
+
+
+class ScoringRunInputSerializer(serializers.Serializer):
+    strategy = serializers.ChoiceField(
+        choices=AcquisitionStrategy.choices,
+        required=False,
+        help_text="Defaults to the project's acquisition strategy.",
+    )
+    random_fraction = serializers.FloatField(
+        required=False, min_value=0.0, max_value=1.0, help_text="Share of the queue at random."
+    )
+    model_version = serializers.IntegerField(
+        required=False, help_text="Defaults to the active version."
+    )
+
+
+class ScoringRunOutputSerializer(serializers.ModelSerializer):
+    # A plain string in the schema: an enum named "status" would collide with the
+    # assignment's (the lead may map RunStatus in SPECTACULAR_SETTINGS ENUM_NAME_OVERRIDES).
+    status = serializers.CharField(
+        read_only=True, help_text="queued, running, succeeded, failed or cancelled."
+    )
+    model_version_number = serializers.IntegerField(source="model_version.version", read_only=True)
+
+    class Meta:
+        model = ScoringRun
+        fields = [
+            "id",
+            "project",
+            "model_version",
+            "model_version_number",
+            "status",
+            "strategy",
+            "random_fraction",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "chains_total",
+            "chains_scored",
+            "priorities_updated",
+            "error",
+        ]
+
+
+class ProjectScoringRunsApi(APIView):
+    @extend_schema(
+        operation_id="scoring_runs_list",
+        responses={200: ScoringRunOutputSerializer(many=True), 403: FORBIDDEN, 404: NOT_FOUND},
+        summary="The project's latest scoring runs (ML staff and leads)",
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_get_for_member(
+            user=request.user, project_id=project_id, roles=ML_AND_LEADS
+        )
+        runs = scoring_run_list(project=project)[:RUN_LIST_LIMIT]
+        return Response(ScoringRunOutputSerializer(runs, many=True).data)
+
+    @extend_schema(
+        operation_id="scoring_runs_start",
+        request=ScoringRunInputSerializer,
+        responses={
+            201: ScoringRunOutputSerializer,
+            400: OpenApiResponse(description="No active version, or a bad setting."),
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+        },
+        summary="Score unlabeled chains and refresh the queue order (ML staff)",
+    )
+    def post(self, request: Request, project_id: int) -> Response:
+        project = project_get_for_member(user=request.user, project_id=project_id, roles=ML_ONLY)
+        payload = ScoringRunInputSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data: dict[str, Any] = dict(payload.validated_data)
+        version = None
+        if "model_version" in data:
+            version = ModelVersion.objects.filter(
+                pk=data["model_version"], project=project
+            ).first()
+            if version is None:
+                raise serializers.ValidationError({"model_version": "No such version here."})
+        with service_errors_as_400():
+            run = scoring_run_start(
+                project=project,
+                user=request.user,
+                model_version=version,
+                strategy=data.get("strategy"),
+                random_fraction=data.get("random_fraction"),
+            )
+        return Response(ScoringRunOutputSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class ScoringRunDetailApi(APIView):
+    @extend_schema(
+        operation_id="scoring_runs_retrieve",
+        responses={200: ScoringRunOutputSerializer, 403: FORBIDDEN, 404: NOT_FOUND},
+        summary="Follow a scoring run (ML staff and leads)",
+    )
+    def get(self, request: Request, scoring_run_id: int) -> Response:
+        run = scoring_run_get_for_member(user=request.user, scoring_run_id=scoring_run_id)
+        return Response(ScoringRunOutputSerializer(run).data)

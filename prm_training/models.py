@@ -1,0 +1,238 @@
+"""Training runs, model versions and scoring runs: the PRM half of the loop.
+
+Rows here are written only by ``prm_training.services``; nothing in ``save()`` or a signal
+starts work (a saved label never trains a model by itself)."""
+from __future__ import annotations
+
+from django.conf import settings as django_settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from annotation.models import Chain, Project, Snapshot
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+# Statuses a run never leaves.
+FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class AcquisitionStrategy(models.TextChoices):
+    RANDOM = "random", "Random"
+    ENTROPY = "entropy", "Step uncertainty (entropy)"
+    FIRST_ERROR_ENTROPY = "first_error_entropy", "Uncertainty over the first error"
+    DISAGREEMENT = "disagreement", "Ensemble disagreement"
+    CONVINCING_WRONG = "convincing_wrong", "Convincing wrong answer"
+
+
+class RunTrigger(models.TextChoices):
+    MANUAL = "manual", "Started by hand"
+    AUTO = "auto", "Started after N finished chains"
+
+
+class ProjectTrainingSettings(models.Model):
+    """How the loop runs for one project. Absent means the defaults below."""
+
+    project = models.OneToOneField(
+        Project, on_delete=models.CASCADE, related_name="training_settings"
+    )
+    acquisition_strategy = models.CharField(
+        max_length=30, choices=AcquisitionStrategy.choices, default=AcquisitionStrategy.ENTROPY
+    )
+    random_fraction = models.FloatField(
+        default=0.2,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Share of the queue filled at random, a guard against a biased selector.",
+    )
+    retrain_every_n_finished = models.PositiveIntegerField(
+        default=0, help_text="Start a training run after this many new finished chains; 0 = off."
+    )
+    default_config = models.JSONField(
+        default=dict, blank=True, help_text="PRMConfig fields used by automatic runs."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "project training settings"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(random_fraction__gte=0.0, random_fraction__lte=1.0),
+                name="training_settings_random_fraction_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(acquisition_strategy__in=AcquisitionStrategy.values),
+                name="training_settings_strategy_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"training settings of {self.project}"
+
+
+class TrainingRun(models.Model):
+    """One attempt to train a PRM on a snapshot. ``settings`` holds PRMConfig fields (those
+    left out take the ML package's defaults). ``worker`` and ``heartbeat_at`` let a later
+    worker tell a run whose worker died from one still going (see
+    ``services.training.training_run_reap_stale``)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="training_runs")
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    trigger = models.CharField(max_length=20, choices=RunTrigger.choices, default=RunTrigger.MANUAL)
+    settings = models.JSONField(default=dict, blank=True)
+    snapshot = models.ForeignKey(
+        Snapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="training_runs"
+    )
+    started_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    progress = models.FloatField(default=0.0)
+    last_loss = models.FloatField(null=True, blank=True)
+    loss_history = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    celery_task_id = models.CharField(max_length=255, blank=True)
+    worker = models.CharField(max_length=255, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    cancel_requested = models.BooleanField(default=False)
+    finished_chains_at_start = models.PositiveIntegerField(
+        default=0, help_text="Finished chains in the project when the run was queued."
+    )
+    activation_note = models.TextField(
+        blank=True, help_text="Why the new version was, or was not, made active."
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=RunStatus.values), name="training_run_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(progress__gte=0.0, progress__lte=1.0),
+                name="training_run_progress_range",
+            ),
+        ]
+        indexes = [models.Index(fields=["project", "status"], name="training_run_by_status")]
+
+    def __str__(self) -> str:
+        return f"training run {self.pk} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
+class ModelVersion(models.Model):
+    """A trained PRM checkpoint, published only by a run that succeeded (invariant 4)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="model_versions")
+    training_run = models.OneToOneField(
+        TrainingRun, on_delete=models.PROTECT, related_name="model_version"
+    )
+    snapshot = models.ForeignKey(Snapshot, on_delete=models.PROTECT, related_name="model_versions")
+    version = models.PositiveIntegerField(help_text="1, 2, 3 ... per project.")
+    checkpoint_dir = models.CharField(max_length=1000)
+    metrics = models.JSONField(default=dict, blank=True)
+    is_active = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    activated_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    activated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["project_id", "-version"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project"], condition=Q(is_active=True), name="model_version_one_active"
+            ),
+            models.UniqueConstraint(
+                fields=["project", "version"], name="model_version_unique_version"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project} model v{self.version}"
+
+
+class ScoringRun(models.Model):
+    """Scores the project's unlabeled chains with one model version and turns the scores
+    into queue priorities with ``strategy`` (mixed with ``random_fraction`` at random)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="scoring_runs")
+    model_version = models.ForeignKey(
+        ModelVersion, on_delete=models.PROTECT, related_name="scoring_runs"
+    )
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    strategy = models.CharField(max_length=30, choices=AcquisitionStrategy.choices)
+    random_fraction = models.FloatField(default=0.2)
+    seed = models.IntegerField(default=0)
+    started_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    chains_total = models.PositiveIntegerField(default=0)
+    chains_scored = models.PositiveIntegerField(default=0)
+    priorities_updated = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    celery_task_id = models.CharField(max_length=255, blank=True)
+    worker = models.CharField(max_length=255, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=RunStatus.values), name="scoring_run_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"scoring run {self.pk} ({self.status})"
+
+
+class ChainScore(models.Model):
+    """One chain's PRM output in one scoring run. ``step_probs[i]`` is P(step i correct);
+    ``member_probs`` holds each ensemble member's probabilities when there is an ensemble."""
+
+    scoring_run = models.ForeignKey(ScoringRun, on_delete=models.CASCADE, related_name="scores")
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="prm_scores")
+    step_probs = models.JSONField()
+    member_probs = models.JSONField(null=True, blank=True)
+    acquisition = models.FloatField(null=True, blank=True)
+    priority = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scoring_run", "chain"], name="chain_score_unique_per_run"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"scores of chain {self.chain_id} in scoring run {self.scoring_run_id}"

@@ -1,0 +1,91 @@
+"""Read paths of the PRM loop, with the access rule of invariant 6: only ML staff train,
+activate and score; leads may follow runs and read versions; a project the caller does not
+belong to is a 404 (through ``project_get_for_member``), whatever the object."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TypeVar
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Model, QuerySet
+from django.http import Http404
+
+from annotation.models import Project, Role
+from annotation.selectors import project_get_for_member
+from prm_training.models import ModelVersion, ScoringRun, TrainingRun
+
+ML_ONLY: tuple[str, ...] = (Role.ML,)
+ML_AND_LEADS: tuple[str, ...] = (Role.ML, Role.LEAD)
+
+M = TypeVar("M", bound=Model)
+
+
+def _get_for_member(
+    *,
+    queryset: QuerySet[M],
+    object_id: int | str,
+    user: AbstractBaseUser | AnonymousUser,
+    roles: Iterable[str],
+) -> M:
+    try:
+        obj = queryset.get(pk=int(object_id))
+    except (queryset.model.DoesNotExist, ValueError, TypeError):
+        raise Http404("Not found.") from None
+    # Http404 for a non-member (the object's existence stays hidden), 403 for a wrong role.
+    project_get_for_member(user=user, project_id=obj.project_id, roles=roles)  # type: ignore[attr-defined]
+    return obj
+
+
+def training_run_get_for_member(
+    *,
+    user: AbstractBaseUser | AnonymousUser,
+    run_id: int | str,
+    roles: Iterable[str] = ML_AND_LEADS,
+) -> TrainingRun:
+    return _get_for_member(
+        queryset=TrainingRun.objects.select_related("started_by", "model_version"),
+        object_id=run_id,
+        user=user,
+        roles=roles,
+    )
+
+
+def model_version_get_for_member(
+    *,
+    user: AbstractBaseUser | AnonymousUser,
+    version_id: int | str,
+    roles: Iterable[str] = ML_AND_LEADS,
+) -> ModelVersion:
+    return _get_for_member(
+        queryset=ModelVersion.objects.all(), object_id=version_id, user=user, roles=roles
+    )
+
+
+def scoring_run_get_for_member(
+    *,
+    user: AbstractBaseUser | AnonymousUser,
+    scoring_run_id: int | str,
+    roles: Iterable[str] = ML_AND_LEADS,
+) -> ScoringRun:
+    return _get_for_member(
+        queryset=ScoringRun.objects.select_related("model_version"),
+        object_id=scoring_run_id,
+        user=user,
+        roles=roles,
+    )
+
+
+def training_run_list(*, project: Project) -> QuerySet[TrainingRun]:
+    return TrainingRun.objects.filter(project=project).select_related(
+        "started_by", "model_version"
+    )
+
+
+def model_version_list(*, project: Project) -> QuerySet[ModelVersion]:
+    return ModelVersion.objects.filter(project=project).select_related(
+        "training_run", "snapshot", "activated_by"
+    )
+
+
+def scoring_run_list(*, project: Project) -> QuerySet[ScoringRun]:
+    return ScoringRun.objects.filter(project=project).select_related("model_version")

@@ -1,0 +1,322 @@
+"""Scoring runs: P(step correct) for the unlabeled chains with the active model version,
+turned into queue priorities by the project's acquisition function.
+
+The run is idempotent like a training run: it is claimed QUEUED -> RUNNING under a row
+lock, scores are written with the unique key (scoring_run, chain), so a redelivered task
+that takes over a dead worker's run (stale heartbeat) rewrites the same rows.
+
+Priorities are written with one ``UPDATE ... FROM (VALUES ...)`` per chunk of chains,
+each chunk in its own short transaction: the queue's claim locks chain rows too, and one
+transaction over 20,000 rows would stall every annotator's "next" for its duration.
+While the chunks are written the queue mixes old and new priorities for a moment.
+
+Torch is imported only inside ``scoring_run_execute`` (worker side)."""
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+import traceback
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, QuerySet
+from django.utils import timezone
+
+from annotation.models import Annotation, AnnotationSource, Chain, Project
+from prm_training.models import (
+    FINISHED_STATUSES,
+    AcquisitionStrategy,
+    ChainScore,
+    ModelVersion,
+    RunStatus,
+    ScoringRun,
+)
+from prm_training.services.training import (
+    MAX_ATTEMPTS,
+    chain_examples_build,
+    project_training_settings_get,
+    stale_after,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+logger = logging.getLogger(__name__)
+
+# Chains loaded, scored and stored per round trip; bounds the worker's memory.
+SCORING_PAGE = 1_000
+PRIORITY_CHUNK = 1_000
+HEARTBEAT_SECONDS = 5.0
+
+
+def chains_to_score(*, project: Project) -> QuerySet[Chain]:
+    """The chains the PRM should rank: open (not finished, not flagged) and with no human
+    annotation yet. Chains that a person has begun to label keep their place."""
+    human = Annotation.objects.filter(chain=OuterRef("pk"), source=AnnotationSource.HUMAN)
+    return Chain.objects.filter(project=project, is_finished=False, is_flagged=False).filter(
+        ~Exists(human)
+    )
+
+
+def _enqueue_scoring(scoring_run_id: int) -> None:
+    from prm_training.tasks import score_chains_task
+
+    score_chains_task.delay(scoring_run_id)
+
+
+def scoring_run_start(
+    *,
+    project: Project,
+    user: AbstractBaseUser | None,
+    model_version: ModelVersion | None = None,
+    strategy: str | None = None,
+    random_fraction: float | None = None,
+    seed: int = 0,
+) -> ScoringRun:
+    """Create a QUEUED scoring run with ``model_version`` (default: the active one) and the
+    project's acquisition settings unless given; enqueue it once committed."""
+    loop = project_training_settings_get(project=project)
+    strategy = strategy or loop.acquisition_strategy
+    if strategy not in AcquisitionStrategy.values:
+        raise ValidationError({"strategy": f"Unknown acquisition strategy {strategy!r}."})
+    fraction = loop.random_fraction if random_fraction is None else float(random_fraction)
+    if not 0.0 <= fraction <= 1.0 or math.isnan(fraction):
+        raise ValidationError({"random_fraction": "Must be between 0 and 1."})
+    if model_version is None:
+        model_version = ModelVersion.objects.filter(project=project, is_active=True).first()
+        if model_version is None:
+            raise ValidationError("The project has no active model version to score with.")
+    elif model_version.project_id != project.pk:
+        raise ValidationError({"model_version": "The version belongs to another project."})
+    with transaction.atomic():
+        run = ScoringRun.objects.create(
+            project=project,
+            model_version=model_version,
+            strategy=strategy,
+            random_fraction=fraction,
+            seed=seed,
+            started_by=user if user is not None and user.is_authenticated else None,
+        )
+        transaction.on_commit(lambda: _enqueue_scoring(run.pk))
+    return run
+
+
+def _claim(*, scoring_run_id: int, task_id: str) -> ScoringRun | None:
+    now = timezone.now()
+    with transaction.atomic():
+        run = ScoringRun.objects.select_for_update().filter(pk=scoring_run_id).first()
+        if run is None or run.status in FINISHED_STATUSES:
+            return None
+        if run.status == RunStatus.RUNNING:
+            fresh = run.heartbeat_at is not None and run.heartbeat_at >= now - stale_after()
+            if fresh:
+                return None
+            if run.attempts >= MAX_ATTEMPTS:
+                run.status = RunStatus.FAILED
+                run.finished_at = now
+                run.error = f"Worker lost {run.attempts} times; giving up."
+                run.save(update_fields=["status", "finished_at", "error"])
+                return None
+        run.status = RunStatus.RUNNING
+        run.attempts += 1
+        run.started_at = now
+        run.heartbeat_at = now
+        run.celery_task_id = task_id
+        run.error = ""
+        run.save()
+    return run
+
+
+def mixed_priorities(
+    *, chain_ids: Sequence[int], acquisition: Sequence[float], random_fraction: float, seed: int
+) -> dict[int, float]:
+    """Queue priorities in (0, 1] for ``chain_ids``: the queue is filled slot by slot, each
+    slot taking the best remaining chain by acquisition (ties: lower id first) or, with
+    probability ``random_fraction``, a uniformly random remaining chain. The first slot gets
+    priority 1, the last 1/n. NaN acquisition counts as the lowest.
+
+    >>> mixed_priorities(chain_ids=[1, 2, 3], acquisition=[0.1, 0.9, 0.5],
+    ...                  random_fraction=0.0, seed=0)
+    {2: 1.0, 3: 0.6666666666666666, 1: 0.3333333333333333}
+    """
+    n = len(chain_ids)
+    if n == 0:
+        return {}
+    rng = random.Random(seed)
+    by_value = sorted(
+        range(n),
+        key=lambda i: (
+            -acquisition[i] if not math.isnan(acquisition[i]) else math.inf,
+            chain_ids[i],
+        ),
+    )
+    shuffled = list(range(n))
+    rng.shuffle(shuffled)
+    taken = [False] * n
+    best = pick = 0
+    priorities: dict[int, float] = {}
+    for slot in range(n):
+        if rng.random() < random_fraction:
+            while taken[shuffled[pick]]:
+                pick += 1
+            chosen = shuffled[pick]
+        else:
+            while taken[by_value[best]]:
+                best += 1
+            chosen = by_value[best]
+        taken[chosen] = True
+        priorities[chain_ids[chosen]] = (n - slot) / n
+    return priorities
+
+
+def chain_priorities_write(*, project: Project, priorities: dict[int, float]) -> int:
+    """Set ``Chain.priority`` for many chains of ``project``, one statement per chunk.
+    Returns how many rows changed."""
+    table = connection.ops.quote_name(Chain._meta.db_table)
+    items = sorted(priorities.items())  # id order: chunks lock rows in one order, no deadlock
+    changed = 0
+    for start in range(0, len(items), PRIORITY_CHUNK):
+        chunk = items[start : start + PRIORITY_CHUNK]
+        with transaction.atomic(), connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                values = ", ".join(["(%s::bigint, %s::double precision)"] * len(chunk))
+                params: list[Any] = [x for pair in chunk for x in pair]
+                cursor.execute(
+                    f"UPDATE {table} AS c SET priority = v.priority "  # noqa: S608 - quoted name
+                    f"FROM (VALUES {values}) AS v(id, priority) "
+                    "WHERE c.id = v.id AND c.project_id = %s",
+                    [*params, project.pk],
+                )
+                changed += cursor.rowcount
+            else:
+                # SQLite (the demo) has no column list on a VALUES alias.
+                cursor.executemany(
+                    f"UPDATE {table} SET priority = %s WHERE id = %s AND project_id = %s",  # noqa: S608
+                    [(priority, chain_id, project.pk) for chain_id, priority in chunk],
+                )
+                changed += len(chunk)
+    return changed
+
+
+def _acquisition_values(
+    *, strategy: str, rows: list[ChainScore], answers: dict[int, tuple[str, str]], seed: int
+) -> list[float]:
+    """One acquisition value per row (higher = more worth a human's time), from the ML
+    package. ``convincing_wrong`` grades each final answer against the reference."""
+    import numpy as np
+
+    from prm_training.ml.acquisition import acquisition_scores
+    from prm_training.ml.answers import grade_answer
+    from prm_training.ml.score import ChainScores
+
+    scores = [
+        ChainScores(chain_id=row.chain_id, step_probs=row.step_probs, member_probs=row.member_probs)
+        for row in rows
+    ]
+    correct = None
+    if strategy == AcquisitionStrategy.CONVINCING_WRONG:
+        correct = [
+            grade_answer(answers[row.chain_id][0], answers[row.chain_id][1])
+            if answers[row.chain_id][1].strip()
+            else None
+            for row in rows
+        ]
+    values = acquisition_scores(
+        strategy, scores, answers_correct=correct, rng=np.random.default_rng(seed)
+    )
+    return [float(v) for v in values]
+
+
+def scoring_run_execute(*, scoring_run_id: int, task_id: str = "") -> ScoringRun | None:
+    """Score, rank and reprioritize. Called by the ``prm_training.score`` task."""
+    run = _claim(scoring_run_id=scoring_run_id, task_id=task_id)
+    if run is None:
+        return None
+    try:
+        _score(run)
+    except Exception as exc:  # noqa: BLE001 - any failure ends the run, the queue keeps its order
+        logger.exception("Scoring run %s failed", run.pk)
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        ScoringRun.objects.filter(pk=run.pk, attempts=run.attempts).update(
+            status=RunStatus.FAILED, error=detail[:10_000], finished_at=timezone.now()
+        )
+    run.refresh_from_db()
+    return run
+
+
+def _score(run: ScoringRun) -> None:
+    from prm_training.ml.score import load_prm, score_chains
+
+    project = run.project
+    version = run.model_version
+    prm = load_prm(version.checkpoint_dir)
+    chain_ids = list(chains_to_score(project=project).order_by("id").values_list("id", flat=True))
+    ScoringRun.objects.filter(pk=run.pk).update(chains_total=len(chain_ids), chains_scored=0)
+    last_beat = time.monotonic()
+    scored = 0
+    for start in range(0, len(chain_ids), SCORING_PAGE):
+        page = list(
+            Chain.objects.filter(pk__in=chain_ids[start : start + SCORING_PAGE])
+            .select_related("problem")
+            .order_by("id")
+        )
+        examples = chain_examples_build(chains=[(chain, None) for chain in page])
+        rows = [
+            ChainScore(
+                scoring_run=run,
+                chain_id=item.chain_id,
+                step_probs=[float(p) for p in item.step_probs],
+                member_probs=(
+                    [[float(p) for p in member] for member in item.member_probs]
+                    if item.member_probs is not None
+                    else None
+                ),
+            )
+            for item in score_chains(prm, examples)
+        ]
+        ChainScore.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["scoring_run", "chain"],
+            update_fields=["step_probs", "member_probs"],
+        )
+        scored += len(rows)
+        fields: dict[str, Any] = {"chains_scored": scored}
+        if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
+            fields["heartbeat_at"] = timezone.now()
+            last_beat = time.monotonic()
+        ScoringRun.objects.filter(pk=run.pk).update(**fields)
+
+    rows = list(ChainScore.objects.filter(scoring_run=run).order_by("chain_id"))
+    answers = {
+        chain_id: (answer, reference)
+        for chain_id, answer, reference in Chain.objects.filter(
+            pk__in=[row.chain_id for row in rows]
+        ).values_list("id", "final_answer", "problem__reference_answer")
+    }
+    values = (
+        _acquisition_values(strategy=run.strategy, rows=rows, answers=answers, seed=run.seed)
+        if rows
+        else []
+    )
+    priorities = mixed_priorities(
+        chain_ids=[row.chain_id for row in rows],
+        acquisition=values,
+        random_fraction=run.random_fraction,
+        seed=run.seed,
+    )
+    for row, value in zip(rows, values, strict=True):
+        row.acquisition = value if math.isfinite(value) else None
+        row.priority = priorities[row.chain_id]
+    ChainScore.objects.bulk_update(rows, ["acquisition", "priority"], batch_size=PRIORITY_CHUNK)
+    changed = chain_priorities_write(project=project, priorities=priorities)
+    ScoringRun.objects.filter(pk=run.pk, attempts=run.attempts).update(
+        status=RunStatus.SUCCEEDED,
+        priorities_updated=changed,
+        finished_at=timezone.now(),
+        heartbeat_at=timezone.now(),
+    )

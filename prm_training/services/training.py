@@ -1,0 +1,656 @@
+"""Training runs and model versions: start, execute on a worker, cancel, reap, activate.
+
+Invariant 4 lives here: a ModelVersion is written only in the transaction that marks its
+run SUCCEEDED; a failed, cancelled or killed run publishes nothing and never touches the
+active version.
+
+How a run survives the broker. The task is ``acks_late`` so a worker that dies loses no
+message, and Redis hands an unacknowledged message out again once its visibility timeout
+has passed (12 h by default). ``training_run_execute`` is therefore idempotent: it claims
+the row QUEUED -> RUNNING under ``SELECT ... FOR UPDATE`` and a second delivery of a run
+that is RUNNING with a fresh heartbeat, or finished, returns without doing anything.
+
+A killed worker leaves its run RUNNING. Waiting 12 h for the redelivery is too long, so
+``training_run_reap_stale`` marks such runs FAILED ("worker lost"): a worker that starts
+reaps the runs recorded under its own node name (one node name is one process, so a run
+still RUNNING under it when the node starts was orphaned), and any worker reaps runs whose
+heartbeat is older than ``STEPLAB_TRAINING_STALE_SECONDS``. A redelivery that finds a stale
+run RUNNING takes it over itself if ``attempts`` is below ``MAX_ATTEMPTS``. A reaped run is
+not restarted: ML staff start a new one (the page and ``train_prm`` do it in one step).
+
+Torch is imported only inside ``training_run_execute`` and what it calls, never at module
+level: the web process imports this module to start and cancel runs."""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from annotation.models import Chain, Project, Snapshot, SnapshotChain, SnapshotSplit
+from prm_training.models import (
+    FINISHED_STATUSES,
+    ModelVersion,
+    ProjectTrainingSettings,
+    RunStatus,
+    RunTrigger,
+    TrainingRun,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+    from prm_training.ml.data import ChainExample
+
+logger = logging.getLogger(__name__)
+
+# A run whose worker died is taken over by a redelivery at most this many times in all.
+MAX_ATTEMPTS = 2
+# Progress, loss and heartbeat are written at most this often; the cancel flag is read as
+# often. Training calls back once per step, far too often for a row update each.
+PROGRESS_WRITE_SECONDS = 1.0
+LOSS_HISTORY_MAX = 500
+
+MODES = ("frozen_head", "full")
+AMBIGUOUS_RULES = ("positive", "negative", "ignore")
+
+
+# --- settings ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Field:
+    kind: type
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] | None = None
+
+
+# The PRMConfig fields a run may set. Checked here, in the web process, without importing
+# the ML package (which would pull in torch); the worker builds the PRMConfig from them and
+# the ML package's defaults fill in the rest.
+CONFIG_FIELDS: dict[str, _Field] = {
+    "backbone": _Field(str),
+    "backbone_kind": _Field(str, choices=("auto", "encoder", "decoder")),
+    "mode": _Field(str, choices=MODES),
+    "epochs": _Field(int, 1, 10_000),
+    "head_epochs": _Field(int, 1, 1_000_000),
+    "learning_rate": _Field(float, 1e-9, 1.0),
+    "head_learning_rate": _Field(float, 1e-9, 10.0),
+    "weight_decay": _Field(float, 0.0, 10.0),
+    "batch_size": _Field(int, 1, 4096),
+    "head_batch_size": _Field(int, 1, 1_000_000),
+    "max_length": _Field(int, 8, 32_768),
+    "ambiguous": _Field(str, choices=AMBIGUOUS_RULES),
+    "ensemble_size": _Field(int, 1, 64),
+    "head_hidden": _Field(int, 1, 65_536),
+    "head_dropout": _Field(float, 0.0, 0.9),
+    "seed": _Field(int, 0, 2**31 - 1),
+    "device": _Field(str, choices=("auto", "cpu", "cuda", *(f"cuda:{i}" for i in range(16)))),
+    "save_backbone": _Field(bool),
+}
+
+
+def training_config_clean(*, config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with only known PRMConfig fields, each of the right type and in range.
+    Raises ValidationError naming every bad field."""
+    errors: dict[str, list[str]] = {}
+    cleaned: dict[str, Any] = {}
+    for name, value in config.items():
+        spec = CONFIG_FIELDS.get(name)
+        if spec is None:
+            errors.setdefault(name, []).append("Unknown training setting.")
+            continue
+        if value is None:
+            continue
+        if spec.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, spec.kind) or (spec.kind is not bool and isinstance(value, bool)):
+            errors.setdefault(name, []).append(f"Must be a {spec.kind.__name__}.")
+            continue
+        if spec.kind is float and not math.isfinite(value):
+            errors.setdefault(name, []).append("Must be a finite number.")
+            continue
+        if spec.choices is not None and value not in spec.choices:
+            errors.setdefault(name, []).append(f"Must be one of: {', '.join(spec.choices)}.")
+            continue
+        if spec.low is not None and value < spec.low:
+            errors.setdefault(name, []).append(f"Must be at least {spec.low:g}.")
+            continue
+        if spec.high is not None and value > spec.high:
+            errors.setdefault(name, []).append(f"Must be at most {spec.high:g}.")
+            continue
+        if name == "backbone":
+            value = value.strip()
+            if value and not Path(value).is_absolute():
+                errors.setdefault(name, []).append("Must be an absolute directory path.")
+                continue
+        cleaned[name] = value
+    if errors:
+        raise ValidationError(errors)
+    return cleaned
+
+
+def model_dir_root() -> Path:
+    """Where checkpoints go: ``STEPLAB_MODEL_DIR`` from the environment (read at call time,
+    so a worker started with it uses it) or the setting of that name, else ``var/models``."""
+    configured = os.environ.get("STEPLAB_MODEL_DIR") or getattr(
+        django_settings, "STEPLAB_MODEL_DIR", ""
+    )
+    return Path(configured) if configured else Path(django_settings.BASE_DIR) / "var" / "models"
+
+
+def stale_after() -> timedelta:
+    return timedelta(seconds=float(os.environ.get("STEPLAB_TRAINING_STALE_SECONDS", "900")))
+
+
+def project_training_settings_get(*, project: Project) -> ProjectTrainingSettings:
+    """The project's loop settings; an unsaved row with the defaults when it has none."""
+    found = ProjectTrainingSettings.objects.filter(project=project).first()
+    return found if found is not None else ProjectTrainingSettings(project=project)
+
+
+# --- start, cancel -----------------------------------------------------------------------
+
+
+def _enqueue_training(run_id: int) -> None:
+    from prm_training.tasks import train_prm_task
+
+    train_prm_task.delay(run_id)
+
+
+def training_run_start(
+    *,
+    project: Project,
+    user: AbstractBaseUser | None,
+    settings: Mapping[str, Any] | None = None,
+    snapshot: Snapshot | None = None,
+    trigger: str = RunTrigger.MANUAL,
+) -> TrainingRun:
+    """Create a QUEUED run and enqueue its task once the row is committed, so a worker
+    never looks for a row that was rolled back. Without ``snapshot`` the worker takes a
+    fresh one of the project's consensus labels when the run starts."""
+    config = training_config_clean(config=settings or {})
+    if snapshot is not None and snapshot.project_id != project.pk:
+        raise ValidationError({"snapshot": "The snapshot belongs to another project."})
+    with transaction.atomic():
+        run = TrainingRun.objects.create(
+            project=project,
+            settings=config,
+            snapshot=snapshot,
+            started_by=user if user is not None and user.is_authenticated else None,
+            trigger=trigger,
+            finished_chains_at_start=Chain.objects.filter(
+                project=project, is_finished=True
+            ).count(),
+        )
+        transaction.on_commit(lambda: _enqueue_training(run.pk))
+    return run
+
+
+def training_run_cancel(*, run: TrainingRun) -> TrainingRun:
+    """A queued run is cancelled at once (its task finds it CANCELLED and returns); a
+    running one is asked to stop and the worker marks it CANCELLED at its next check."""
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().get(pk=run.pk)
+        if run.status in FINISHED_STATUSES:
+            raise ValidationError(f"The run is already {run.status}.")
+        if run.status == RunStatus.QUEUED:
+            run.status = RunStatus.CANCELLED
+            run.finished_at = timezone.now()
+        run.cancel_requested = True
+        run.save(update_fields=["status", "finished_at", "cancel_requested"])
+    return run
+
+
+def training_run_reap_stale(*, worker: str = "", now: Any = None) -> int:
+    """Mark FAILED the RUNNING runs whose worker is gone: those recorded under ``worker``
+    (called when a worker node starts, so its own earlier process is dead) and those whose
+    heartbeat is older than ``stale_after()``. Returns how many runs were reaped.
+
+    Their partial checkpoint directories are removed; no ModelVersion exists for them, and
+    the active version is untouched."""
+    now = now or timezone.now()
+    reaped = 0
+    with transaction.atomic():
+        candidates = TrainingRun.objects.select_for_update(skip_locked=True).filter(
+            status=RunStatus.RUNNING
+        )
+        for run in candidates:
+            orphaned = bool(worker) and run.worker == worker
+            silent = run.heartbeat_at is None or run.heartbeat_at < now - stale_after()
+            if not (orphaned or silent):
+                continue
+            run.status = RunStatus.FAILED
+            run.finished_at = now
+            run.error = (
+                f"Worker lost: {run.worker or 'unknown worker'} stopped while training "
+                f"(attempt {run.attempts}). Start a new run."
+            )
+            run.save(update_fields=["status", "finished_at", "error"])
+            _remove_checkpoint(run)
+            reaped += 1
+    if reaped:
+        logger.warning("Reaped %d training run(s) whose worker was lost.", reaped)
+    return reaped
+
+
+# --- execute (worker side) ---------------------------------------------------------------
+
+
+def _run_dir(run: TrainingRun) -> Path:
+    # One directory per attempt: a takeover never trains into a dead attempt's leftovers.
+    return model_dir_root() / f"project-{run.project_id}" / f"run-{run.pk}-a{run.attempts}"
+
+
+def _remove_checkpoint(run: TrainingRun) -> None:
+    if run.attempts:
+        shutil.rmtree(_run_dir(run), ignore_errors=True)
+
+
+def _claim(*, run_id: int, task_id: str, worker: str) -> TrainingRun | None:
+    """QUEUED -> RUNNING under the row lock, or None when there is nothing to do."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            return None
+        if run.status == RunStatus.RUNNING:
+            # A redelivered message. A live heartbeat means a worker is on it.
+            fresh = run.heartbeat_at is not None and run.heartbeat_at >= now - stale_after()
+            if fresh:
+                return None
+            if run.attempts >= MAX_ATTEMPTS:
+                run.status = RunStatus.FAILED
+                run.finished_at = now
+                run.error = f"Worker lost {run.attempts} times; giving up."
+                run.save(update_fields=["status", "finished_at", "error"])
+                _remove_checkpoint(run)
+                return None
+            _remove_checkpoint(run)
+        elif run.status != RunStatus.QUEUED:
+            return None
+        if run.cancel_requested:
+            run.status = RunStatus.CANCELLED
+            run.finished_at = now
+            run.save(update_fields=["status", "finished_at"])
+            return None
+        run.status = RunStatus.RUNNING
+        run.attempts += 1
+        run.started_at = now
+        run.heartbeat_at = now
+        run.celery_task_id = task_id
+        run.worker = worker
+        run.progress = 0.0
+        run.loss_history = []
+        run.last_loss = None
+        run.error = ""
+        run.save()
+    return run
+
+
+def _still_mine(run: TrainingRun) -> bool:
+    """Whether this attempt still owns the run (it may have been reaped or taken over)."""
+    return TrainingRun.objects.filter(
+        pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts
+    ).exists()
+
+
+def _finish(run: TrainingRun, *, status: str, error: str = "") -> None:
+    updated = TrainingRun.objects.filter(
+        pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts
+    ).update(status=status, error=error, finished_at=timezone.now())
+    if updated:
+        _remove_checkpoint(run)
+
+
+def snapshot_chain_examples(*, snapshot: Snapshot, split: str | None = None) -> list[ChainExample]:
+    """The snapshot's chains as the ML package's ChainExample, labels from the snapshot
+    (consensus at snapshot time, not the chain's labels now)."""
+    rows = SnapshotChain.objects.filter(snapshot=snapshot).select_related("chain__problem")
+    if split is not None:
+        rows = rows.filter(split=split)
+    rows = rows.order_by("chain_id")
+    return chain_examples_build(chains=[(row.chain, tuple(row.labels)) for row in rows])
+
+
+def chain_examples_build(
+    *, chains: list[tuple[Chain, tuple[int | None, ...] | None]]
+) -> list[ChainExample]:
+    """ChainExamples for (chain, labels) pairs, the steps of all chains read in one query.
+    The chains need their ``problem`` loaded (``select_related``)."""
+    from annotation.models import Step
+    from prm_training.ml.data import ChainExample
+
+    steps: dict[int, list[str]] = {chain.pk: [] for chain, _ in chains}
+    for chain_id, text in (
+        Step.objects.filter(chain_id__in=list(steps))
+        .order_by("chain_id", "index")
+        .values_list("chain_id", "text")
+    ):
+        steps[chain_id].append(text)
+    return [
+        ChainExample(
+            chain_id=chain.pk,
+            problem=chain.problem.text,
+            steps=tuple(steps[chain.pk]),
+            labels=labels,
+            answer=chain.final_answer,
+            reference_answer=chain.problem.reference_answer,
+        )
+        for chain, labels in chains
+    ]
+
+
+class _RunReporter:
+    """The progress and should_stop callbacks handed to ``train_prm``: writes progress,
+    loss and the heartbeat to the run row and reads the cancel flag, each at most once per
+    ``PROGRESS_WRITE_SECONDS``."""
+
+    def __init__(self, run: TrainingRun, *, start: float = 0.0, span: float = 1.0) -> None:
+        self.run = run
+        self.start = start
+        self.span = span
+        self.last_write = 0.0
+        self.last_check = 0.0
+        self.cancelled = False
+        self.losses: list[float] = []
+
+    def beat(self, fraction: float | None = None, loss: float | None = None) -> None:
+        if loss is not None and math.isfinite(loss):
+            self.losses.append(float(loss))
+        now = time.monotonic()
+        if now - self.last_write < PROGRESS_WRITE_SECONDS:
+            return
+        self.last_write = now
+        fields: dict[str, Any] = {"heartbeat_at": timezone.now()}
+        if fraction is not None:
+            fields["progress"] = min(1.0, max(0.0, self.start + self.span * float(fraction)))
+        if self.losses:
+            fields["last_loss"] = self.losses[-1]
+            fields["loss_history"] = _thin(self.losses, LOSS_HISTORY_MAX)
+        TrainingRun.objects.filter(pk=self.run.pk, attempts=self.run.attempts).update(**fields)
+
+    def progress(self, event: Any) -> None:
+        self.beat(_progress_fraction(event), _progress_loss(event))
+
+    def should_stop(self) -> bool:
+        now = time.monotonic()
+        if now - self.last_check >= PROGRESS_WRITE_SECONDS:
+            self.last_check = now
+            # Cancelled by hand, or this attempt lost the run (reaped as stale, taken over).
+            self.cancelled = not TrainingRun.objects.filter(
+                pk=self.run.pk,
+                attempts=self.run.attempts,
+                status=RunStatus.RUNNING,
+                cancel_requested=False,
+            ).exists()
+        return self.cancelled
+
+
+def _thin(values: list[float], limit: int) -> list[float]:
+    """At most ``limit`` values spread evenly over ``values``, keeping the last one."""
+    if len(values) <= limit:
+        return list(values)
+    stride = len(values) / limit
+    picked = [values[int(i * stride)] for i in range(limit - 1)]
+    return [*picked, values[-1]]
+
+
+def _progress_fraction(event: Any) -> float | None:
+    fraction = getattr(event, "fraction", None)
+    if fraction is not None:
+        return float(fraction)
+    step, total = getattr(event, "step", None), getattr(event, "total_steps", None)
+    if step is not None and total:
+        return float(step) / float(total)
+    return None
+
+
+def _progress_loss(event: Any) -> float | None:
+    loss = getattr(event, "loss", None)
+    return float(loss) if loss is not None else None
+
+
+def _ensure_snapshot(run: TrainingRun) -> Snapshot:
+    if run.snapshot_id is not None:
+        return run.snapshot  # type: ignore[return-value]
+    from annotation.services.snapshots import snapshot_create
+
+    snapshot = snapshot_create(project=run.project, user=run.started_by)
+    TrainingRun.objects.filter(pk=run.pk).update(snapshot=snapshot)
+    run.snapshot = snapshot
+    return snapshot
+
+
+def _beats(new: Mapping[str, float], old: Mapping[str, float]) -> bool:
+    """ProcessBench F1 first, step AUROC to break a tie. A missing or NaN metric loses."""
+
+    def key(metrics: Mapping[str, float]) -> tuple[float, float]:
+        def value(name: str) -> float:
+            raw = metrics.get(name)
+            return float(raw) if raw is not None and math.isfinite(float(raw)) else -math.inf
+
+        return value("processbench_f1"), value("step_auroc")
+
+    return key(new) > key(old)
+
+
+def _evaluate_version(
+    *, version: ModelVersion, heldout: list[ChainExample], reporter: _RunReporter
+) -> dict[str, float]:
+    """The held-out metrics of an existing version on this run's held-out chains, so the
+    two versions are compared on the same chains."""
+    from prm_training.ml.metrics import evaluate
+    from prm_training.ml.score import load_prm, score_chains
+
+    prm = load_prm(version.checkpoint_dir)
+    scores = []
+    for item in score_chains(prm, heldout):
+        scores.append(item)
+        reporter.beat()
+    return dict(evaluate(heldout, scores))
+
+
+def training_run_execute(*, run_id: int, task_id: str = "", worker: str = "") -> TrainingRun | None:
+    """Train the run's PRM and publish the result. Called by the ``prm_training.train``
+    task; safe to call again for the same run (see the module docstring). Returns the run
+    as it ended, or None when this call had nothing to do."""
+    run = _claim(run_id=run_id, task_id=task_id, worker=worker)
+    if run is None:
+        return None
+    from prm_training.ml.config import PRMConfig
+    from prm_training.ml.train import TrainingCancelled, train_prm
+
+    reporter = _RunReporter(run, span=0.95)
+    out_dir = _run_dir(run)
+    try:
+        snapshot = _ensure_snapshot(run)
+        train = snapshot_chain_examples(snapshot=snapshot, split=SnapshotSplit.TRAIN)
+        heldout = snapshot_chain_examples(snapshot=snapshot, split=SnapshotSplit.HELDOUT)
+        if not train:
+            raise ValidationError(f"Snapshot v{snapshot.version} has no training chains.")
+        if not heldout:
+            raise ValidationError(f"Snapshot v{snapshot.version} has no held-out chains.")
+        # Fields left out take the ML package's defaults (the bundled MiniLM backbone).
+        config = PRMConfig.from_dict({k: v for k, v in run.settings.items() if v != ""})
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        reporter.beat(0.0)
+        result = train_prm(
+            config,
+            train,
+            heldout,
+            out_dir,
+            progress=reporter.progress,
+            should_stop=reporter.should_stop,
+        )
+        return _publish(run=run, result=result, heldout=heldout, reporter=reporter)
+    except TrainingCancelled:
+        _finish(run, status=RunStatus.CANCELLED)
+    except ValidationError as exc:
+        _finish(run, status=RunStatus.FAILED, error="; ".join(exc.messages))
+    except Exception as exc:  # noqa: BLE001 - any failure of the training code ends the run
+        logger.exception("Training run %s failed", run.pk)
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        _finish(run, status=RunStatus.FAILED, error=detail[:10_000])
+    run.refresh_from_db()
+    return run
+
+
+def _publish(
+    *, run: TrainingRun, result: Any, heldout: list[ChainExample], reporter: _RunReporter
+) -> TrainingRun:
+    metrics = {k: float(v) for k, v in dict(result.metrics).items()}
+    compared = (
+        ModelVersion.objects.filter(project_id=run.project_id, is_active=True)
+        .order_by()
+        .first()
+    )
+    note = "No active version: the new version is active."
+    activate = compared is None
+    if compared is not None:
+        try:
+            previous = _evaluate_version(version=compared, heldout=heldout, reporter=reporter)
+        except Exception as exc:  # noqa: BLE001 - a broken old checkpoint must not sink the run
+            logger.exception("Could not evaluate active version %s", compared.pk)
+            previous = None
+            note = (
+                f"Active v{compared.version} could not be evaluated ({exc}); it stays active."
+            )
+        if previous is not None:
+            activate = _beats(metrics, previous)
+            summary = (
+                f"F1 {metrics.get('processbench_f1', float('nan')):.4f} vs "
+                f"{previous.get('processbench_f1', float('nan')):.4f}, AUROC "
+                f"{metrics.get('step_auroc', float('nan')):.4f} vs "
+                f"{previous.get('step_auroc', float('nan')):.4f} on the same held-out chains"
+            )
+            note = (
+                f"Beats active v{compared.version} ({summary}): made active."
+                if activate
+                else f"Does not beat active v{compared.version} ({summary}): not activated."
+            )
+            # An undefined metric is absent, never NaN: PostgreSQL's jsonb refuses NaN.
+            for name in ("processbench_f1", "step_auroc"):
+                if name in previous:
+                    metrics[f"active_{name}"] = float(previous[name])
+    with transaction.atomic():
+        # Lock order: the run, then the project (which serializes publishes per project).
+        locked = TrainingRun.objects.select_for_update().get(pk=run.pk)
+        if locked.status != RunStatus.RUNNING or locked.attempts != run.attempts:
+            # Reaped or taken over while this attempt trained: its result is not the run's.
+            logger.warning("Training run %s lost its claim; result discarded.", run.pk)
+            shutil.rmtree(Path(result.checkpoint_dir), ignore_errors=True)
+            return locked
+        Project.objects.select_for_update().get(pk=run.project_id)
+        active = ModelVersion.objects.filter(project_id=run.project_id, is_active=True).first()
+        if activate and active is not None and (compared is None or active.pk != compared.pk):
+            activate = False
+            note = "Another version was activated meanwhile; the new version is not active."
+        number = (
+            ModelVersion.objects.filter(project_id=run.project_id).aggregate(n=Max("version"))[
+                "n"
+            ]
+            or 0
+        ) + 1
+        now = timezone.now()
+        if activate and active is not None:
+            # Before the insert: the partial unique index allows one active row per project.
+            ModelVersion.objects.filter(pk=active.pk).update(is_active=False)
+        ModelVersion.objects.create(
+            project_id=run.project_id,
+            training_run=locked,
+            snapshot_id=locked.snapshot_id,
+            version=number,
+            checkpoint_dir=str(result.checkpoint_dir),
+            metrics=metrics,
+            is_active=activate,
+            activated_at=now if activate else None,
+        )
+        locked.status = RunStatus.SUCCEEDED
+        locked.finished_at = now
+        locked.progress = 1.0
+        locked.activation_note = note
+        if reporter.losses:
+            locked.last_loss = reporter.losses[-1]
+            locked.loss_history = _thin(reporter.losses, LOSS_HISTORY_MAX)
+        locked.save()
+    return locked
+
+
+# --- activation, auto-start --------------------------------------------------------------
+
+
+def model_version_activate(
+    *, model_version: ModelVersion, user: AbstractBaseUser | None
+) -> ModelVersion:
+    """Make ``model_version`` the project's active version (ML staff, by hand). Idempotent."""
+    with transaction.atomic():
+        Project.objects.select_for_update().get(pk=model_version.project_id)
+        version = ModelVersion.objects.get(pk=model_version.pk)
+        if version.is_active:
+            return version
+        ModelVersion.objects.filter(project_id=version.project_id, is_active=True).update(
+            is_active=False
+        )
+        version.is_active = True
+        version.activated_at = timezone.now()
+        version.activated_by = user if user is not None and user.is_authenticated else None
+        version.save(update_fields=["is_active", "activated_at", "activated_by"])
+    return version
+
+
+def training_maybe_autostart(*, project: Project) -> TrainingRun | None:
+    """Start a run with the project's default config when ``retrain_every_n_finished`` new
+    chains have finished since the last run was queued and no run is queued or running.
+    Called from the ``prm_training.autostart_check`` task (never from a save or a signal);
+    the settings row lock makes concurrent checks start one run at most."""
+    with transaction.atomic():
+        loop = ProjectTrainingSettings.objects.select_for_update().filter(project=project).first()
+        if loop is None or loop.retrain_every_n_finished == 0:
+            return None
+        every = loop.retrain_every_n_finished
+        runs = TrainingRun.objects.filter(project=project)
+        if runs.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).exists():
+            return None
+        last = runs.order_by("-created_at", "-id").first()
+        finished = Chain.objects.filter(project=project, is_finished=True).count()
+        since = finished - (last.finished_chains_at_start if last is not None else 0)
+        if since < every:
+            return None
+        return training_run_start(
+            project=project,
+            user=None,
+            settings=loop.default_config,
+            trigger=RunTrigger.AUTO,
+        )
+
+
+def training_autostart_enqueue(*, project_id: int) -> None:
+    """Ask a worker to run ``training_maybe_autostart`` once the current transaction
+    commits. Cheap enough for the submit path: no query, one message; the check itself runs
+    on the ``default`` queue so it never waits behind a training run."""
+
+    def send() -> None:
+        from prm_training.tasks import autostart_check_task
+
+        try:
+            autostart_check_task.apply_async((project_id,), queue="default")
+        except Exception:  # noqa: BLE001 - a broker hiccup must not fail a label submit
+            logger.exception("Could not enqueue the auto-training check for %s", project_id)
+
+    transaction.on_commit(send)
+

@@ -1,0 +1,32 @@
+"""The ML staff page. Thin: the same access check as the API, one template; the page's
+script drives the REST API for everything that changes or moves."""
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from annotation.models import Role
+from annotation.selectors import membership_role, project_get_for_member
+from prm_training.models import AcquisitionStrategy
+from prm_training.selectors import ML_AND_LEADS
+from prm_training.services.training import AMBIGUOUS_RULES, MODES, project_training_settings_get
+
+
+@require_GET
+@login_required
+def models_page(request: HttpRequest, project_id: int) -> HttpResponse:
+    # Non-members get 404, annotators 403, leads a read-only page, ML staff all of it.
+    project = project_get_for_member(user=request.user, project_id=project_id, roles=ML_AND_LEADS)
+    role = membership_role(user=request.user, project=project)
+    can_manage = role == Role.ML or request.user.is_superuser
+    context = {
+        "project": project,
+        "can_manage": can_manage,
+        "modes": MODES,
+        "ambiguous_rules": AMBIGUOUS_RULES,
+        "strategies": AcquisitionStrategy.choices,
+        "loop": project_training_settings_get(project=project),
+    }
+    return render(request, "prm_training/models.html", context)

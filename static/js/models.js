@@ -1,0 +1,212 @@
+// The ML staff page: start and follow training runs, read and activate model versions,
+// start scoring. Everything goes through the REST API (Steplab.api); every value shown is
+// set with textContent, never as markup.
+"use strict";
+
+(function () {
+  const root = document.getElementById("models-page");
+  if (!root) return;
+  const projectId = root.dataset.projectId;
+  const canManage = root.dataset.canManage === "true";
+  const api = window.Steplab.api;
+  const BUSY = new Set(["queued", "running"]);
+  let timer = null;
+
+  function el(tag, text, className) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (className) node.className = className;
+    return node;
+  }
+
+  function when(value) {
+    return value ? new Date(value).toLocaleString() : "—";
+  }
+
+  function num(value, digits) {
+    return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : "—";
+  }
+
+  function errorText(error) {
+    const body = error && error.body;
+    if (!body) return String(error);
+    if (typeof body === "string") return body;
+    if (body.detail) return body.detail;
+    return Object.entries(body).map(([k, v]) => `${k}: ${[].concat(v).join(" ")}`).join("; ");
+  }
+
+  function fillRows(table, rows, columns, emptyText) {
+    const tbody = table.querySelector("tbody");
+    tbody.replaceChildren();
+    if (!rows.length) {
+      const tr = el("tr");
+      const td = el("td", emptyText, "muted");
+      td.colSpan = columns;
+      tr.append(td);
+      tbody.append(tr);
+      return;
+    }
+    rows.forEach((cells) => {
+      const tr = el("tr");
+      cells.forEach((cell) => {
+        const td = el("td");
+        if (cell instanceof Node) td.append(cell);
+        else td.textContent = cell === null || cell === undefined ? "" : String(cell);
+        tr.append(td);
+      });
+      tbody.append(tr);
+    });
+  }
+
+  function actionButton(label, onClick) {
+    const button = el("button", label, "button small-button");
+    button.type = "button";
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      try {
+        await onClick();
+      } catch (error) {
+        window.alert(errorText(error));
+      } finally {
+        button.disabled = false;
+        refresh();
+      }
+    });
+    return button;
+  }
+
+  function renderRuns(runs) {
+    fillRows(document.getElementById("runs-table"), runs.map((run) => {
+      const bar = el("progress");
+      bar.max = 1;
+      bar.value = run.progress;
+      bar.setAttribute("aria-label", `Run ${run.id} progress`);
+      const cell = el("span");
+      cell.append(bar, ` ${Math.round(run.progress * 100)}%`);
+      const status = el("span", run.status, `status-${run.status}`);
+      const note = run.error || run.activation_note || "";
+      const action = canManage && BUSY.has(run.status)
+        ? actionButton("Cancel", () => api(`/api/v1/training-runs/${run.id}/cancel/`, { method: "POST" }))
+        : "";
+      return [`#${run.id} (${run.trigger})`, status, cell, num(run.last_loss, 4),
+        when(run.started_at), note, action];
+    }), 7, "No training runs yet.");
+    return runs.some((run) => BUSY.has(run.status));
+  }
+
+  function renderVersions(versions) {
+    fillRows(document.getElementById("versions-table"), versions.map((v) => {
+      const action = canManage && !v.is_active
+        ? actionButton("Activate", () => api(`/api/v1/model-versions/${v.id}/activate/`, { method: "POST" }))
+        : "";
+      return [`v${v.version}`, `v${v.snapshot_version}`, num(v.metrics.processbench_f1, 3),
+        num(v.metrics.step_auroc, 3), num(v.metrics.first_error_accuracy, 3),
+        when(v.created_at), v.is_active ? "active" : "", action];
+    }), 8, "No model versions yet.");
+    plot([...versions].reverse());
+  }
+
+  function plot(versions) {
+    const svg = document.getElementById("versions-plot");
+    const ns = "http://www.w3.org/2000/svg";
+    svg.replaceChildren();
+    const width = 600, height = 200, pad = 30;
+    const axis = document.createElementNS(ns, "path");
+    axis.setAttribute("d", `M${pad} ${pad / 2} V${height - pad} H${width - pad / 2}`);
+    axis.setAttribute("stroke", "#999");
+    axis.setAttribute("fill", "none");
+    svg.append(axis);
+    [0, 0.5, 1].forEach((tick) => {
+      const label = document.createElementNS(ns, "text");
+      label.setAttribute("x", 2);
+      label.setAttribute("y", height - pad - tick * (height - 1.5 * pad) + 4);
+      label.setAttribute("font-size", "10");
+      label.textContent = tick.toFixed(1);
+      svg.append(label);
+    });
+    if (!versions.length) return;
+    const x = (i) => pad + (versions.length === 1 ? 0.5 : i / (versions.length - 1)) * (width - 2 * pad);
+    const y = (value) => height - pad - value * (height - 1.5 * pad);
+    [["processbench_f1", "line-f1"], ["step_auroc", "line-auroc"]].forEach(([key, cls]) => {
+      const points = versions
+        .map((v, i) => [i, v.metrics[key]])
+        .filter(([, value]) => typeof value === "number" && Number.isFinite(value))
+        .map(([i, value]) => `${x(i)},${y(value)}`);
+      if (!points.length) return;
+      const line = document.createElementNS(ns, "polyline");
+      line.setAttribute("points", points.join(" "));
+      line.setAttribute("class", cls);
+      svg.append(line);
+    });
+    versions.forEach((v, i) => {
+      const label = document.createElementNS(ns, "text");
+      label.setAttribute("x", x(i) - 6);
+      label.setAttribute("y", height - pad + 14);
+      label.setAttribute("font-size", "10");
+      label.textContent = `v${v.version}`;
+      svg.append(label);
+    });
+  }
+
+  function renderScoring(runs) {
+    fillRows(document.getElementById("scoring-table"), runs.map((run) => [
+      `#${run.id}`, `v${run.model_version_number}`, run.strategy,
+      el("span", run.error ? `${run.status}: ${run.error}` : run.status, `status-${run.status}`),
+      `${run.chains_scored} / ${run.chains_total}`, run.priorities_updated, when(run.finished_at),
+    ]), 7, "No scoring runs yet.");
+    return runs.some((run) => BUSY.has(run.status));
+  }
+
+  async function refresh() {
+    window.clearTimeout(timer);
+    let busy = false;
+    try {
+      const [runs, versions, scoring] = await Promise.all([
+        api(`/api/v1/projects/${projectId}/training-runs/`),
+        api(`/api/v1/projects/${projectId}/model-versions/`),
+        api(`/api/v1/projects/${projectId}/scoring-runs/`),
+      ]);
+      busy = renderRuns(runs) | renderScoring(scoring);
+      renderVersions(versions);
+    } catch (error) {
+      console.error(error);
+    }
+    // Poll quickly while something runs, slowly otherwise (an automatic run may start).
+    timer = window.setTimeout(refresh, busy ? 2000 : 15000);
+  }
+
+  function formValues(form, numeric) {
+    const data = {};
+    new FormData(form).forEach((value, key) => {
+      if (value === "") return;
+      data[key] = numeric.includes(key) ? Number(value) : value;
+    });
+    return data;
+  }
+
+  function bindForm(id, messageId, numeric, url, describe) {
+    const form = document.getElementById(id);
+    if (!form) return;
+    const message = document.getElementById(messageId);
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      message.className = "form-message";
+      message.textContent = "Starting…";
+      try {
+        const created = await api(url, { method: "POST", body: formValues(form, numeric) });
+        message.textContent = describe(created);
+      } catch (error) {
+        message.className = "form-message error";
+        message.textContent = errorText(error);
+      }
+      refresh();
+    });
+  }
+
+  bindForm("train-form", "train-message",
+    ["epochs", "head_epochs", "learning_rate", "batch_size"],
+    `/api/v1/projects/${projectId}/training-runs/`, (run) => `Run #${run.id} queued.`);
+  bindForm("score-form", "score-message", ["random_fraction"],
+    `/api/v1/projects/${projectId}/scoring-runs/`, (run) => `Scoring run #${run.id} queued.`);
+  refresh();
+})();

@@ -1,0 +1,134 @@
+"""Fixtures for the PRM loop: a real Celery worker on Redis (db 7) against the test
+database, and helpers that build labeled projects.
+
+Tests that use the worker need ``@pytest.mark.django_db(transaction=True)``: the worker is
+another process and only sees committed rows."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prm_worker import WorkerFactory
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "models"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def celery_workers(
+    transactional_db: Any, settings: Any, tmp_path: Path, model_dir: Path, monkeypatch: Any
+) -> Iterator[WorkerFactory]:
+    """Start ``celery -A config worker -Q default,gpu -c 1 --pool=solo`` subprocesses
+    against the pytest-django test database and Redis db 7 (flushed first). They are
+    terminated before the database is flushed at teardown."""
+    import redis
+
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] != "django.db.backends.postgresql":
+        pytest.skip("the worker tests need PostgreSQL")
+    # The worker reads the broker this process publishes to: the test broker of the run
+    # (redis://127.0.0.1:6379/7 for this area), flushed so no stale message is delivered.
+    broker = settings.CELERY_BROKER_URL
+    if not broker.startswith("redis://"):
+        pytest.skip("the worker tests need a Redis broker (CELERY_BROKER_URL)")
+    try:
+        redis.Redis.from_url(broker).flushdb()
+    except redis.exceptions.ConnectionError:
+        if os.environ.get("CI", "").lower() == "true":
+            raise
+        pytest.skip("Redis is not running")
+    monkeypatch.setenv("STEPLAB_MODEL_DIR", str(model_dir))
+    user = db.get("USER") or "postgres"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": f"postgres://{user}{password}@{host}:{port}/{db['NAME']}",
+        "CELERY_BROKER_URL": broker,
+        "STEPLAB_MODEL_DIR": str(model_dir),
+        "PYTHONUNBUFFERED": "1",
+    }
+    factory = WorkerFactory(env=env, tmp=tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.stop_all()
+        redis.Redis.from_url(broker).flushdb()
+
+
+@pytest.fixture
+def label_chain() -> Callable[..., Any]:
+    """label_chain(chain, annotator, ratings) -> a finished human Annotation with one
+    StepRating per rating, the chain counted as finished (overlap 1)."""
+    from annotation.models import Annotation, AnnotationSource, Chain, Step, StepRating
+
+    def make(chain: Chain, annotator: Any, ratings: Sequence[int]) -> Annotation:
+        annotation = Annotation.objects.create(
+            chain=chain, source=AnnotationSource.HUMAN, annotator=annotator
+        )
+        steps = list(Step.objects.filter(chain=chain).order_by("index"))
+        StepRating.objects.bulk_create(
+            [
+                StepRating(annotation=annotation, step=step, rating=rating)
+                for step, rating in zip(steps, ratings, strict=False)
+            ]
+        )
+        Chain.objects.filter(pk=chain.pk).update(finished_count=1, is_finished=True)
+        return annotation
+
+    return make
+
+
+@pytest.fixture
+def arithmetic_project(project: Any, make_member: Callable[..., Any], label_chain: Any) -> Any:
+    """A project with 30 labeled chains (half of them with a wrong step) and 20 unlabeled
+    ones, each on its own problem: sums where a wrong step is visibly wrong."""
+    from annotation.models import Chain, Step
+    from tests.factories import ChainFactory, ProblemFactory
+
+    annotator = make_member(project, "annotator")
+
+    def chain_with(i: int, wrong_at: int | None) -> Chain:
+        problem = ProblemFactory(
+            project=project,
+            text=f"What is {i} + {i} + 1?",
+            reference_answer=str(2 * i + 1),
+            # Fixed hashes: the snapshot's held-out split hashes them, so it stays the same
+            # whatever ran before.
+            content_hash=f"arithmetic-problem-{i:044d}",
+        )
+        chain = ChainFactory(project=project, problem=problem, step_count=0)
+        texts = [f"First, {i} + {i} = {2 * i}.", f"Then {2 * i} + 1 = {2 * i + 1}.",
+                 f"So the answer is {2 * i + 1}."]
+        if wrong_at is not None:
+            texts[wrong_at] = texts[wrong_at].replace(str(2 * i + 1), str(2 * i + 7)).replace(
+                f"= {2 * i}.", f"= {2 * i + 3}."
+            )
+        Step.objects.bulk_create(
+            [Step(chain=chain, index=k, text=text) for k, text in enumerate(texts)]
+        )
+        Chain.objects.filter(pk=chain.pk).update(
+            step_count=3, final_answer=str(2 * i + (7 if wrong_at is not None else 1))
+        )
+        return chain
+
+    for i in range(30):
+        wrong_at = None if i % 2 == 0 else (i // 2) % 2  # error at step 0 or 1
+        chain = chain_with(i, wrong_at)
+        ratings = [1, 1, 1] if wrong_at is None else [1] * wrong_at + [-1]
+        label_chain(chain, annotator, ratings)
+    for i in range(30, 50):
+        chain_with(i, None if i % 3 else 1)
+    project.unlabeled_ids = sorted(  # type: ignore[attr-defined]
+        Chain.objects.filter(project=project, is_finished=False).values_list("id", flat=True)
+    )
+    return project

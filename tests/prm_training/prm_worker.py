@@ -1,0 +1,82 @@
+"""A real Celery worker for the PRM loop tests (used by this folder's conftest and tests)."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WORKER_READY_SECONDS = 90
+
+
+@dataclass
+class WorkerHandle:
+    """One ``celery worker`` subprocess; ``log`` collects its output."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL: no warm shutdown, unacknowledged messages stay where they are."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+@dataclass
+class WorkerFactory:
+    env: dict[str, str]
+    tmp: Path
+    started: list[WorkerHandle] = field(default_factory=list)
+
+    def start(self, *, name: str = "trn-worker@%h") -> WorkerHandle:
+        log = self.tmp / f"worker-{len(self.started)}.log"
+        handle = open(log, "wb")  # noqa: SIM115 - the worker writes to it until it ends
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "config", "worker",
+                "-Q", "default,gpu", "-c", "1", "--pool=solo", "-l", "info",
+                "-n", name, "--without-gossip", "--without-mingle", "--without-heartbeat",
+            ],
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
+        worker = WorkerHandle(process=process, log=log)
+        self.started.append(worker)
+        deadline = time.monotonic() + WORKER_READY_SECONDS
+        while " ready." not in worker.output():
+            if process.poll() is not None:
+                raise RuntimeError(f"celery worker exited early:\n{worker.output()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"celery worker not ready:\n{worker.output()}")
+            time.sleep(0.2)
+        return worker
+
+    def stop_all(self) -> None:
+        for worker in self.started:
+            if worker.process.poll() is None:
+                worker.process.terminate()
+                try:
+                    worker.process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+
+
+def wait_until(
+    predicate: Callable[[], bool], *, timeout: float, what: str, diagnose: Callable[[], str]
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g}s waiting for {what}\n{diagnose()}")
+        time.sleep(0.25)

@@ -1,0 +1,209 @@
+"""PRM loop API access rules and the services that need no worker."""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.test import Client
+from django.utils import timezone
+
+from annotation.models import Snapshot
+from prm_training.models import ModelVersion, RunStatus, TrainingRun
+from prm_training.services.scoring import chain_priorities_write, mixed_priorities
+from prm_training.services.training import (
+    model_version_activate,
+    training_config_clean,
+    training_run_cancel,
+    training_run_reap_stale,
+)
+from tests.factories import ChainFactory, ProjectFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _version(project: Any, number: int, *, active: bool) -> ModelVersion:
+    run = TrainingRun.objects.create(project=project, status=RunStatus.SUCCEEDED)
+    snapshot = Snapshot.objects.create(project=project, version=number, content_hash="x")
+    return ModelVersion.objects.create(
+        project=project, training_run=run, snapshot=snapshot, version=number,
+        checkpoint_dir="/tmp/none", metrics={"processbench_f1": 0.5}, is_active=active,
+    )
+
+
+@pytest.mark.parametrize(
+    ("role", "expected"), [("ml", 201), ("lead", 403), ("annotator", 403), (None, 404)]
+)
+def test_only_ml_staff_start_a_training_run(
+    project: Any, make_member: Any, client_for: Any, role: str | None, expected: int,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # Given a caller with a role in the project (or none)
+    user = make_member(project, role) if role else make_member(ProjectFactory(), "ml")
+    # When they ask for a training run
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = client_for(user).post(
+            f"/api/v1/projects/{project.pk}/training-runs/",
+            {"mode": "frozen_head", "head_epochs": 5},
+            format="json",
+        )
+    # Then only ML staff get a queued run, enqueued on commit
+    assert response.status_code == expected, response.content
+    if expected == 201:
+        run = TrainingRun.objects.get(pk=response.json()["id"])
+        assert run.status == RunStatus.QUEUED
+        assert run.settings == {"mode": "frozen_head", "head_epochs": 5}
+        assert run.started_by == user
+        assert len(callbacks) == 1
+    else:
+        assert not TrainingRun.objects.exists()
+
+
+def test_bad_training_settings_are_a_400_naming_the_field(
+    project: Any, make_member: Any, client_for: Any
+) -> None:
+    client = client_for(make_member(project, "ml"))
+    response = client.post(
+        f"/api/v1/projects/{project.pk}/training-runs/", {"epochs": 0}, format="json"
+    )
+    assert response.status_code == 400
+    assert "epochs" in response.json()
+    with pytest.raises(ValidationError) as caught:
+        training_config_clean(config={"backbone": "relative/dir", "nope": 1})
+    assert set(caught.value.message_dict) == {"backbone", "nope"}
+
+
+@pytest.mark.parametrize(
+    ("role", "expected"), [("ml", 200), ("lead", 200), ("annotator", 403), (None, 404)]
+)
+def test_following_a_run_and_listing_versions(
+    project: Any, make_member: Any, client_for: Any, role: str | None, expected: int
+) -> None:
+    run = TrainingRun.objects.create(project=project)
+    _version(project, 1, active=True)
+    user = make_member(project, role) if role else make_member(ProjectFactory(), "ml")
+    client = client_for(user)
+    assert client.get(f"/api/v1/training-runs/{run.pk}/").status_code == expected
+    versions = client.get(f"/api/v1/projects/{project.pk}/model-versions/")
+    assert versions.status_code == expected
+    if expected == 200:
+        assert [v["version"] for v in versions.json()] == [1]
+    browser = Client()
+    browser.force_login(user)
+    page = browser.get(f"/projects/{project.pk}/models/")
+    assert page.status_code == expected
+    if expected == 200:
+        html = page.content.decode()
+        assert "js/models.js" in html and "<script>" not in html
+        assert ('id="train-form"' in html) == (role == "ml")
+
+
+@pytest.mark.parametrize(
+    ("role", "expected"), [("ml", 200), ("lead", 403), ("annotator", 403), (None, 404)]
+)
+def test_only_ml_staff_activate_and_cancel(
+    project: Any, make_member: Any, client_for: Any, role: str | None, expected: int
+) -> None:
+    old = _version(project, 1, active=True)
+    new = _version(project, 2, active=False)
+    run = TrainingRun.objects.create(project=project)
+    user = make_member(project, role) if role else make_member(ProjectFactory(), "ml")
+    client = client_for(user)
+    activate = client.post(f"/api/v1/model-versions/{new.pk}/activate/")
+    cancel = client.post(f"/api/v1/training-runs/{run.pk}/cancel/")
+    assert (activate.status_code, cancel.status_code) == (expected, expected)
+    old.refresh_from_db()
+    new.refresh_from_db()
+    run.refresh_from_db()
+    assert new.is_active == (expected == 200)
+    assert old.is_active == (expected != 200)
+    assert run.status == (RunStatus.CANCELLED if expected == 200 else RunStatus.QUEUED)
+
+
+@pytest.mark.parametrize(("role", "expected"), [("ml", 201), ("lead", 403), (None, 404)])
+def test_only_ml_staff_start_scoring_and_it_needs_an_active_version(
+    project: Any, make_member: Any, client_for: Any, role: str | None, expected: int
+) -> None:
+    user = make_member(project, role) if role else make_member(ProjectFactory(), "ml")
+    client = client_for(user)
+    url = f"/api/v1/projects/{project.pk}/scoring-runs/"
+    if expected == 201:
+        assert client.post(url, {}, format="json").status_code == 400  # no active version
+        _version(project, 1, active=True)
+    response = client.post(url, {"strategy": "entropy"}, format="json")
+    assert response.status_code == expected
+
+
+def test_activating_keeps_one_active_version_per_project(project: Any) -> None:
+    first = _version(project, 1, active=True)
+    second = _version(project, 2, active=False)
+    other_project_version = _version(ProjectFactory(), 1, active=True)
+    model_version_activate(model_version=second, user=None)
+    model_version_activate(model_version=second, user=None)  # idempotent
+    assert list(ModelVersion.objects.filter(is_active=True).order_by("pk")) == [
+        second, other_project_version
+    ]
+    first.refresh_from_db()
+    assert not first.is_active
+
+
+def test_cancelling_a_running_run_only_asks_and_a_finished_one_is_refused(project: Any) -> None:
+    running = TrainingRun.objects.create(project=project, status=RunStatus.RUNNING)
+    assert training_run_cancel(run=running).status == RunStatus.RUNNING
+    running.refresh_from_db()
+    assert running.cancel_requested
+    done = TrainingRun.objects.create(project=project, status=RunStatus.SUCCEEDED)
+    with pytest.raises(ValidationError):
+        training_run_cancel(run=done)
+
+
+def test_reaping_fails_runs_of_a_restarted_worker_and_silent_ones_only(project: Any) -> None:
+    now = timezone.now()
+    mine = TrainingRun.objects.create(
+        project=project, status=RunStatus.RUNNING, worker="w@a", heartbeat_at=now, attempts=1
+    )
+    silent = TrainingRun.objects.create(
+        project=project, status=RunStatus.RUNNING, worker="w@b",
+        heartbeat_at=now - timedelta(hours=2), attempts=1,
+    )
+    alive = TrainingRun.objects.create(
+        project=project, status=RunStatus.RUNNING, worker="w@b", heartbeat_at=now, attempts=1
+    )
+    assert training_run_reap_stale(worker="w@a", now=now) == 2
+    statuses = dict(TrainingRun.objects.values_list("pk", "status"))
+    assert statuses[mine.pk] == statuses[silent.pk] == RunStatus.FAILED
+    assert statuses[alive.pk] == RunStatus.RUNNING
+
+
+def test_mixed_priorities_follow_acquisition_and_mix_in_random_chains() -> None:
+    ids = list(range(1, 101))
+    values = [float(i) for i in ids]  # higher id, higher acquisition
+    pure = mixed_priorities(chain_ids=ids, acquisition=values, random_fraction=0.0, seed=1)
+    assert sorted(pure, key=pure.__getitem__, reverse=True) == ids[::-1]
+    assert sorted(pure.values()) == [k / 100 for k in range(1, 101)]
+    mixed = mixed_priorities(chain_ids=ids, acquisition=values, random_fraction=0.5, seed=1)
+    top = sorted(mixed, key=mixed.__getitem__, reverse=True)[:20]
+    assert set(top) != set(ids[-20:])  # some random picks got in
+    assert len(set(top) & set(ids[-20:])) >= 5  # but acquisition still leads
+    assert mixed == mixed_priorities(
+        chain_ids=ids, acquisition=values, random_fraction=0.5, seed=1
+    )
+
+
+def test_priorities_are_written_in_bulk_only_to_the_projects_chains(
+    project: Any, django_assert_num_queries: Any
+) -> None:
+    chains = [ChainFactory(project=project) for _ in range(3)]
+    stranger = ChainFactory()
+    # One UPDATE for the chunk (inside the test's transaction: plus savepoint and release).
+    with django_assert_num_queries(3):
+        changed = chain_priorities_write(
+            project=project,
+            priorities={chains[0].pk: 0.5, chains[2].pk: 0.9, stranger.pk: 1.0},
+        )
+    assert changed == 2
+    for chain in [*chains, stranger]:
+        chain.refresh_from_db()
+    assert [c.priority for c in chains] == [0.5, 0.0, 0.9]
+    assert stranger.priority == 0.0

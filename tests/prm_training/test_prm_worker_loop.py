@@ -1,0 +1,159 @@
+"""The PRM loop on a real Celery worker (Redis broker, PostgreSQL test database): train,
+publish, score, reorder the queue; and a worker killed mid-run publishes nothing."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prm_worker import WorkerFactory, wait_until
+
+from annotation.models import Chain
+from prm_training.models import ChainScore, ModelVersion, RunStatus, ScoringRun, TrainingRun
+from prm_training.services.scoring import scoring_run_start
+from prm_training.services.training import training_run_start
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+# Small and fast on the CPU: frozen bundled MiniLM, a small head ensemble.
+FAST = {
+    "mode": "frozen_head",
+    "head_epochs": 30,
+    "ensemble_size": 3,
+    "head_hidden": 32,
+    "max_length": 128,
+    "device": "cpu",
+}
+
+
+def _run_status(model: Any, pk: int) -> str:
+    return model.objects.values_list("status", flat=True).get(pk=pk)
+
+
+def test_worker_trains_publishes_an_active_version_and_scoring_reorders_the_queue(
+    celery_workers: WorkerFactory, arithmetic_project: Any, make_member: Any, model_dir: Path
+) -> None:
+    # Given a project with 30 labeled and 20 unlabeled chains, all at priority 0, and a worker
+    project = arithmetic_project
+    ml = make_member(project, "ml")
+    worker = celery_workers.start()
+    queue_before = list(
+        Chain.objects.filter(project=project, is_finished=False)
+        .order_by("-priority", "id")
+        .values_list("id", flat=True)
+    )
+
+    # When ML staff start a training run
+    run = training_run_start(project=project, user=ml, settings=FAST)
+
+    # Then the worker trains it and publishes an active version from a fresh snapshot
+    wait_until(
+        lambda: _run_status(TrainingRun, run.pk) in (RunStatus.SUCCEEDED, RunStatus.FAILED),
+        timeout=300,
+        what="the training run",
+        diagnose=worker.output,
+    )
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.progress == 1.0
+    assert run.attempts == 1
+    assert run.snapshot is not None and run.snapshot.counts["chains"] == 30
+    version = ModelVersion.objects.get(training_run=run)
+    assert version.is_active
+    assert version.version == 1
+    assert Path(version.checkpoint_dir).is_dir()
+    assert Path(version.checkpoint_dir).is_relative_to(model_dir)
+    assert version.metrics["heldout_chains"] > 0
+    assert 0.0 <= version.metrics.get("step_auroc", 0.5) <= 1.0
+    assert "No active version" in run.activation_note
+
+    # When they score the unlabeled chains by entropy, without the random share
+    scoring = scoring_run_start(project=project, user=ml, strategy="entropy", random_fraction=0.0)
+    wait_until(
+        lambda: _run_status(ScoringRun, scoring.pk) in (RunStatus.SUCCEEDED, RunStatus.FAILED),
+        timeout=180,
+        what="the scoring run",
+        diagnose=worker.output,
+    )
+
+    # Then every unlabeled chain has scores, and the queue follows the acquisition order
+    scoring.refresh_from_db()
+    assert scoring.status == RunStatus.SUCCEEDED, scoring.error
+    assert scoring.chains_scored == 20
+    assert scoring.priorities_updated == 20
+    scores = list(ChainScore.objects.filter(scoring_run=scoring))
+    assert sorted(s.chain_id for s in scores) == project.unlabeled_ids
+    assert all(len(s.step_probs) == 3 and len(s.member_probs) == 3 for s in scores)
+    by_acquisition = [
+        s.chain_id for s in sorted(scores, key=lambda s: (-s.acquisition, s.chain_id))
+    ]
+    queue_after = list(
+        Chain.objects.filter(project=project, is_finished=False)
+        .order_by("-priority", "id")
+        .values_list("id", flat=True)
+    )
+    assert queue_after == by_acquisition
+    assert queue_after != queue_before
+    labeled_priorities = set(
+        Chain.objects.filter(project=project, is_finished=True).values_list("priority", flat=True)
+    )
+    assert labeled_priorities == {0.0}
+
+
+def test_a_worker_killed_mid_run_publishes_nothing_and_the_next_worker_reaps_the_run(
+    celery_workers: WorkerFactory, arithmetic_project: Any, make_member: Any
+) -> None:
+    # Given an active version and a run slow enough to kill mid-training
+    project = arithmetic_project
+    ml = make_member(project, "ml")
+    from prm_training.models import TrainingRun as Run
+
+    earlier = Run.objects.create(project=project, status=RunStatus.SUCCEEDED, settings={})
+    from annotation.services.snapshots import snapshot_create
+
+    active = ModelVersion.objects.create(
+        project=project,
+        training_run=earlier,
+        snapshot=snapshot_create(project=project),
+        version=1,
+        checkpoint_dir="/nonexistent/checkpoint",
+        metrics={"processbench_f1": 0.5},
+        is_active=True,
+    )
+    worker = celery_workers.start()
+    run = training_run_start(
+        project=project, user=ml, settings={**FAST, "head_epochs": 1_000_000}
+    )
+    wait_until(
+        lambda: Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, progress__gt=0).exists(),
+        timeout=300,
+        what="training to make progress",
+        diagnose=worker.output,
+    )
+
+    # When the worker process is killed mid-run
+    worker.kill()
+
+    # Then the run is not succeeded, nothing is published, the active version stays
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+    assert ModelVersion.objects.filter(project=project).count() == 1
+    active.refresh_from_db()
+    assert active.is_active
+
+    # When a worker starts again under the same node name
+    celery_workers.start()
+
+    # Then it marks the orphaned run failed, and still nothing is published
+    wait_until(
+        lambda: _run_status(Run, run.pk) == RunStatus.FAILED,
+        timeout=60,
+        what="the orphaned run to be reaped",
+        diagnose=worker.output,
+    )
+    run.refresh_from_db()
+    assert "Worker lost" in run.error
+    assert not ModelVersion.objects.filter(training_run=run).exists()
+    assert list(ModelVersion.objects.filter(is_active=True).values_list("pk", flat=True)) == [
+        active.pk
+    ]
