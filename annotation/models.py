@@ -273,12 +273,16 @@ class Assignment(models.Model):
 class AnnotationSource(models.TextChoices):
     HUMAN = "human", "Annotator"
     IMPORT = "import", "Import"
+    # A lead's ruling on a disputed chain (issue 5, review): it wins consensus on the
+    # steps it rates. Never counted as an annotator's vote nor toward the overlap.
+    ADJUDICATION = "adjudication", "Adjudication"
 
 
 class Annotation(models.Model):
-    """One finished pass over one chain: by a person (``annotator``) or carried in by an
-    import (``import_batch``, ``source_name`` such as "prm800k"). Never edited: a correction
-    is a new row with ``supersedes`` set."""
+    """One finished pass over one chain: by a person (``annotator``), carried in by an
+    import (``import_batch``, ``source_name`` such as "prm800k"), or a lead's adjudication
+    (``annotator`` is the lead, ``note`` says why). Never edited: a correction is a new row
+    with ``supersedes`` set; a new adjudication supersedes the chain's previous one."""
 
     chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="annotations")
     source = models.CharField(max_length=20, choices=AnnotationSource.choices)
@@ -300,6 +304,7 @@ class Annotation(models.Model):
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseded_by"
     )
     rewrite = models.TextField(blank=True, help_text="The corrected text of the first wrong step.")
+    note = models.TextField(blank=True, help_text="An adjudicating lead's reasoning.")
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     request_id = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -310,6 +315,7 @@ class Annotation(models.Model):
                 condition=(
                     Q(source="human", annotator__isnull=False, import_batch__isnull=True)
                     | Q(source="import", annotator__isnull=True, import_batch__isnull=False)
+                    | Q(source="adjudication", annotator__isnull=False, import_batch__isnull=True)
                 ),
                 name="annotation_source_consistent",
             ),
@@ -393,7 +399,7 @@ class SnapshotChain(models.Model):
         blank=True,
         help_text=(
             'The current labels behind the consensus, one entry per voter: {"by": username '
-            'or "import:<source>", "source": "human"|"import", "labels": [...]}.'
+            'or "import:<source>", "source": "human"|"import"|"adjudication", "labels": [...]}.'
         ),
     )
 

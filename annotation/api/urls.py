@@ -9,4 +9,5 @@ urlpatterns = [
     path("", include("annotation.api.dataset_urls")),
     path("", include("prm_training.api.urls")),
     path("", include("annotation.api.workspace_urls")),
+    path("", include("annotation.api.review_urls")),
 ]

@@ -2,8 +2,9 @@
 
 Rule order for a step (the first that applies wins):
 
-1. adjudication by a lead (issue 5, review: not built yet; it will slot in here, ahead of
-   the vote, and carry support 1.0);
+1. the chain's current adjudication by a lead, on the steps it rates, with support 1.0
+   (only the newest adjudication counts: a later one supersedes the earlier, and the
+   steps it leaves unrated fall through to the rules below);
 2. majority vote over the chain's *current* human annotations: one vote per annotator,
    from their latest revision (an annotation that a newer one supersedes does not count);
    with ``Project.import_labels == "vote"`` each current import annotation is one more vote;
@@ -80,6 +81,9 @@ def chain_consensus(
 ) -> ChainConsensus:
     """Consensus of every step of one chain from its current votes (see the module
     docstring for the rules). ``votes`` must already hold only current revisions."""
+    adjudications = [vote for vote in votes if vote.source == AnnotationSource.ADJUDICATION]
+    # Votes come oldest first, so the last is the current ruling.
+    ruling = adjudications[-1] if adjudications else None
     human = [vote for vote in votes if vote.source == AnnotationSource.HUMAN]
     imported = [vote for vote in votes if vote.source == AnnotationSource.IMPORT]
     if import_labels == ImportLabels.VOTE:
@@ -93,6 +97,10 @@ def chain_consensus(
     labels: list[Label] = []
     support: list[float | None] = []
     for index in range(step_count):
+        if ruling is not None and index < len(ruling.labels) and ruling.labels[index] is not None:
+            labels.append(ruling.labels[index])
+            support.append(1.0)
+            continue
         label, share = step_consensus(
             vote.labels[index]
             for vote in counted
@@ -100,7 +108,8 @@ def chain_consensus(
         )
         labels.append(label)
         support.append(share)
-    return ChainConsensus(labels=labels, support=support, votes=list(counted))
+    behind = [*counted, ruling] if ruling is not None else list(counted)
+    return ChainConsensus(labels=labels, support=support, votes=behind)
 
 
 def current_votes(
@@ -112,7 +121,8 @@ def current_votes(
     username, created_at, step index, rating) of an annotation that nothing supersedes.
     Per human annotator only the newest such annotation counts: revisions are linked by
     ``supersedes``, but two unlinked passes by one person (a re-queue) must not count
-    twice either. Every import annotation counts (each is a separate source file)."""
+    twice either. Every import annotation counts (each is a separate source file). Per
+    chain only the newest adjudication counts, whoever the lead."""
     # chain id -> voter key -> (created_at, annotation id, by, source, {index: rating})
     latest: dict[int, dict[object, tuple[datetime, int, str, str, dict[int, int]]]] = {}
     for chain_id, annotation_id, source, source_name, user_id, username, created, index, rating in (
@@ -122,6 +132,10 @@ def current_votes(
         if source == AnnotationSource.HUMAN:
             key: object = ("human", user_id)
             by = username
+        elif source == AnnotationSource.ADJUDICATION:
+            key = ("adjudication",)
+            # Its own name: the lead may also have voted as an annotator on this chain.
+            by = f"adjudication:{username}"
         else:
             key = ("import", annotation_id)
             by = f"import:{source_name}" if source_name else "import"

@@ -101,7 +101,7 @@ def snapshot_create(
             meta={
                 "consensus": {
                     "order": ["adjudication", "majority", "import_fallback"],
-                    "adjudication": "not available yet",
+                    "adjudication": "the newest ruling wins on the steps it rates",
                     "tie": "lowest rating",
                     "import_labels": project.import_labels,
                 },

@@ -1,0 +1,262 @@
+"""Review and agreement over HTTP. Thin: check access, validate, call one selector or
+service, serialize.
+
+- `GET /api/v1/projects/{id}/disagreements/` (leads): disputed chains, worst first;
+- `GET /api/v1/chains/{id}/labels/` (leads): every current label side by side per step,
+  the consensus, and every revision with who and when;
+- `POST /api/v1/chains/{id}/adjudicate/` (leads): set adjudicated labels with a note;
+- `GET /api/v1/projects/{id}/agreement/` (leads and ML staff): Krippendorff's alpha and
+  first-error agreement, per project, annotator and pair.
+
+Annotators get 403 on all of these (they must not see each other's labels); non-members
+404, as everywhere (invariant 6).
+"""
+
+from __future__ import annotations
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.generics import GenericAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from annotation.api.errors import service_errors_as_400
+from annotation.api.permissions import LEADS, project_for_request
+from annotation.models import Annotation, Chain, Role
+from annotation.review_selectors import chain_disagreements, chain_labels
+from annotation.services.agreement import agreement_compute
+from annotation.services.review import AdjudicatedRating, adjudication_create
+
+LEADS_AND_ML: tuple[str, ...] = (Role.LEAD, Role.ML)
+NOT_A_MEMBER = OpenApiResponse(description="No such project or chain, or not a member.")
+WRONG_ROLE = OpenApiResponse(description="A member whose role does not allow this.")
+
+
+def _chain_for_lead(*, request: Request, chain_id: int) -> Chain:
+    """The chain if the caller leads its project: 404 for a missing chain or a
+    non-member (the chain's existence is not revealed), 403 for another role."""
+    project_id = Chain.objects.filter(pk=chain_id).values_list("project_id", flat=True).first()
+    if project_id is None:
+        raise Http404("No such chain.")
+    project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+    chain = Chain.objects.select_related("problem").get(pk=chain_id)
+    chain.project = project
+    return chain
+
+
+# --- disagreements ---------------------------------------------------------------------
+
+
+class DisagreementOutputSerializer(serializers.Serializer):
+    chain = serializers.IntegerField(source="chain_id")
+    problem = serializers.CharField()
+    step_count = serializers.IntegerField()
+    annotators = serializers.IntegerField(help_text="Annotators with a current pass.")
+    disagreeing_steps = serializers.IntegerField(
+        help_text="Steps two or more annotators rated differently."
+    )
+    spread = serializers.IntegerField(
+        help_text="Sum over disagreeing steps of highest minus lowest rating."
+    )
+    adjudicated = serializers.BooleanField()
+
+
+class DisagreementListApi(GenericAPIView):
+    serializer_class = DisagreementOutputSerializer
+    queryset = Chain.objects.none()  # the schema generator's; rows come from the selector
+
+    @extend_schema(
+        tags=["review"],
+        operation_id="projects_disagreements_list",
+        summary="Chains where annotators disagree, worst first (leads only)",
+        responses={
+            200: DisagreementOutputSerializer(many=True),
+            403: WRONG_ROLE,
+            404: NOT_A_MEMBER,
+        },
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        page = self.paginate_queryset(chain_disagreements(project=project))
+        return self.get_paginated_response(DisagreementOutputSerializer(page, many=True).data)
+
+
+# --- labels of one chain ---------------------------------------------------------------
+
+
+class RevisionOutputSerializer(serializers.Serializer):
+    annotation = serializers.IntegerField(source="annotation_id")
+    source = serializers.CharField(help_text="human, import or adjudication")
+    by = serializers.CharField(help_text='username, "import:<source>" or "adjudication:<lead>"')
+    created_at = serializers.DateTimeField()
+    supersedes = serializers.IntegerField(source="supersedes_id", allow_null=True)
+    superseded_by = serializers.IntegerField(source="superseded_by_id", allow_null=True)
+    current = serializers.BooleanField(help_text="Whether consensus counts this revision.")
+    note = serializers.CharField()
+    rewrite = serializers.CharField()
+    ratings = serializers.DictField(
+        child=serializers.IntegerField(), help_text="step index -> rating"
+    )
+    comments = serializers.DictField(child=serializers.CharField(), help_text="step index -> text")
+
+
+class StepLabelsOutputSerializer(serializers.Serializer):
+    step = serializers.IntegerField(source="step_id")
+    index = serializers.IntegerField()
+    text = serializers.CharField()
+    ratings = serializers.ListField(
+        child=serializers.IntegerField(allow_null=True),
+        help_text="One per entry of `columns`, null where that voter did not rate the step.",
+    )
+    consensus = serializers.IntegerField(allow_null=True)
+    support = serializers.FloatField(allow_null=True)
+
+
+class ChainLabelsOutputSerializer(serializers.Serializer):
+    chain = serializers.IntegerField(source="chain.pk")
+    project = serializers.IntegerField(source="chain.project_id")
+    problem = serializers.CharField(source="chain.problem.text")
+    final_answer = serializers.CharField(source="chain.final_answer")
+    columns = RevisionOutputSerializer(many=True, help_text="The current revisions.")
+    steps = StepLabelsOutputSerializer(many=True)
+    history = RevisionOutputSerializer(many=True, help_text="Every revision, oldest first.")
+
+
+class ChainLabelsApi(GenericAPIView):
+    serializer_class = ChainLabelsOutputSerializer
+    queryset = Chain.objects.none()
+
+    @extend_schema(
+        tags=["review"],
+        operation_id="chains_labels_retrieve",
+        summary="Every label of a chain side by side, with consensus and history (leads only)",
+        responses={200: ChainLabelsOutputSerializer, 403: WRONG_ROLE, 404: NOT_A_MEMBER},
+    )
+    def get(self, request: Request, chain_id: int) -> Response:
+        chain = _chain_for_lead(request=request, chain_id=chain_id)
+        return Response(ChainLabelsOutputSerializer(chain_labels(chain=chain)).data)
+
+
+# --- adjudication ----------------------------------------------------------------------
+
+
+class AdjudicatedRatingInputSerializer(serializers.Serializer):
+    step = serializers.IntegerField(help_text="Step id.")
+    rating = serializers.ChoiceField(choices=[-1, 0, 1])
+
+
+class AdjudicateInputSerializer(serializers.Serializer):
+    ratings = AdjudicatedRatingInputSerializer(many=True, allow_empty=False)
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+
+
+class AdjudicationOutputSerializer(serializers.Serializer):
+    annotation = serializers.IntegerField(source="pk")
+    chain = serializers.IntegerField(source="chain_id")
+    supersedes = serializers.IntegerField(source="supersedes_id", allow_null=True)
+    note = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    by = serializers.CharField(source="annotator.username")
+
+
+class AdjudicateApi(GenericAPIView):
+    serializer_class = AdjudicateInputSerializer
+    queryset = Annotation.objects.none()
+
+    @extend_schema(
+        tags=["review"],
+        operation_id="chains_adjudicate",
+        summary="Set the adjudicated labels of a chain with a note (leads only)",
+        description=(
+            "A new revision: it supersedes the chain's previous adjudication and wins "
+            "consensus on the steps it rates."
+        ),
+        request=AdjudicateInputSerializer,
+        responses={
+            201: AdjudicationOutputSerializer,
+            400: OpenApiResponse(description="Bad ratings: unknown step, twice, out of range."),
+            403: WRONG_ROLE,
+            404: NOT_A_MEMBER,
+        },
+    )
+    def post(self, request: Request, chain_id: int) -> Response:
+        chain = _chain_for_lead(request=request, chain_id=chain_id)
+        data = AdjudicateInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        with service_errors_as_400():
+            annotation = adjudication_create(
+                chain=chain,
+                lead=request.user,
+                ratings=[
+                    AdjudicatedRating(step_id=item["step"], rating=int(item["rating"]))
+                    for item in data.validated_data["ratings"]
+                ],
+                note=data.validated_data["note"],
+            )
+        return Response(
+            AdjudicationOutputSerializer(annotation).data, status=status.HTTP_201_CREATED
+        )
+
+
+# --- agreement -------------------------------------------------------------------------
+
+
+class AnnotatorAgreementOutputSerializer(serializers.Serializer):
+    annotator = serializers.IntegerField(source="annotator_id")
+    username = serializers.CharField()
+    ratings = serializers.IntegerField(
+        source="values", help_text="Ratings on steps someone else rated too."
+    )
+    alpha = serializers.FloatField(allow_null=True)
+    first_error_pairs = serializers.IntegerField()
+    first_error_agreement = serializers.FloatField(source="first_error_share", allow_null=True)
+
+
+class PairAgreementOutputSerializer(serializers.Serializer):
+    annotator_a = serializers.IntegerField()
+    annotator_b = serializers.IntegerField()
+    username_a = serializers.CharField()
+    username_b = serializers.CharField()
+    steps = serializers.IntegerField(help_text="Steps both rated.")
+    alpha = serializers.FloatField(allow_null=True)
+    first_error_pairs = serializers.IntegerField(help_text="Chains both labeled.")
+    first_error_agreement = serializers.FloatField(source="first_error_share", allow_null=True)
+
+
+class AgreementOutputSerializer(serializers.Serializer):
+    alpha = serializers.FloatField(
+        allow_null=True, help_text="Krippendorff's alpha, ordinal; null when undefined."
+    )
+    ratings = serializers.IntegerField()
+    pairable_ratings = serializers.IntegerField()
+    steps = serializers.IntegerField(help_text="Steps rated by two or more annotators.")
+    coincidences = serializers.ListField(
+        child=serializers.ListField(child=serializers.FloatField()),
+        help_text="Coincidence matrix, rows and columns -1, 0, +1.",
+    )
+    first_error_pairs = serializers.IntegerField()
+    first_error_agreement = serializers.FloatField(source="first_error_share", allow_null=True)
+    annotators = AnnotatorAgreementOutputSerializer(many=True)
+    pairs = PairAgreementOutputSerializer(many=True)
+
+
+class AgreementApi(GenericAPIView):
+    serializer_class = AgreementOutputSerializer
+    queryset = Chain.objects.none()
+
+    @extend_schema(
+        tags=["review"],
+        operation_id="projects_agreement_retrieve",
+        summary="Inter-annotator agreement (leads and ML staff)",
+        description=(
+            "Krippendorff's alpha (ordinal, over -1/0/+1) on steps, per project, annotator "
+            "and pair, over current human labels; steps not asked for (after a first error) "
+            "are missing, not disagreement. First-error agreement is the share of annotator "
+            "pairs on a chain that put the first error at the same step (-1 = none)."
+        ),
+        responses={200: AgreementOutputSerializer, 403: WRONG_ROLE, 404: NOT_A_MEMBER},
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id, roles=LEADS_AND_ML)
+        return Response(AgreementOutputSerializer(agreement_compute(project=project)).data)

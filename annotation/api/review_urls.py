@@ -1,0 +1,23 @@
+from django.urls import path
+
+from annotation.api.review import (
+    AdjudicateApi,
+    AgreementApi,
+    ChainLabelsApi,
+    DisagreementListApi,
+)
+
+urlpatterns = [
+    path(
+        "projects/<int:project_id>/disagreements/",
+        DisagreementListApi.as_view(),
+        name="api-project-disagreements",
+    ),
+    path(
+        "projects/<int:project_id>/agreement/",
+        AgreementApi.as_view(),
+        name="api-project-agreement",
+    ),
+    path("chains/<int:chain_id>/labels/", ChainLabelsApi.as_view(), name="api-chain-labels"),
+    path("chains/<int:chain_id>/adjudicate/", AdjudicateApi.as_view(), name="api-chain-adjudicate"),
+]

@@ -1,0 +1,223 @@
+"""Read paths of review: which chains annotators disagree on, and every label of a chain
+side by side with its full history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+from django.db.models import Exists, OuterRef
+
+from annotation.models import Annotation, AnnotationSource, Chain, Project, Step, StepRating
+from annotation.services.agreement import current_human_ratings
+from annotation.services.consensus import chain_consensus, votes_for_chains
+
+
+@dataclass(frozen=True, slots=True)
+class ChainDisagreement:
+    chain_id: int
+    problem: str
+    step_count: int
+    annotators: int
+    disagreeing_steps: int
+    # Sum over disagreeing steps of (highest - lowest rating): a -1 vs +1 clash weighs 2.
+    spread: int
+    adjudicated: bool
+
+
+def chain_disagreements(*, project: Project) -> list[ChainDisagreement]:
+    """Chains whose current human annotations disagree on at least one step, worst first:
+    most disagreeing steps, then the widest spread, then the oldest chain.
+
+    A step counts as disagreeing when two or more annotators rated it and not alike. A
+    step only one annotator rated (e.g. after another's first error in first_error mode)
+    is not a disagreement: it was simply not asked of the other. Chains already
+    adjudicated stay in the list, flagged, so a lead can revisit a ruling. Three queries:
+    the ratings, the chains and their adjudication flag."""
+    data = current_human_ratings(project=project)
+    if not len(data):
+        return []
+    steps, step_pos = np.unique(data.step, return_inverse=True)
+    step_pos = step_pos.reshape(-1)
+    low = np.full(steps.size, 2, dtype=np.int64)
+    high = np.full(steps.size, -2, dtype=np.int64)
+    np.minimum.at(low, step_pos, data.rating)
+    np.maximum.at(high, step_pos, data.rating)
+    step_chain = np.zeros(steps.size, dtype=np.int64)
+    step_chain[step_pos] = data.chain
+    disagreeing = high > low
+    if not disagreeing.any():
+        return []
+    chains, chain_pos = np.unique(step_chain[disagreeing], return_inverse=True)
+    counts = np.bincount(chain_pos.reshape(-1), minlength=chains.size)
+    spreads = np.bincount(
+        chain_pos.reshape(-1), weights=(high - low)[disagreeing], minlength=chains.size
+    )
+    # Distinct annotators per disputed chain.
+    pairs = np.unique(np.stack([data.chain, data.annotator], axis=1), axis=0)
+    in_disputed = np.isin(pairs[:, 0], chains)
+    per_chain = dict(zip(*np.unique(pairs[in_disputed, 0], return_counts=True), strict=True))
+    adjudicated = Annotation.objects.filter(
+        chain=OuterRef("pk"), source=AnnotationSource.ADJUDICATION
+    )
+    info = {
+        row[0]: row[1:]
+        for row in Chain.objects.filter(pk__in=chains.tolist())
+        .annotate(adjudicated=Exists(adjudicated))
+        .values_list("id", "problem__text", "step_count", "adjudicated")
+    }
+    rows = [
+        ChainDisagreement(
+            chain_id=chain_id,
+            problem=info[chain_id][0],
+            step_count=info[chain_id][1],
+            annotators=int(per_chain[chain_id]),
+            disagreeing_steps=int(count),
+            spread=int(spread),
+            adjudicated=bool(info[chain_id][2]),
+        )
+        for chain_id, count, spread in zip(
+            chains.tolist(), counts.tolist(), spreads.tolist(), strict=True
+        )
+        if chain_id in info
+    ]
+    rows.sort(key=lambda row: (-row.disagreeing_steps, -row.spread, row.chain_id))
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class LabelRevision:
+    """One annotation of a chain, current or not, with its ratings by step index."""
+
+    annotation_id: int
+    source: str
+    by: str
+    annotator_id: int | None
+    created_at: datetime
+    supersedes_id: int | None
+    superseded_by_id: int | None
+    current: bool
+    note: str
+    rewrite: str
+    ratings: dict[int, int] = field(default_factory=dict)
+    comments: dict[int, str] = field(default_factory=dict)
+
+
+def chain_label_history(*, chain: Chain) -> list[LabelRevision]:
+    """Every revision of every label on the chain, oldest first: annotators' passes and
+    their corrections, imported labels and adjudications, each with who and when.
+
+    ``current`` marks the revisions consensus counts (the same rule as
+    ``consensus.current_votes``): nothing supersedes it, and it is the newest pass of its
+    annotator (or the newest adjudication of the chain). Two queries."""
+    annotations = list(
+        Annotation.objects.filter(chain=chain)
+        .select_related("annotator", "superseded_by")
+        .order_by("created_at", "id")
+    )
+    ratings: dict[int, dict[int, int]] = {}
+    comments: dict[int, dict[int, str]] = {}
+    for annotation_id, index, rating, comment in (
+        StepRating.objects.filter(annotation__chain=chain)
+        .order_by("annotation_id", "step__index")
+        .values_list("annotation_id", "step__index", "rating", "comment")
+    ):
+        ratings.setdefault(annotation_id, {})[index] = rating
+        if comment:
+            comments.setdefault(annotation_id, {})[index] = comment
+    newest: dict[object, int] = {}
+    for annotation in annotations:  # oldest first: the last one seen per key is newest
+        if _superseded_by_id(annotation) is not None:
+            continue
+        if annotation.source == AnnotationSource.HUMAN:
+            newest[("human", annotation.annotator_id)] = annotation.pk
+        elif annotation.source == AnnotationSource.ADJUDICATION:
+            newest[("adjudication",)] = annotation.pk
+        else:
+            newest[("import", annotation.pk)] = annotation.pk
+    current = set(newest.values())
+    return [
+        LabelRevision(
+            annotation_id=annotation.pk,
+            source=annotation.source,
+            by=_voter_name(annotation),
+            annotator_id=annotation.annotator_id,
+            created_at=annotation.created_at,
+            supersedes_id=annotation.supersedes_id,
+            superseded_by_id=_superseded_by_id(annotation),
+            current=annotation.pk in current,
+            note=annotation.note,
+            rewrite=annotation.rewrite,
+            ratings=ratings.get(annotation.pk, {}),
+            comments=comments.get(annotation.pk, {}),
+        )
+        for annotation in annotations
+    ]
+
+
+def _superseded_by_id(annotation: Annotation) -> int | None:
+    try:
+        return annotation.superseded_by.pk  # type: ignore[attr-defined]
+    except Annotation.DoesNotExist:
+        return None
+
+
+def _voter_name(annotation: Annotation) -> str:
+    """The name consensus and snapshots give this voter."""
+    if annotation.source == AnnotationSource.IMPORT:
+        return f"import:{annotation.source_name}" if annotation.source_name else "import"
+    username = annotation.annotator.get_username() if annotation.annotator else ""
+    if annotation.source == AnnotationSource.ADJUDICATION:
+        return f"adjudication:{username}"
+    return username
+
+
+@dataclass(frozen=True, slots=True)
+class StepLabels:
+    step_id: int
+    index: int
+    text: str
+    # One entry per current revision, in ``ChainLabels.columns`` order; None = not rated.
+    ratings: list[int | None]
+    consensus: int | None
+    support: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChainLabels:
+    chain: Chain
+    columns: list[LabelRevision]
+    steps: list[StepLabels]
+    history: list[LabelRevision]
+
+
+def chain_labels(*, chain: Chain) -> ChainLabels:
+    """Every current label of the chain side by side per step, its consensus, and the
+    whole history. Four queries: steps, annotations, ratings and the consensus votes."""
+    history = chain_label_history(chain=chain)
+    columns = [revision for revision in history if revision.current]
+    steps = list(
+        Step.objects.filter(chain=chain).order_by("index").values_list("id", "index", "text")
+    )
+    consensus = chain_consensus(
+        step_count=len(steps),
+        votes=votes_for_chains(chain_ids=[chain.pk]).get(chain.pk, []),
+        import_labels=chain.project.import_labels,
+    )
+    return ChainLabels(
+        chain=chain,
+        columns=columns,
+        steps=[
+            StepLabels(
+                step_id=step_id,
+                index=index,
+                text=text,
+                ratings=[column.ratings.get(index) for column in columns],
+                consensus=consensus.labels[position],
+                support=consensus.support[position],
+            )
+            for position, (step_id, index, text) in enumerate(steps)
+        ],
+        history=history,
+    )
