@@ -171,6 +171,9 @@ _RECHECK_SQL = f"""
 _PLACE_SQL = f"SELECT {_PLACE_FREE_SQL} FROM {Chain._meta.db_table} c WHERE c.id = %(chain)s"
 
 
+_LOCK_USER_SQL = "SELECT 1 FROM {table} WHERE id = %s {lock}"
+
+
 def _sql_params(*, project: Project, user: User, now: datetime, **extra: object) -> dict:
     return {
         "project": project.pk,
@@ -234,7 +237,12 @@ def _claim_once(
 ) -> Assignment | None:
     # One claim per person at a time: without this a double-clicked "next" could give the
     # same annotator two chains (the second one's place idle until it expires).
-    list(get_user_model().objects.select_for_update(no_key=True).filter(pk=user.pk).values("pk"))
+    # Plain SQL: building this one-row lock as a queryset cost more than running it.
+    # SQLite has no row locks: there BEGIN IMMEDIATE serializes writers (see the module doc).
+    lock = "FOR NO KEY UPDATE" if connection.features.has_select_for_update else ""
+    sql = _LOCK_USER_SQL.format(table=get_user_model()._meta.db_table, lock=lock)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user.pk])
 
     existing = _live_lease_of(project=project, user=user, now=now)
     if existing is not None:

@@ -380,8 +380,8 @@ def test_the_schema_documents_the_queue(client) -> None:
 def test_next_query_count_with_a_new_lease(project, client, django_assert_num_queries):
     ChainFactory.create_batch(5, project=project)
 
-    # project, membership role; claim (7, see the service test); problem, steps
-    with django_assert_num_queries(11):
+    # project, membership role; claim (7, see the service test); steps with their problem
+    with django_assert_num_queries(10):
         response = client.post(next_url(project))
     assert response.status_code == 200
 
@@ -391,7 +391,7 @@ def test_next_query_count_with_an_existing_lease(project, client, django_assert_
     client.post(next_url(project))
 
     # project, membership role; savepoint, lock user, own lease (+chain, problem), release;
-    # steps
+    # steps (+problem)
     with django_assert_num_queries(7):
         response = client.post(next_url(project))
     assert response.status_code == 200
