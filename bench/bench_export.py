@@ -7,10 +7,11 @@ project sizes, to show memory stays flat as the project grows.
 
 For each size (step labels) it imports size/steps labeled chains through the real import
 service (COPY), so the labels are import annotations that consensus uses by the
-project's default "fallback" rule; freezes them with ``snapshot_create``; then exports
-the snapshot once per format, each in a fresh child process so that process's peak RSS
-(ru_maxrss) is the export's alone, Django and pyarrow included. Figures go to stdout as a
-table and to bench/out/export.json. A measurement, not a test.
+project's default "fallback" rule; freezes them with ``snapshot_create``; ANALYZEs the
+tables (as autovacuum soon would); then exports the snapshot once per format, each in a
+fresh child process so that process's peak RSS (ru_maxrss) is the export's alone, Django
+and pyarrow included. Figures go to stdout as a table and to bench/out/export.json.
+A measurement, not a test.
 
 The database is recreated (its name must contain "bench", so a typo cannot drop real data)
 and migrated with the dev settings.
@@ -114,6 +115,14 @@ def _prepare(database_url: str, size: int, steps: int, workdir: Path) -> tuple[i
     snapshot = snapshot_create(project=project)
     frozen = time.perf_counter() - started
     source.unlink()
+    # Autovacuum would analyze the fresh rows within a minute or so; do it now, so the
+    # export is planned on real statistics, not on those of an empty table.
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for table in ("annotation_snapshotchain", "annotation_chain", "annotation_problem",
+                      "annotation_step"):
+            cursor.execute(f"ANALYZE {table}")
     return project.pk, snapshot.version, {
         "chains": chains,
         "import_s": round(imported, 2),
@@ -135,6 +144,8 @@ def _child(args: argparse.Namespace) -> None:
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({
         "format": args.format,
+        "load_average_1min": round(os.getloadavg()[0], 2),
+        "cpu_s": round(time.process_time(), 2),
         "records": result.records,
         "steps": result.steps,
         "seconds": round(seconds, 3),
@@ -185,7 +196,9 @@ def main() -> None:
                 results.append({**figures, "setup": setup})
                 print(
                     f"  {fmt:<13} {figures['steps']:>9,} steps  {figures['seconds']:>7.2f} s  "
-                    f"{figures['steps_per_s']:>9,} steps/s  peak {figures['peak_rss_mb']:>6.1f} MB",
+                    f"{figures['steps_per_s']:>9,} steps/s  "
+                    f"peak {figures['peak_rss_mb']:>6.1f} MB  "
+                    f"load {figures['load_average_1min']:.1f}",
                     flush=True,
                 )
     args.out.parent.mkdir(parents=True, exist_ok=True)
