@@ -1,0 +1,187 @@
+"""`manage.py simulate_active_learning FILE [FILE ...] --strategy NAME[,NAME] --rounds N
+--batch K --out DIR`: replay labeled files as the oracle and compare acquisition strategies.
+
+Works on files alone: it never touches the database. The loop is
+``prm_training.ml.simulate``; this command parses, checks input and writes the outputs.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from annotation.importers import FORMATS, LineError, detect_format, iter_chains
+from annotation.importers.formats import DETECT_HEAD_BYTES, FormatDetectionError
+
+# How many rejected records a failed parse lists before "... and N more".
+SHOWN_ERRORS = 5
+
+
+def _read_chains(paths: list[Path], fmt: str) -> tuple[list[Any], dict[int, bool | None]]:
+    """(ChainExamples of every file, chain_id -> final answer graded right/wrong/None).
+
+    A final answer is graded against the chain's reference answer where both exist, else
+    by the file's own verdict (ProcessBench's ``final_answer_correct``): the platform
+    knows reference answers, so this is no label leak to ``convincing_wrong``."""
+    from prm_training.ml.answers import grade_answer
+    from prm_training.ml.data import ChainExample
+
+    examples: list[ChainExample] = []
+    graded: dict[int, bool | None] = {}
+    errors: list[str] = []
+    for path in paths:
+        try:
+            handle = open(path, "rb")  # noqa: SIM115 - closed below, after streaming
+        except OSError as exc:
+            raise CommandError(f"cannot read {path}: {exc.strerror}") from None
+        with handle:
+            file_format = fmt
+            if fmt == "auto":
+                try:
+                    file_format = detect_format(handle.read(DETECT_HEAD_BYTES))
+                except FormatDetectionError as exc:
+                    raise CommandError(f"{path}: {exc}") from None
+                handle.seek(0)
+            for item in iter_chains(handle, file_format):
+                if isinstance(item, LineError):
+                    errors.append(f"{path}:{item.line}: {item.reason}")
+                    continue
+                chain_id = len(examples) + 1
+                examples.append(ChainExample(
+                    chain_id=chain_id, problem=item.problem, steps=item.steps,
+                    labels=item.labels, answer=item.answer,
+                    reference_answer=item.reference_answer,
+                ))
+                if item.answer and item.reference_answer:
+                    graded[chain_id] = grade_answer(item.answer, item.reference_answer)
+                elif isinstance(item.meta.get("final_answer_correct"), bool):
+                    graded[chain_id] = item.meta["final_answer_correct"]
+    if errors:
+        more = len(errors) - SHOWN_ERRORS
+        listed = "; ".join(errors[:SHOWN_ERRORS]) + (f"; ... and {more} more" if more > 0 else "")
+        raise CommandError(f"{len(errors)} record(s) rejected: {listed}")
+    return examples, graded
+
+
+class Command(BaseCommand):
+    help = (
+        "Replay labeled chains as the oracle: from a random seed set, each round every "
+        "strategy picks a batch, its labels are revealed, the PRM is retrained and scored "
+        "on a held-out part split by problem. Writes DIR/results.csv and "
+        "DIR/learning_curve.png."
+    )
+    # Files in, files out: no database, so no migration or system check needs one.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("files", nargs="+", type=Path, metavar="FILE",
+                            help="labeled files in any import format (several are joined)")
+        parser.add_argument("--strategy", required=True,
+                            help="comma-separated strategies; 'random' is the baseline")
+        parser.add_argument("--rounds", type=int, required=True)
+        parser.add_argument("--batch", type=int, required=True, help="chains per round")
+        parser.add_argument("--out", type=Path, required=True, help="output directory")
+        parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")
+        parser.add_argument("--seed-size", type=int, default=20,
+                            help="randomly labeled chains before the first round")
+        parser.add_argument("--heldout-fraction", type=float, default=0.2)
+        parser.add_argument("--random-fraction", type=float, default=0.2,
+                            help="share of each batch picked at random (the platform's mix)")
+        parser.add_argument("--format", default="auto", choices=("auto", *FORMATS))
+        parser.add_argument("--mode", default="frozen_head", choices=("frozen_head", "full"))
+        parser.add_argument("--backbone", default=None,
+                            help="local model directory (default: the bundled MiniLM)")
+        parser.add_argument("--head-epochs", type=int, default=None)
+        parser.add_argument("--epochs", type=int, default=None, help="full mode only")
+        parser.add_argument("--cache-dir", type=Path, default=None,
+                            help="feature cache (default: DIR/cache, reused by a rerun)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from prm_training.ml.config import PRMConfig
+        from prm_training.ml.simulate import (
+            BASELINE,
+            SimulationConfig,
+            chains_to_reach_baseline,
+            oracle_chains,
+            plot_learning_curves,
+            simulate,
+            write_csv,
+        )
+
+        strategies = tuple(name.strip() for name in options["strategy"].split(",") if name.strip())
+        if options["seeds"] < 1:
+            raise CommandError("--seeds must be at least 1")
+        try:
+            sim = SimulationConfig(
+                strategies=strategies, rounds=options["rounds"], batch=options["batch"],
+                seeds=tuple(range(options["seeds"])), seed_size=options["seed_size"],
+                heldout_fraction=options["heldout_fraction"],
+                random_fraction=options["random_fraction"],
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        if options["backbone"] is not None and not Path(options["backbone"]).is_dir():
+            raise CommandError(f"--backbone {options['backbone']} is not a directory")
+
+        examples, graded = _read_chains(options["files"], options["format"])
+        labeled = oracle_chains(examples)
+        if not labeled:
+            raise CommandError(
+                f"no step labels in {', '.join(map(str, options['files']))}: the simulation "
+                "replays labeled chains as the oracle"
+            )
+        if "convincing_wrong" in strategies and not any(v is not None for v in graded.values()):
+            self.stderr.write("warning: no final answer can be graded (no reference answers); "
+                              "convincing_wrong ranks by step entropy only")
+
+        out: Path = options["out"]
+        out.mkdir(parents=True, exist_ok=True)
+        overrides: dict[str, Any] = {
+            "mode": options["mode"],
+            "cache_dir": str(options["cache_dir"] or out / "cache"),
+            "report_every_s": 60.0,
+        }
+        if options["backbone"] is not None:
+            overrides["backbone"] = str(options["backbone"])
+        for name in ("head_epochs", "epochs"):
+            if options[name] is not None:
+                overrides[name] = options[name]
+        try:
+            prm = PRMConfig(**overrides)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+
+        from tqdm import tqdm
+        from transformers.utils import logging as transformers_logging
+
+        # transformers draws a bar per weight load (two a round); keep stderr to ours.
+        transformers_logging.disable_progress_bar()
+        trainings = len(sim.seeds) * (1 + len(sim.strategies) * sim.rounds)
+        started = time.monotonic()
+        with tqdm(total=trainings, desc="trainings", unit="run", file=sys.stderr) as bar:
+            try:
+                rows = simulate(labeled, sim, prm, answers_correct=graded, work_dir=out,
+                                progress=lambda: bar.update(1))
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+        elapsed = time.monotonic() - started
+
+        write_csv(rows, out / "results.csv")
+        plot_learning_curves(rows, out / "learning_curve.png")
+        if BASELINE in strategies:
+            target, reached = chains_to_reach_baseline(rows)
+            self.stdout.write(f"labeled chains needed to reach {BASELINE}'s final mean "
+                              f"ProcessBench F1 ({target:.3f}):")
+            width = max(len(name) for name in strategies)
+            for name in strategies:
+                needed = reached.get(name)
+                self.stdout.write(f"  {name:<{width}}  "
+                                  f"{needed if needed is not None else 'not reached'}")
+        self.stdout.write(
+            f"simulated {len(strategies)} strategies x {len(sim.seeds)} seeds x {sim.rounds} "
+            f"rounds on {len(labeled)} labeled chains in {elapsed:.0f}s: "
+            f"{out / 'results.csv'}, {out / 'learning_curve.png'}"
+        )
