@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
@@ -19,9 +20,11 @@ from annotation.models import (
     Membership,
     Problem,
     Project,
+    Screening,
     Step,
     StepRating,
 )
+from annotation.services.gold import gold_mark, gold_unmark
 from annotation.services.projects import chain_finished_recompute
 
 
@@ -159,9 +162,10 @@ class ChainAdmin(admin.ModelAdmin):
         "finished_count",
         "is_finished",
         "is_flagged",
+        "is_gold",
         "created_at",
     ]
-    list_filter = ["project", "is_finished", "is_flagged", "generator"]
+    list_filter = ["project", "is_finished", "is_flagged", "is_gold", "generator"]
     search_fields = ["problem__text", "final_answer", "content_hash"]
     list_select_related = ["project"]
     readonly_fields = [
@@ -175,9 +179,39 @@ class ChainAdmin(admin.ModelAdmin):
         "step_count",
         "finished_count",
         "is_finished",
+        # Gold goes through the actions below (annotation/services/gold.py), which set
+        # the answer key and keep the finished counts right.
+        "is_gold",
+        "gold_annotation",
         "created_at",
     ]
     inlines = [StepInline]
+    actions = ["mark_gold", "unmark_gold"]
+
+    def _by_project(self, queryset: QuerySet[Chain]) -> dict[Project, list[int]]:
+        grouped: dict[Project, list[int]] = {}
+        for chain in queryset.select_related("project"):
+            grouped.setdefault(chain.project, []).append(chain.pk)
+        return grouped
+
+    @admin.action(description="Mark the selected chains as gold")
+    def mark_gold(self, request: HttpRequest, queryset: QuerySet[Chain]) -> None:
+        marked = 0
+        for project, chain_ids in self._by_project(queryset).items():
+            try:
+                marked += len(gold_mark(project=project, chain_ids=chain_ids))
+            except ValidationError as exc:
+                self.message_user(request, f"{project}: {' '.join(exc.messages)}", messages.ERROR)
+        if marked:
+            self.message_user(request, f"{marked} chain(s) marked as gold.", messages.SUCCESS)
+
+    @admin.action(description="Return the selected gold chains to ordinary work")
+    def unmark_gold(self, request: HttpRequest, queryset: QuerySet[Chain]) -> None:
+        unmarked = sum(
+            len(gold_unmark(project=project, chain_ids=chain_ids))
+            for project, chain_ids in self._by_project(queryset).items()
+        )
+        self.message_user(request, f"{unmarked} chain(s) are no longer gold.", messages.SUCCESS)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -217,3 +251,13 @@ class AssignmentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ["status", "project"]
     search_fields = ["annotator__username"]
     list_select_related = ["annotator", "project", "chain"]
+
+
+@admin.register(Screening)
+class ScreeningAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Read only: a lead resets a screening through the gold API, which keeps the rules."""
+
+    list_display = ["annotator", "project", "status", "chains", "step_accuracy", "decided_at"]
+    list_filter = ["status", "project"]
+    search_fields = ["annotator__username"]
+    list_select_related = ["annotator", "project"]

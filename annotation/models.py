@@ -69,6 +69,22 @@ class Project(models.Model):
         default=ImportLabels.FALLBACK,
         help_text="How labels that came in with an import count toward consensus.",
     )
+    # Gold chains and screening (annotation/services/gold.py).
+    gold_rate = models.FloatField(
+        default=0.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Share of claims that get a gold chain while the annotator has unseen ones.",
+    )
+    screening_chains = models.PositiveSmallIntegerField(
+        default=0,
+        validators=[MaxValueValidator(1000)],
+        help_text="Gold chains an annotator must pass before real work; 0: no screening.",
+    )
+    screening_pass_accuracy = models.FloatField(
+        default=0.8,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Step accuracy on the screening chains needed to pass.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -77,6 +93,13 @@ class Project(models.Model):
     class Meta:
         ordering = ["id"]
         constraints = [
+            models.CheckConstraint(
+                condition=Q(gold_rate__gte=0.0, gold_rate__lte=1.0), name="project_gold_rate_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(screening_pass_accuracy__gte=0.0, screening_pass_accuracy__lte=1.0),
+                name="project_screening_accuracy_range",
+            ),
             models.CheckConstraint(condition=Q(overlap__gte=1), name="project_overlap_positive"),
             models.CheckConstraint(
                 condition=Q(lease_minutes__gte=1), name="project_lease_positive"
@@ -175,12 +198,25 @@ class Chain(models.Model):
     finished_count = models.PositiveIntegerField(default=0)
     is_finished = models.BooleanField(default=False)
     is_flagged = models.BooleanField(default=False)
+    # A gold chain has known labels: ``gold_annotation`` (a lead's adjudication or an
+    # import's labels) is its answer key. It stays out of the normal queue and is offered
+    # to every annotator once (annotation/services/gold.py); its annotations do not count
+    # toward ``finished_count``. Never shown to annotators.
+    is_gold = models.BooleanField(default=False)
+    gold_annotation = models.ForeignKey(
+        "Annotation", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
                 fields=["project", "content_hash"], name="chain_unique_content"
+            ),
+            models.CheckConstraint(
+                condition=Q(is_gold=False, gold_annotation__isnull=True)
+                | Q(is_gold=True, gold_annotation__isnull=False),
+                name="chain_gold_has_answer_key",
             ),
         ]
         indexes = [
@@ -191,6 +227,10 @@ class Chain(models.Model):
                 "id",
                 condition=Q(is_finished=False, is_flagged=False),
                 name="chain_queue_idx",
+            ),
+            # Gold chains of a project: few, scanned at every gold claim and score.
+            models.Index(
+                fields=["project", "id"], condition=Q(is_gold=True), name="chain_gold_idx"
             ),
         ]
 
@@ -350,6 +390,52 @@ class StepRating(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rating:+d} on step {self.step_id}"
+
+
+class ScreeningStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    PASSED = "passed", "Passed"
+    FAILED = "failed", "Failed"
+
+
+class Screening(models.Model):
+    """An annotator's screening decision in a project (annotation/services/gold.py).
+
+    No row means pending since the annotator joined. The row is written when the
+    annotator's screening gold chains are scored (PASSED or FAILED, frozen from then on so
+    a later change of the answer key does not flip it) and when a lead resets a failed
+    screening (PENDING again; only gold annotations from ``started_at`` on count)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="screenings")
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="screenings"
+    )
+    status = models.CharField(
+        max_length=10, choices=ScreeningStatus.choices, default=ScreeningStatus.PENDING
+    )
+    started_at = models.DateTimeField(
+        null=True, blank=True, help_text="Gold annotations from here on count; null: all."
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    chains = models.PositiveIntegerField(default=0, help_text="Gold chains scored.")
+    steps_compared = models.PositiveIntegerField(default=0)
+    steps_correct = models.PositiveIntegerField(default=0)
+    step_accuracy = models.FloatField(null=True, blank=True)
+    resets = models.PositiveIntegerField(default=0)
+    reset_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "annotator"], name="screening_unique"),
+            models.CheckConstraint(
+                condition=Q(status__in=ScreeningStatus.values), name="screening_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"screening of {self.annotator_id} in {self.project_id}: {self.status}"
 
 
 class SnapshotSplit(models.TextChoices):

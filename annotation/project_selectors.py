@@ -26,7 +26,8 @@ from annotation.selectors import project_get_for_member, project_list_for_user
 def project_list_with_progress(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Project]:
     """The user's projects, each annotated in one query with:
 
-    - ``chains_total``, ``chains_finished`` (``Chain.is_finished``),
+    - ``chains_total``, ``chains_finished`` (``Chain.is_finished``), gold chains left out
+      (every annotator labels them, so they never finish),
     - ``annotations_needed`` = chains x overlap,
     - ``annotations_finished``: finished human annotations, counting at most ``overlap``
       per chain so that lowering the overlap never shows more than 100 %,
@@ -44,14 +45,17 @@ def project_list_with_progress(*, user: AbstractBaseUser | AnonymousUser) -> Que
     return (
         project_list_for_user(user=user)
         .annotate(
-            chains_total=Count("chains"),
-            chains_finished=Count("chains", filter=Q(chains__is_finished=True)),
+            # Gold chains are quality checks every annotator labels, not work to finish.
+            chains_total=Count("chains", filter=Q(chains__is_gold=False)),
+            chains_finished=Count(
+                "chains", filter=Q(chains__is_finished=True, chains__is_gold=False)
+            ),
             # LEAST ignores NULL on PostgreSQL, so the chain-less LEFT JOIN row must be
             # filtered out or it would count ``overlap`` finished annotations.
             annotations_finished=Coalesce(
                 Sum(
                     Least("chains__finished_count", "overlap", output_field=IntegerField()),
-                    filter=Q(chains__isnull=False),
+                    filter=Q(chains__isnull=False, chains__is_gold=False),
                 ),
                 0,
             ),

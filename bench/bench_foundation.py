@@ -23,6 +23,7 @@ What it does, in order:
    client count runs a closed loop of next -> submit, one annotator and one keep-alive
    connection per client, on 127.0.0.1 only, for a fixed time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,11 +75,29 @@ COPY_TABLES = (
 # Django keeps model defaults in Python, not in the schema, so COPY has to supply every
 # NOT NULL column. Keep these in step with annotation/models.py.
 COPY_COLUMNS = {
-    "bench_copy_problem": ("id", "project_id", "text", "reference_answer", "content_hash",
-                           "created_at"),
-    "bench_copy_chain": ("id", "project_id", "problem_id", "content_hash", "final_answer",
-                         "generator", "meta", "step_count", "priority", "finished_count",
-                         "is_finished", "is_flagged", "created_at"),
+    "bench_copy_problem": (
+        "id",
+        "project_id",
+        "text",
+        "reference_answer",
+        "content_hash",
+        "created_at",
+    ),
+    "bench_copy_chain": (
+        "id",
+        "project_id",
+        "problem_id",
+        "content_hash",
+        "final_answer",
+        "generator",
+        "meta",
+        "step_count",
+        "priority",
+        "finished_count",
+        "is_finished",
+        "is_flagged",
+        "created_at",
+    ),
     "bench_copy_step": ("chain_id", "index", "text"),
 }
 
@@ -160,9 +179,7 @@ def bench_database_prepare(*, url: str, recreate: bool) -> None:
             "(use --keep-db to benchmark in it without dropping)"
         )
     with psycopg.connect(_with_dbname(url, "postgres"), autocommit=True) as admin:
-        exists = admin.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)
-        ).fetchone()
+        exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)).fetchone()
         if exists and recreate:
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dbname)))
             exists = None
@@ -234,8 +251,7 @@ def bench_fixture_create(*, annotators: int, overlap: int) -> BenchFixture:
 _NAMES = ("Ava", "Ben", "Chloe", "Dev", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jonas")
 _ITEMS = ("apples", "marbles", "books", "tickets", "pencils", "coins", "stamps", "cookies")
 _STEP_TEMPLATES = (
-    "{n} starts with {a} {item} and buys {b} more, so {n} now has {a} + {b} = {s} {item} "
-    "in total.",
+    "{n} starts with {a} {item} and buys {b} more, so {n} now has {a} + {b} = {s} {item} in total.",
     "Each of the {b} boxes holds {a} {item}, so multiplying gives {a} * {b} = {p} {item} "
     "across all boxes.",
     "After giving {b} {item} to a friend, {n} keeps {s} - {b} = {a} {item}, which we carry "
@@ -264,9 +280,7 @@ def chain_content(*, index: int, steps: int) -> tuple[str, list[str], str]:
     texts = []
     for k in range(steps):
         a, b = rng.randint(2, 99), rng.randint(2, 40)
-        text = rng.choice(_STEP_TEMPLATES).format(
-            n=name, item=item, a=a, b=b, s=a + b, p=a * b
-        )
+        text = rng.choice(_STEP_TEMPLATES).format(n=name, item=item, a=a, b=b, s=a + b, p=a * b)
         if len(text) < 80:
             text += _FILLER
         texts.append(f"Step {k + 1}. {text}"[:150])
@@ -280,9 +294,7 @@ class BenchFiles:
     bytes_jsonl: int
 
 
-def bench_files_write(
-    *, directory: Path, chains: int, steps: int, project_id: int
-) -> BenchFiles:
+def bench_files_write(*, directory: Path, chains: int, steps: int, project_id: int) -> BenchFiles:
     """Streams the generic JSONL for the import and, in the same pass, the same rows in
     COPY text format for the baseline, so neither ever sits in memory whole."""
     jsonl = directory / "chains.jsonl"
@@ -305,10 +317,14 @@ def bench_files_write(
             out.write("\n")
             problem_hash = hashlib.sha256(problem.encode()).hexdigest()
             chain_hash = hashlib.sha256("\x1f".join([problem, *texts]).encode()).hexdigest()
-            problems.write(f"{i}\t{project_id}\t{problem.translate(_COPY_ESCAPES)}\t\t"
-                           f"{problem_hash}\t{created}\n")
-            chain_rows.write(f"{i}\t{project_id}\t{i}\t{chain_hash}\t{answer}\tbench\t{{}}\t"
-                             f"{steps}\t0\t0\tf\tf\t{created}\n")
+            problems.write(
+                f"{i}\t{project_id}\t{problem.translate(_COPY_ESCAPES)}\t\t"
+                f"{problem_hash}\t{created}\n"
+            )
+            chain_rows.write(
+                f"{i}\t{project_id}\t{i}\t{chain_hash}\t{answer}\tbench\t{{}}\t"
+                f"{steps}\t0\t0\tf\tf\t{created}\n"
+            )
             step_rows.writelines(
                 f"{i}\t{k}\t{text.translate(_COPY_ESCAPES)}\n" for k, text in enumerate(texts)
             )
@@ -336,8 +352,17 @@ def copy_baseline_measure(*, database_url: str, files: BenchFiles, steps_total: 
     with psycopg.connect(database_url, autocommit=True) as conn:
         _scratch_drop(conn)
         for real, scratch in COPY_TABLES:
-            conn.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(
-                sql.Identifier(scratch), sql.Identifier(real)))
+            conn.execute(
+                sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(
+                    sql.Identifier(scratch), sql.Identifier(real)
+                )
+            )
+            for column, default in _model_defaults(real, COPY_COLUMNS[scratch]):
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}").format(
+                        sql.Identifier(scratch), sql.Identifier(column), sql.Literal(default)
+                    )
+                )
         scratch_of = dict(COPY_TABLES)
         for real, scratch in COPY_TABLES:
             foreign_keys = conn.execute(
@@ -351,8 +376,9 @@ def copy_baseline_measure(*, database_url: str, files: BenchFiles, steps_total: 
                     lambda m: f"REFERENCES {scratch_of.get(m.group(1), m.group(1))}(",
                     definition,
                 )
-                conn.execute(f'ALTER TABLE "{scratch}" ADD CONSTRAINT "{scratch}_fk{n}" '
-                             f"{definition}")
+                conn.execute(
+                    f'ALTER TABLE "{scratch}" ADD CONSTRAINT "{scratch}_fk{n}" {definition}'
+                )
         _checkpoint(conn)
         try:
             busy_before = _machine_busy_seconds()
@@ -361,7 +387,8 @@ def copy_baseline_measure(*, database_url: str, files: BenchFiles, steps_total: 
                 for _, scratch in COPY_TABLES:
                     columns = sql.SQL(", ").join(map(sql.Identifier, COPY_COLUMNS[scratch]))
                     statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
-                        sql.Identifier(scratch), columns)
+                        sql.Identifier(scratch), columns
+                    )
                     with cur.copy(statement) as copy, files.copy[scratch].open("rb") as f:
                         while chunk := f.read(1 << 20):
                             copy.write(chunk)
@@ -370,8 +397,30 @@ def copy_baseline_measure(*, database_url: str, files: BenchFiles, steps_total: 
         finally:
             _scratch_drop(conn)
             _checkpoint(conn)
-    return {"seconds": elapsed, "steps": steps_total, "steps_per_s": steps_total / elapsed,
-            "machine_busy": busy}
+    return {
+        "seconds": elapsed,
+        "steps": steps_total,
+        "steps_per_s": steps_total / elapsed,
+        "machine_busy": busy,
+    }
+
+
+def _model_defaults(table: str, columns: Sequence[str]) -> list[tuple[str, Any]]:
+    """(column, value) for the NOT NULL columns of ``table`` that the COPY files leave out,
+    from the model's field defaults: Django keeps defaults in Python, not in the schema,
+    and the import (``_CopyTable``) fills them the same way, so a field added later (such
+    as ``Chain.is_gold``) keeps the baseline comparable instead of breaking it."""
+    from django.apps import apps
+    from django.db import connection
+
+    model = next(m for m in apps.get_models() if m._meta.db_table == table)
+    defaults = []
+    for model_field in model._meta.concrete_fields:
+        if model_field.column in columns or model_field.null or not model_field.has_default():
+            continue
+        value = model_field.get_db_prep_save(model_field.get_default(), connection)
+        defaults.append((model_field.column, value))
+    return defaults
 
 
 def _scratch_drop(conn: psycopg.Connection[Any]) -> None:
@@ -394,14 +443,21 @@ def import_measure(
     rss_before = _max_rss_mb()
     busy_before = _machine_busy_seconds()
     started = time.perf_counter()
-    result = chain_import(project=project, path=files.jsonl, filename=files.jsonl.name,
-                          fmt="generic", user=lead, progress=None)
+    result = chain_import(
+        project=project,
+        path=files.jsonl,
+        filename=files.jsonl.name,
+        fmt="generic",
+        user=lead,
+        progress=None,
+    )
     elapsed = time.perf_counter() - started
     busy = _busy_share(busy_before, elapsed)
     steps_created = int(result.steps_created)
     if steps_created != expected_steps:
-        raise RuntimeError(f"chain_import created {steps_created} steps, expected "
-                           f"{expected_steps}: {result!r}")
+        raise RuntimeError(
+            f"chain_import created {steps_created} steps, expected {expected_steps}: {result!r}"
+        )
     return {
         "seconds": elapsed,
         "steps": steps_created,
@@ -447,31 +503,74 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def gunicorn_running(
-    *, database_url: str, workers: int, log_path: Path
+    *, database_url: str, workers: int, log_path: Path, broker_url: str | None = None
 ) -> Iterator[tuple[int, int]]:
     """gunicorn on a free loopback port with the production profile (DEBUG off), killed
-    with its workers on the way out whatever happens. Yields (port, master pid)."""
+    with its workers on the way out whatever happens. Yields (port, master pid).
+
+    ``broker_url``: the Celery broker the server enqueues to; None keeps the environment's
+    CELERY_BROKER_URL, else BENCH_CELERY_BROKER_URL, else Redis database 10; "" runs
+    tasks in-process (no broker)."""
     port = _free_port()
     env = _django_env(database_url, "config.settings.prod")
-    env.update({
-        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
-        # Plain HTTP on loopback: the redirect to HTTPS would answer every request with 301.
-        "DJANGO_SECURE_SSL_REDIRECT": "0",
-    })
+    # A broker, as in production: a submit that finishes a chain enqueues the auto-training
+    # check instead of running it inside the request (which it does without a broker).
+    if broker_url is None:
+        env.setdefault(
+            "CELERY_BROKER_URL",
+            os.environ.get("BENCH_CELERY_BROKER_URL", "redis://127.0.0.1:6379/10"),
+        )
+    elif broker_url:
+        env["CELERY_BROKER_URL"] = broker_url
+    else:
+        env.pop("CELERY_BROKER_URL", None)
+    env.update(
+        {
+            "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            # Plain HTTP on loopback: the redirect to HTTPS would answer every request with 301.
+            "DJANGO_SECURE_SSL_REDIRECT": "0",
+        }
+    )
     gunicorn = Path(sys.executable).with_name("gunicorn")
     command = [str(gunicorn)] if gunicorn.exists() else [sys.executable, "-m", "gunicorn"]
-    command += ["config.wsgi:application", "-w", str(workers), "-b", f"127.0.0.1:{port}",
-                "--log-level", "warning"]
+    command += [
+        "config.wsgi:application",
+        "-w",
+        str(workers),
+        "-b",
+        f"127.0.0.1:{port}",
+        "--log-level",
+        "warning",
+    ]
     with log_path.open("wb") as log:
         # Its own session, so the whole group (master and workers) can be signalled.
-        proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         _wait_ready(proc=proc, port=port, log_path=log_path)
         yield port, proc.pid
     finally:
         _process_group_stop(proc)
+        _broker_queue_purge(env.get("CELERY_BROKER_URL", ""))
+
+
+def _broker_queue_purge(url: str) -> None:
+    """Drop the auto-training checks the run enqueued on the ``default`` queue: no worker
+    runs them here, they name projects of the bench database, and left behind they would
+    reach whatever worker next listens on that Redis database (a test's, say)."""
+    if not url.startswith("redis://"):
+        return
+    import redis
+
+    with contextlib.suppress(redis.RedisError):
+        redis.Redis.from_url(url).delete("default")
 
 
 def _wait_ready(*, proc: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
@@ -575,7 +674,8 @@ class QueueClient:
         body = {"ratings": ratings, "request_id": uuid.uuid4().hex}
         try:
             status, payload, submit_ms = self.post(
-                f"/api/v1/assignments/{lease['assignment']['id']}/submit/", body)
+                f"/api/v1/assignments/{lease['assignment']['id']}/submit/", body
+            )
         except (OSError, http.client.HTTPException) as exc:
             stats.failure(f"submit error: {exc!r}")
             return True
@@ -598,11 +698,14 @@ def load_run(
     project_id: int,
     seconds: float,
     meter: CpuMeter | None = None,
+    client_factory: Callable[..., QueueClient] | None = None,
 ) -> dict:
     """``len(tokens)`` clients in a closed loop for ``seconds``: each starts its next pair
     only after the last one finished, so latency and throughput come from the same run.
-    A pair started before the deadline is finished, so no lease is left dangling."""
-    clients = [QueueClient(port=port, token=t, project_id=project_id) for t in tokens]
+    A pair started before the deadline is finished, so no lease is left dangling.
+    ``client_factory`` (keyword arguments of ``QueueClient``) lets a caller record more."""
+    make = client_factory or QueueClient
+    clients = [make(port=port, token=t, project_id=project_id) for t in tokens]
     stats = [ClientStats() for _ in clients]
     barrier = threading.Barrier(len(clients) + 1)
     deadline = [0.0]
@@ -653,9 +756,10 @@ def load_run(
         "failures": merged.failures,
         "cpu_s": cpu,
         "cpu_ms_per_pair": {
-            kind: cpu[kind] * 1000 / merged.pairs
-            for kind in ("django", "postgres", "client")
-        } if cpu and merged.pairs else None,
+            kind: cpu[kind] * 1000 / merged.pairs for kind in ("django", "postgres", "client")
+        }
+        if cpu and merged.pairs
+        else None,
     }
 
 
@@ -801,55 +905,79 @@ def report_rows(report: dict) -> list[Row]:
     rows += [
         Row("import (chain_import)", f"{imp['steps_per_s']:,.0f} steps/s"),
         Row("PostgreSQL COPY, same rows (mean of 2)", f"{copy['steps_per_s']:,.0f} steps/s"),
-        Row("import / COPY", f"{ratio:.2f}", f">= {TARGET_IMPORT_RATIO:.2f}",
-            ratio >= TARGET_IMPORT_RATIO),
+        Row(
+            "import / COPY",
+            f"{ratio:.2f}",
+            f">= {TARGET_IMPORT_RATIO:.2f}",
+            ratio >= TARGET_IMPORT_RATIO,
+        ),
     ]
     shares = [imp.get("machine_busy")] + [r.get("machine_busy") for r in copy.get("runs", [])]
     if None not in shares:
-        rows.append(Row("machine CPU busy: import / COPY 1, 2",
-                        " / ".join(f"{share:.0%}" for share in shares)))
+        rows.append(
+            Row(
+                "machine CPU busy: import / COPY 1, 2",
+                " / ".join(f"{share:.0%}" for share in shares),
+            )
+        )
     for phase in report["http"]:
         c = phase["clients"]
         nxt, sub = phase["next_ms"], phase["submit_ms"]
         label = f"@{c} client{'s' if c > 1 else ''}"
         target = TARGET_NEXT_P95_MS.get(c)
-        rows.append(Row(
-            f"next ms p50/p95/p99 {label}",
-            f"{_ms(nxt['p50'])} / {_ms(nxt['p95'])} / {_ms(nxt['p99'])}",
-            f"p95 < {target:g} ms" if target else "",
-            None if target is None else nxt["p95"] is not None and nxt["p95"] < target,
-        ))
-        rows.append(Row(
-            f"submit ms p50/p95/p99 {label}",
-            f"{_ms(sub['p50'])} / {_ms(sub['p95'])} / {_ms(sub['p99'])}",
-        ))
+        rows.append(
+            Row(
+                f"next ms p50/p95/p99 {label}",
+                f"{_ms(nxt['p50'])} / {_ms(nxt['p95'])} / {_ms(nxt['p99'])}",
+                f"p95 < {target:g} ms" if target else "",
+                None if target is None else nxt["p95"] is not None and nxt["p95"] < target,
+            )
+        )
+        rows.append(
+            Row(
+                f"submit ms p50/p95/p99 {label}",
+                f"{_ms(sub['p50'])} / {_ms(sub['p95'])} / {_ms(sub['p99'])}",
+            )
+        )
         pairs_target = TARGET_PAIRS_PER_S.get(c)
         per_pair, cpu = phase.get("cpu_ms_per_pair"), phase.get("cpu_s")
         if per_pair:
-            rows.append(Row(
-                f"CPU ms/pair {label}: django/pg/client",
-                f"{per_pair['django']:.1f} / {per_pair['postgres']:.1f} / "
-                f"{per_pair['client']:.1f}",
-            ))
+            rows.append(
+                Row(
+                    f"CPU ms/pair {label}: django/pg/client",
+                    f"{per_pair['django']:.1f} / {per_pair['postgres']:.1f} / "
+                    f"{per_pair['client']:.1f}",
+                )
+            )
         if cpu and cpu.get("machine_busy") is not None:
-            rows.append(Row(
-                f"machine CPU busy {label} (others)",
-                f"{cpu['machine_busy']:.0%} ({cpu['others'] / cpu['capacity']:.0%})",
-            ))
-        rows.append(Row(
-            f"next+submit pairs/s {label}",
-            f"{phase['pairs_per_s']:,.1f}",
-            f">= {pairs_target:g}" if pairs_target else "",
-            None if pairs_target is None else phase["pairs_per_s"] >= pairs_target,
-        ))
+            rows.append(
+                Row(
+                    f"machine CPU busy {label} (others)",
+                    f"{cpu['machine_busy']:.0%} ({cpu['others'] / cpu['capacity']:.0%})",
+                )
+            )
+        rows.append(
+            Row(
+                f"next+submit pairs/s {label}",
+                f"{phase['pairs_per_s']:,.1f}",
+                f">= {pairs_target:g}" if pairs_target else "",
+                None if pairs_target is None else phase["pairs_per_s"] >= pairs_target,
+            )
+        )
     # A failure during warm-up is a failure all the same.
     non_2xx = sum(p["non_2xx"] + p["warmup"]["non_2xx"] for p in report["http"])
     rows.append(Row("non-2xx answers / errors", str(non_2xx), "= 0", non_2xx == 0))
     integrity = report["integrity"]
     lost = report["submits_ok_total"] - integrity["human_annotations"]
     rows.append(Row("submits lost (201 but not stored)", str(lost), "= 0", lost == 0))
-    rows.append(Row("chains over overlap", str(integrity["chains_over_overlap"]), "= 0",
-                    integrity["chains_over_overlap"] == 0))
+    rows.append(
+        Row(
+            "chains over overlap",
+            str(integrity["chains_over_overlap"]),
+            "= 0",
+            integrity["chains_over_overlap"] == 0,
+        )
+    )
     return rows
 
 
@@ -862,16 +990,17 @@ def table_render(*, report: dict, rows: Sequence[Row]) -> str:
         f"{report['machine']['cpus']} CPUs, {report['machine']['postgres']}"
     )
     cells = [("metric", "value", "target", "ok")] + [
-        (r.metric, r.value, r.target, "" if r.ok is None else ("✓" if r.ok else "✗"))
-        for r in rows
+        (r.metric, r.value, r.target, "" if r.ok is None else ("✓" if r.ok else "✗")) for r in rows
     ]
     widths = [max(len(cell[i]) for cell in cells) for i in range(4)]
     lines = [header, ""]
     for n, cell in enumerate(cells):
-        lines.append("  ".join(
-            text.rjust(widths[i]) if i == 1 else text.ljust(widths[i])
-            for i, text in enumerate(cell)
-        ).rstrip())
+        lines.append(
+            "  ".join(
+                text.rjust(widths[i]) if i == 1 else text.ljust(widths[i])
+                for i, text in enumerate(cell)
+            ).rstrip()
+        )
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -896,20 +1025,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="steplab-bench-") as tmp:
         tmpdir = Path(tmp)
         _say(f"writing {cfg.chains:,} chains x {cfg.steps} steps to {tmpdir}")
-        files = bench_files_write(directory=tmpdir, chains=cfg.chains, steps=cfg.steps,
-                                  project_id=fixture.project_id)
+        files = bench_files_write(
+            directory=tmpdir, chains=cfg.chains, steps=cfg.steps, project_id=fixture.project_id
+        )
         # COPY runs before and after the import and the ratio uses their mean: on a
         # shared machine the load drifts, and one baseline taken at a quiet (or busy)
         # moment would skew the ratio either way.
         _say("COPY baseline (1/2)")
-        copy_runs = [copy_baseline_measure(database_url=cfg.database_url, files=files,
-                                           steps_total=steps_total)]
+        copy_runs = [
+            copy_baseline_measure(
+                database_url=cfg.database_url, files=files, steps_total=steps_total
+            )
+        ]
         _say(f"COPY: {copy_runs[0]['steps_per_s']:,.0f} steps/s; importing with chain_import")
-        imported = import_measure(database_url=cfg.database_url, files=files,
-                                  fixture=fixture, expected_steps=steps_total)
+        imported = import_measure(
+            database_url=cfg.database_url, files=files, fixture=fixture, expected_steps=steps_total
+        )
         _say(f"import: {imported['steps_per_s']:,.0f} steps/s; COPY baseline (2/2)")
-        copy_runs.append(copy_baseline_measure(database_url=cfg.database_url, files=files,
-                                               steps_total=steps_total))
+        copy_runs.append(
+            copy_baseline_measure(
+                database_url=cfg.database_url, files=files, steps_total=steps_total
+            )
+        )
         copy = {
             "steps_per_s": sum(r["steps_per_s"] for r in copy_runs) / len(copy_runs),
             "runs": copy_runs,
@@ -921,20 +1058,34 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         connections.close_all()  # nothing of ours holds a connection during the load
         phases = []
-        with gunicorn_running(database_url=cfg.database_url, workers=cfg.workers,
-                              log_path=tmpdir / "gunicorn.log") as (port, gunicorn_pid):
+        with gunicorn_running(
+            database_url=cfg.database_url, workers=cfg.workers, log_path=tmpdir / "gunicorn.log"
+        ) as (port, gunicorn_pid):
             meter = CpuMeter(gunicorn_pid=gunicorn_pid, database_url=cfg.database_url)
             for count in cfg.clients:
                 tokens = fixture.tokens[:count]
-                _say(f"{count} client(s): warm-up {cfg.warmup_seconds:g} s, "
-                     f"measuring {cfg.seconds:g} s")
-                warmup = load_run(port=port, tokens=tokens, project_id=fixture.project_id,
-                                  seconds=cfg.warmup_seconds)
-                phase = load_run(port=port, tokens=tokens, project_id=fixture.project_id,
-                                 seconds=cfg.seconds, meter=meter)
+                _say(
+                    f"{count} client(s): warm-up {cfg.warmup_seconds:g} s, "
+                    f"measuring {cfg.seconds:g} s"
+                )
+                warmup = load_run(
+                    port=port,
+                    tokens=tokens,
+                    project_id=fixture.project_id,
+                    seconds=cfg.warmup_seconds,
+                )
+                phase = load_run(
+                    port=port,
+                    tokens=tokens,
+                    project_id=fixture.project_id,
+                    seconds=cfg.seconds,
+                    meter=meter,
+                )
                 phase["load_average_1min"] = os.getloadavg()[0]
-                phase["warmup"] = {k: warmup[k] for k in ("pairs", "submits_ok", "non_2xx",
-                                                          "non_2xx_by_kind", "failures")}
+                phase["warmup"] = {
+                    k: warmup[k]
+                    for k in ("pairs", "submits_ok", "non_2xx", "non_2xx_by_kind", "failures")
+                }
                 phases.append(phase)
             server_log = _tail(tmpdir / "gunicorn.log", 20)
 
@@ -943,8 +1094,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         postgres = conn.execute("SHOW server_version").fetchone()[0].split()[0]
     report = {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()},
-        "machine": {"cpus": os.cpu_count(), "postgres": f"PostgreSQL {postgres}",
-                    "python": sys.version.split()[0]},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "postgres": f"PostgreSQL {postgres}",
+            "python": sys.version.split()[0],
+        },
         "import": imported,
         "copy": copy,
         "http": phases,

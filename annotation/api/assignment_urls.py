@@ -4,6 +4,7 @@ from django.urls import path
 
 from annotation.api.assignments import (
     AssignmentNextView,
+    AssignmentPrefetchView,
     AssignmentRenewView,
     AssignmentSkipView,
     AssignmentSubmitView,
@@ -14,6 +15,11 @@ urlpatterns = [
         "projects/<int:project_id>/assignments/next/",
         AssignmentNextView.as_view(),
         name="assignment-next",
+    ),
+    path(
+        "projects/<int:project_id>/assignments/prefetch/",
+        AssignmentPrefetchView.as_view(),
+        name="assignment-prefetch",
     ),
     path(
         "assignments/<int:assignment_id>/submit/",

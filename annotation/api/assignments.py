@@ -1,4 +1,4 @@
-"""The labeling queue over HTTP: next, submit, renew, skip.
+"""The labeling queue over HTTP: next, prefetch, submit, renew, skip.
 
 Views are thin: check access, call one service from ``annotation.services.assignments``,
 serialize the result. Service errors map to status codes here: ValidationError 400,
@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import connection
 from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
@@ -25,14 +26,23 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.api.errors import validation_error_detail
-from annotation.models import Annotation, Assignment, Chain, Project, Step, StepRating
-from annotation.selectors import project_get_for_member
+from annotation.models import (
+    Annotation,
+    Assignment,
+    Chain,
+    Problem,
+    Project,
+    Step,
+    StepRating,
+)
+from annotation.selectors import project_get_for_labeling
 from annotation.services.assignments import (
     REQUEST_ID_MAX_LENGTH,
     LeaseConflict,
     QueueBusy,
     RatingInput,
     assignment_claim_next,
+    assignment_prefetch,
     assignment_renew,
     assignment_skip,
     assignment_submit,
@@ -146,7 +156,7 @@ class AssignmentNextView(APIView):
         "that you have not labeled or skipped.",
     )
     def post(self, request: Request, project_id: int) -> Response:
-        project: Project = project_get_for_member(user=request.user, project_id=project_id)
+        project: Project = project_get_for_labeling(user=request.user, project_id=project_id)
         with service_errors():
             assignment = assignment_claim_next(project=project, user=request.user)
         if assignment is None:
@@ -154,7 +164,43 @@ class AssignmentNextView(APIView):
         return Response(lease_payload(assignment=assignment, project=project))
 
 
+class AssignmentPrefetchView(APIView):
+    @extend_schema(
+        operation_id="assignments_prefetch",
+        request=None,
+        responses={
+            200: NextOutputSerializer,
+            204: OpenApiResponse(description="Nothing else is left for you to label here."),
+            404: OpenApiResponse(ERROR_RESPONSE, description="No such project (or not yours)."),
+            503: OpenApiResponse(ERROR_RESPONSE, description="Busy; try again."),
+        },
+        summary="Lease the chain after the current one",
+        description="Leases a second chain while you work on your current one, so it can be "
+        "shown the moment you submit: a chain other than the one(s) you hold, chosen and "
+        "counted against the overlap as for next. You hold at most two live leases per "
+        "project; when you already do, the newer one is returned again. next keeps "
+        "answering with your oldest live lease, so after you submit the current chain, "
+        "next returns this one. Renew it like any lease.",
+    )
+    def post(self, request: Request, project_id: int) -> Response:
+        project: Project = project_get_for_labeling(user=request.user, project_id=project_id)
+        with service_errors():
+            assignment = assignment_prefetch(project=project, user=request.user)
+        if assignment is None:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(lease_payload(assignment=assignment, project=project))
+
+
 _expires_at_field = serializers.DateTimeField()
+# The steps with their chain's answer and problem, in one plain query (no queryset to build).
+_LEASE_STEPS_SQL = f"""
+    SELECT s.id, s."index", s.text, c.final_answer, p.text, p.reference_answer
+    FROM {Step._meta.db_table} s
+    JOIN {Chain._meta.db_table} c ON c.id = s.chain_id
+    JOIN {Problem._meta.db_table} p ON p.id = c.problem_id
+    WHERE s.chain_id = %s
+    ORDER BY s."index"
+"""
 
 
 def lease_payload(*, assignment: Assignment, project: Project) -> dict[str, Any]:
@@ -162,18 +208,9 @@ def lease_payload(*, assignment: Assignment, project: Project) -> dict[str, Any]
     one query (the steps with their chain and problem): next is the hottest request, and
     nested serializers and a query each for the problem and the steps cost more than the
     claim itself. ``test_lease_payload_matches_the_serializer`` keeps the two equal."""
-    rows = list(
-        Step.objects.filter(chain_id=assignment.chain_id)
-        .order_by("index")
-        .values_list(
-            "id",
-            "index",
-            "text",
-            "chain__final_answer",
-            "chain__problem__text",
-            "chain__problem__reference_answer",
-        )
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(_LEASE_STEPS_SQL, [assignment.chain_id])
+        rows = cursor.fetchall()
     if rows:
         final_answer, problem_text, reference_answer = rows[0][3:]
     else:  # a chain without steps: nothing to grade, but still a valid answer
@@ -259,6 +296,62 @@ class SubmitInputSerializer(serializers.Serializer):
     )
 
 
+_INT32_MAX = 2**31 - 1
+
+
+def _plain_int(value: Any, *, low: int | None = None, high: int | None = None) -> bool:
+    return type(value) is int and (low is None or value >= low) and (high is None or value <= high)
+
+
+def _plain_duration(value: Any) -> bool:
+    return value is None or _plain_int(value, low=0, high=_INT32_MAX)
+
+
+def _submit_input_fast(data: Any) -> dict[str, Any] | None:
+    """The common submit body (a JSON object of plain ints, no comments or rewrite, an
+    ASCII request_id) validated by hand, giving exactly what ``SubmitInputSerializer``
+    would; None for anything else, which the serializer then checks and explains."""
+    if type(data) is not dict:
+        return None
+    items = data.get("ratings")
+    if type(items) is not list or not items:
+        return None
+    ratings = []
+    for item in items:
+        if type(item) is not dict or item.get("comment", "") != "":
+            return None
+        step, rating = item.get("step"), item.get("rating")
+        duration = item.get("duration_ms")
+        if not (_plain_int(step) and _plain_int(rating) and _plain_duration(duration)):
+            return None
+        ratings.append({"step": step, "rating": rating, "comment": "", "duration_ms": duration})
+    request_id = data.get("request_id", "")
+    if type(request_id) is not str:
+        return None
+    request_id = request_id.strip()
+    if not (request_id.isascii() and request_id.isprintable()):
+        return None
+    if len(request_id) > REQUEST_ID_MAX_LENGTH or data.get("rewrite", "") != "":
+        return None
+    duration = data.get("duration_ms")
+    if not _plain_duration(duration):
+        return None
+    return {"ratings": ratings, "rewrite": "", "duration_ms": duration, "request_id": request_id}
+
+
+def submit_input_validate(data: Any) -> dict[str, Any]:
+    """The validated submit body. Most submits take the hand-written path above: DRF's
+    nested validation of a dozen ratings cost more than the submit's queries. Everything
+    else goes through ``SubmitInputSerializer`` (the schema's), with its 400 messages;
+    ``test_submit_input_fast_path_matches_the_serializer`` keeps the two equal."""
+    fast = _submit_input_fast(data)
+    if fast is not None:
+        return fast
+    payload = SubmitInputSerializer(data=data)
+    payload.is_valid(raise_exception=True)
+    return payload.validated_data
+
+
 class StepRatingOutputSerializer(serializers.ModelSerializer):
     step = serializers.IntegerField(source="step_id")
 
@@ -306,9 +399,7 @@ class AssignmentSubmitView(APIView):
         summary="Submit ratings for a leased chain",
     )
     def post(self, request: Request, assignment_id: int) -> Response:
-        payload = SubmitInputSerializer(data=request.data)
-        payload.is_valid(raise_exception=True)
-        data = payload.validated_data
+        data = submit_input_validate(request.data)
         with service_errors():
             annotation = assignment_submit(
                 assignment_id=assignment_id,
@@ -320,7 +411,33 @@ class AssignmentSubmitView(APIView):
             )
         after_submit(annotation)
         code = status.HTTP_201_CREATED if annotation.created else status.HTTP_200_OK
-        return Response(SubmitOutputSerializer(annotation).data, status=code)
+        return Response(submit_payload(annotation=annotation), status=code)
+
+
+_created_at_field = serializers.DateTimeField()
+
+
+def submit_payload(*, annotation: Annotation) -> dict[str, Any]:
+    """What ``SubmitOutputSerializer`` gives for ``annotation``, built by hand from the
+    rating rows the submit just stored (``rating_rows``, in step order), so a new submit's
+    answer needs no query; a repeat (which has none) goes through the serializer.
+    ``test_submit_payload_matches_the_serializer`` keeps the two equal."""
+    rows = getattr(annotation, "rating_rows", None)
+    if rows is None:
+        return SubmitOutputSerializer(annotation).data
+    return {
+        "annotation": {
+            "id": annotation.pk,
+            "chain": annotation.chain_id,
+            "created_at": _created_at_field.to_representation(annotation.created_at),
+            "rewrite": annotation.rewrite,
+            "duration_ms": annotation.duration_ms,
+            "request_id": annotation.request_id,
+            "ratings": [
+                {"step": row.step_id, "rating": row.rating, "comment": row.comment} for row in rows
+            ],
+        }
+    }
 
 
 # --- renew -------------------------------------------------------------------------------

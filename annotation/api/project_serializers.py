@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from annotation.models import LabelingMode, Membership, Project, Role, StepSplit
+from annotation.models import ImportLabels, LabelingMode, Membership, Project, Role, StepSplit
 
 
 class _RejectUnknownFieldsMixin:
@@ -40,6 +40,29 @@ class ProjectCreateInputSerializer(_RejectUnknownFieldsMixin, serializers.Serial
         choices=StepSplit.choices, required=False, default=StepSplit.NEWLINE
     )
     show_reference_answer = serializers.BooleanField(required=False, default=True)
+    import_labels = serializers.ChoiceField(
+        choices=ImportLabels.choices,
+        required=False,
+        help_text="How labels that came in with an import count toward consensus.",
+    )
+    gold_rate = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="Share of claims that get a gold chain while the annotator has unseen ones.",
+    )
+    screening_chains = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1000,
+        help_text="Gold chains an annotator must pass before real work; 0: no screening.",
+    )
+    screening_pass_accuracy = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="Step accuracy on the screening chains needed to pass.",
+    )
 
 
 class ProjectUpdateInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
@@ -49,6 +72,29 @@ class ProjectUpdateInputSerializer(_RejectUnknownFieldsMixin, serializers.Serial
     lease_minutes = serializers.IntegerField(required=False, min_value=1, max_value=24 * 60)
     step_split = serializers.ChoiceField(choices=StepSplit.choices, required=False)
     show_reference_answer = serializers.BooleanField(required=False)
+    import_labels = serializers.ChoiceField(
+        choices=ImportLabels.choices,
+        required=False,
+        help_text="How labels that came in with an import count toward consensus.",
+    )
+    gold_rate = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="Share of claims that get a gold chain while the annotator has unseen ones.",
+    )
+    screening_chains = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1000,
+        help_text="Gold chains an annotator must pass before real work; 0: no screening.",
+    )
+    screening_pass_accuracy = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="Step accuracy on the screening chains needed to pass.",
+    )
 
 
 class ProjectProgressSerializer(serializers.Serializer):
@@ -85,6 +131,10 @@ class ProjectOutputSerializer(serializers.ModelSerializer):
             "step_split",
             "lease_minutes",
             "show_reference_answer",
+            "import_labels",
+            "gold_rate",
+            "screening_chains",
+            "screening_pass_accuracy",
             "created_at",
             "progress",
         ]

@@ -22,7 +22,7 @@ from annotation.api.assignments import (
     ratings_from_payload,
     service_errors,
 )
-from annotation.models import Project
+from annotation.models import Project, ScreeningStatus
 from annotation.selectors import project_get_for_member
 from annotation.services.workspace import (
     SubmitAndNext,
@@ -61,15 +61,47 @@ class AssignmentFlagView(APIView):
         return Response(SkipOutputSerializer(assignment).data)
 
 
+class MyGoldOutputSerializer(serializers.Serializer):
+    chains = serializers.IntegerField(help_text="Gold chains you labeled before today.")
+    step_accuracy = serializers.FloatField(
+        allow_null=True, help_text="Share of the gold steps you rated that you rated right."
+    )
+    first_error_match = serializers.FloatField(
+        allow_null=True,
+        help_text="Share of gold chains where you found the same first error (or none).",
+    )
+
+
+class MyScreeningOutputSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=ScreeningStatus.choices)
+    required = serializers.IntegerField(help_text="Screening chains to label.")
+    done = serializers.IntegerField(help_text="Screening chains labeled so far.")
+    pass_accuracy = serializers.FloatField(help_text="Step accuracy needed to pass.")
+    step_accuracy = serializers.FloatField(
+        allow_null=True, help_text="Your step accuracy once decided."
+    )
+    message = serializers.CharField(help_text="What to show: why the queue is empty, say.")
+
+
 class MyStatsOutputSerializer(serializers.Serializer):
     annotated_today = serializers.IntegerField()
     annotated_total = serializers.IntegerField()
     skipped_total = serializers.IntegerField()
     gold_accuracy = serializers.FloatField(
-        allow_null=True, help_text="Share of gold steps graded right; null without gold chains."
+        allow_null=True, help_text="gold.step_accuracy, kept for older clients."
     )
-    gold_chains = serializers.IntegerField()
+    gold_chains = serializers.IntegerField(help_text="gold.chains (0 when null).")
     day_start = serializers.DateTimeField(help_text="Where 'today' starts.")
+    gold = MyGoldOutputSerializer(
+        allow_null=True,
+        help_text="Your score on gold chains labeled before today (updated once a day, so it "
+        "never tells which chain was gold); null before there is one.",
+    )
+    screening = MyScreeningOutputSerializer(
+        allow_null=True,
+        help_text="Null unless the project screens you. Once failed, or while no "
+        "screening chain is ready, assignments/next/ answers 204.",
+    )
 
 
 class MyStatsView(APIView):

@@ -14,6 +14,7 @@ from annotation.models import (
     Assignment,
     AssignmentStatus,
     Chain,
+    ImportLabels,
     LabelingMode,
     Membership,
     Project,
@@ -30,6 +31,10 @@ PROJECT_UPDATABLE_FIELDS = (
     "lease_minutes",
     "step_split",
     "show_reference_answer",
+    "import_labels",
+    "gold_rate",
+    "screening_chains",
+    "screening_pass_accuracy",
 )
 
 
@@ -43,6 +48,10 @@ def project_create(
     lease_minutes: int = 30,
     step_split: str = StepSplit.NEWLINE,
     show_reference_answer: bool = True,
+    import_labels: str = ImportLabels.FALLBACK,
+    gold_rate: float = 0.0,
+    screening_chains: int = 0,
+    screening_pass_accuracy: float = 0.8,
 ) -> Project:
     """Create a project and make ``created_by`` its lead.
 
@@ -56,6 +65,10 @@ def project_create(
         lease_minutes=lease_minutes,
         step_split=step_split,
         show_reference_answer=show_reference_answer,
+        import_labels=import_labels,
+        gold_rate=gold_rate,
+        screening_chains=screening_chains,
+        screening_pass_accuracy=screening_pass_accuracy,
         created_by=created_by,
     )
     project.full_clean()

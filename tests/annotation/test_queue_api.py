@@ -380,8 +380,9 @@ def test_the_schema_documents_the_queue(client) -> None:
 def test_next_query_count_with_a_new_lease(project, client, django_assert_num_queries):
     ChainFactory.create_batch(5, project=project)
 
-    # project, membership role; claim (7, see the service test); steps with their problem
-    with django_assert_num_queries(10):
+    # project with the membership check; claim (6, see the service test); steps with their
+    # chain and problem
+    with django_assert_num_queries(8):
         response = client.post(next_url(project))
     assert response.status_code == 200
 
@@ -390,9 +391,9 @@ def test_next_query_count_with_an_existing_lease(project, client, django_assert_
     ChainFactory.create_batch(5, project=project)
     client.post(next_url(project))
 
-    # project, membership role; savepoint, lock user, own lease (+chain, problem), release;
-    # steps (+problem)
-    with django_assert_num_queries(7):
+    # project with the membership check; savepoint, lock user, own leases, release; steps
+    # with their chain and problem
+    with django_assert_num_queries(6):
         response = client.post(next_url(project))
     assert response.status_code == 200
 
@@ -402,7 +403,7 @@ def test_submit_query_count(project, client, django_assert_num_queries) -> None:
     leased = client.post(next_url(project)).json()
     body = ratings_body(leased["chain"]["id"], request_id="q")
 
-    # the service's 10 (see the service test), then the ratings for the response
-    with django_assert_num_queries(11):
+    # the service's 10 (see the service test); the answer is built from the stored ratings
+    with django_assert_num_queries(10):
         response = client.post(lease_url(leased["assignment"]["id"], "submit"), body, format="json")
     assert response.status_code == 201

@@ -31,6 +31,7 @@ from annotation.services.assignments import (
     LeaseLost,
     RatingInput,
     assignment_claim_next,
+    assignment_prefetch,
     assignment_skip,
     assignment_submit,
 )
@@ -243,6 +244,99 @@ def test_many_annotators_claim_and_submit_at_once(overlap: int) -> None:
     assert monitor.checks > 0
     assert_final_state(project, users, outcome)
     assert len(outcome.created) + len(outcome.skipped) >= CHAINS * overlap
+
+
+@pytest.mark.parametrize("overlap", [1, 2])
+def test_many_annotators_prefetching_claim_and_submit_at_once(overlap: int) -> None:
+    # Given 40 chains and 16 annotators whose workspaces prefetch the chain after the
+    # current one (two live leases each)
+    project, users = setup_project(overlap)
+    outcome = Outcome()
+    barrier = threading.Barrier(CLIENTS, timeout=BARRIER_TIMEOUT)
+    results: dict[int, list[bool]] = {}
+    monitor = Monitor(project, outcome)
+
+    def client(me: int) -> Callable[[], None]:
+        user, rng = users[me], random.Random(100 + me)
+
+        def step() -> bool:
+            lease = assignment_claim_next(project=project, user=user)
+            if lease is None:
+                return False
+            ahead = assignment_prefetch(project=project, user=user)
+            # A prefetch is never the current chain, and never a third lease.
+            if ahead is not None and ahead.chain_id == lease.chain_id:
+                outcome.add("violations", f"prefetch by {me} returned the current chain")
+            live = Assignment.objects.filter(
+                project=project, annotator=user, status=AssignmentStatus.ACTIVE
+            ).count()
+            if live > 2:
+                outcome.add("violations", f"{me} holds {live} live leases")
+            for breach in invariant_breaches(project):
+                outcome.add("violations", f"after prefetch by {me}: {breach}")
+            if rng.random() < 0.1:
+                assignment_skip(assignment_id=lease.pk, user=user, reason="not for me")
+                outcome.add("skipped", (lease.chain_id, user.pk))
+                return True
+            annotation = assignment_submit(
+                assignment_id=lease.pk,
+                user=user,
+                ratings=ratings_for(lease.chain_id, rng),
+                request_id=f"{me}-{lease.pk}",
+            )
+            assert annotation.created
+            outcome.add("created", annotation.pk)
+            return True
+
+        def run() -> None:
+            try:
+                rounds(barrier, step, results, me)
+            except BaseException:
+                barrier.abort()
+                raise
+
+        return run
+
+    # When they all claim, prefetch, submit and sometimes skip, in lockstep, until
+    # nothing is left
+    monitor_thread = threading.Thread(target=lambda: (monitor(), connections.close_all()))
+    monitor_thread.start()
+    try:
+        run_threads([client(i) for i in range(CLIENTS)], outcome)
+    finally:
+        monitor.stop.set()
+        monitor_thread.join()
+
+    # Then the prefetched leases counted against the overlap all along, nobody got a chain
+    # twice, no submit was lost, and every prefetched chain was labeled in the end
+    assert monitor.checks > 0
+    assert_final_state(project, users, outcome)
+    assert not Assignment.objects.filter(project=project, status=AssignmentStatus.ACTIVE).exists()
+
+
+def test_the_same_annotator_prefetching_many_times_at_once_gets_two_leases() -> None:
+    # Given one annotator with a current lease and several tabs prefetching together
+    project, users = setup_project(overlap=1)
+    user = users[0]
+    current = assignment_claim_next(project=project, user=user)
+    assert current is not None
+    outcome = Outcome()
+    barrier = threading.Barrier(CLIENTS, timeout=BARRIER_TIMEOUT)
+    got: list[int] = []
+
+    def ask() -> None:
+        barrier.wait()
+        lease = assignment_prefetch(project=project, user=user)
+        assert lease is not None
+        got.append(lease.pk)
+
+    # When 16 prefetches arrive at once
+    run_threads([ask] * CLIENTS, outcome)
+
+    # Then they all get the same second lease: never a third
+    assert not outcome.errors, outcome.errors
+    assert len(set(got)) == 1 and current.pk not in got
+    assert Assignment.objects.filter(annotator=user).count() == 2
 
 
 def test_the_same_annotator_asking_many_times_at_once_gets_one_lease() -> None:

@@ -1,6 +1,9 @@
 """The next endpoint builds its answer by hand (``lease_payload``) for speed; it must stay
 exactly what the documented serializer (``NextOutputSerializer``) gives."""
+
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -59,3 +62,93 @@ def test_lease_payload_of_a_chain_without_steps(project, make_member):
     assert fast["chain"]["steps"] == []
     assert fast["chain"]["problem"]["text"] == chain.problem.text
     assert fast["chain"]["final_answer"] == "7"
+
+
+# --- the submit body -----------------------------------------------------------------------
+
+FAST_BODIES = [
+    {"ratings": [{"step": 1, "rating": 1}]},
+    {"ratings": [{"step": 1, "rating": -1}, {"step": 2, "rating": 0}], "request_id": " ab-1 "},
+    {
+        "ratings": [{"step": 3, "rating": 1, "duration_ms": 0, "comment": ""}],
+        "duration_ms": 2**31 - 1,
+        "request_id": "",
+        "rewrite": "",
+        "ignored": True,
+    },
+    {"ratings": [{"step": 3, "rating": 7, "duration_ms": None}], "duration_ms": None},
+]
+SLOW_BODIES = [
+    {"ratings": [{"step": 1, "rating": 1, "comment": " why? "}]},  # a comment
+    {"ratings": [{"step": 1, "rating": -1}], "rewrite": "fixed"},  # a rewrite
+    {"ratings": [{"step": "1", "rating": "1"}]},  # numbers as strings: DRF converts them
+    {"ratings": [{"step": 1, "rating": 1}], "request_id": "ü"},  # non-ASCII request id
+]
+BAD_BODIES = [
+    {"ratings": []},
+    {"ratings": [{"step": 1}]},
+    {"ratings": [{"step": True, "rating": 1}]},
+    {"ratings": [{"step": 1, "rating": 1, "duration_ms": -1}]},
+    {"ratings": [{"step": 1, "rating": 1}], "duration_ms": 2**31},
+    {"ratings": [{"step": 1, "rating": 1}], "request_id": "x" * 101},
+    {"ratings": [{"step": 1, "rating": 1}], "request_id": None},
+    {"ratings": "all"},
+    [],
+]
+
+
+def _serializer(data):
+    from annotation.api.assignments import SubmitInputSerializer
+
+    payload = SubmitInputSerializer(data=data)
+    return payload.validated_data if payload.is_valid() else None
+
+
+@pytest.mark.parametrize(
+    ("kind", "body"),
+    [("fast", b) for b in FAST_BODIES]
+    + [("slow", b) for b in SLOW_BODIES]
+    + [("bad", b) for b in BAD_BODIES],
+)
+def test_submit_input_fast_path_matches_the_serializer(kind, body) -> None:
+    from annotation.api.assignments import _submit_input_fast
+
+    # When a body is checked by hand and by the documented serializer
+    fast = _submit_input_fast(body)
+    slow = _serializer(body)
+
+    # Then the hand path takes the plain bodies, giving the same values, and leaves the
+    # rest (and every invalid one) to the serializer
+    if kind == "fast":
+        assert fast is not None and slow is not None
+        assert json.loads(json.dumps(fast)) == json.loads(json.dumps(slow))
+    else:
+        assert fast is None
+    assert (slow is None) == (kind == "bad")
+
+
+def test_a_long_chain_stores_every_rating_in_step_order(project, make_member) -> None:
+    # Given a chain longer than one insert batch of ratings
+    from annotation.models import StepRating
+    from annotation.services.assignments import _INSERT_BATCH, RatingInput, assignment_submit
+
+    steps = 2 * _INSERT_BATCH + 1
+    chain = ChainFactory(project=project, step_count=0)
+    Step.objects.bulk_create(Step(chain=chain, index=i, text=f"s{i}") for i in range(steps))
+    user = make_member(project)
+    lease = assignment_claim_next(project=project, user=user)
+    assert lease is not None
+    ids = list(chain.steps.order_by("index").values_list("pk", flat=True))
+
+    # When every step is rated (in reverse order)
+    annotation = assignment_submit(
+        assignment_id=lease.pk,
+        user=user,
+        ratings=[RatingInput(step_id=i, rating=(i % 3) - 1) for i in reversed(ids)],
+    )
+
+    # Then all ratings are stored, with the ids the answer reports, in step order
+    stored = list(StepRating.objects.filter(annotation=annotation).order_by("step__index"))
+    assert [r.step_id for r in stored] == ids
+    assert [r.pk for r in annotation.rating_rows] == [r.pk for r in stored]
+    assert [r.rating for r in stored] == [(i % 3) - 1 for i in ids]

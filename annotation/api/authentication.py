@@ -1,0 +1,40 @@
+"""API authentication: DRF's token scheme with a cheaper lookup.
+
+Kept in its own module, importing nothing from DRF's views: the settings name this class,
+and DRF reads its authentication classes while ``rest_framework.views`` is being imported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.exceptions import AuthenticationFailed
+
+
+class FastTokenAuthentication(TokenAuthentication):
+    """DRF's ``TokenAuthentication`` with the key lookup as one plain query.
+
+    The same token table and the same rules (an unknown key or an inactive user is a 401,
+    ``Authorization: Token <key>``), but no queryset built on every request: an annotator
+    sends ``next`` and ``submit`` all day, and building DRF's
+    ``select_related("user").get(key=...)`` cost more than running it."""
+
+    def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
+        from django.contrib.auth import get_user_model
+        from rest_framework.authtoken.models import Token
+
+        user_model = get_user_model()
+        sql = (
+            f"SELECT u.*, t.created AS token_created FROM {user_model._meta.db_table} u "
+            f"JOIN {Token._meta.db_table} t ON t.user_id = u.id WHERE t.key = %s"
+        )
+        users = list(user_model.objects.raw(sql, [key]))
+        if not users:
+            raise AuthenticationFailed("Invalid token.")
+        user = users[0]
+        if not user.is_active:
+            raise AuthenticationFailed("User inactive or deleted.")
+        token = Token(key=key, user=user, created=user.token_created)
+        token._state.adding = False  # the stored row, as DRF's own lookup would give
+        return user, token

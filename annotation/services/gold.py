@@ -1,0 +1,370 @@
+"""Gold chains: answer keys mixed into the queue to measure annotators, and screening.
+
+A gold chain (``Chain.is_gold``) carries its answer key in ``Chain.gold_annotation``: the
+chain's current adjudication if a lead ruled on it, else its import annotation (labels
+that came with an import). A chain with neither cannot be gold.
+
+The queue (``annotation.services.assignments._claim_once``) asks ``gold_candidate`` before
+its normal candidate query, and the normal query never returns a gold chain:
+
+* a gold chain is offered to every annotator once, whatever the overlap, and a pass over
+  it does not count toward ``Chain.finished_count`` (it is a test, not real work);
+* with ``Project.gold_rate`` r, a claim is gold with probability r while the annotator has
+  a gold chain they have not done. The draw is a hash of (project, annotator, number of
+  leases the annotator took in the project) unless a random source is injected, so a run
+  is reproducible and two annotators do not get gold on the same beat;
+* with ``Project.screening_chains`` N > 0, an annotator (role "annotator") who has not
+  passed gets only gold chains, N of them (the first N by id, the same set for everyone),
+  then is scored: a step accuracy of at least ``screening_pass_accuracy`` passes, less
+  fails, and a failed annotator gets nothing more until a lead resets the screening.
+
+Nothing here tells the annotator a chain is gold: the lease and its payload are the same
+as for any chain, and a submit records an ordinary human annotation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from annotation.gold_selectors import (
+    ScreeningState,
+    screening_applies,
+    screening_state_get,
+    unseen_gold_chain,
+)
+from annotation.models import (
+    Annotation,
+    AnnotationSource,
+    Assignment,
+    AssignmentStatus,
+    Chain,
+    ImportBatch,
+    Membership,
+    Project,
+    Screening,
+    ScreeningStatus,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+# A source of uniform floats in [0, 1); ``random.Random(seed).random`` in tests.
+RandomSource = Callable[[], float]
+
+
+# --- marking -------------------------------------------------------------------------------
+
+
+def _answer_keys(
+    *, chain_ids: Sequence[int], import_batch: ImportBatch | None = None
+) -> dict[int, int]:
+    """chain id -> the annotation that is its answer key: the newest current adjudication,
+    else the newest current import annotation (of ``import_batch`` when given). Chains
+    with neither are absent. One query."""
+    sources = [AnnotationSource.ADJUDICATION, AnnotationSource.IMPORT]
+    candidates = Annotation.objects.filter(
+        chain_id__in=list(chain_ids), source__in=sources, superseded_by__isnull=True
+    )
+    if import_batch is not None:
+        candidates = candidates.filter(
+            Q(source=AnnotationSource.ADJUDICATION) | Q(import_batch=import_batch)
+        )
+    keys: dict[int, tuple[int, int]] = {}
+    rows = candidates.order_by("created_at", "id").values_list("id", "chain_id", "source")
+    for annotation_id, chain_id, source in rows:
+        rank = 1 if source == AnnotationSource.ADJUDICATION else 0
+        # Later rows are newer: they win within a rank; an adjudication beats an import.
+        if chain_id not in keys or rank >= keys[chain_id][0]:
+            keys[chain_id] = (rank, annotation_id)
+    return {chain_id: annotation_id for chain_id, (_rank, annotation_id) in keys.items()}
+
+
+def _locked_chains(*, project: Project, chain_ids: Iterable[int]) -> list[Chain]:
+    """Lock the chains (in id order, so two leads marking overlapping sets cannot
+    deadlock; no user row is held, so no cycle with a claim either), refusing ids that
+    are not chains of ``project`` without saying whether they exist elsewhere."""
+    wanted = sorted(set(chain_ids))
+    if not wanted:
+        raise ValidationError({"chain_ids": "Name at least one chain."})
+    chains = list(
+        Chain.objects.filter(project=project, pk__in=wanted)
+        .order_by("id")
+        .select_for_update(no_key=True)
+    )
+    missing = sorted(set(wanted) - {chain.pk for chain in chains})
+    if missing:
+        raise ValidationError(
+            {"chain_ids": f"Not chains of this project: {', '.join(map(str, missing))}."}
+        )
+    return chains
+
+
+def _set_gold(chains: list[Chain], keys: dict[int, int]) -> None:
+    for chain in chains:
+        chain.is_gold = True
+        chain.gold_annotation_id = keys[chain.pk]
+    Chain.objects.bulk_update(chains, ["is_gold", "gold_annotation"], batch_size=1000)
+
+
+def gold_mark(*, project: Project, chain_ids: Iterable[int]) -> list[Chain]:
+    """Make the given chains of ``project`` gold, each with its answer key (see the module
+    docstring). All or nothing: a chain of another project, or one without an
+    adjudication or import labels, raises ValidationError naming it. Marking a gold chain
+    again refreshes its answer key (say after a new adjudication).
+
+    The caller checks that the user leads the project."""
+    with transaction.atomic():
+        chains = _locked_chains(project=project, chain_ids=chain_ids)
+        keys = _answer_keys(chain_ids=[chain.pk for chain in chains])
+        unlabeled = [chain.pk for chain in chains if chain.pk not in keys]
+        if unlabeled:
+            raise ValidationError(
+                {
+                    "chain_ids": "A gold chain needs known labels (an adjudication or labels "
+                    "from an import); these have none: "
+                    f"{', '.join(map(str, unlabeled))}."
+                }
+            )
+        _set_gold(chains, keys)
+    return chains
+
+
+def gold_mark_from_import(*, project: Project, import_batch_id: int) -> list[Chain]:
+    """Make gold every chain to which the import ``import_batch_id`` of ``project`` brought
+    labels; the answer key is the chain's adjudication if any, else that import's labels.
+    Raises ImportBatch.DoesNotExist for an import of another project, ValidationError
+    for an import that carried no labels."""
+    batch = ImportBatch.objects.get(pk=import_batch_id, project=project)
+    with transaction.atomic():
+        chain_ids = (
+            Annotation.objects.filter(import_batch=batch, source=AnnotationSource.IMPORT)
+            .values_list("chain_id", flat=True)
+            .distinct()
+        )
+        ids = list(chain_ids)
+        if not ids:
+            raise ValidationError({"import_batch": "This import carried no labels."})
+        chains = _locked_chains(project=project, chain_ids=ids)
+        keys = _answer_keys(chain_ids=ids, import_batch=batch)
+        _set_gold(chains, keys)
+    return chains
+
+
+def gold_unmark(*, project: Project, chain_ids: Iterable[int]) -> list[Chain]:
+    """Return gold chains to ordinary work. The passes annotators made over them while
+    gold now count: ``finished_count`` becomes the number of annotators who labeled the
+    chain, and ``is_finished`` follows the overlap. Chains that are not gold are left
+    as they are."""
+    with transaction.atomic():
+        chains = [c for c in _locked_chains(project=project, chain_ids=chain_ids) if c.is_gold]
+        done = dict(
+            Annotation.objects.filter(
+                chain__in=chains, source=AnnotationSource.HUMAN, superseded_by__isnull=True
+            )
+            .values("chain_id")
+            .annotate(annotators=Count("annotator", distinct=True))
+            .values_list("chain_id", "annotators")
+        )
+        for chain in chains:
+            chain.is_gold = False
+            chain.gold_annotation = None
+            chain.finished_count = done.get(chain.pk, 0)
+            chain.is_finished = chain.finished_count >= project.overlap
+        Chain.objects.bulk_update(
+            chains,
+            ["is_gold", "gold_annotation", "finished_count", "is_finished"],
+            batch_size=1000,
+        )
+    return chains
+
+
+# --- the queue mix-in ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GoldPick:
+    """What ``gold_candidate`` decided for one claim: lease ``chain`` (a gold chain), or
+    answer nothing-left (``blocked``: screening failed, or pending with no gold chain to
+    give), or, with neither, go on with the normal queue."""
+
+    chain: Chain | None = None
+    blocked: bool = False
+
+
+NORMAL = GoldPick()
+BLOCKED = GoldPick(blocked=True)
+
+
+def gold_draw(*, project_id: int, user_id: int, claim_number: int) -> float:
+    """A uniform number in [0, 1) fixed by who claims and how many leases they took.
+
+    >>> gold_draw(project_id=1, user_id=2, claim_number=3) == gold_draw(
+    ...     project_id=1, user_id=2, claim_number=3)
+    True
+    """
+    digest = hashlib.sha256(f"gold:{project_id}:{user_id}:{claim_number}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def _role(*, project: Project, user: AbstractBaseUser) -> str | None:
+    if user.is_superuser:
+        return None  # not an annotator of the project: never screened
+    return (
+        Membership.objects.filter(project=project, user=user).values_list("role", flat=True).first()
+    )
+
+
+def screening_refresh(
+    *, project: Project, user: AbstractBaseUser, now: datetime, row: Screening | None = None
+) -> ScreeningState:
+    """``user``'s screening state, storing a decision the moment it is reached (a Screening
+    row that is then frozen). Call inside a transaction that holds the user's claim lock
+    (``_claim_once`` does), so two claims cannot decide twice."""
+    state = screening_state_get(project=project, user=user, now=now, row=row)
+    if state.decide:
+        Screening.objects.update_or_create(
+            project=project,
+            annotator=user,
+            defaults={
+                "status": state.status,
+                "decided_at": now,
+                "chains": state.done,
+                "steps_compared": state.steps_compared,
+                "steps_correct": state.steps_correct,
+                "step_accuracy": state.step_accuracy,
+            },
+        )
+    return state
+
+
+def gold_candidate(
+    *,
+    project: Project,
+    user: AbstractBaseUser,
+    now: datetime,
+    rng: RandomSource | None = None,
+) -> GoldPick:
+    """Decide whether this claim of ``user`` in ``project`` gets a gold chain.
+
+    Returns NORMAL without a query when the project uses neither gold nor screening.
+    Under screening (annotators who have not passed) the pick is the next screening chain,
+    or BLOCKED when failed or when no gold chain is left to screen with. Otherwise, with
+    probability ``gold_rate`` (drawn from ``rng``, else from ``gold_draw``), the first gold
+    chain the user has not done, if any.
+
+    Precondition: called by the claim, holding the user's claim lock."""
+    if not project.gold_rate and not project.screening_chains:
+        return NORMAL
+    if project.screening_chains:
+        row = Screening.objects.filter(project=project, annotator=user).first()
+        if row is None or row.status != ScreeningStatus.PASSED:
+            if screening_applies(project=project, role=_role(project=project, user=user)):
+                state = screening_refresh(project=project, user=user, now=now, row=row)
+                if state.status == ScreeningStatus.FAILED:
+                    return BLOCKED
+                if state.status == ScreeningStatus.PENDING:
+                    return GoldPick(chain=state.next_chain, blocked=state.next_chain is None)
+    if not project.gold_rate:
+        return NORMAL
+    if rng is not None:
+        draw = rng()
+    else:
+        claims = Assignment.objects.filter(project=project, annotator=user).count()
+        draw = gold_draw(project_id=project.pk, user_id=user.pk, claim_number=claims)
+    if draw >= project.gold_rate:
+        return NORMAL
+    chain = unseen_gold_chain(project=project, user=user, now=now)
+    return GoldPick(chain=chain) if chain is not None else NORMAL
+
+
+def gold_lease(
+    *, project: Project, user: AbstractBaseUser, chain: Chain, now: datetime
+) -> Assignment | None:
+    """Lease the gold ``chain`` to ``user``. No place to win: a gold chain has no overlap
+    and ``gold_candidate`` only returns chains the user has not done; the user's claim
+    lock serialises their own claims. The chain's row lock (taken after the user's, as
+    the queue's lock order says) keeps a concurrent ``gold_unmark`` from turning it into
+    ordinary work under a lease that ignored the overlap: if it is no longer gold this
+    returns None (the caller answers nothing-left; asking again gets ordinary work).
+    The user's own lease on it that ran out is expired first (one live lease per
+    annotator and chain)."""
+    still_gold = (
+        Chain.objects.filter(pk=chain.pk, is_gold=True)
+        .select_for_update(no_key=True)
+        .values_list("pk", flat=True)
+    )
+    if not still_gold:
+        return None
+    Assignment.objects.filter(
+        chain=chain, annotator=user, status=AssignmentStatus.ACTIVE, expires_at__lte=now
+    ).update(status=AssignmentStatus.EXPIRED)
+    return Assignment.objects.create(
+        project=project,
+        chain=chain,
+        annotator=user,
+        status=AssignmentStatus.ACTIVE,
+        expires_at=now + project.lease_duration,
+    )
+
+
+def gold_place_is_free(*, chain: Chain, user: AbstractBaseUser) -> bool:
+    """Whether ``user`` may still submit a pass over the gold ``chain`` (for an expired
+    lease): they have not submitted, skipped or annotated it. Gold has no overlap."""
+    done = Assignment.objects.filter(
+        chain=chain,
+        annotator=user,
+        status__in=[AssignmentStatus.SUBMITTED, AssignmentStatus.SKIPPED],
+    ).exists()
+    return not done and not (
+        Annotation.objects.filter(
+            chain=chain, annotator=user, source=AnnotationSource.HUMAN
+        ).exists()
+    )
+
+
+# --- screening -------------------------------------------------------------------------------
+
+
+def screening_reset(
+    *,
+    project: Project,
+    annotator: AbstractBaseUser,
+    by: AbstractBaseUser,
+    now: datetime | None = None,
+) -> Screening:
+    """Give ``annotator`` a new screening attempt: pending again, scored only on gold
+    chains labeled from now on (so on gold chains they have not seen). Raises
+    ValidationError unless the annotator is a member whose screening was decided."""
+    now = now if now is not None else timezone.now()
+    if not Membership.objects.filter(project=project, user=annotator).exists():
+        raise Screening.DoesNotExist("Not a member of this project.")
+    with transaction.atomic():
+        row = (
+            Screening.objects.select_for_update()
+            .filter(project=project, annotator=annotator)
+            .first()
+        )
+        if row is None or row.status == ScreeningStatus.PENDING:
+            raise ValidationError(
+                {"screening": "This annotator's screening is still pending; nothing to reset."}
+            )
+        row.status = ScreeningStatus.PENDING
+        row.started_at = now
+        row.decided_at = None
+        row.chains = 0
+        row.steps_compared = 0
+        row.steps_correct = 0
+        row.step_accuracy = None
+        row.resets += 1
+        row.reset_by = by
+        row.save()
+    return row

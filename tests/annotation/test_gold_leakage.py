@@ -1,0 +1,212 @@
+"""No leakage: nothing sent to an annotator tells a gold chain from another one or carries
+its answer key. Every annotator-visible response along a session that meets gold chains
+is checked for a gold key and for the answer key's text, and a gold chain's next payload
+must have exactly the shape of an ordinary one."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from annotation.models import Annotation, AnnotationSource, Chain, Rating, StepRating
+from annotation.services.gold import gold_mark
+from annotation.services.review import AdjudicatedRating, adjudication_create
+from tests.factories import ChainFactory, annotation_with_ratings
+
+pytestmark = pytest.mark.django_db
+
+# Text that only the answer keys carry: it must never reach an annotator.
+MARKERS = ("ANSWER-KEY-NOTE", "ANSWER-KEY-COMMENT")
+
+
+def shape(value: Any) -> Any:
+    """The structure of a JSON value: keys in order, value types, one list item."""
+    if isinstance(value, dict):
+        return {key: shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    return type(value).__name__
+
+
+def keys_of(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for item in value.values() for k in keys_of(item)}
+    if isinstance(value, list):
+        return {k for item in value for k in keys_of(item)}
+    return set()
+
+
+@pytest.fixture
+def gold_project(project, make_member):
+    """Two gold chains (one keyed by an adjudication with a note, one by import labels
+    with a comment) and one ordinary chain; every claim is gold while gold is left."""
+    lead = make_member(project, "lead")
+    project.gold_rate = 1.0
+    project.save()
+    adjudicated = ChainFactory(project=project)
+    adjudication_create(
+        chain=adjudicated,
+        lead=lead,
+        ratings=[AdjudicatedRating(step_id=s.pk, rating=-1) for s in adjudicated.steps.all()],
+        note="ANSWER-KEY-NOTE: step 1 divides by zero",
+    )
+    imported = ChainFactory(project=project)
+    key = annotation_with_ratings(chain=imported, labels=[1, -1, 1])
+    StepRating.objects.filter(annotation=key).update(comment="ANSWER-KEY-COMMENT")
+    gold_mark(project=project, chain_ids=[adjudicated.pk, imported.pk])
+    ordinary = ChainFactory(project=project)
+    return adjudicated, imported, ordinary
+
+
+def rate_all(payload: dict) -> dict:
+    return {"ratings": [{"step": s["id"], "rating": Rating.CORRECT} for s in payload["steps"]]}
+
+
+def test_no_annotator_response_reveals_gold(project, make_member, client_for, gold_project):
+    adjudicated, imported, ordinary = gold_project
+    user = make_member(project)
+    api = client_for(user)
+    seen: dict[str, Any] = {}
+
+    def record(name: str, response) -> Any:
+        assert response.status_code in (200, 201), (name, response.content)
+        raw = response.content.decode()
+        for marker in MARKERS:
+            assert marker not in raw, (name, marker)
+        seen[name] = response.json()
+        return seen[name]
+
+    base = f"/api/v1/projects/{project.pk}"
+    first = record("next", api.post(f"{base}/assignments/next/"))
+    assert first["chain"]["id"] == adjudicated.pk  # a gold chain came first
+    lease = first["assignment"]["id"]
+    record("renew", api.post(f"/api/v1/assignments/{lease}/renew/"))
+    record("stats_during", api.get(f"{base}/my-stats/"))
+    both = record(
+        "submit_and_next",
+        api.post(
+            f"/api/v1/assignments/{lease}/submit-and-next/",
+            rate_all(first["chain"]),
+            format="json",
+        ),
+    )
+    second = both["next"]
+    assert second["chain"]["id"] == imported.pk
+    record(
+        "skip",
+        api.post(
+            f"/api/v1/assignments/{second['assignment']['id']}/skip/",
+            {"reason": "unsure"},
+            format="json",
+        ),
+    )
+    normal = record("next_ordinary", api.post(f"{base}/assignments/next/"))
+    assert normal["chain"]["id"] == ordinary.pk
+    assert api.post(f"{base}/assignments/prefetch/").status_code == 204  # nothing else left
+    record(
+        "submit",
+        api.post(
+            f"/api/v1/assignments/{normal['assignment']['id']}/submit/",
+            rate_all(normal["chain"]),
+            format="json",
+        ),
+    )
+    record("stats_after", api.get(f"{base}/my-stats/"))
+    record("project", api.get(f"{base}/"))
+    record("projects", api.get("/api/v1/projects/"))
+    record("members", api.get(f"{base}/members/"))
+    other = client_for(make_member(project))
+    flagged = record("other_next", other.post(f"{base}/assignments/next/"))
+    prefetched = record("other_prefetch", other.post(f"{base}/assignments/prefetch/"))
+    assert prefetched["chain"]["id"] == imported.pk
+    record(
+        "flag",
+        other.post(
+            f"/api/v1/assignments/{flagged['assignment']['id']}/flag/",
+            {"reason": "broken"},
+            format="json",
+        ),
+    )
+
+    # No chain-level response names gold. my-stats carries the caller's aggregate score
+    # (no chain ids), and the project its settings (gold_rate), by design.
+    for name, body in seen.items():
+        if name.startswith("stats") or name.startswith("project"):
+            continue
+        assert not {k for k in keys_of(body) if "gold" in k or "answer_key" in k}, name
+    for name in ("stats_during", "stats_after"):
+        stats = seen[name]
+        assert stats["gold"] is None  # only gold labeled before today counts
+        assert set(stats["gold"] or {}) <= {"chains", "step_accuracy", "first_error_match"}
+    assert not {k for k in keys_of(seen["project"]) if "gold" in k} - {"gold_rate"}
+
+    # Byte-for-byte the same shape for a gold chain and an ordinary one.
+    assert json.dumps(shape(first)) == json.dumps(shape(normal))
+    assert json.dumps(shape(second)) == json.dumps(shape(normal))
+    assert json.dumps(shape(prefetched)) == json.dumps(shape(normal))
+
+    # The submit recorded an ordinary human annotation of the gold chain.
+    mine = Annotation.objects.get(chain=adjudicated, annotator=user)
+    assert mine.source == AnnotationSource.HUMAN
+    assert Chain.objects.get(pk=adjudicated.pk).finished_count == 0
+
+
+def test_no_page_sent_to_an_annotator_reveals_gold(project, make_member, gold_project):
+    browser = Client()
+    browser.force_login(make_member(project))
+    pages = ["/", f"/projects/{project.pk}/", f"/projects/{project.pk}/label/"]
+
+    for url in pages:
+        response = browser.get(url)
+        assert response.status_code == 200, url
+        html = response.content.decode()
+        for marker in (*MARKERS, "is_gold", "gold_annotation", "answer_key"):
+            assert marker not in html, (url, marker)
+
+
+def test_no_project_endpoint_an_annotator_may_read_reveals_gold(
+    project, make_member, client_for, gold_project
+):
+    """Every GET route that takes only a project id, as an annotator: whatever answers
+    200 carries no answer key and no gold field (my-stats: only the caller's aggregate)."""
+    adjudicated, _imported, _ordinary = gold_project
+    user = make_member(project)
+    annotation_with_ratings(chain=adjudicated, annotator=user, labels=[-1, -1, -1])
+    api = client_for(user)
+    readable = []
+    for pattern in _project_routes():
+        response = api.get(pattern.replace("<int:project_id>", str(project.pk)))
+        if response.status_code != 200:
+            continue
+        readable.append(pattern)
+        raw = response.content.decode()
+        for marker in (*MARKERS, "is_gold", "gold_annotation", "answer_key"):
+            assert marker not in raw, (pattern, marker)
+        if "json" in response.get("Content-Type", "") and "my-stats" not in pattern:
+            body = response.json()
+            assert not {k for k in keys_of(body) if "gold" in k} - {"gold_rate"}, pattern
+
+    assert any("my-stats" in pattern for pattern in readable)
+    # The one chain-level read of labels is the lead's review.
+    assert api.get(f"/api/v1/chains/{adjudicated.pk}/labels/").status_code == 403
+
+
+def _project_routes() -> list[str]:
+    from django.urls import URLPattern, URLResolver, get_resolver
+
+    found: list[str] = []
+
+    def walk(resolver: URLResolver, prefix: str) -> None:
+        for entry in resolver.url_patterns:
+            route = prefix + str(entry.pattern)
+            if isinstance(entry, URLResolver):
+                walk(entry, route)
+            elif isinstance(entry, URLPattern) and "<" in route:
+                if route.count("<") == 1 and "<int:project_id>" in route:
+                    found.append("/" + route)
+
+    walk(get_resolver(), "")
+    return found
