@@ -8,12 +8,14 @@ the step-representation cache is built.
 1. First pass (reported, not part of the round): synthesizes short chains and runs the
    bundled MiniLM once over all of them, filling the in-memory feature cache.
 2. The round (the figure of issue 4, target < 60 s): ``train_prm`` in frozen_head mode on
-   the labeled chains (with held-out metrics), ``load_prm`` of the new checkpoint,
+   the labeled chains (class-balanced loss, the threshold chosen on their out-of-bag
+   scores, held-out metrics), ``load_prm`` of the new checkpoint,
    ``score_chains`` over the unlabeled chains, and ``select_batch`` of the next batch.
 
 Timings are wall-clock on whatever else the machine is doing: on a shared 2-core box,
 other processes compete for the cores and the figures move with them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,17 +56,23 @@ def main() -> int:
     total = args.labeled + args.heldout + args.unlabeled
     chains = synthetic_chains(total, seed=0, steps=(2, 4), words_per_step=(2, 4))
     labeled = chains[: args.labeled]
-    heldout = chains[args.labeled: args.labeled + args.heldout]
+    heldout = chains[args.labeled : args.labeled + args.heldout]
     unlabeled = [
-        type(c)(c.chain_id, c.problem, c.steps) for c in chains[args.labeled + args.heldout:]
+        type(c)(c.chain_id, c.problem, c.steps) for c in chains[args.labeled + args.heldout :]
     ]
 
     started = time.perf_counter()
     tokenizer, backbone, kind = load_backbone(config.backbone)
     cache = feature_cache(backbone_fingerprint(config.backbone), config.max_length, None)
     cached_step_features(
-        cache=cache, backbone=backbone, kind=kind, tokenizer=tokenizer, examples=chains,
-        max_length=config.max_length, device=torch.device("cpu"), batch_size=64,
+        cache=cache,
+        backbone=backbone,
+        kind=kind,
+        tokenizer=tokenizer,
+        examples=chains,
+        max_length=config.max_length,
+        device=torch.device("cpu"),
+        batch_size=64,
         pad_id=pad_token_id(tokenizer),
     )
     first_pass = time.perf_counter() - started
@@ -84,10 +92,18 @@ def main() -> int:
     timings = {"train_s": t1 - t0, "load_s": t2 - t1, "score_s": t3 - t2, "select_s": t4 - t3}
     round_s = t4 - t0
     report = {
-        "chains": total, "steps": steps, "first_pass_s": first_pass, "round_s": round_s,
-        **timings, "labeled": args.labeled, "unlabeled": args.unlabeled,
-        "heldout": args.heldout, "metrics": result.metrics, "selected": len(picked),
-        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "chains": total,
+        "steps": steps,
+        "first_pass_s": first_pass,
+        "round_s": round_s,
+        **timings,
+        "labeled": args.labeled,
+        "unlabeled": args.unlabeled,
+        "heldout": args.heldout,
+        "metrics": result.metrics,
+        "selected": len(picked),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
         "load_average": os.getloadavg(),
     }
     rows = [
@@ -99,6 +115,8 @@ def main() -> int:
         ("select batch of 100 s", f"{timings['select_s']:.3f}"),
         ("ROUND s (target < 60)", f"{round_s:.2f}"),
         ("held-out step AUROC", f"{result.metrics.get('step_auroc', float('nan')):.3f}"),
+        ("held-out ProcessBench F1", f"{result.metrics.get('processbench_f1', float('nan')):.3f}"),
+        ("threshold (chosen on training chains)", f"{result.metrics['threshold']:.2f}"),
         ("load average 1/5/15 min", " ".join(f"{x:.1f}" for x in os.getloadavg())),
     ]
     width = max(len(name) for name, _ in rows)

@@ -10,6 +10,7 @@ alone, 2-D padding mask); scoring pays for everything. Each side runs ``--repeat
 alternating, and the best run of each counts, which damps (but on a shared 2-core machine
 does not remove) noise from other processes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,7 @@ def main() -> int:
     parser.add_argument("--chains", type=int, default=500)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path,
-                        default=REPO_ROOT / "bench" / "out" / "ml_scoring.json")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out" / "ml_scoring.json")
     args = parser.parse_args()
 
     import torch
@@ -54,15 +54,24 @@ def main() -> int:
     tokenizer, backbone, kind = load_backbone(config.backbone)
     backbone.eval()
     device = torch.device("cpu")
-    head = EnsembleHead(int(backbone.config.hidden_size), config.head_hidden,
-                        config.ensemble_size).eval()
-    prm = LoadedPRM(config=config, tokenizer=tokenizer, backbone=backbone, head=head,
-                    kind=kind, device=device, fingerprint=backbone_fingerprint(config.backbone))
+    head = EnsembleHead(
+        int(backbone.config.hidden_size), config.head_hidden, config.ensemble_size
+    ).eval()
+    prm = LoadedPRM(
+        config=config,
+        tokenizer=tokenizer,
+        backbone=backbone,
+        head=head,
+        kind=kind,
+        device=device,
+        fingerprint=backbone_fingerprint(config.backbone),
+    )
     chains = synthetic_chains(args.chains, seed=1, steps=(3, 8), words_per_step=(6, 20))
     windows = chains_to_windows(tokenizer, chains, config.max_length)
     pad_id = pad_token_id(tokenizer)
-    batches = [collate_windows(batch, pad_id, device)
-               for batch in bucketed_batches(windows, args.batch)]
+    batches = [
+        collate_windows(batch, pad_id, device) for batch in bucketed_batches(windows, args.batch)
+    ]
     tokens = sum(batch.tokens for batch in batches)
     padded = sum(batch.input_ids.numel() for batch in batches)
 
@@ -70,8 +79,7 @@ def main() -> int:
         start = time.perf_counter()
         with torch.inference_mode():
             for batch in batches:
-                backbone(input_ids=batch.input_ids,
-                         attention_mask=(batch.segment_ids >= 0).long())
+                backbone(input_ids=batch.input_ids, attention_mask=(batch.segment_ids >= 0).long())
         return time.perf_counter() - start
 
     def scoring() -> float:
@@ -88,10 +96,16 @@ def main() -> int:
     bare_tps, scoring_tps = tokens / min(bare_runs), tokens / min(scoring_runs)
     ratio = scoring_tps / bare_tps
     report = {
-        "chains": args.chains, "windows": len(windows), "tokens": tokens,
-        "padding_share": 1 - tokens / padded, "bare_tokens_per_s": bare_tps,
-        "scoring_tokens_per_s": scoring_tps, "ratio": ratio, "bare_runs_s": bare_runs,
-        "scoring_runs_s": scoring_runs, "torch_threads": torch.get_num_threads(),
+        "chains": args.chains,
+        "windows": len(windows),
+        "tokens": tokens,
+        "padding_share": 1 - tokens / padded,
+        "bare_tokens_per_s": bare_tps,
+        "scoring_tokens_per_s": scoring_tps,
+        "ratio": ratio,
+        "bare_runs_s": bare_runs,
+        "scoring_runs_s": scoring_runs,
+        "torch_threads": torch.get_num_threads(),
         "load_average": os.getloadavg(),
     }
     rows = [

@@ -2,6 +2,7 @@
 
 Rows here are written only by ``prm_training.services``; nothing in ``save()`` or a signal
 starts work (a saved label never trains a model by itself)."""
+
 from __future__ import annotations
 
 from django.conf import settings as django_settings
@@ -105,6 +106,12 @@ class TrainingRun(models.Model):
     loss_history = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
     celery_task_id = models.CharField(max_length=255, blank=True)
+    enqueued_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the broker took the task; empty while the broker was unreachable "
+        "(the row is the outbox: a worker re-sends it when it connects).",
+    )
     worker = models.CharField(max_length=255, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     cancel_requested = models.BooleanField(default=False)
@@ -200,6 +207,9 @@ class ScoringRun(models.Model):
     priorities_updated = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
     celery_task_id = models.CharField(max_length=255, blank=True)
+    enqueued_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the broker took the task (see TrainingRun)."
+    )
     worker = models.CharField(max_length=255, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)

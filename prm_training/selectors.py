@@ -1,6 +1,7 @@
 """Read paths of the PRM loop, with the access rule of invariant 6: only ML staff train,
 activate and score; leads may follow runs and read versions; a project the caller does not
 belong to is a 404 (through ``project_get_for_member``), whatever the object."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -76,9 +77,7 @@ def scoring_run_get_for_member(
 
 
 def training_run_list(*, project: Project) -> QuerySet[TrainingRun]:
-    return TrainingRun.objects.filter(project=project).select_related(
-        "started_by", "model_version"
-    )
+    return TrainingRun.objects.filter(project=project).select_related("started_by", "model_version")
 
 
 def model_version_list(*, project: Project) -> QuerySet[ModelVersion]:

@@ -1,17 +1,18 @@
 """Celery tasks of the PRM loop. Thin: ids in, one service call, nothing returned.
 
-Training and scoring go to queue ``gpu`` (``CELERY_TASK_ROUTES`` routes this module
-there). They are ``acks_late``: a worker killed mid-run leaves its message to be delivered
-again, which is safe because the services claim their row under a lock and return quietly
-when it is not theirs to run. Services are imported inside the task bodies, and torch only
-inside the services' worker-side code, so importing this module (as the web process does
-to enqueue) never imports torch."""
+Training and scoring go to queue ``gpu`` (``CELERY_TASK_ROUTES``, by task name).
+They are ``acks_late``: a worker killed mid-run leaves its message to
+be delivered again, which is safe because the services claim their row under a lock and
+return quietly when it is not theirs to run. Services are imported inside the task
+bodies, and torch only inside the services' worker-side code, so importing this module (as
+the web process does to enqueue) never imports torch."""
+
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from celery import Task, shared_task
+from celery import Task, bootsteps, current_app, shared_task
 from celery.signals import worker_ready
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,36 @@ def autostart_check_task(project_id: int) -> None:
     if project is None:
         return
     training_maybe_autostart(project=project)
+
+
+class DispatchPendingRuns(bootsteps.StartStopStep):
+    """A consumer bootstep: its ``start`` runs each time the worker's consumer connects to
+    the broker, the first time and after every reconnection (Celery restarts the consumer
+    blueprint on a lost connection). So runs requested while Redis was down are sent as
+    soon as any worker is back on it (``runs_dispatch_pending``)."""
+
+    requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def start(self, c: Any) -> None:
+        from django.db import connections
+
+        from prm_training.services.training import runs_dispatch_pending
+
+        try:
+            sent = runs_dispatch_pending()
+        except Exception:  # noqa: BLE001 - never keep the worker from consuming
+            logger.exception("Dispatching pending runs failed")
+        else:
+            if any(sent.values()):
+                logger.warning("Dispatched runs that waited for the broker: %s", sent)
+        finally:
+            # Not inside a task, so Django's per-task cleanup does not cover this: close the
+            # main process's connection rather than leave it to pool children forked later.
+            connections.close_all()
+
+
+# Registered when the worker imports its task modules, before it builds its consumer.
+current_app.steps["consumer"].add(DispatchPendingRuns)
 
 
 @worker_ready.connect

@@ -1,4 +1,5 @@
 """HTML pages of the PRM loop."""
+
 from django.urls import path
 
 from prm_training import views

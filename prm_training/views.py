@@ -1,5 +1,6 @@
 """The ML staff page. Thin: the same access check as the API, one template; the page's
 script drives the REST API for everything that changes or moves."""
+
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
@@ -11,7 +12,12 @@ from annotation.models import Role
 from annotation.selectors import membership_role, project_get_for_member
 from prm_training.models import AcquisitionStrategy
 from prm_training.selectors import ML_AND_LEADS
-from prm_training.services.training import AMBIGUOUS_RULES, MODES, project_training_settings_get
+from prm_training.services.training import (
+    AMBIGUOUS_RULES,
+    CLASS_WEIGHTS,
+    MODES,
+    project_training_settings_get,
+)
 
 
 @require_GET
@@ -26,6 +32,7 @@ def models_page(request: HttpRequest, project_id: int) -> HttpResponse:
         "can_manage": can_manage,
         "modes": MODES,
         "ambiguous_rules": AMBIGUOUS_RULES,
+        "class_weights": CLASS_WEIGHTS,
         "strategies": AcquisitionStrategy.choices,
         "loop": project_training_settings_get(project=project),
     }

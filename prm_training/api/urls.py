@@ -1,4 +1,5 @@
 """Routes of the PRM loop under /api/v1/."""
+
 from django.urls import path
 
 from prm_training.api.views import (
@@ -6,6 +7,7 @@ from prm_training.api.views import (
     ProjectModelVersionsApi,
     ProjectScoringRunsApi,
     ProjectTrainingRunsApi,
+    ProjectTrainingSettingsApi,
     ScoringRunDetailApi,
     TrainingRunCancelApi,
     TrainingRunDetailApi,
@@ -32,6 +34,11 @@ urlpatterns = [
         "model-versions/<int:version_id>/activate/",
         ModelVersionActivateApi.as_view(),
         name="api-model-version-activate",
+    ),
+    path(
+        "projects/<int:project_id>/training-settings/",
+        ProjectTrainingSettingsApi.as_view(),
+        name="api-training-settings",
     ),
     path(
         "projects/<int:project_id>/scoring-runs/",

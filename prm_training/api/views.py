@@ -2,6 +2,7 @@
 
 Thin: resolve the object through a selector (non-member 404, wrong role 403), call one
 service, serialize. ML staff start, cancel, activate and score; leads may read."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,6 +18,7 @@ from annotation.selectors import project_get_for_member
 from prm_training.models import (
     AcquisitionStrategy,
     ModelVersion,
+    ProjectTrainingSettings,
     ScoringRun,
     TrainingRun,
 )
@@ -33,8 +35,11 @@ from prm_training.selectors import (
 from prm_training.services.scoring import scoring_run_start
 from prm_training.services.training import (
     AMBIGUOUS_RULES,
+    CLASS_WEIGHTS,
     MODES,
     model_version_activate,
+    project_training_settings_get,
+    project_training_settings_update,
     training_run_cancel,
     training_run_start,
 )
@@ -67,17 +72,22 @@ class TrainingRunInputSerializer(serializers.Serializer):
     batch_size = serializers.IntegerField(required=False)
     max_length = serializers.IntegerField(required=False)
     ambiguous = serializers.ChoiceField(choices=AMBIGUOUS_RULES, required=False)
+    class_weight = serializers.ChoiceField(
+        choices=CLASS_WEIGHTS,
+        required=False,
+        help_text="'balanced' weighs correct and incorrect steps equally in the loss.",
+    )
+    threshold = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text="P(correct) below which a step is an error; null: chosen on the training chains.",
+    )
     ensemble_size = serializers.IntegerField(required=False)
     head_hidden = serializers.IntegerField(required=False)
     seed = serializers.IntegerField(required=False)
 
 
 class TrainingRunOutputSerializer(serializers.ModelSerializer):
-    # A plain string in the schema: an enum named "status" would collide with the
-    # assignment's (the lead may map RunStatus in SPECTACULAR_SETTINGS ENUM_NAME_OVERRIDES).
-    status = serializers.CharField(
-        read_only=True, help_text="queued, running, succeeded, failed or cancelled."
-    )
     started_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     model_version = serializers.SerializerMethodField()
 
@@ -251,11 +261,6 @@ class ScoringRunInputSerializer(serializers.Serializer):
 
 
 class ScoringRunOutputSerializer(serializers.ModelSerializer):
-    # A plain string in the schema: an enum named "status" would collide with the
-    # assignment's (the lead may map RunStatus in SPECTACULAR_SETTINGS ENUM_NAME_OVERRIDES).
-    status = serializers.CharField(
-        read_only=True, help_text="queued, running, succeeded, failed or cancelled."
-    )
     model_version_number = serializers.IntegerField(source="model_version.version", read_only=True)
 
     class Meta:
@@ -309,9 +314,7 @@ class ProjectScoringRunsApi(APIView):
         data: dict[str, Any] = dict(payload.validated_data)
         version = None
         if "model_version" in data:
-            version = ModelVersion.objects.filter(
-                pk=data["model_version"], project=project
-            ).first()
+            version = ModelVersion.objects.filter(pk=data["model_version"], project=project).first()
             if version is None:
                 raise serializers.ValidationError({"model_version": "No such version here."})
         with service_errors_as_400():
@@ -334,3 +337,75 @@ class ScoringRunDetailApi(APIView):
     def get(self, request: Request, scoring_run_id: int) -> Response:
         run = scoring_run_get_for_member(user=request.user, scoring_run_id=scoring_run_id)
         return Response(ScoringRunOutputSerializer(run).data)
+
+
+# --- loop settings -----------------------------------------------------------------------
+
+
+class TrainingSettingsInputSerializer(serializers.Serializer):
+    """Any subset; fields left out keep their values."""
+
+    acquisition_strategy = serializers.ChoiceField(
+        choices=AcquisitionStrategy.choices, required=False
+    )
+    random_fraction = serializers.FloatField(
+        required=False, min_value=0.0, max_value=1.0, help_text="Share of the queue at random."
+    )
+    retrain_every_n_finished = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=10_000_000,
+        help_text="Start a training run after this many new finished chains; 0 = off.",
+    )
+    default_config = TrainingRunInputSerializer(
+        required=False, help_text="Training settings of automatic runs (replaced whole)."
+    )
+
+
+class TrainingSettingsOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ProjectTrainingSettings
+        fields = [
+            "project",
+            "acquisition_strategy",
+            "random_fraction",
+            "retrain_every_n_finished",
+            "default_config",
+            "updated_at",
+        ]
+
+
+class ProjectTrainingSettingsApi(APIView):
+    @extend_schema(
+        operation_id="training_settings_retrieve",
+        responses={200: TrainingSettingsOutputSerializer, 403: FORBIDDEN, 404: NOT_FOUND},
+        summary="The project's loop settings (ML staff and leads)",
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_get_for_member(
+            user=request.user, project_id=project_id, roles=ML_AND_LEADS
+        )
+        loop = project_training_settings_get(project=project)
+        return Response(TrainingSettingsOutputSerializer(loop).data)
+
+    @extend_schema(
+        operation_id="training_settings_partial_update",
+        request=TrainingSettingsInputSerializer,
+        responses={
+            200: TrainingSettingsOutputSerializer,
+            400: OpenApiResponse(description="A setting out of range, named by field."),
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+        },
+        summary="Change the loop settings: acquisition, auto-retraining, defaults (ML staff)",
+    )
+    def patch(self, request: Request, project_id: int) -> Response:
+        project = project_get_for_member(user=request.user, project_id=project_id, roles=ML_ONLY)
+        payload = TrainingSettingsInputSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data: dict[str, Any] = dict(payload.validated_data)
+        if "default_config" in data:
+            data["default_config"] = dict(data["default_config"])
+        with service_errors_as_400():
+            loop = project_training_settings_update(project=project, data=data)
+        return Response(TrainingSettingsOutputSerializer(loop).data)

@@ -14,6 +14,7 @@ is sooner). Pure numpy over ``ChainScores``.
   first; chains with an ungraded answer next, then graded-right ones, both ranked by step
   entropy, so the score is [2, 3] wrong, [1, 2] unknown, [0, 1] right.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -89,8 +90,7 @@ def acquisition_scores(
     if strategy == "entropy":
         return np.array([step_entropy(item.step_probs) for item in scores], dtype=np.float64)
     if strategy == "first_error_entropy":
-        return np.array([first_error_entropy(item.step_probs) for item in scores],
-                        dtype=np.float64)
+        return np.array([first_error_entropy(item.step_probs) for item in scores], dtype=np.float64)
     if strategy == "disagreement":
         missing = [item.chain_id for item in scores if item.member_probs is None]
         if missing:
@@ -98,8 +98,9 @@ def acquisition_scores(
                 f"'disagreement' needs ensemble member probabilities (ensemble_size > 1); "
                 f"chain {missing[0]} has none"
             )
-        return np.array([disagreement(item.member_probs or []) for item in scores],
-                        dtype=np.float64)
+        return np.array(
+            [disagreement(item.member_probs or []) for item in scores], dtype=np.float64
+        )
     # convincing_wrong
     if answers_correct is None or len(answers_correct) != n:
         raise ValueError("'convincing_wrong' needs answers_correct, one per scored chain")

@@ -7,6 +7,7 @@ and factorials are refused, and equivalence is decided numerically or by ``expan
 ``cancel``, never by the open-ended ``simplify``. (sympy's ``parse_latex`` needs the
 ANTLR runtime, which is not a dependency, so LaTeX is rewritten to plain syntax first.)
 """
+
 from __future__ import annotations
 
 import math
@@ -37,7 +38,7 @@ def _unwrap(text: str, command: str) -> str:
                     break
         else:
             return text  # unbalanced: leave it alone
-        text = text[:start] + text[start + len(command) + 1: index] + text[index + 1:]
+        text = text[:start] + text[start + len(command) + 1 : index] + text[index + 1 :]
     return text
 
 
@@ -51,8 +52,21 @@ def normalize_answer(text: str) -> str:
     text = text.strip()
     for command in _TEXT_WRAPPERS:
         text = _unwrap(text, command)
-    for token in ("$", "\\!", "\\,", "\\;", "\\:", "\\left", "\\right", "\\displaystyle",
-                  "^\\circ", "^{\\circ}", "\\%", "%", "\\ "):
+    for token in (
+        "$",
+        "\\!",
+        "\\,",
+        "\\;",
+        "\\:",
+        "\\left",
+        "\\right",
+        "\\displaystyle",
+        "^\\circ",
+        "^{\\circ}",
+        "\\%",
+        "%",
+        "\\ ",
+    ):
         text = text.replace(token, "")
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     text = text.strip().rstrip(".").strip()
@@ -79,8 +93,7 @@ def _latex_to_plain(text: str) -> str:
         text = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", text)
         text = re.sub(r"\\sqrt\{([^{}]*)\}", r"sqrt(\1)", text)
     text = re.sub(r"\\sqrt(\d)", r"sqrt(\1)", text)
-    for latex, plain in (("\\cdot", "*"), ("\\times", "*"), ("\\pi", "pi"), ("{", "("),
-                         ("}", ")")):
+    for latex, plain in (("\\cdot", "*"), ("\\times", "*"), ("\\pi", "pi"), ("{", "("), ("}", ")")):
         text = text.replace(latex, plain)
     return text.replace(" ", "")
 
@@ -91,8 +104,12 @@ def _as_number(text: str) -> float | None:
 
 def _sympy_expr(text: str):  # noqa: ANN202 - sympy's Expr, imported lazily
     plain = _latex_to_plain(text)
-    if (len(plain) > MAX_SYMPY_CHARS or not _SYMPY_SAFE.match(plain) or "!" in plain
-            or plain.count("^") + plain.count("**") > 2):
+    if (
+        len(plain) > MAX_SYMPY_CHARS
+        or not _SYMPY_SAFE.match(plain)
+        or "!" in plain
+        or plain.count("^") + plain.count("**") > 2
+    ):
         return None
     from sympy.parsing.sympy_parser import (
         convert_xor,
@@ -101,8 +118,7 @@ def _sympy_expr(text: str):  # noqa: ANN202 - sympy's Expr, imported lazily
         standard_transformations,
     )
 
-    transformations = (*standard_transformations, implicit_multiplication_application,
-                       convert_xor)
+    transformations = (*standard_transformations, implicit_multiplication_application, convert_xor)
     try:
         return parse_expr(plain, transformations=transformations, evaluate=False)
     except Exception:  # noqa: BLE001 - sympy raises many types on junk input

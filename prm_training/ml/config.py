@@ -1,6 +1,7 @@
 """Training settings for the process reward model, one dataclass with help text on every
 field (the shape of TRL's ``PRMConfig``), so the Django side can store it as JSON and show
 the help in forms."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -10,6 +11,7 @@ from typing import Any
 MODES = ("frozen_head", "full")
 AMBIGUOUS_RULES = ("positive", "negative", "ignore")
 BACKBONE_KINDS = ("auto", "encoder", "decoder")
+CLASS_WEIGHTS = ("balanced", "none")
 
 
 def default_backbone_dir() -> str:
@@ -25,21 +27,27 @@ def default_backbone_dir() -> str:
 class PRMConfig:
     backbone: str = field(
         default_factory=default_backbone_dir,
-        metadata={"help": "Local Hugging Face model directory (encoder or decoder). Never a "
-                          "hub id: nothing is downloaded at run time."},
+        metadata={
+            "help": "Local Hugging Face model directory (encoder or decoder). Never a "
+            "hub id: nothing is downloaded at run time."
+        },
     )
     backbone_kind: str = field(
         default="auto",
-        metadata={"help": "'encoder' (BERT-like: a step-level 4-D attention mask keeps each "
-                          "step's score prefix-only), 'decoder' (causal attention does it), "
-                          "or 'auto' to decide from the model config."},
+        metadata={
+            "help": "'encoder' (BERT-like: a step-level 4-D attention mask keeps each "
+            "step's score prefix-only), 'decoder' (causal attention does it), "
+            "or 'auto' to decide from the model config."
+        },
     )
     mode: str = field(
         default="frozen_head",
-        metadata={"help": "'frozen_head': the backbone stays frozen, step representations are "
-                          "computed once per chain and cached, an ensemble of small heads is "
-                          "trained (fast rounds on a CPU, disagreement for free). 'full': "
-                          "fine-tune backbone and heads together."},
+        metadata={
+            "help": "'frozen_head': the backbone stays frozen, step representations are "
+            "computed once per chain and cached, an ensemble of small heads is "
+            "trained (fast rounds on a CPU, disagreement for free). 'full': "
+            "fine-tune backbone and heads together."
+        },
     )
     epochs: int = field(
         default=3,
@@ -47,8 +55,10 @@ class PRMConfig:
     )
     head_epochs: int = field(
         default=20,
-        metadata={"help": "Passes over the cached step representations in 'frozen_head' mode "
-                          "(each pass is cheap: no backbone forward)."},
+        metadata={
+            "help": "Passes over the cached step representations in 'frozen_head' mode "
+            "(each pass is cheap: no backbone forward)."
+        },
     )
     learning_rate: float = field(
         default=2e-5,
@@ -72,20 +82,45 @@ class PRMConfig:
     )
     max_length: int = field(
         default=512,
-        metadata={"help": "Tokens per window. A longer chain is split into several windows, "
-                          "each the problem plus consecutive steps, so every step is scored "
-                          "and still sees only the problem and steps before it."},
+        metadata={
+            "help": "Tokens per window. A longer chain is split into several windows, "
+            "each the problem plus consecutive steps, so every step is scored "
+            "and still sees only the problem and steps before it."
+        },
     )
     ambiguous: str = field(
         default="negative",
-        metadata={"help": "How ambiguous (0) ratings train: 'negative' (like -1: a PRM should "
-                          "not reward a step a human could not call correct), 'positive' "
-                          "(like +1), or 'ignore' (no loss on that step)."},
+        metadata={
+            "help": "How ambiguous (0) ratings train: 'negative' (like -1: a PRM should "
+            "not reward a step a human could not call correct), 'positive' "
+            "(like +1), or 'ignore' (no loss on that step)."
+        },
+    )
+    class_weight: str = field(
+        default="balanced",
+        metadata={
+            "help": "'balanced': correct and incorrect steps weigh the same in the loss "
+            "in total (each class weighted by steps / (2 x its steps)), so a "
+            "head facing mostly-correct steps does not learn to call every step "
+            "correct; 'none': every labeled step weighs 1."
+        },
+    )
+    threshold: float | None = field(
+        default=None,
+        metadata={
+            "help": "P(correct) below which a step counts as the first error (first-"
+            "error accuracy, ProcessBench F1, step accuracy). None: chosen after "
+            "training as the one that maximises ProcessBench F1 on the training "
+            "chains, scored out-of-bag where the ensemble's bootstrap left a "
+            "chain out of a member; stored in the checkpoint."
+        },
     )
     ensemble_size: int = field(
         default=5,
-        metadata={"help": "Heads in the ensemble. Each sees its own bootstrap resample of the "
-                          "chains (Poisson(1) weights); their spread is the disagreement."},
+        metadata={
+            "help": "Heads in the ensemble. Each sees its own bootstrap resample of the "
+            "chains (Poisson(1) weights); their spread is the disagreement."
+        },
     )
     head_hidden: int = field(
         default=256,
@@ -93,9 +128,11 @@ class PRMConfig:
     )
     head_dropout: float = field(
         default=0.0,
-        metadata={"help": "Dropout inside each head. Off by default: the bootstrap already "
-                          "diversifies the members, and on a CPU dropout's random masks "
-                          "cost as much as the heads' matmuls."},
+        metadata={
+            "help": "Dropout inside each head. Off by default: the bootstrap already "
+            "diversifies the members, and on a CPU dropout's random masks "
+            "cost as much as the heads' matmuls."
+        },
     )
     seed: int = field(
         default=0,
@@ -103,8 +140,10 @@ class PRMConfig:
     )
     device: str = field(
         default="auto",
-        metadata={"help": "'auto' (CUDA when present, else CPU), 'cpu', 'cuda' or 'cuda:N'. "
-                          "bf16 autocast is used on CUDA."},
+        metadata={
+            "help": "'auto' (CUDA when present, else CPU), 'cpu', 'cuda' or 'cuda:N'. "
+            "bf16 autocast is used on CUDA."
+        },
     )
     heldout_metrics: bool = field(
         default=True,
@@ -112,20 +151,26 @@ class PRMConfig:
     )
     cache_dir: str | None = field(
         default=None,
-        metadata={"help": "Directory for the frozen-backbone step-representation cache, shared "
-                          "across runs; None keeps it in this process's memory only."},
+        metadata={
+            "help": "Directory for the frozen-backbone step-representation cache, shared "
+            "across runs; None keeps it in this process's memory only."
+        },
     )
     save_backbone: bool = field(
         default=False,
-        metadata={"help": "In 'frozen_head' mode also copy the (unchanged) backbone weights into "
-                          "the checkpoint. Off by default: the checkpoint stores the backbone "
-                          "path and a fingerprint that loading verifies. 'full' mode always "
-                          "saves the fine-tuned backbone."},
+        metadata={
+            "help": "In 'frozen_head' mode also copy the (unchanged) backbone weights into "
+            "the checkpoint. Off by default: the checkpoint stores the backbone "
+            "path and a fingerprint that loading verifies. 'full' mode always "
+            "saves the fine-tuned backbone."
+        },
     )
     report_every_s: float = field(
         default=1.0,
-        metadata={"help": "Least seconds between progress() and should_stop() calls (they may "
-                          "hit a database); both also run at every epoch's end."},
+        metadata={
+            "help": "Least seconds between progress() and should_stop() calls (they may "
+            "hit a database); both also run at every epoch's end."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -137,8 +182,20 @@ class PRMConfig:
             raise ValueError(
                 f"backbone_kind must be one of {BACKBONE_KINDS}, not {self.backbone_kind!r}"
             )
-        for name in ("epochs", "head_epochs", "batch_size", "head_batch_size", "ensemble_size",
-                     "head_hidden"):
+        if self.class_weight not in CLASS_WEIGHTS:
+            raise ValueError(
+                f"class_weight must be one of {CLASS_WEIGHTS}, not {self.class_weight!r}"
+            )
+        if self.threshold is not None and not 0.0 < self.threshold < 1.0:
+            raise ValueError("threshold must be between 0 and 1 (exclusive), or None")
+        for name in (
+            "epochs",
+            "head_epochs",
+            "batch_size",
+            "head_batch_size",
+            "ensemble_size",
+            "head_hidden",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.max_length < 8:

@@ -14,6 +14,7 @@ A chain longer than ``max_length`` is split into several windows, each the probl
 consecutive steps, so every step gets a score that still depends only on the problem and
 steps up to it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -144,16 +145,18 @@ def build_windows(
     for index, ids in enumerate(step_ids):
         piece = [*list(ids)[:step_budget], *separator]
         if ends and len(input_ids) + len(piece) > max_length:
-            windows.append(Window(chain_index, first_step, tuple(input_ids), tuple(segments),
-                                  tuple(ends)))
+            windows.append(
+                Window(chain_index, first_step, tuple(input_ids), tuple(segments), tuple(ends))
+            )
             input_ids, segments, ends, first_step = list(head), [0] * len(head), [], index
         input_ids.extend(piece)
         # Global step numbers as segments: only their order matters to the mask.
         segments.extend([index + 1] * len(piece))
         ends.append(len(input_ids) - 1)
     if ends:
-        windows.append(Window(chain_index, first_step, tuple(input_ids), tuple(segments),
-                              tuple(ends)))
+        windows.append(
+            Window(chain_index, first_step, tuple(input_ids), tuple(segments), tuple(ends))
+        )
     return windows
 
 
@@ -172,9 +175,16 @@ def chains_to_windows(
     for index, example in enumerate(examples):
         problem_ids = next(encoded)
         step_ids = [next(encoded) for _ in example.steps]
-        windows.extend(build_windows(chain_index=index, problem_ids=problem_ids,
-                                     step_ids=step_ids, prefix=prefix, separator=separator,
-                                     max_length=max_length))
+        windows.extend(
+            build_windows(
+                chain_index=index,
+                problem_ids=problem_ids,
+                step_ids=step_ids,
+                prefix=prefix,
+                separator=separator,
+                max_length=max_length,
+            )
+        )
     return windows
 
 
@@ -200,8 +210,12 @@ def tokenize_chain(tokenizer: Tokenizer, example: ChainExample, max_length: int)
         prefix, separator = special_ids(tokenizer)
         problem = encode_texts(tokenizer, [example.problem])[0][: max(1, max_length // 2)]
         ids = [*prefix, *problem, *separator]
-        return {"input_ids": ids, "segment_ids": [0] * len(ids), "step_end_positions": [],
-                "step_labels": []}
+        return {
+            "input_ids": ids,
+            "segment_ids": [0] * len(ids),
+            "step_end_positions": [],
+            "step_labels": [],
+        }
     [window] = windows
     return {
         "input_ids": list(window.input_ids),

@@ -9,6 +9,7 @@ computed or read back, so scores do not depend on cache state). With a ``cache_d
 computed batch is also written as one ``.npz`` shard, renamed into place when complete,
 and every shard is read back when a process first opens that cache.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,7 +40,7 @@ class StepFeatureCache:
         with np.load(shard, allow_pickle=False) as data:
             keys, offsets, features = data["keys"], data["offsets"], data["features"]
         for index, key in enumerate(keys.tolist()):
-            self.entries[key] = features[offsets[index]: offsets[index + 1]]
+            self.entries[key] = features[offsets[index] : offsets[index + 1]]
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -56,8 +57,11 @@ class StepFeatureCache:
         keys = list(items)
         offsets = np.cumsum([0, *(len(items[key]) for key in keys)])
         width = next(iter(items.values())).shape[1]
-        features = (np.concatenate([items[key] for key in keys]) if offsets[-1]
-                    else np.zeros((0, width), dtype=np.float16))
+        features = (
+            np.concatenate([items[key] for key in keys])
+            if offsets[-1]
+            else np.zeros((0, width), dtype=np.float16)
+        )
         final = self.directory / f"{uuid.uuid4().hex}.npz"
         partial = final.with_suffix(".partial")
         # A reader never sees half a shard: write beside it, then rename.
@@ -87,7 +91,7 @@ def bucketed_batches(windows: Sequence[Window], batch_size: int) -> Iterator[lis
     """Windows sorted by length and cut into batches, so a batch pads little."""
     ordered = sorted(windows, key=lambda window: len(window.input_ids))
     for start in range(0, len(ordered), batch_size):
-        yield ordered[start: start + batch_size]
+        yield ordered[start : start + batch_size]
 
 
 def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[Any]:
@@ -122,9 +126,9 @@ def compute_step_features(
             row = 0
             for window in batch_windows:
                 n = len(window.step_end_positions)
-                out[window.chain_index][window.first_step: window.first_step + n] = (
-                    features[row: row + n]
-                )
+                out[window.chain_index][window.first_step : window.first_step + n] = features[
+                    row : row + n
+                ]
                 row += n
             if progress is not None:
                 progress(len(batch_windows))
@@ -145,12 +149,19 @@ def cached_step_features(
 ) -> list[np.ndarray]:
     """Like ``compute_step_features`` but runs the backbone only on chains the cache lacks."""
     keys = [chain_content_key(example) for example in examples]
-    missing = {key: example for key, example in zip(keys, examples, strict=True)
-               if cache.get(key) is None}
+    missing = {
+        key: example for key, example in zip(keys, examples, strict=True) if cache.get(key) is None
+    }
     if missing:
         fresh = compute_step_features(
-            backbone=backbone, kind=kind, tokenizer=tokenizer, examples=list(missing.values()),
-            max_length=max_length, device=device, batch_size=batch_size, pad_id=pad_id,
+            backbone=backbone,
+            kind=kind,
+            tokenizer=tokenizer,
+            examples=list(missing.values()),
+            max_length=max_length,
+            device=device,
+            batch_size=batch_size,
+            pad_id=pad_id,
         )
         cache.put_many(dict(zip(missing, fresh, strict=True)))
     return [cache.entries[key] for key in keys]

@@ -12,6 +12,7 @@ every step up to the first -1 (or every step, if there is none) is rated. A metr
 undefined on the given chains (one class missing) is left out of the dict rather than
 reported as NaN, so a caller should use ``.get``; the counts are always there.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -77,6 +78,53 @@ def predicted_first_error(step_probs: Sequence[float], threshold: float = 0.5) -
         if prob < threshold:
             return index
     return -1
+
+
+THRESHOLD_GRID = tuple(round(0.01 * i, 2) for i in range(1, 100))
+
+
+def choose_threshold(
+    labels: Sequence[Sequence[int | None] | None],
+    step_probs: Sequence[Sequence[float]],
+    grid: Sequence[float] = THRESHOLD_GRID,
+) -> float:
+    """The threshold of ``grid`` with the highest ProcessBench F1 of ``step_probs`` against
+    ``labels`` (ties go to the one nearest 0.5); 0.5 when the chains cannot define F1 (no
+    chain with an error, or none without).
+
+    Why: a head trained on mostly-correct steps puts nearly every P(correct) above 0.5, so
+    a fixed 0.5 predicts "no error" everywhere and F1 is ~0 whatever the ranking (AUROC)
+    is. Chosen on training chains, never on the held-out ones it is evaluated on.
+
+    >>> choose_threshold([(1, -1), (1, 1)], [(0.9, 0.7), (0.95, 0.8)])
+    0.71
+    """
+    grid_array = np.asarray(grid, dtype=np.float64)
+    hits_error = np.zeros(len(grid_array))
+    hits_correct = np.zeros(len(grid_array))
+    n_error = n_correct = 0
+    for chain_labels, probs in zip(labels, step_probs, strict=True):
+        truth = labeled_first_error(chain_labels)
+        if truth is None:
+            continue
+        p = np.asarray(probs, dtype=np.float64)
+        # predicted first error == truth  <=>  every step before it >= t (and, for an
+        # error at ``truth``, that step < t).
+        before = p[:truth] if truth >= 0 else p
+        ceiling = before.min() if before.size else np.inf
+        if truth >= 0:
+            n_error += 1
+            hits_error += (grid_array <= ceiling) & (grid_array > p[truth])
+        else:
+            n_correct += 1
+            hits_correct += grid_array <= ceiling
+    if n_error == 0 or n_correct == 0:
+        return 0.5
+    a, b = hits_error / n_error, hits_correct / n_correct
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f1 = np.where(a + b > 0, 2 * a * b / (a + b), 0.0)
+    best = np.flatnonzero(f1 >= f1.max() - 1e-12)
+    return float(grid_array[best[np.argmin(np.abs(grid_array[best] - 0.5))]])
 
 
 def evaluate(

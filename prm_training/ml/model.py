@@ -3,6 +3,7 @@ MLP heads reading the hidden state at the separator that closes each step.
 
 Shapes: B windows, L tokens, H backbone width, E heads, N steps in the batch.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,10 +19,23 @@ from torch import nn
 from .data import Window
 
 # Bidirectional model types: they need the step-level mask to stay prefix-only.
-ENCODER_TYPES = frozenset({
-    "albert", "bert", "camembert", "deberta", "deberta-v2", "distilbert", "electra",
-    "ernie", "modernbert", "mpnet", "nomic_bert", "roberta", "xlm-roberta",
-})
+ENCODER_TYPES = frozenset(
+    {
+        "albert",
+        "bert",
+        "camembert",
+        "deberta",
+        "deberta-v2",
+        "distilbert",
+        "electra",
+        "ernie",
+        "modernbert",
+        "mpnet",
+        "nomic_bert",
+        "roberta",
+        "xlm-roberta",
+    }
+)
 
 
 def backbone_kind(model_config: Any, requested: str = "auto") -> str:
@@ -62,10 +76,13 @@ def backbone_fingerprint(path: str | Path) -> str:
     """A digest of a model directory's configs and weights, to key caches and to check that
     a frozen-head checkpoint is loaded over the backbone it was trained on."""
     root = Path(path)
-    stamp = tuple(sorted(
-        (item.name, item.stat().st_size, item.stat().st_mtime_ns)
-        for item in root.iterdir() if item.is_file()
-    ))
+    stamp = tuple(
+        sorted(
+            (item.name, item.stat().st_size, item.stat().st_mtime_ns)
+            for item in root.iterdir()
+            if item.is_file()
+        )
+    )
     return _fingerprint_cached(str(root.resolve()), stamp)
 
 

@@ -4,6 +4,7 @@ plus each ensemble member's probabilities (the raw material of disagreement).
 Batches are length-bucketed: within a chunk of chains, windows are sorted by length before
 batching, so padding stays small; results still come back in input order.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,6 +59,9 @@ class LoadedPRM:
     device: torch.device
     fingerprint: str  # of the frozen backbone's directory (frozen_head mode)
     checkpoint_dir: Path | None = None
+    # P(correct) below which a step is called an error (chosen at training time; 0.5 for a
+    # checkpoint written before thresholds were stored).
+    threshold: float = 0.5
 
     @property
     def cache(self) -> StepFeatureCache:
@@ -91,9 +95,15 @@ def load_prm(checkpoint_dir: str | Path, *, device: str | None = None) -> Loaded
 
     head.load_state_dict(load_file(str(root / "head.safetensors")))
     return LoadedPRM(
-        config=config, tokenizer=tokenizer, backbone=backbone.to(torch_device).eval(),
-        head=head.to(torch_device).eval(), kind=kind, device=torch_device,
-        fingerprint=meta["backbone_fingerprint"], checkpoint_dir=root,
+        config=config,
+        tokenizer=tokenizer,
+        backbone=backbone.to(torch_device).eval(),
+        head=head.to(torch_device).eval(),
+        kind=kind,
+        device=torch_device,
+        fingerprint=meta["backbone_fingerprint"],
+        checkpoint_dir=root,
+        threshold=float(meta.get("threshold", 0.5)),
     )
 
 
@@ -114,7 +124,7 @@ def score_chains(
         offset = 0
         for example in chunk:
             n = len(example.steps)
-            members = member_probs[:, offset: offset + n]  # [E, n]
+            members = member_probs[:, offset : offset + n]  # [E, n]
             offset += n
             yield ChainScores(
                 chain_id=example.chain_id,
@@ -131,9 +141,15 @@ def _member_probs(prm: LoadedPRM, chunk: Sequence[ChainExample], batch_size: int
     prm.head.eval()
     if prm.config.mode == "frozen_head":
         features = cached_step_features(
-            cache=prm.cache, backbone=prm.backbone, kind=prm.kind, tokenizer=prm.tokenizer,
-            examples=chunk, max_length=prm.config.max_length, device=prm.device,
-            batch_size=batch_size, pad_id=pad_token_id(prm.tokenizer),
+            cache=prm.cache,
+            backbone=prm.backbone,
+            kind=prm.kind,
+            tokenizer=prm.tokenizer,
+            examples=chunk,
+            max_length=prm.config.max_length,
+            device=prm.device,
+            batch_size=batch_size,
+            pad_id=pad_token_id(prm.tokenizer),
         )
         stacked = np.concatenate(features) if features else np.zeros((0, prm.head.width))
         with torch.inference_mode():
@@ -159,6 +175,6 @@ def _full_member_probs(
             for window in batch_windows:
                 n = len(window.step_end_positions)
                 first = int(starts[window.chain_index]) + window.first_step
-                out[:, first: first + n] = probs_np[:, column: column + n]
+                out[:, first : first + n] = probs_np[:, column : column + n]
                 column += n
     return out

@@ -17,6 +17,7 @@ In ``frozen_head`` mode the backbone runs once per chain (the feature cache), so
 costs a head training and two cache look-ups; the first pass over the chains is the cost.
 Pure: no Django, takes ``ChainExample``s, returns rows.
 """
+
 from __future__ import annotations
 
 import math
@@ -87,7 +88,8 @@ ROW_FIELDS = tuple(f.name for f in fields(SimulationRow))
 def oracle_chains(examples: Sequence[ChainExample]) -> list[ChainExample]:
     """The chains that can serve as the oracle: those with at least one rated step."""
     return [
-        example for example in examples
+        example
+        for example in examples
         if example.labels is not None and any(rating is not None for rating in example.labels)
     ]
 
@@ -120,10 +122,14 @@ def split_by_problem(
     return pool, heldout
 
 
-def _row(strategy: str, seed: int, round_: int, labeled: int,
-         metrics: Mapping[str, float]) -> SimulationRow:
+def _row(
+    strategy: str, seed: int, round_: int, labeled: int, metrics: Mapping[str, float]
+) -> SimulationRow:
     return SimulationRow(
-        strategy=strategy, seed=seed, round=round_, labeled_chains=labeled,
+        strategy=strategy,
+        seed=seed,
+        round=round_,
+        labeled_chains=labeled,
         **{name: float(metrics.get(name, math.nan)) for name in METRICS},
     )
 
@@ -170,17 +176,14 @@ def simulate(
 
         for seed in sim.seeds:
             rng = np.random.default_rng(seed)
-            seed_set = sorted(int(i) for i in rng.choice(len(pool), sim.seed_size,
-                                                         replace=False))
+            seed_set = sorted(int(i) for i in rng.choice(len(pool), sim.seed_size, replace=False))
             # Round 0 is the same model for every strategy of this seed: train it once.
             first_metrics = train(seed_set, seed)
             first_prm = load_prm(checkpoint)
             for strategy in sim.strategies:
                 rows.append(_row(strategy, seed, 0, len(seed_set), first_metrics))
                 # Each strategy draws its own random stream, independent of list order.
-                strategy_rng = np.random.default_rng(
-                    [seed, STRATEGIES.index(strategy)]
-                )
+                strategy_rng = np.random.default_rng([seed, STRATEGIES.index(strategy)])
                 labeled = list(seed_set)
                 model = first_prm
                 for round_ in range(1, sim.rounds + 1):
@@ -191,8 +194,12 @@ def simulate(
                     scores = list(score_chains(model, hidden))
                     correct = [graded.get(pool[i].chain_id) for i in unlabeled]
                     picked = select_batch(
-                        strategy, scores, sim.batch, random_fraction=sim.random_fraction,
-                        answers_correct=correct, rng=strategy_rng,
+                        strategy,
+                        scores,
+                        sim.batch,
+                        random_fraction=sim.random_fraction,
+                        answers_correct=correct,
+                        rng=strategy_rng,
                     )
                     labeled.extend(unlabeled[i] for i in picked)
                     metrics = train(labeled, seed)
@@ -253,8 +260,12 @@ def write_csv(rows: Sequence[SimulationRow], path: str | Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=ROW_FIELDS)
         writer.writeheader()
         for row in rows:
-            writer.writerow({key: (f"{value:.6f}" if isinstance(value, float) else value)
-                             for key, value in asdict(row).items()})
+            writer.writerow(
+                {
+                    key: (f"{value:.6f}" if isinstance(value, float) else value)
+                    for key, value in asdict(row).items()
+                }
+            )
 
 
 def plot_learning_curves(rows: Sequence[SimulationRow], path: str | Path) -> None:
@@ -268,9 +279,12 @@ def plot_learning_curves(rows: Sequence[SimulationRow], path: str | Path) -> Non
     strategies = list(dict.fromkeys(row.strategy for row in rows))
     seeds = sorted({row.seed for row in rows})
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for axis, metric, title in zip(axes, ("processbench_f1", "step_auroc"),
-                                   ("held-out ProcessBench F1", "held-out step AUROC"),
-                                   strict=True):
+    for axis, metric, title in zip(
+        axes,
+        ("processbench_f1", "step_auroc"),
+        ("held-out ProcessBench F1", "held-out step AUROC"),
+        strict=True,
+    ):
         for strategy in strategies:
             by_n: dict[int, list[float]] = defaultdict(list)
             for row in rows:
@@ -281,16 +295,30 @@ def plot_learning_curves(rows: Sequence[SimulationRow], path: str | Path) -> Non
                 continue
             xs = sorted(by_n)
             mean = [float(np.mean(by_n[x])) for x in xs]
-            (line,) = axis.plot(xs, mean, marker="o", markersize=3, label=strategy,
-                                linestyle="--" if strategy == BASELINE else "-")
-            axis.fill_between(xs, [min(by_n[x]) for x in xs], [max(by_n[x]) for x in xs],
-                              color=line.get_color(), alpha=0.15, linewidth=0)
+            (line,) = axis.plot(
+                xs,
+                mean,
+                marker="o",
+                markersize=3,
+                label=strategy,
+                linestyle="--" if strategy == BASELINE else "-",
+            )
+            axis.fill_between(
+                xs,
+                [min(by_n[x]) for x in xs],
+                [max(by_n[x]) for x in xs],
+                color=line.get_color(),
+                alpha=0.15,
+                linewidth=0,
+            )
         axis.set_title(title)
         axis.set_xlabel("labeled chains")
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    figure.suptitle(f"Active-learning simulation: mean over {len(seeds)} seed(s), "
-                    "band = min-max over seeds", fontsize=10)
+    figure.suptitle(
+        f"Active-learning simulation: mean over {len(seeds)} seed(s), band = min-max over seeds",
+        fontsize=10,
+    )
     figure.tight_layout()
     figure.savefig(str(path), dpi=120)
     plt.close(figure)

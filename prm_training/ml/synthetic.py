@@ -1,6 +1,7 @@
 """Synthetic chains with a learnable step signal, for unit tests, benchmarks and smoke
 runs: a step is incorrect exactly when it contains the word "wrong", and labels follow the
 first_error convention's spirit (every step rated, -1 on the marked ones)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,9 +9,36 @@ import numpy as np
 from .data import ChainExample
 
 WORDS = (
-    "add", "the", "two", "numbers", "then", "divide", "by", "three", "so", "we", "get",
-    "multiply", "both", "sides", "subtract", "four", "from", "each", "term", "hence",
-    "value", "equals", "five", "six", "seven", "square", "root", "of", "sum", "total",
+    "add",
+    "the",
+    "two",
+    "numbers",
+    "then",
+    "divide",
+    "by",
+    "three",
+    "so",
+    "we",
+    "get",
+    "multiply",
+    "both",
+    "sides",
+    "subtract",
+    "four",
+    "from",
+    "each",
+    "term",
+    "hence",
+    "value",
+    "equals",
+    "five",
+    "six",
+    "seven",
+    "square",
+    "root",
+    "of",
+    "sum",
+    "total",
 )
 ERROR_WORD = "wrong"
 
@@ -41,8 +69,12 @@ def synthetic_chains(
             texts.append(" ".join(words))
             labels.append(-1 if wrong else 1)
         problem = "what is the " + " ".join(rng.choice(WORDS, size=5))
-        chains.append(ChainExample(
-            chain_id=first_id + offset, problem=problem, steps=tuple(texts),
-            labels=tuple(labels) if labeled else None,
-        ))
+        chains.append(
+            ChainExample(
+                chain_id=first_id + offset,
+                problem=problem,
+                steps=tuple(texts),
+                labels=tuple(labels) if labeled else None,
+            )
+        )
     return chains

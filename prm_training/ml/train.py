@@ -12,6 +12,15 @@ Two modes (``PRMConfig.mode``):
 Targets follow TRL's stepwise convention, one per step on its closing separator; 0
 ratings become 1, 0 or no loss by ``PRMConfig.ambiguous``; unrated steps get no loss.
 
+Class imbalance. Most labeled steps are correct (in ProcessBench every step before the
+first error is), so a plain loss teaches the head that "correct" is nearly always right and
+every P(correct) lands above 0.5: first-error prediction then says "no error" everywhere and
+ProcessBench F1 is ~0 however well the steps are ranked. Two documented remedies, both on
+by default: the loss weighs the classes equally (``PRMConfig.class_weight``), and the
+threshold that turns P(correct) into "first error here" is chosen on the training chains
+(``PRMConfig.threshold``; out-of-bag, see ``_training_threshold``), stored in the
+checkpoint and used for the held-out metrics.
+
 Checkpoint layout (a directory; written beside ``out_dir`` under a temporary name and
 renamed into place only when complete, so a crash or cancellation never leaves a partial
 checkpoint at ``out_dir``; an existing ``out_dir`` is replaced)::
@@ -27,6 +36,7 @@ checkpoint at ``out_dir``; an existing ``out_dir`` is replaced)::
                          prm_config.backbone path is used and its fingerprint verified
       metrics.json       held-out metrics (see ``metrics.evaluate``) and train_loss
 """
+
 from __future__ import annotations
 
 import math
@@ -52,7 +62,7 @@ from .features import (
     feature_cache,
     pad_token_id,
 )
-from .metrics import evaluate
+from .metrics import choose_threshold, evaluate
 from .model import (
     EnsembleHead,
     backbone_fingerprint,
@@ -129,6 +139,22 @@ def _bootstrap_weights(chains: int, members: int, rng: np.random.Generator) -> n
     return rng.poisson(1.0, size=(members, chains)).astype(np.float32)
 
 
+def class_weights(targets: Sequence[Sequence[float | None]], rule: str) -> tuple[float, float]:
+    """(weight of a target-0 step, weight of a target-1 step) under ``PRMConfig.class_weight``.
+    'balanced' gives both classes the same total weight (scikit-learn's
+    n_samples / (n_classes * n_class)); with one class missing, or 'none', both are 1.
+
+    >>> class_weights([[1.0, 1.0, 1.0, 0.0], [None, 1.0]], "balanced")
+    (2.5, 0.625)
+    """
+    flat = [target for chain in targets for target in chain if target is not None]
+    positives = sum(1 for target in flat if target >= 0.5)
+    negatives = len(flat) - positives
+    if rule == "none" or positives == 0 or negatives == 0:
+        return 1.0, 1.0
+    return len(flat) / (2 * negatives), len(flat) / (2 * positives)
+
+
 def _weighted_bce(
     logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
 ) -> torch.Tensor:
@@ -147,6 +173,8 @@ def _train_frozen_head(
     head: EnsembleHead,
     features: list[np.ndarray],
     targets: list[list[float | None]],
+    chain_weights: np.ndarray,
+    weight_by_class: tuple[float, float],
     device: torch.device,
     report: _Reporter,
 ) -> float:
@@ -161,9 +189,8 @@ def _train_frozen_head(
             chain_of_row.extend([chain] * len(keep))
     x = torch.from_numpy(np.concatenate(rows).astype(np.float32)).to(device)  # [S, H]
     y = torch.tensor(ys, dtype=torch.float32, device=device)  # [S]
-    rng = np.random.default_rng(config.seed)
-    chain_weights = _bootstrap_weights(len(features), config.ensemble_size, rng)
-    w = torch.from_numpy(chain_weights[:, chain_of_row]).to(device)  # [E, S]
+    by_class = torch.where(y >= 0.5, weight_by_class[1], weight_by_class[0])  # [S]
+    w = torch.from_numpy(chain_weights[:, chain_of_row]).to(device) * by_class  # [E, S]
     optimizer = torch.optim.AdamW(
         head.parameters(), lr=config.head_learning_rate, weight_decay=config.weight_decay
     )
@@ -177,7 +204,7 @@ def _train_frozen_head(
         order = torch.randperm(len(y), generator=generator).to(device)
         running, batches = 0.0, 0
         for start in range(0, len(y), config.head_batch_size):
-            index = order[start: start + config.head_batch_size]
+            index = order[start : start + config.head_batch_size]
             loss = _weighted_bce(head(x[index]), y[index], w[:, index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -200,8 +227,8 @@ def _training_batches(
     group = batch_size * 32
     batches: list[list[Window]] = []
     for start in range(0, len(shuffled), group):
-        chunk = sorted(shuffled[start: start + group], key=lambda window: len(window.input_ids))
-        batches.extend(chunk[i: i + batch_size] for i in range(0, len(chunk), batch_size))
+        chunk = sorted(shuffled[start : start + group], key=lambda window: len(window.input_ids))
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
     shuffle = torch.randperm(len(batches), generator=generator).tolist()
     return [batches[i] for i in shuffle]
 
@@ -215,18 +242,19 @@ def _train_full(
     tokenizer: Any,
     examples: list[ChainExample],
     targets: list[list[float | None]],
+    chain_weights: np.ndarray,
+    weight_by_class: tuple[float, float],
     device: torch.device,
     report: _Reporter,
 ) -> float:
     windows = [
-        window for window in chains_to_windows(tokenizer, examples, config.max_length)
+        window
+        for window in chains_to_windows(tokenizer, examples, config.max_length)
         if any(
             targets[window.chain_index][window.first_step + i] is not None
             for i in range(len(window.step_end_positions))
         )
     ]
-    rng = np.random.default_rng(config.seed)
-    chain_weights = _bootstrap_weights(len(examples), config.ensemble_size, rng)
     optimizer = torch.optim.AdamW(
         [
             {"params": list(backbone.parameters()), "lr": config.learning_rate},
@@ -265,7 +293,8 @@ def _train_full(
                 hidden = encode_steps(backbone, kind, batch)  # [N, H]
                 logits = head(hidden[torch.tensor(flags, device=device)])  # [E, N_labeled]
             y = torch.tensor(step_targets, dtype=torch.float32, device=device)
-            weights = torch.from_numpy(chain_weights[:, chains]).to(device)
+            by_class = torch.where(y >= 0.5, weight_by_class[1], weight_by_class[0])
+            weights = torch.from_numpy(chain_weights[:, chains]).to(device) * by_class
             loss = _weighted_bce(logits, y, weights)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -300,17 +329,21 @@ def _write_checkpoint(
     partial = out_dir.parent / f".{out_dir.name}.partial-{uuid.uuid4().hex}"
     partial.mkdir()
     try:
-        save_json(partial / "config.json", {
-            "format": CHECKPOINT_FORMAT,
-            "prm_config": config.to_dict(),
-            "seed": config.seed,
-            "mode": config.mode,
-            "backbone_kind": kind,
-            "backbone_fingerprint": fingerprint,
-            "head": head.describe(),
-            "train_chains": train_chains,
-            "heldout_chains": heldout_chains,
-        })
+        save_json(
+            partial / "config.json",
+            {
+                "format": CHECKPOINT_FORMAT,
+                "prm_config": config.to_dict(),
+                "seed": config.seed,
+                "mode": config.mode,
+                "backbone_kind": kind,
+                "backbone_fingerprint": fingerprint,
+                "head": head.describe(),
+                "threshold": metrics["threshold"],
+                "train_chains": train_chains,
+                "heldout_chains": heldout_chains,
+            },
+        )
         save_file(
             {name: value.detach().cpu().contiguous() for name, value in head.state_dict().items()},
             str(partial / "head.safetensors"),
@@ -330,6 +363,25 @@ def _write_checkpoint(
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+
+
+def _training_threshold(
+    prm: LoadedPRM, examples: list[ChainExample], chain_weights: np.ndarray
+) -> float:
+    """``choose_threshold`` on the training chains, each scored by the members whose
+    bootstrap left it out (weight 0; about 37% of them with Poisson(1) weights), so the
+    threshold is not fitted to scores the heads memorised; a chain every member saw, or a
+    single head, falls back to all members. In frozen_head mode the scoring reads the
+    feature cache just filled; in full mode it costs one forward pass over the chains."""
+    probs: list[np.ndarray] = []
+    for index, chain_scores in enumerate(score_chains(prm, examples, batch_size=32)):
+        if chain_scores.member_probs is None:
+            probs.append(np.asarray(chain_scores.step_probs))
+            continue
+        members = np.asarray(chain_scores.member_probs)  # [E, n]
+        out_of_bag = chain_weights[:, index] == 0
+        probs.append(members[out_of_bag].mean(axis=0) if out_of_bag.any() else members.mean(0))
+    return choose_threshold([example.labels for example in examples], probs)
 
 
 def train_prm(
@@ -366,43 +418,89 @@ def train_prm(
     width = int(backbone.config.hidden_size)
     head = EnsembleHead(width, config.head_hidden, config.ensemble_size, config.head_dropout)
     head.to(device)
+    chain_weights = _bootstrap_weights(
+        len(examples), config.ensemble_size, np.random.default_rng(config.seed)
+    )
+    weight_by_class = class_weights(targets, config.class_weight)
 
     if config.mode == "frozen_head":
         backbone.requires_grad_(False)
         features = cached_step_features(
             cache=feature_cache(fingerprint, config.max_length, config.cache_dir),
-            backbone=backbone, kind=kind, tokenizer=tokenizer, examples=examples,
-            max_length=config.max_length, device=device, batch_size=32,
+            backbone=backbone,
+            kind=kind,
+            tokenizer=tokenizer,
+            examples=examples,
+            max_length=config.max_length,
+            device=device,
+            batch_size=32,
             pad_id=pad_token_id(tokenizer),
         )
         train_loss = _train_frozen_head(
-            config=config, head=head, features=features, targets=targets, device=device,
+            config=config,
+            head=head,
+            features=features,
+            targets=targets,
+            chain_weights=chain_weights,
+            weight_by_class=weight_by_class,
+            device=device,
             report=report,
         )
     else:
         train_loss = _train_full(
-            config=config, backbone=backbone, kind=kind, head=head, tokenizer=tokenizer,
-            examples=examples, targets=targets, device=device, report=report,
+            config=config,
+            backbone=backbone,
+            kind=kind,
+            head=head,
+            tokenizer=tokenizer,
+            examples=examples,
+            targets=targets,
+            chain_weights=chain_weights,
+            weight_by_class=weight_by_class,
+            device=device,
+            report=report,
         )
 
-    metrics: dict[str, float] = {"train_loss": float(train_loss)}
+    prm = LoadedPRM(
+        config=config,
+        tokenizer=tokenizer,
+        backbone=backbone,
+        head=head,
+        kind=kind,
+        device=device,
+        fingerprint=fingerprint,
+    )
+    threshold = (
+        config.threshold
+        if config.threshold is not None
+        else _training_threshold(prm, examples, chain_weights)
+    )
+    prm.threshold = threshold
+    metrics: dict[str, float] = {"train_loss": float(train_loss), "threshold": threshold}
     if heldout and config.heldout_metrics:
-        prm = LoadedPRM(
-            config=config, tokenizer=tokenizer, backbone=backbone, head=head, kind=kind,
-            device=device, fingerprint=fingerprint,
-        )
         scores = list(score_chains(prm, heldout, batch_size=32))
-        metrics.update(evaluate(heldout, scores))
+        metrics.update(evaluate(heldout, scores, threshold))
     if should_stop is not None and should_stop():
         raise TrainingCancelled("training stopped on request")
 
     out = Path(out_dir)
     _write_checkpoint(
-        out_dir=out, config=config, kind=kind, fingerprint=fingerprint, head=head,
-        backbone=backbone, tokenizer=tokenizer, metrics=metrics, train_chains=len(examples),
+        out_dir=out,
+        config=config,
+        kind=kind,
+        fingerprint=fingerprint,
+        head=head,
+        backbone=backbone,
+        tokenizer=tokenizer,
+        metrics=metrics,
+        train_chains=len(examples),
         heldout_chains=len(heldout),
     )
     return TrainResult(
-        checkpoint_dir=str(out), metrics=metrics, config=config.to_dict(), seed=config.seed,
-        train_chains=len(examples), heldout_chains=len(heldout),
+        checkpoint_dir=str(out),
+        metrics=metrics,
+        config=config.to_dict(),
+        seed=config.seed,
+        train_chains=len(examples),
+        heldout_chains=len(heldout),
     )

@@ -11,6 +11,7 @@ transaction over 20,000 rows would stall every annotator's "next" for its durati
 While the chunks are written the queue mixes old and new priorities for a moment.
 
 Torch is imported only inside ``scoring_run_execute`` (worker side)."""
+
 from __future__ import annotations
 
 import logging
@@ -62,10 +63,22 @@ def chains_to_score(*, project: Project) -> QuerySet[Chain]:
     )
 
 
-def _enqueue_scoring(scoring_run_id: int) -> None:
+def _enqueue_scoring(scoring_run_id: int) -> bool:
+    """Send the run's task and stamp ``enqueued_at``; False, and the row left for
+    ``runs_dispatch_pending``, when the broker is unreachable (see ``_enqueue_training``)."""
     from prm_training.tasks import score_chains_task
 
-    score_chains_task.delay(scoring_run_id)
+    try:
+        score_chains_task.delay(scoring_run_id)
+    except Exception:  # noqa: BLE001 - the row is the outbox; a worker re-sends it
+        logger.warning(
+            "Broker unreachable: scoring run %s waits to be sent", scoring_run_id, exc_info=True
+        )
+        return False
+    ScoringRun.objects.filter(pk=scoring_run_id, enqueued_at__isnull=True).update(
+        enqueued_at=timezone.now()
+    )
+    return True
 
 
 def scoring_run_start(

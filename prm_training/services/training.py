@@ -20,6 +20,7 @@ not restarted: ML staff start a new one (the page and ``train_prm`` do it in one
 
 Torch is imported only inside ``training_run_execute`` and what it calls, never at module
 level: the web process imports this module to start and cancel runs."""
+
 from __future__ import annotations
 
 import logging
@@ -66,6 +67,7 @@ LOSS_HISTORY_MAX = 500
 
 MODES = ("frozen_head", "full")
 AMBIGUOUS_RULES = ("positive", "negative", "ignore")
+CLASS_WEIGHTS = ("balanced", "none")
 
 
 # --- settings ----------------------------------------------------------------------------
@@ -95,6 +97,8 @@ CONFIG_FIELDS: dict[str, _Field] = {
     "head_batch_size": _Field(int, 1, 1_000_000),
     "max_length": _Field(int, 8, 32_768),
     "ambiguous": _Field(str, choices=AMBIGUOUS_RULES),
+    "class_weight": _Field(str, choices=CLASS_WEIGHTS),
+    "threshold": _Field(float, 0.01, 0.99),
     "ensemble_size": _Field(int, 1, 64),
     "head_hidden": _Field(int, 1, 65_536),
     "head_dropout": _Field(float, 0.0, 0.9),
@@ -163,13 +167,87 @@ def project_training_settings_get(*, project: Project) -> ProjectTrainingSetting
     return found if found is not None else ProjectTrainingSettings(project=project)
 
 
+LOOP_FIELDS = ("acquisition_strategy", "random_fraction", "retrain_every_n_finished")
+
+
+def project_training_settings_update(
+    *, project: Project, data: Mapping[str, Any]
+) -> ProjectTrainingSettings:
+    """Change the project's loop settings (ML staff): any of ``LOOP_FIELDS`` and
+    ``default_config`` (the PRMConfig fields automatic runs use, checked like a run's
+    settings and replaced whole). Fields left out keep their values. Raises
+    ValidationError naming every bad field; the row is created on first change."""
+    unknown = sorted(set(data) - {*LOOP_FIELDS, "default_config"})
+    if unknown:
+        raise ValidationError({name: "Unknown setting." for name in unknown})
+    with transaction.atomic():
+        loop, _ = ProjectTrainingSettings.objects.select_for_update().get_or_create(project=project)
+        for name in LOOP_FIELDS:
+            if name in data:
+                setattr(loop, name, data[name])
+        if "default_config" in data:
+            config = data["default_config"] or {}
+            if not isinstance(config, Mapping):
+                raise ValidationError({"default_config": "Must be an object."})
+            try:
+                loop.default_config = training_config_clean(config=config)
+            except ValidationError as exc:
+                raise ValidationError(
+                    {"default_config": [f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items()]}
+                ) from None
+        loop.full_clean(exclude=["project"])
+        loop.save()
+    return loop
+
+
 # --- start, cancel -----------------------------------------------------------------------
 
 
-def _enqueue_training(run_id: int) -> None:
+def _enqueue_training(run_id: int) -> bool:
+    """Send the run's task and stamp ``enqueued_at``. Runs after the commit, so a request
+    that started the run must not fail here: when the broker is unreachable the row stays
+    QUEUED with ``enqueued_at`` empty (the outbox) and ``runs_dispatch_pending`` sends it
+    once a worker reaches the broker again. Returns whether the broker took it."""
     from prm_training.tasks import train_prm_task
 
-    train_prm_task.delay(run_id)
+    try:
+        train_prm_task.delay(run_id)
+    except Exception:  # noqa: BLE001 - the row is the outbox; a worker re-sends it
+        logger.warning(
+            "Broker unreachable: training run %s waits to be sent", run_id, exc_info=True
+        )
+        return False
+    TrainingRun.objects.filter(pk=run_id, enqueued_at__isnull=True).update(
+        enqueued_at=timezone.now()
+    )
+    return True
+
+
+def runs_dispatch_pending() -> dict[str, int]:
+    """Send what waited for the broker: QUEUED training and scoring runs whose enqueue
+    failed (``enqueued_at`` empty), then the auto-retrain check of every project that has
+    one (its submit-time check may have been lost with the broker). Called by every worker
+    each time it (re)connects to the broker (``tasks.DispatchPendingRuns``).
+
+    Two workers reconnecting at once may both send a run; that is harmless, since the
+    task claims its row QUEUED -> RUNNING under a lock and a second delivery returns."""
+    from prm_training.models import ScoringRun
+    from prm_training.services.scoring import _enqueue_scoring
+
+    sent = {"training": 0, "scoring": 0, "autostarted": 0}
+    waiting = TrainingRun.objects.filter(
+        status=RunStatus.QUEUED, enqueued_at__isnull=True, cancel_requested=False
+    )
+    for run_id in waiting.order_by("pk").values_list("pk", flat=True):
+        sent["training"] += _enqueue_training(run_id)
+    scoring = ScoringRun.objects.filter(status=RunStatus.QUEUED, enqueued_at__isnull=True)
+    for run_id in scoring.order_by("pk").values_list("pk", flat=True):
+        sent["scoring"] += _enqueue_scoring(run_id)
+    auto = ProjectTrainingSettings.objects.filter(retrain_every_n_finished__gt=0)
+    for project in Project.objects.filter(pk__in=auto.values("project_id")).order_by("pk"):
+        if training_maybe_autostart(project=project) is not None:
+            sent["autostarted"] += 1
+    return sent
 
 
 def training_run_start(
@@ -462,7 +540,8 @@ def _evaluate_version(
     for item in score_chains(prm, heldout):
         scores.append(item)
         reporter.beat()
-    return dict(evaluate(heldout, scores))
+    # The version's own threshold, chosen on its own training chains.
+    return dict(evaluate(heldout, scores, prm.threshold))
 
 
 def training_run_execute(*, run_id: int, task_id: str = "", worker: str = "") -> TrainingRun | None:
@@ -515,9 +594,7 @@ def _publish(
 ) -> TrainingRun:
     metrics = {k: float(v) for k, v in dict(result.metrics).items()}
     compared = (
-        ModelVersion.objects.filter(project_id=run.project_id, is_active=True)
-        .order_by()
-        .first()
+        ModelVersion.objects.filter(project_id=run.project_id, is_active=True).order_by().first()
     )
     note = "No active version: the new version is active."
     activate = compared is None
@@ -527,9 +604,7 @@ def _publish(
         except Exception as exc:  # noqa: BLE001 - a broken old checkpoint must not sink the run
             logger.exception("Could not evaluate active version %s", compared.pk)
             previous = None
-            note = (
-                f"Active v{compared.version} could not be evaluated ({exc}); it stays active."
-            )
+            note = f"Active v{compared.version} could not be evaluated ({exc}); it stays active."
         if previous is not None:
             activate = _beats(metrics, previous)
             summary = (
@@ -561,9 +636,7 @@ def _publish(
             activate = False
             note = "Another version was activated meanwhile; the new version is not active."
         number = (
-            ModelVersion.objects.filter(project_id=run.project_id).aggregate(n=Max("version"))[
-                "n"
-            ]
+            ModelVersion.objects.filter(project_id=run.project_id).aggregate(n=Max("version"))["n"]
             or 0
         ) + 1
         now = timezone.now()
@@ -653,4 +726,3 @@ def training_autostart_enqueue(*, project_id: int) -> None:
             logger.exception("Could not enqueue the auto-training check for %s", project_id)
 
     transaction.on_commit(send)
-

@@ -3,6 +3,7 @@ database, and helpers that build labeled projects.
 
 Tests that use the worker need ``@pytest.mark.django_db(transaction=True)``: the worker is
 another process and only sees committed rows."""
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prm_worker import WorkerFactory
+from prm_worker import PrivateRedis, WorkerFactory
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer BERT with a word-level tokenizer, saved as a local model directory (the
+    worker subprocess reads it too)."""
+    from tests.prm_training.ml_tiny import tiny_backbone_dir
+
+    return tiny_backbone_dir(tmp_path_factory.mktemp("tiny-bert"), "bert")
 
 
 @pytest.fixture
@@ -107,11 +117,16 @@ def arithmetic_project(project: Any, make_member: Callable[..., Any], label_chai
             content_hash=f"arithmetic-problem-{i:044d}",
         )
         chain = ChainFactory(project=project, problem=problem, step_count=0)
-        texts = [f"First, {i} + {i} = {2 * i}.", f"Then {2 * i} + 1 = {2 * i + 1}.",
-                 f"So the answer is {2 * i + 1}."]
+        texts = [
+            f"First, {i} + {i} = {2 * i}.",
+            f"Then {2 * i} + 1 = {2 * i + 1}.",
+            f"So the answer is {2 * i + 1}.",
+        ]
         if wrong_at is not None:
-            texts[wrong_at] = texts[wrong_at].replace(str(2 * i + 1), str(2 * i + 7)).replace(
-                f"= {2 * i}.", f"= {2 * i + 3}."
+            texts[wrong_at] = (
+                texts[wrong_at]
+                .replace(str(2 * i + 1), str(2 * i + 7))
+                .replace(f"= {2 * i}.", f"= {2 * i + 3}.")
             )
         Step.objects.bulk_create(
             [Step(chain=chain, index=k, text=text) for k, text in enumerate(texts)]
@@ -132,3 +147,35 @@ def arithmetic_project(project: Any, make_member: Callable[..., Any], label_chai
         Chain.objects.filter(project=project, is_finished=False).values_list("id", flat=True)
     )
     return project
+
+
+def _reset_celery_pools() -> None:
+    """Drop this process's broker connection and producer pools (built for the broker of
+    their first use), so the next task goes to the broker configured now."""
+    from kombu import pools
+
+    from config.celery import app
+
+    # kombu keeps pools in a process-wide registry: reset it too, or a closed pool would be
+    # handed back for the old broker later.
+    pools.reset()
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
+@pytest.fixture
+def private_broker(tmp_path: Path, monkeypatch: Any) -> Iterator[PrivateRedis]:
+    """A private redis-server that this process (the "web" side) publishes to; start the
+    worker with ``env={"CELERY_BROKER_URL": private_broker.url}``. Stop and start it to
+    simulate an outage; the shared Redis is never touched."""
+    broker = PrivateRedis(log=tmp_path / "redis.log")
+    broker.start()
+    # Celery reads CELERY_BROKER_URL from the environment before its own settings.
+    monkeypatch.setenv("CELERY_BROKER_URL", broker.url)
+    _reset_celery_pools()
+    try:
+        yield broker
+    finally:
+        # The pools are rebuilt on next use, after monkeypatch restores the environment.
+        _reset_celery_pools()
+        broker.stop()

@@ -1,8 +1,10 @@
 """Tiny backbones built from a config and a word-level tokenizer, saved as local model
 directories, so ml/ tests run in seconds on a CPU and never touch a hub."""
+
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from prm_training.ml.synthetic import ERROR_WORD, WORDS
 
@@ -21,12 +23,18 @@ def tiny_tokenizer(kind: str):  # noqa: ANN201 - a transformers tokenizer
     backend.pre_tokenizer = Whitespace()
     if kind == "encoder":
         return PreTrainedTokenizerFast(
-            tokenizer_object=backend, cls_token="[CLS]", sep_token="[SEP]",
-            pad_token="[PAD]", unk_token="[UNK]",
+            tokenizer_object=backend,
+            cls_token="[CLS]",
+            sep_token="[SEP]",
+            pad_token="[PAD]",
+            unk_token="[UNK]",
         )
     # A decoder tokenizer without SEP or PAD: the separator falls back to EOS.
     return PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="[UNK]",
+        tokenizer_object=backend,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="[UNK]",
     )
 
 
@@ -48,24 +56,62 @@ def tiny_backbone_dir(root: Path, model_type: str, *, seed: int = 0) -> Path:
     tokenizer = tiny_tokenizer(kind)
     vocab_size = len(tokenizer)
     if model_type == "bert":
-        model = BertModel(BertConfig(
-            vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-            intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-        ))
+        model = BertModel(
+            BertConfig(
+                vocab_size=vocab_size,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                max_position_embeddings=128,
+                hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0,
+            )
+        )
     elif model_type == "gpt2":
-        model = GPT2Model(GPT2Config(
-            vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=2, n_positions=128,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=4, eos_token_id=5,
-        ))
+        model = GPT2Model(
+            GPT2Config(
+                vocab_size=vocab_size,
+                n_embd=32,
+                n_layer=2,
+                n_head=2,
+                n_positions=128,
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+                bos_token_id=4,
+                eos_token_id=5,
+            )
+        )
     elif model_type == "llama":
-        model = LlamaModel(LlamaConfig(
-            vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
-        ))
+        model = LlamaModel(
+            LlamaConfig(
+                vocab_size=vocab_size,
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+                max_position_embeddings=128,
+            )
+        )
     else:
         raise ValueError(model_type)
     directory = root / model_type
     model.save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
     return directory
+
+
+def tiny_settings(backbone: Path, **extra: Any) -> dict[str, Any]:
+    """Training settings that train in about a second on the tiny BERT."""
+    return {
+        "backbone": str(backbone),
+        "mode": "frozen_head",
+        "head_epochs": 3,
+        "head_hidden": 8,
+        "ensemble_size": 2,
+        "max_length": 64,
+        "device": "cpu",
+        **extra,
+    }

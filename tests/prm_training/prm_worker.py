@@ -1,7 +1,9 @@
 """A real Celery worker for the PRM loop tests (used by this folder's conftest and tests)."""
+
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -37,17 +39,36 @@ class WorkerFactory:
     tmp: Path
     started: list[WorkerHandle] = field(default_factory=list)
 
-    def start(self, *, name: str = "trn-worker@%h") -> WorkerHandle:
+    def start(
+        self, *, name: str = "trn-worker@%h", env: dict[str, str] | None = None
+    ) -> WorkerHandle:
+        """Start a worker and wait until it is ready; ``env`` overrides the environment
+        (e.g. another ``CELERY_BROKER_URL``)."""
         log = self.tmp / f"worker-{len(self.started)}.log"
         handle = open(log, "wb")  # noqa: SIM115 - the worker writes to it until it ends
         process = subprocess.Popen(
             [
-                sys.executable, "-m", "celery", "-A", "config", "worker",
-                "-Q", "default,gpu", "-c", "1", "--pool=solo", "-l", "info",
-                "-n", name, "--without-gossip", "--without-mingle", "--without-heartbeat",
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                "default,gpu",
+                "-c",
+                "1",
+                "--pool=solo",
+                "-l",
+                "info",
+                "-n",
+                name,
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
             ],
             cwd=REPO_ROOT,
-            env=self.env,
+            env={**self.env, **(env or {})},
             stdout=handle,
             stderr=subprocess.STDOUT,
         )
@@ -80,3 +101,57 @@ def wait_until(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:g}s waiting for {what}\n{diagnose()}")
         time.sleep(0.25)
+
+
+@dataclass
+class PrivateRedis:
+    """A redis-server of this test alone, on a free loopback port, without persistence:
+    stopping it is a broker outage that no other test or helper shares."""
+
+    log: Path
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        if not self.port:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                self.port = probe.getsockname()[1]
+        handle = open(self.log, "ab")  # noqa: SIM115 - redis writes to it until it ends
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 20
+        while not self.reachable():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start:\n{self.log.read_text()}")
+            time.sleep(0.05)
+
+    def reachable(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+        self.process = None

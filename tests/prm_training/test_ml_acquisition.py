@@ -1,4 +1,5 @@
 """Acquisition functions and batch selection on hand-made scores."""
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,9 @@ def test_entropy_prefers_the_unsure_chain() -> None:
 def test_first_error_distribution_sums_to_one_and_entropy_matches_by_hand() -> None:
     dist = first_error_distribution([0.5, 0.5, 0.5])
     assert dist.tolist() == [0.5, 0.25, 0.125, 0.125]
-    scores = acquisition_scores("first_error_entropy", [UNSURE, CONFIDENT],
-                                rng=np.random.default_rng(0))
+    scores = acquisition_scores(
+        "first_error_entropy", [UNSURE, CONFIDENT], rng=np.random.default_rng(0)
+    )
     expected = -sum(p * math.log(p) for p in dist)
     assert scores[0] == pytest.approx(expected)
     assert scores[1] < scores[0]
@@ -57,8 +59,9 @@ def test_disagreement_without_members_is_refused() -> None:
 def test_convincing_wrong_ranks_confident_wrong_answers_first() -> None:
     chains = [_s(1, [0.9, 0.8]), _s(2, [0.9, 0.3]), _s(3, [0.95, 0.95]), _s(4, [0.5, 0.5])]
     answers = [False, False, True, None]
-    scores = acquisition_scores("convincing_wrong", chains, answers_correct=answers,
-                                rng=np.random.default_rng(0))
+    scores = acquisition_scores(
+        "convincing_wrong", chains, answers_correct=answers, rng=np.random.default_rng(0)
+    )
     assert list(np.argsort(-scores)) == [0, 1, 3, 2]
     assert scores[0] == pytest.approx(2.8)
     with pytest.raises(ValueError, match="answers_correct"):
@@ -75,8 +78,7 @@ def test_select_batch_mixes_top_scores_with_a_random_share() -> None:
     chains = [_s(i, [0.5 + 0.49 * (1 - i / 99)]) for i in range(100)]
 
     # When: 10 are chosen with 20% random
-    picked = select_batch("entropy", chains, 10, random_fraction=0.2,
-                          rng=np.random.default_rng(1))
+    picked = select_batch("entropy", chains, 10, random_fraction=0.2, rng=np.random.default_rng(1))
 
     # Then: the 8 most uncertain first, then 2 distinct others
     assert picked[:8] == list(range(99, 91, -1))
@@ -87,8 +89,9 @@ def test_select_batch_mixes_top_scores_with_a_random_share() -> None:
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_select_batch_never_repeats_and_caps_at_available(strategy: str) -> None:
     chains = [CONFIDENT, UNSURE, SPLIT]
-    picked = select_batch(strategy, chains, 10, answers_correct=[False, True, None],
-                          rng=np.random.default_rng(0))
+    picked = select_batch(
+        strategy, chains, 10, answers_correct=[False, True, None], rng=np.random.default_rng(0)
+    )
     assert sorted(picked) == [0, 1, 2]
 
 

@@ -1,4 +1,5 @@
 """Final-answer grading against the reference answer."""
+
 from __future__ import annotations
 
 import time
@@ -32,8 +33,13 @@ def test_equivalent_answers_are_graded_correct(answer: str, reference: str) -> N
 
 @pytest.mark.parametrize(
     ("answer", "reference"),
-    [("0.49", "0.5"), (r"\frac{1}{3}", "0.33"), ("x+1", "x+2"), ("Tuesday", "Monday"),
-     ("1,000", "100")],
+    [
+        ("0.49", "0.5"),
+        (r"\frac{1}{3}", "0.33"),
+        ("x+1", "x+2"),
+        ("Tuesday", "Monday"),
+        ("1,000", "100"),
+    ],
 )
 def test_different_answers_are_graded_wrong(answer: str, reference: str) -> None:
     assert grade_answer(answer, reference) is False

@@ -1,4 +1,5 @@
 """Pure transforms from chains to token windows, on a tiny word-level tokenizer."""
+
 from __future__ import annotations
 
 import doctest
@@ -37,7 +38,18 @@ def test_tokenize_chain_puts_each_label_on_the_separator_closing_its_step(
 
     # Then: [CLS] problem [SEP] step [SEP] step [SEP], segments per step, labels on the SEPs
     assert _tokens(encoder_tokenizer, row["input_ids"]) == [
-        "[CLS]", "what", "is", "a", "[SEP]", "add", "the", "two", "[SEP]", "so", "we", "get",
+        "[CLS]",
+        "what",
+        "is",
+        "a",
+        "[SEP]",
+        "add",
+        "the",
+        "two",
+        "[SEP]",
+        "so",
+        "we",
+        "get",
         "[SEP]",
     ]
     assert row["segment_ids"] == [0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
@@ -48,8 +60,7 @@ def test_tokenize_chain_puts_each_label_on_the_separator_closing_its_step(
 def test_decoder_tokenizer_without_sep_uses_bos_and_eos() -> None:
     tokenizer = tiny_tokenizer("decoder")
     row = tokenize_chain(tokenizer, ChainExample(1, "what is a", ("add",)), max_length=32)
-    assert _tokens(tokenizer, row["input_ids"]) == ["<s>", "what", "is", "a", "</s>", "add",
-                                                    "</s>"]
+    assert _tokens(tokenizer, row["input_ids"]) == ["<s>", "what", "is", "a", "</s>", "add", "</s>"]
     assert row["step_labels"] == [None]
 
 
@@ -83,8 +94,11 @@ def test_overlong_problem_and_step_are_cut_to_fit(encoder_tokenizer) -> None:  #
 
 @pytest.mark.parametrize(
     ("rule", "expected"),
-    [("negative", [1.0, 0.0, 0.0, None]), ("positive", [1.0, 1.0, 0.0, None]),
-     ("ignore", [1.0, None, 0.0, None])],
+    [
+        ("negative", [1.0, 0.0, 0.0, None]),
+        ("positive", [1.0, 1.0, 0.0, None]),
+        ("ignore", [1.0, None, 0.0, None]),
+    ],
 )
 def test_ambiguous_rule(rule: str, expected: list[float | None]) -> None:
     assert [step_target(r, rule) for r in (1, 0, -1, None)] == expected
@@ -101,7 +115,8 @@ def test_content_key_ignores_ids_and_labels_but_not_text() -> None:
     assert chain_content_key(a) != chain_content_key(ChainExample(1, "p", ("s1", "s3")))
     # The separator keeps step boundaries apart: ("ab",) is not ("a", "b").
     assert chain_content_key(ChainExample(1, "p", ("ab",))) != chain_content_key(
-        ChainExample(1, "p", ("a", "b")))
+        ChainExample(1, "p", ("a", "b"))
+    )
 
 
 def test_labels_must_match_steps() -> None:

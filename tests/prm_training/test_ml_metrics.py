@@ -1,4 +1,5 @@
 """Held-out metrics against hand-computed values and scikit-learn."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,12 +23,12 @@ def test_evaluate_matches_hand_computed_values() -> None:
     # Given: three chains with an error, two without, one that does not settle its first
     # error (unrated step before any -1) and one unlabeled
     examples = [
-        _chain(1, (1, -1, None)),    # truth 1; predicted 1  -> hit
-        _chain(2, (-1, None)),       # truth 0; predicted -1 -> miss
-        _chain(3, (1, 1, -1)),       # truth 2; predicted 1  -> miss
-        _chain(4, (1, 0, 1)),        # truth none; predicted none -> hit (0 is not an error)
-        _chain(5, (1, 1)),           # truth none; predicted 1 -> miss
-        _chain(6, (1, None, -1)),    # unsettled: steps count, chain does not
+        _chain(1, (1, -1, None)),  # truth 1; predicted 1  -> hit
+        _chain(2, (-1, None)),  # truth 0; predicted -1 -> miss
+        _chain(3, (1, 1, -1)),  # truth 2; predicted 1  -> miss
+        _chain(4, (1, 0, 1)),  # truth none; predicted none -> hit (0 is not an error)
+        _chain(5, (1, 1)),  # truth none; predicted 1 -> miss
+        _chain(6, (1, None, -1)),  # unsettled: steps count, chain does not
         ChainExample(7, "p", ("s",)),
     ]
     scores = [

@@ -1,5 +1,6 @@
 """One real end-to-end run on the bundled all-MiniLM-L6-v2, kept small (< 60 s on a CPU).
 Marked slow for selection, but it belongs in CI: it is the only test of the real backbone."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,9 @@ from prm_training.ml.train import train_prm
 def test_minilm_frozen_head_end_to_end(tmp_path: Path) -> None:
     # Given: 40 short synthetic chains and the bundled backbone, with a disk cache
     chains = synthetic_chains(40, seed=11, steps=(2, 4), words_per_step=(3, 6))
-    config = PRMConfig(mode="frozen_head", head_epochs=20, cache_dir=str(tmp_path / "cache"),
-                       report_every_s=0.0)
+    config = PRMConfig(
+        mode="frozen_head", head_epochs=20, cache_dir=str(tmp_path / "cache"), report_every_s=0.0
+    )
 
     # When: trained on 30 and evaluated on 10
     result = train_prm(config, chains[:30], chains[30:], tmp_path / "v1")
@@ -33,14 +35,15 @@ def test_minilm_frozen_head_end_to_end(tmp_path: Path) -> None:
     assert len(prm.cache) == 40  # read back from disk, no backbone pass needed
     scores = list(score_chains(prm, chains[30:]))
     assert [s.chain_id for s in scores] == [c.chain_id for c in chains[30:]]
-    assert all(len(s.step_probs) == len(c.steps) for s, c in zip(scores, chains[30:],
-                                                                  strict=True))
+    assert all(len(s.step_probs) == len(c.steps) for s, c in zip(scores, chains[30:], strict=True))
 
     # And the prefix property holds on the real encoder with its 4-D step mask
-    base = ChainExample(100, "what is two plus two", ("two plus two is four",
-                                                      "so the answer is four"))
-    changed = ChainExample(101, base.problem, (base.steps[0], "so the answer is five wrong",
-                                               "extra step"))
+    base = ChainExample(
+        100, "what is two plus two", ("two plus two is four", "so the answer is four")
+    )
+    changed = ChainExample(
+        101, base.problem, (base.steps[0], "so the answer is five wrong", "extra step")
+    )
     first, second = score_chains(prm, [base, changed])
     np.testing.assert_allclose(first.step_probs[0], second.step_probs[0], atol=1e-4)
     assert first.step_probs[1] != pytest.approx(second.step_probs[1], abs=1e-4)

@@ -1,7 +1,9 @@
 """The PRM on tiny backbones built from a config: the prefix property for an encoder and
 for decoders, learning a learnable signal, checkpoint round trip, cancellation."""
+
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,15 +39,33 @@ def _untrained_prm(directory: Path, *, max_length: int = 128, mode: str = "full"
     torch.manual_seed(0)
     head = EnsembleHead(int(backbone.config.hidden_size), 16, 3, dropout=0.0)
     config = PRMConfig(backbone=str(directory), mode=mode, max_length=max_length)
-    return LoadedPRM(config=config, tokenizer=tokenizer, backbone=backbone.eval(),
-                     head=head.eval(), kind=kind, device=torch.device("cpu"),
-                     fingerprint=backbone_fingerprint(directory))
+    return LoadedPRM(
+        config=config,
+        tokenizer=tokenizer,
+        backbone=backbone.eval(),
+        head=head.eval(),
+        kind=kind,
+        device=torch.device("cpu"),
+        fingerprint=backbone_fingerprint(directory),
+    )
 
 
-BASE = ChainExample(1, "what is a", ("add the two numbers", "then divide by three",
-                                     "so we get five", "hence value equals six"))
-CHANGED = ChainExample(2, "what is a", ("add the two numbers", "then divide by three",
-                                        "wrong square root", "total", "sum of each term"))
+BASE = ChainExample(
+    1,
+    "what is a",
+    ("add the two numbers", "then divide by three", "so we get five", "hence value equals six"),
+)
+CHANGED = ChainExample(
+    2,
+    "what is a",
+    (
+        "add the two numbers",
+        "then divide by three",
+        "wrong square root",
+        "total",
+        "sum of each term",
+    ),
+)
 OTHER = ChainExample(3, "what is b plus c plus d", ("multiply both sides " * 5,))
 
 
@@ -71,8 +91,9 @@ def test_changing_a_later_step_leaves_earlier_scores_unchanged(
 
     # Then: the shared prefix scores the same, the changed step does not
     np.testing.assert_allclose(base.step_probs[:2], changed.step_probs[:2], atol=1e-5)
-    np.testing.assert_allclose(np.array(base.member_probs)[:, :2],
-                               np.array(changed.member_probs)[:, :2], atol=1e-5)
+    np.testing.assert_allclose(
+        np.array(base.member_probs)[:, :2], np.array(changed.member_probs)[:, :2], atol=1e-5
+    )
     assert abs(base.step_probs[2] - changed.step_probs[2]) > 1e-4
     # ...and a chain scored alone scores as it did in the batch (padding does not leak)
     [alone] = score_chains(prm, [BASE])
@@ -97,8 +118,15 @@ def test_without_the_step_mask_an_encoder_would_see_later_steps(
 
 def _tiny_config(directory: Path, **overrides: object) -> PRMConfig:
     settings: dict[str, object] = dict(
-        backbone=str(directory), mode="full", epochs=4, batch_size=16, learning_rate=2e-3,
-        head_learning_rate=3e-3, head_hidden=32, ensemble_size=3, max_length=64,
+        backbone=str(directory),
+        mode="full",
+        epochs=4,
+        batch_size=16,
+        learning_rate=2e-3,
+        head_learning_rate=3e-3,
+        head_hidden=32,
+        ensemble_size=3,
+        max_length=64,
         report_every_s=0.0,
     )
     settings.update(overrides)
@@ -112,8 +140,7 @@ def test_full_mode_learns_a_learnable_signal(backbones: dict[str, Path], tmp_pat
     events: list[TrainProgress] = []
 
     # When
-    config = _tiny_config(backbones["bert"], epochs=10, learning_rate=5e-3,
-                          head_learning_rate=5e-3)
+    config = _tiny_config(backbones["bert"], epochs=10, learning_rate=5e-3, head_learning_rate=5e-3)
     result = train_prm(config, train, heldout, tmp_path / "ckpt", progress=events.append)
 
     # Then: held-out steps are ranked almost perfectly and progress was reported
@@ -148,7 +175,9 @@ def test_checkpoint_round_trip_scores_the_same(
     # Then: the held-out metrics it stored are reproduced from the loaded checkpoint
     from prm_training.ml.metrics import evaluate
 
-    recomputed = evaluate(chains[40:], scores)
+    assert prm.threshold == result.metrics["threshold"]
+    assert json.loads((root / "config.json").read_text())["threshold"] == prm.threshold
+    recomputed = evaluate(chains[40:], scores, prm.threshold)
     for key in ("step_auroc", "first_error_accuracy"):
         assert recomputed[key] == pytest.approx(result.metrics[key], abs=1e-6)
     assert all(item.member_probs is not None and len(item.member_probs) == 3 for item in scores)
@@ -162,8 +191,6 @@ def test_frozen_checkpoint_refuses_a_different_backbone(
     config = _tiny_config(backbones["bert"], mode="frozen_head", head_epochs=1)
     result = train_prm(config, chains[:15], chains[15:], tmp_path / "ckpt")
     meta_path = Path(result.checkpoint_dir) / "config.json"
-    import json
-
     meta = json.loads(meta_path.read_text())
     meta["prm_config"]["backbone"] = str(backbones["gpt2"])
     meta_path.write_text(json.dumps(meta))
@@ -210,5 +237,4 @@ def test_training_without_usable_labels_is_refused(
 ) -> None:
     chains = [ChainExample(1, "a", ("b",), (0,)), ChainExample(2, "a", ("c",))]
     with pytest.raises(ValueError, match="usable label"):
-        train_prm(_tiny_config(backbones["bert"], ambiguous="ignore"), chains, [],
-                  tmp_path / "x")
+        train_prm(_tiny_config(backbones["bert"], ambiguous="ignore"), chains, [], tmp_path / "x")

@@ -1,4 +1,5 @@
 """PRM loop API access rules and the services that need no worker."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -27,8 +28,13 @@ def _version(project: Any, number: int, *, active: bool) -> ModelVersion:
     run = TrainingRun.objects.create(project=project, status=RunStatus.SUCCEEDED)
     snapshot = Snapshot.objects.create(project=project, version=number, content_hash="x")
     return ModelVersion.objects.create(
-        project=project, training_run=run, snapshot=snapshot, version=number,
-        checkpoint_dir="/tmp/none", metrics={"processbench_f1": 0.5}, is_active=active,
+        project=project,
+        training_run=run,
+        snapshot=snapshot,
+        version=number,
+        checkpoint_dir="/tmp/none",
+        metrics={"processbench_f1": 0.5},
+        is_active=active,
     )
 
 
@@ -36,7 +42,11 @@ def _version(project: Any, number: int, *, active: bool) -> ModelVersion:
     ("role", "expected"), [("ml", 201), ("lead", 403), ("annotator", 403), (None, 404)]
 )
 def test_only_ml_staff_start_a_training_run(
-    project: Any, make_member: Any, client_for: Any, role: str | None, expected: int,
+    project: Any,
+    make_member: Any,
+    client_for: Any,
+    role: str | None,
+    expected: int,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     # Given a caller with a role in the project (or none)
@@ -142,7 +152,8 @@ def test_activating_keeps_one_active_version_per_project(project: Any) -> None:
     model_version_activate(model_version=second, user=None)
     model_version_activate(model_version=second, user=None)  # idempotent
     assert list(ModelVersion.objects.filter(is_active=True).order_by("pk")) == [
-        second, other_project_version
+        second,
+        other_project_version,
     ]
     first.refresh_from_db()
     assert not first.is_active
@@ -164,8 +175,11 @@ def test_reaping_fails_runs_of_a_restarted_worker_and_silent_ones_only(project: 
         project=project, status=RunStatus.RUNNING, worker="w@a", heartbeat_at=now, attempts=1
     )
     silent = TrainingRun.objects.create(
-        project=project, status=RunStatus.RUNNING, worker="w@b",
-        heartbeat_at=now - timedelta(hours=2), attempts=1,
+        project=project,
+        status=RunStatus.RUNNING,
+        worker="w@b",
+        heartbeat_at=now - timedelta(hours=2),
+        attempts=1,
     )
     alive = TrainingRun.objects.create(
         project=project, status=RunStatus.RUNNING, worker="w@b", heartbeat_at=now, attempts=1
@@ -186,9 +200,7 @@ def test_mixed_priorities_follow_acquisition_and_mix_in_random_chains() -> None:
     top = sorted(mixed, key=mixed.__getitem__, reverse=True)[:20]
     assert set(top) != set(ids[-20:])  # some random picks got in
     assert len(set(top) & set(ids[-20:])) >= 5  # but acquisition still leads
-    assert mixed == mixed_priorities(
-        chain_ids=ids, acquisition=values, random_fraction=0.5, seed=1
-    )
+    assert mixed == mixed_priorities(chain_ids=ids, acquisition=values, random_fraction=0.5, seed=1)
 
 
 def test_priorities_are_written_in_bulk_only_to_the_projects_chains(

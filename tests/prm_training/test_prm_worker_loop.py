@@ -1,5 +1,6 @@
 """The PRM loop on a real Celery worker (Redis broker, PostgreSQL test database): train,
 publish, score, reorder the queue; and a worker killed mid-run publishes nothing."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -121,9 +122,7 @@ def test_a_worker_killed_mid_run_publishes_nothing_and_the_next_worker_reaps_the
         is_active=True,
     )
     worker = celery_workers.start()
-    run = training_run_start(
-        project=project, user=ml, settings={**FAST, "head_epochs": 1_000_000}
-    )
+    run = training_run_start(project=project, user=ml, settings={**FAST, "head_epochs": 1_000_000})
     wait_until(
         lambda: Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, progress__gt=0).exists(),
         timeout=300,
@@ -157,3 +156,16 @@ def test_a_worker_killed_mid_run_publishes_nothing_and_the_next_worker_reaps_the
     assert list(ModelVersion.objects.filter(is_active=True).values_list("pk", flat=True)) == [
         active.pk
     ]
+
+    # When the killed worker's unacknowledged message is delivered again (Redis does so
+    # after the visibility timeout; here the task body runs as the redelivery would)
+    from prm_training.services.training import training_run_execute
+
+    assert training_run_execute(run_id=run.pk, task_id="redelivered", worker="other@b") is None
+
+    # Then it finds the run finished and does nothing: still exactly one version, no
+    # duplicate, and the run stays failed
+    assert list(ModelVersion.objects.filter(project=project).values_list("pk", flat=True)) == [
+        active.pk
+    ]
+    assert _run_status(Run, run.pk) == RunStatus.FAILED

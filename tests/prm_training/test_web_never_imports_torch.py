@@ -1,5 +1,6 @@
 """The web process never imports torch (DESIGN.md): set Django up, load the URL config and
 every view it resolves to, and check that neither torch nor transformers got imported."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Shared by ``train_prm`` and ``score_chains``: follow a run row until it finishes."""
+
 from __future__ import annotations
 
 import shutil
@@ -22,8 +23,16 @@ def wait_for_run(
     (stderr, off when not a terminal). Raises CommandError on timeout."""
     columns, lines = shutil.get_terminal_size()
     deadline = None if timeout is None else time.monotonic() + timeout
-    bar = tqdm(total=100, unit="%", file=sys.stderr, disable=None, leave=False,
-               ncols=columns, nrows=lines, bar_format="{l_bar}{bar}| {postfix}")
+    bar = tqdm(
+        total=100,
+        unit="%",
+        file=sys.stderr,
+        disable=None,
+        leave=False,
+        ncols=columns,
+        nrows=lines,
+        bar_format="{l_bar}{bar}| {postfix}",
+    )
     with bar:
         while True:
             row = model.objects.get(pk=pk)  # type: ignore[attr-defined]

@@ -1,4 +1,5 @@
 """`manage.py score_chains PROJECT [--wait]`: score unlabeled chains, refresh priorities."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -4,6 +4,7 @@
 Works on files alone: it never touches the database. The loop is
 ``prm_training.ml.simulate``; this command parses, checks input and writes the outputs.
 """
+
 from __future__ import annotations
 
 import sys
@@ -50,11 +51,16 @@ def _read_chains(paths: list[Path], fmt: str) -> tuple[list[Any], dict[int, bool
                     errors.append(f"{path}:{item.line}: {item.reason}")
                     continue
                 chain_id = len(examples) + 1
-                examples.append(ChainExample(
-                    chain_id=chain_id, problem=item.problem, steps=item.steps,
-                    labels=item.labels, answer=item.answer,
-                    reference_answer=item.reference_answer,
-                ))
+                examples.append(
+                    ChainExample(
+                        chain_id=chain_id,
+                        problem=item.problem,
+                        steps=item.steps,
+                        labels=item.labels,
+                        answer=item.answer,
+                        reference_answer=item.reference_answer,
+                    )
+                )
                 if item.answer and item.reference_answer:
                     graded[chain_id] = grade_answer(item.answer, item.reference_answer)
                 elif isinstance(item.meta.get("final_answer_correct"), bool):
@@ -77,27 +83,46 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("files", nargs="+", type=Path, metavar="FILE",
-                            help="labeled files in any import format (several are joined)")
-        parser.add_argument("--strategy", required=True,
-                            help="comma-separated strategies; 'random' is the baseline")
+        parser.add_argument(
+            "files",
+            nargs="+",
+            type=Path,
+            metavar="FILE",
+            help="labeled files in any import format (several are joined)",
+        )
+        parser.add_argument(
+            "--strategy", required=True, help="comma-separated strategies; 'random' is the baseline"
+        )
         parser.add_argument("--rounds", type=int, required=True)
         parser.add_argument("--batch", type=int, required=True, help="chains per round")
         parser.add_argument("--out", type=Path, required=True, help="output directory")
         parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")
-        parser.add_argument("--seed-size", type=int, default=20,
-                            help="randomly labeled chains before the first round")
+        parser.add_argument(
+            "--seed-size",
+            type=int,
+            default=20,
+            help="randomly labeled chains before the first round",
+        )
         parser.add_argument("--heldout-fraction", type=float, default=0.2)
-        parser.add_argument("--random-fraction", type=float, default=0.2,
-                            help="share of each batch picked at random (the platform's mix)")
+        parser.add_argument(
+            "--random-fraction",
+            type=float,
+            default=0.2,
+            help="share of each batch picked at random (the platform's mix)",
+        )
         parser.add_argument("--format", default="auto", choices=("auto", *FORMATS))
         parser.add_argument("--mode", default="frozen_head", choices=("frozen_head", "full"))
-        parser.add_argument("--backbone", default=None,
-                            help="local model directory (default: the bundled MiniLM)")
+        parser.add_argument(
+            "--backbone", default=None, help="local model directory (default: the bundled MiniLM)"
+        )
         parser.add_argument("--head-epochs", type=int, default=None)
         parser.add_argument("--epochs", type=int, default=None, help="full mode only")
-        parser.add_argument("--cache-dir", type=Path, default=None,
-                            help="feature cache (default: DIR/cache, reused by a rerun)")
+        parser.add_argument(
+            "--cache-dir",
+            type=Path,
+            default=None,
+            help="feature cache (default: DIR/cache, reused by a rerun)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         from prm_training.ml.config import PRMConfig
@@ -116,8 +141,11 @@ class Command(BaseCommand):
             raise CommandError("--seeds must be at least 1")
         try:
             sim = SimulationConfig(
-                strategies=strategies, rounds=options["rounds"], batch=options["batch"],
-                seeds=tuple(range(options["seeds"])), seed_size=options["seed_size"],
+                strategies=strategies,
+                rounds=options["rounds"],
+                batch=options["batch"],
+                seeds=tuple(range(options["seeds"])),
+                seed_size=options["seed_size"],
                 heldout_fraction=options["heldout_fraction"],
                 random_fraction=options["random_fraction"],
             )
@@ -134,8 +162,10 @@ class Command(BaseCommand):
                 "replays labeled chains as the oracle"
             )
         if "convincing_wrong" in strategies and not any(v is not None for v in graded.values()):
-            self.stderr.write("warning: no final answer can be graded (no reference answers); "
-                              "convincing_wrong ranks by step entropy only")
+            self.stderr.write(
+                "warning: no final answer can be graded (no reference answers); "
+                "convincing_wrong ranks by step entropy only"
+            )
 
         out: Path = options["out"]
         out.mkdir(parents=True, exist_ok=True)
@@ -163,8 +193,14 @@ class Command(BaseCommand):
         started = time.monotonic()
         with tqdm(total=trainings, desc="trainings", unit="run", file=sys.stderr) as bar:
             try:
-                rows = simulate(labeled, sim, prm, answers_correct=graded, work_dir=out,
-                                progress=lambda: bar.update(1))
+                rows = simulate(
+                    labeled,
+                    sim,
+                    prm,
+                    answers_correct=graded,
+                    work_dir=out,
+                    progress=lambda: bar.update(1),
+                )
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
         elapsed = time.monotonic() - started
@@ -173,13 +209,16 @@ class Command(BaseCommand):
         plot_learning_curves(rows, out / "learning_curve.png")
         if BASELINE in strategies:
             target, reached = chains_to_reach_baseline(rows)
-            self.stdout.write(f"labeled chains needed to reach {BASELINE}'s final mean "
-                              f"ProcessBench F1 ({target:.3f}):")
+            self.stdout.write(
+                f"labeled chains needed to reach {BASELINE}'s final mean "
+                f"ProcessBench F1 ({target:.3f}):"
+            )
             width = max(len(name) for name in strategies)
             for name in strategies:
                 needed = reached.get(name)
-                self.stdout.write(f"  {name:<{width}}  "
-                                  f"{needed if needed is not None else 'not reached'}")
+                self.stdout.write(
+                    f"  {name:<{width}}  {needed if needed is not None else 'not reached'}"
+                )
         self.stdout.write(
             f"simulated {len(strategies)} strategies x {len(sim.seeds)} seeds x {sim.rounds} "
             f"rounds on {len(labeled)} labeled chains in {elapsed:.0f}s: "

@@ -1,4 +1,5 @@
 """`manage.py train_prm PROJECT [--wait] [--mode ...] [--epochs N] ...`: start a training run."""
+
 from __future__ import annotations
 
 from typing import Any
