@@ -3,19 +3,20 @@
 project sizes, to show memory stays flat as the project grows.
 
     .venv/bin/python bench/bench_export.py [--sizes 100000,1000000] [--steps 10]
-        [--database-url URL] [--keep-db]
+        [--database-url URL] [--keep-db [--reuse]]
 
 For each size (step labels) it imports size/steps labeled chains through the real import
 service (COPY), so the labels are import annotations that consensus uses by the
 project's default "fallback" rule; freezes them with ``snapshot_create``; ANALYZEs the
 tables (as autovacuum soon would); then exports the snapshot once per format, each in a
-fresh child process so that process's peak RSS (ru_maxrss) is the export's alone, Django
+fresh child process so that process's peak RSS (VmHWM) is the export's alone, Django
 and pyarrow included. Figures go to stdout as a table and to bench/out/export.json.
 A measurement, not a test.
 
 The database is recreated (its name must contain "bench", so a typo cannot drop real data)
 and migrated with the dev settings.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,7 +66,9 @@ def _recreate_database(database_url: str) -> None:
     }
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-        cwd=REPO_ROOT, env=env, check=True,
+        cwd=REPO_ROOT,
+        env=env,
+        check=True,
     )
 
 
@@ -99,12 +102,34 @@ def _write_labeled(path: Path, *, chains: int, steps: int, seed: int) -> None:
             out.write(json.dumps(record) + "\n")
 
 
-def _prepare(database_url: str, size: int, steps: int, workdir: Path) -> tuple[int, int, dict]:
-    from annotation.models import Project
+def _prepare(
+    database_url: str, size: int, steps: int, workdir: Path, *, reuse: bool = False
+) -> tuple[int, int, dict]:
+    from annotation.models import Project, Snapshot
     from annotation.services.imports import chain_import
     from annotation.services.snapshots import snapshot_create
 
     chains = size // steps
+    if reuse:
+        # A snapshot of this size left by an earlier run (--keep-db --reuse): measuring the
+        # export again need not import a million steps again.
+        earlier = (
+            Snapshot.objects.filter(
+                project__name__startswith=f"bench export {size} ", counts__chains=chains
+            )
+            .order_by("-pk")
+            .first()
+        )
+        if earlier is not None:
+            return (
+                earlier.project_id,
+                earlier.version,
+                {
+                    "chains": chains,
+                    "reused": True,
+                    "snapshot_counts": earlier.counts,
+                },
+            )
     source = workdir / f"labeled-{size}.jsonl"
     _write_labeled(source, chains=chains, steps=steps, seed=size)
     project = Project.objects.create(name=f"bench export {size} {time.time_ns()}")
@@ -120,39 +145,94 @@ def _prepare(database_url: str, size: int, steps: int, workdir: Path) -> tuple[i
     from django.db import connection
 
     with connection.cursor() as cursor:
-        for table in ("annotation_snapshotchain", "annotation_chain", "annotation_problem",
-                      "annotation_step"):
+        for table in (
+            "annotation_snapshotchain",
+            "annotation_chain",
+            "annotation_problem",
+            "annotation_step",
+        ):
             cursor.execute(f"ANALYZE {table}")
-    return project.pk, snapshot.version, {
-        "chains": chains,
-        "import_s": round(imported, 2),
-        "snapshot_s": round(frozen, 2),
-        "snapshot_counts": snapshot.counts,
-    }
+    return (
+        project.pk,
+        snapshot.version,
+        {
+            "chains": chains,
+            "import_s": round(imported, 2),
+            "snapshot_s": round(frozen, 2),
+            "snapshot_counts": snapshot.counts,
+        },
+    )
+
+
+def _process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process (Linux /proc), None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _peak_rss_kb() -> int:
+    """This process's peak resident memory in KiB. VmHWM rather than ru_maxrss: Linux
+    carries ru_maxrss over fork and exec, so a child of the parent that just imported a
+    million steps would report the parent's peak, not its own."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _child(args: argparse.Namespace) -> None:
     _django(args.database_url)
+    from django.db import connection
+
     from annotation.models import Snapshot
     from annotation.services.exports import export_write
 
     snapshot = Snapshot.objects.get(project_id=args.project, version=args.snapshot)
     out = Path(args.out)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (backend,) = cursor.fetchone()
+    backend_before = _process_cpu_s(backend)
+    cpu_before = time.process_time()
     started = time.perf_counter()
     result = export_write(snapshot=snapshot, fmt=args.format, path=out, ambiguous="positive")
     seconds = time.perf_counter() - started
-    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({
-        "format": args.format,
-        "load_average_1min": round(os.getloadavg()[0], 2),
-        "cpu_s": round(time.process_time(), 2),
-        "records": result.records,
-        "steps": result.steps,
-        "seconds": round(seconds, 3),
-        "steps_per_s": round(result.steps / seconds),
-        "peak_rss_mb": round(rss_kb / 1024, 1),
-        "bytes": out.stat().st_size,
-    }))
+    cpu_s = time.process_time() - cpu_before
+    backend_after = _process_cpu_s(backend)
+    # The PostgreSQL backend that served the export, when this machine runs it: with the
+    # client's CPU it says what the export costs whatever the neighbours are doing.
+    db_cpu_s = (
+        backend_after - backend_before
+        if backend_before is not None and backend_after is not None
+        else None
+    )
+    busiest = max(cpu_s, db_cpu_s or 0.0)
+    rss_kb = _peak_rss_kb()
+    print(
+        json.dumps(
+            {
+                "format": args.format,
+                "load_average_1min": round(os.getloadavg()[0], 2),
+                "cpu_s": round(cpu_s, 2),
+                "db_cpu_s": None if db_cpu_s is None else round(db_cpu_s, 2),
+                # Client and server run side by side: with a free core each, the export takes
+                # about as long as the busier of the two.
+                "steps_per_cpu_s": round(result.steps / busiest) if busiest else None,
+                "records": result.records,
+                "steps": result.steps,
+                "seconds": round(seconds, 3),
+                "steps_per_s": round(result.steps / seconds),
+                "peak_rss_mb": round(rss_kb / 1024, 1),
+                "bytes": out.stat().st_size,
+            }
+        )
+    )
     out.unlink()
 
 
@@ -163,6 +243,11 @@ def main() -> None:
     parser.add_argument("--formats", default=",".join(FORMATS))
     parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
     parser.add_argument("--keep-db", action="store_true")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --keep-db: export an earlier run's snapshot of each size, if any",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--project", type=int, help=argparse.SUPPRESS)
@@ -180,16 +265,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="steplab-bench-export-") as tmp:
         workdir = Path(tmp)
         for size in (int(x) for x in args.sizes.split(",")):
-            project_id, version, setup = _prepare(args.database_url, size, args.steps, workdir)
+            project_id, version, setup = _prepare(
+                args.database_url, size, args.steps, workdir, reuse=args.reuse and args.keep_db
+            )
             print(f"{size:>9,} labels: {setup}", flush=True)
             for fmt in args.formats.split(","):
                 child = subprocess.run(
                     [
-                        sys.executable, __file__, "--child", "--database-url", args.database_url,
-                        "--project", str(project_id), "--snapshot", str(version),
-                        "--format", fmt, "--out", str(workdir / f"export.{fmt}"),
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        "--database-url",
+                        args.database_url,
+                        "--project",
+                        str(project_id),
+                        "--snapshot",
+                        str(version),
+                        "--format",
+                        fmt,
+                        "--out",
+                        str(workdir / f"export.{fmt}"),
                     ],
-                    check=True, capture_output=True, text=True,
+                    check=True,
+                    capture_output=True,
+                    text=True,
                 )
                 figures = json.loads(child.stdout.strip().splitlines()[-1])
                 figures["size"] = size
@@ -198,6 +297,7 @@ def main() -> None:
                     f"  {fmt:<13} {figures['steps']:>9,} steps  {figures['seconds']:>7.2f} s  "
                     f"{figures['steps_per_s']:>9,} steps/s  "
                     f"peak {figures['peak_rss_mb']:>6.1f} MB  "
+                    f"cpu {figures['cpu_s']:.2f} s + db {figures['db_cpu_s'] or 0:.2f} s  "
                     f"load {figures['load_average_1min']:.1f}",
                     flush=True,
                 )

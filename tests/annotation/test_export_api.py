@@ -1,4 +1,5 @@
 """Snapshot and export endpoints: who may do what, and what comes back."""
+
 from __future__ import annotations
 
 import io

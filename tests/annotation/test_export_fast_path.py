@@ -1,17 +1,25 @@
-"""The fast export read path: ``snapshot_examples_streamed`` (one query over a server-side
-cursor on PostgreSQL) must give exactly what the portable keyset path gives, so every
+"""The fast export read path: ``snapshot_examples_streamed`` (one COPY of one query on
+PostgreSQL) must give exactly what the portable keyset path gives, so every
 export format writes the same bytes whichever path read the snapshot."""
+
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
+import psycopg
 import pyarrow.parquet as pq
 import pytest
 from django.db import connection
 
 from annotation import dataset_selectors
-from annotation.dataset_selectors import snapshot_examples, snapshot_examples_streamed
+from annotation.dataset_selectors import (
+    SnapshotExample,
+    snapshot_examples,
+    snapshot_examples_streamed,
+)
 from annotation.services import exports
 from annotation.services.exports import TEXT_FORMATS, export_bytes, export_write
 from annotation.services.imports import chain_import
@@ -55,7 +63,6 @@ def snapshot(tmp_path: Path):
 
 def _fallback(**kwargs):
     # The portable path, in pages of 2 so paging is exercised too.
-    kwargs.pop("fetch_rows", None)
     return snapshot_examples(chunk_size=2, **kwargs)
 
 
@@ -65,40 +72,33 @@ def test_streamed_examples_equal_keyset_examples(snapshot, split, with_votes):
     # Given a snapshot with chains in both splits
     assert connection.vendor == "postgresql"
 
-    # When read by both paths, the streamed one two rows per FETCH
-    fast = list(
-        snapshot_examples_streamed(
-            snapshot=snapshot, split=split, with_votes=with_votes, fetch_rows=2
-        )
+    # When read by both paths, the keyset one two rows per page
+    fast = list(snapshot_examples_streamed(snapshot=snapshot, split=split, with_votes=with_votes))
+    slow = list(
+        snapshot_examples(snapshot=snapshot, split=split, with_votes=with_votes, chunk_size=2)
     )
-    slow = list(snapshot_examples(snapshot=snapshot, split=split, with_votes=with_votes))
 
-    # Then they are the same examples in the same order
+    # Then they are the same examples in the same order: the chains' order
     assert fast == slow
+    assert [e.chain_id for e in fast] == sorted(e.chain_id for e in fast)
     assert fast, "the split must not be empty, or the comparison proves nothing"
     if with_votes:
-        assert all(example.votes for example in fast if any(
-            label is not None for label in example.labels
-        ))
+        assert all(
+            example.votes for example in fast if any(label is not None for label in example.labels)
+        )
     else:
         assert all(example.votes == [] for example in fast)
 
 
 @pytest.mark.parametrize("fmt", TEXT_FORMATS)
 @pytest.mark.parametrize("split", [None, "heldout"])
-def test_postgresql_path_and_fallback_write_identical_exports(
-    snapshot, monkeypatch, fmt, split
-):
-    # Given the export of the snapshot through the PostgreSQL server-side cursor
-    fast = b"".join(
-        export_bytes(snapshot=snapshot, fmt=fmt, ambiguous="negative", split=split)
-    )
+def test_postgresql_path_and_fallback_write_identical_exports(snapshot, monkeypatch, fmt, split):
+    # Given the export of the snapshot through the PostgreSQL COPY
+    fast = b"".join(export_bytes(snapshot=snapshot, fmt=fmt, ambiguous="negative", split=split))
 
     # When the same export reads through the portable keyset fallback
     monkeypatch.setattr(exports, "snapshot_examples_streamed", _fallback)
-    slow = b"".join(
-        export_bytes(snapshot=snapshot, fmt=fmt, ambiguous="negative", split=split)
-    )
+    slow = b"".join(export_bytes(snapshot=snapshot, fmt=fmt, ambiguous="negative", split=split))
 
     # Then the bytes are identical
     assert fast == slow
@@ -106,14 +106,16 @@ def test_postgresql_path_and_fallback_write_identical_exports(
 
 
 def test_postgresql_path_and_fallback_write_identical_parquet(snapshot, monkeypatch, tmp_path):
-    # Given a Parquet export read through the server-side cursor
-    export_write(snapshot=snapshot, fmt="parquet", path=tmp_path / "fast.parquet",
-                 ambiguous="positive")
+    # Given a Parquet export read through the PostgreSQL COPY
+    export_write(
+        snapshot=snapshot, fmt="parquet", path=tmp_path / "fast.parquet", ambiguous="positive"
+    )
 
     # When the same export reads through the fallback
     monkeypatch.setattr(exports, "snapshot_examples_streamed", _fallback)
-    export_write(snapshot=snapshot, fmt="parquet", path=tmp_path / "slow.parquet",
-                 ambiguous="positive")
+    export_write(
+        snapshot=snapshot, fmt="parquet", path=tmp_path / "slow.parquet", ambiguous="positive"
+    )
 
     # Then both files hold the same rows and metadata
     fast, slow = pq.read_table(tmp_path / "fast.parquet"), pq.read_table(tmp_path / "slow.parquet")
@@ -125,9 +127,7 @@ def test_postgresql_path_and_fallback_write_identical_parquet(snapshot, monkeypa
 def test_text_export_is_the_utf8_of_the_bytes_export(snapshot):
     # Given the bytes export; when the same export is asked for as text
     raw = b"".join(export_bytes(snapshot=snapshot, fmt="prm800k", ambiguous="positive"))
-    text = "".join(
-        exports.export_text(snapshot=snapshot, fmt="prm800k", ambiguous="positive")
-    )
+    text = "".join(exports.export_text(snapshot=snapshot, fmt="prm800k", ambiguous="positive"))
 
     # Then the text is those bytes decoded, one JSON object a line (split on "\n" only:
     # U+2028 in the text stays raw, as JSON allows, and is no line break here)
@@ -139,9 +139,9 @@ def test_text_export_is_the_utf8_of_the_bytes_export(snapshot):
 
 
 def test_closing_the_stream_early_leaves_the_connection_usable(snapshot):
-    # Given a stream read one row at a time, abandoned after its first example
+    # Given a stream abandoned after its first example
     before = connection.in_atomic_block
-    stream = snapshot_examples_streamed(snapshot=snapshot, fetch_rows=1)
+    stream = snapshot_examples_streamed(snapshot=snapshot)
     first = next(stream)
 
     # When it is closed (a client that disconnects mid-download)
@@ -151,6 +151,44 @@ def test_closing_the_stream_early_leaves_the_connection_usable(snapshot):
     assert first.chain_id > 0
     assert connection.in_atomic_block == before
     assert len(list(snapshot_examples_streamed(snapshot=snapshot))) == snapshot.chains.count()
+
+
+def test_closing_a_large_stream_early_cancels_its_copy(tmp_path, monkeypatch):
+    # Given a snapshot far larger than the socket buffers between PostgreSQL and us
+    # (~24 MB of step text), so the server is still sending when the reader gives up
+    source = tmp_path / "large.jsonl"
+    with source.open("w", encoding="utf-8") as out:
+        for index in range(1_500):
+            record = {
+                "problem": f"Large problem {index}",
+                "steps": [f"{index}/{s} " + "x" * 1_600 for s in range(10)],
+                "labels": [1] * 10,
+            }
+            out.write(json.dumps(record) + "\n")
+    project = ProjectFactory()
+    chain_import(project=project, path=source, fmt="generic")
+    snapshot = snapshot_create(project=project)
+    before = connection.in_atomic_block
+    cancels = []
+    try_cancel = psycopg.Connection._try_cancel  # a spy: it still cancels
+
+    def spy(self, *args, **kwargs):
+        cancels.append(self)
+        return try_cancel(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "_try_cancel", spy)
+
+    # When the stream is closed after its first example
+    stream = snapshot_examples_streamed(snapshot=snapshot)
+    first = next(stream)
+    stream.close()
+
+    # Then the COPY was cancelled on the server rather than read to its end, its
+    # transaction is closed, and the same connection reads the whole snapshot again
+    assert first.steps[0].startswith("0/0 ")
+    assert len(cancels) == 1
+    assert connection.in_atomic_block == before
+    assert sum(1 for _ in snapshot_examples_streamed(snapshot=snapshot)) == 1_500
 
 
 def test_other_databases_use_the_keyset_path(snapshot, monkeypatch):
@@ -170,3 +208,49 @@ def test_other_databases_use_the_keyset_path(snapshot, monkeypatch):
     # Then it hands over to the keyset path with the same options
     assert calls == [{"snapshot": snapshot, "split": "train", "with_votes": False}]
     assert [e.split for e in examples] == ["train"] * len(examples)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain step",
+        "",
+        "a, b",
+        'say "hi"',
+        "two\nlines",
+        "carriage\rreturn",
+        "crlf\r\nend",
+        ' leading space, "both" \\ and\ttab',
+        "ünïcode \u2028 😀",
+    ],
+)
+def test_csv_text_is_what_the_csv_module_writes(text):
+    # Given an example whose step texts and voter names need every kind of quoting
+    example = SnapshotExample(
+        chain_id=7,
+        chain_hash="ab" * 32,
+        split="heldout",
+        labels=[1, None, -1, 0],
+        support=[1.0, None, 2 / 3, 0.5],
+        votes=[
+            {"by": 'ann, "the" reviewer', "source": "human", "labels": [1, None, -1, 0]},
+            {"by": "import", "source": "import", "labels": [1, None]},
+        ],
+        problem="unused",
+        reference_answer="",
+        final_answer="",
+        generator="g",
+        steps=[text, text + "!", "x", text],
+    )
+
+    # When written by the fast builder and by csv.writer over csv_rows (the old path)
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(exports.csv_rows(example=example, version=3))
+
+    # Then the bytes are identical (but that a carriage return is quoted, which Python
+    # 3.11's writer leaves bare), and they read back as the rows
+    fast = exports.csv_text(example=example, version=3)
+    if "\r" not in text.replace("\r\n", ""):
+        assert fast == out.getvalue()
+    rows = list(csv.reader(io.StringIO(fast, newline="")))
+    assert rows == [[str(v) for v in row] for row in exports.csv_rows(example=example, version=3)]

@@ -1,6 +1,7 @@
 """Exports: every format's round trip through the real import and the labeling queue
 (import -> label -> snapshot -> export -> import into a new project gives the same labels),
 TRL through `datasets`, Parquet through pyarrow, and the export_dataset command."""
+
 from __future__ import annotations
 
 import csv
@@ -50,7 +51,7 @@ def _write_generic(path: Path) -> Path:
             ]
             steps[-1] += f"\n# Answer\n{index}"
             record = {
-                "problem": f"Problem {index}: what is {index} × 1? Ünïcode and \"quotes\".",
+                "problem": f'Problem {index}: what is {index} × 1? Ünïcode and "quotes".',
                 "steps": steps,
                 "answer": str(index),
                 "reference_answer": str(index if index % 2 else index + 1),
@@ -128,9 +129,14 @@ def test_prm800k_round_trip_gives_same_chains_and_labels(labeled, tmp_path, mode
     tie_row = SnapshotChain.objects.get(snapshot=snapshot, chain=tie_chain)
     assert tie_row.labels[1] == -1 and tie_row.support[1] == 0.5
     if mode == LabelingMode.FIRST_ERROR:
-        assert None in expected[Chain.objects.get(
-            project=project, problem__text__startswith="Problem 1:"
-        ).content_hash]
+        assert (
+            None
+            in expected[
+                Chain.objects.get(
+                    project=project, problem__text__startswith="Problem 1:"
+                ).content_hash
+            ]
+        )
 
     # When
     out = tmp_path / "export.jsonl"
@@ -269,8 +275,15 @@ def test_export_dataset_command_creates_a_snapshot_and_prints_a_summary(labeled,
     stdout = StringIO()
 
     call_command(
-        "export_dataset", project.name, "--format", "trl", "--out", str(out),
-        "--ambiguous", "positive", stdout=stdout,
+        "export_dataset",
+        project.name,
+        "--format",
+        "trl",
+        "--out",
+        str(out),
+        "--ambiguous",
+        "positive",
+        stdout=stdout,
     )
 
     summary = stdout.getvalue().strip()
@@ -283,8 +296,17 @@ def test_export_dataset_command_creates_a_snapshot_and_prints_a_summary(labeled,
     # An existing snapshot, one split
     stdout = StringIO()
     call_command(
-        "export_dataset", str(project.pk), "--format", "csv", "--out", str(tmp_path / "a.csv"),
-        "--snapshot", "1", "--split", "heldout", stdout=stdout,
+        "export_dataset",
+        str(project.pk),
+        "--format",
+        "csv",
+        "--out",
+        str(tmp_path / "a.csv"),
+        "--snapshot",
+        "1",
+        "--split",
+        "heldout",
+        stdout=stdout,
     )
     assert stdout.getvalue().startswith("exported 0 step rows")
     assert project.snapshots.count() == 2
@@ -297,8 +319,14 @@ def test_export_dataset_command_errors(project, tmp_path):
         )
     with pytest.raises(CommandError, match="no snapshot version 4"):
         call_command(
-            "export_dataset", project.name, "--format", "trl", "--out", str(tmp_path / "x"),
-            "--snapshot", "4",
+            "export_dataset",
+            project.name,
+            "--format",
+            "trl",
+            "--out",
+            str(tmp_path / "x"),
+            "--snapshot",
+            "4",
         )
     with pytest.raises(CommandError, match="No project"):
         call_command("export_dataset", "nope", "--format", "csv", "--out", str(tmp_path / "x"))
