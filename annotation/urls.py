@@ -1,4 +1,5 @@
 """HTML pages."""
+
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
@@ -11,4 +12,5 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("projects/<int:project_id>/", views.project_overview, name="project-overview"),
     path("projects/<int:project_id>/label/", views.label_workspace, name="label-workspace"),
+    path("projects/<int:project_id>/review/", views.review_page, name="review-page"),
 ]

@@ -1,7 +1,10 @@
 """HTML pages. Thin: who is asking, one selector, one template. Every project page goes
 through the same access check as the API (``project_get_for_member``), so a project the
 user does not belong to is a 404 here too."""
+
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
@@ -11,6 +14,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 from rest_framework.throttling import SimpleRateThrottle
 
+from annotation.dataset_selectors import snapshot_get
 from annotation.models import ImportBatch, Role
 from annotation.project_selectors import (
     membership_list,
@@ -18,6 +22,7 @@ from annotation.project_selectors import (
     project_list_with_progress,
 )
 from annotation.selectors import project_get_for_member
+from annotation.services.exports import EXPORT_FORMATS
 
 
 class _LoginPageThrottle(SimpleRateThrottle):
@@ -51,9 +56,12 @@ def home(request: HttpRequest) -> HttpResponse:
 @require_GET
 @login_required
 def project_overview(request: HttpRequest, project_id: int) -> HttpResponse:
+    """``/projects/{id}/``: the lead dashboard for leads, the project overview for the
+    other members. The dashboard's numbers come from the lead-only dashboard API, so the
+    page carries only where to fetch them (and the export and snapshot endpoints)."""
     project = project_get_with_progress(user=request.user, project_id=project_id)
     is_lead = project.my_role == Role.LEAD  # type: ignore[attr-defined]
-    context = {
+    context: dict[str, Any] = {
         "project": project,
         "is_lead": is_lead,
         "members": list(membership_list(project=project)),
@@ -64,7 +72,39 @@ def project_overview(request: HttpRequest, project_id: int) -> HttpResponse:
             else []
         ),
     }
-    return render(request, "annotation/project_overview.html", context)
+    if not is_lead:
+        return render(request, "annotation/project_overview.html", context)
+    context["snapshot"] = snapshot_get(project=project)
+    context["export_formats"] = EXPORT_FORMATS
+    context["config"] = {
+        "projectId": project.pk,
+        "api": {
+            "dashboard": reverse("api-project-dashboard", args=[project.pk]),
+            "snapshots": reverse("api-project-snapshots", args=[project.pk]),
+            "export": reverse("api-project-export", args=[project.pk]),
+        },
+    }
+    return render(request, "annotation/dashboard.html", context)
+
+
+@require_GET
+@login_required
+def review_page(request: HttpRequest, project_id: int) -> HttpResponse:
+    """``/projects/{id}/review/`` (leads only: 403 for other members, 404 for
+    non-members): disputed chains, worst first, every annotator's ratings side by side and
+    the adjudication form. Everything moves through the review API
+    (``annotation.api.review``); the page carries only the endpoints."""
+    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    config = {
+        "projectId": project.pk,
+        "labelingMode": project.labeling_mode,
+        "api": {
+            "disagreements": reverse("api-project-disagreements", args=[project.pk]),
+            # The prefix of /api/v1/chains/{id}/labels/ and .../adjudicate/.
+            "chain": reverse("api-chain-labels", args=[0]).removesuffix("0/labels/"),
+        },
+    }
+    return render(request, "annotation/review.html", {"project": project, "config": config})
 
 
 @require_GET
@@ -80,6 +120,8 @@ def label_workspace(request: HttpRequest, project_id: int) -> HttpResponse:
         "leaseSeconds": project.lease_minutes * 60,
         "api": {
             "next": reverse("assignment-next", args=[project.pk]),
+            # A second lease, leased and rendered while the annotator works on the first.
+            "prefetch": reverse("assignment-prefetch", args=[project.pk]),
             "stats": reverse("project-my-stats", args=[project.pk]),
             # The prefix of /api/v1/assignments/{id}/{action}/.
             "assignment": reverse("assignment-renew", args=[0]).removesuffix("0/renew/"),

@@ -4,9 +4,11 @@ real page, in Debian's chromium, against a live Django server on PostgreSQL.
 
     .venv/bin/python bench/bench_workspace.py [--chains 50] [--steps 8]
 
-The annotator grades each chain with two keys ("a": every step correct, Enter: submit);
-the page marks the keypress and the animation frame that paints the next chain with the
-User Timing API (measure "steplab:submit-to-next"), which this script reads. It also
+The annotator grades each chain with two keys ("a": every step correct, Enter: submit),
+once the page has prefetched the next chain (leased and rendered off-screen, as it does
+while a person reads); the page marks the keypress and the animation frame that paints
+the next chain with the User Timing API (measure "steplab:submit-to-next"), which this
+script reads. It also
 reports the same interval seen from outside the page (Python's clock around the key
 press and the wait for the new lease), which adds Playwright's round trips. It prints
 the median and p95 and writes bench/out/workspace.json. A measurement, not a test: it
@@ -86,15 +88,21 @@ def test_bench_submit_to_next(live_server: Any) -> None:
     cache.clear()
     inside: list[float] = []
     outside: list[float] = []
-    network: list[float] = []  # the submit-and-next request, as the page saw it
+    network: list[float] = []  # the submit request, as the page saw it
     server_side: list[float] = []  # of which: request sent to first byte back
     with sync_playwright() as playwright:
         browser = chromium_launch(playwright=playwright)
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        # bypass_csp: wait_for_function below evaluates a string in the page, which the
+        # Content-Security-Policy (no 'unsafe-eval') forbids; the app's own code is the
+        # same with or without it.
+        page = browser.new_page(viewport={"width": 1200, "height": 900}, bypass_csp=True)
         page_login(page=page, base_url=live_server.url, username=user.username)
         workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
         for _ in range(settings["chains"]):
             current = page.locator("#workspace").get_attribute("data-assignment")
+            # An annotator spends seconds on a chain, long enough for the page to lease and
+            # build the next one; the benchmark waits for that too, then measures the swap.
+            page.wait_for_selector("#workspace[data-prefetched]")
             page.keyboard.press("a")
             page.wait_for_selector("#workspace[data-complete=true]")
             before = page.evaluate("performance.getEntriesByName('steplab:submit-to-next').length")
@@ -110,7 +118,7 @@ def test_bench_submit_to_next(live_server: Any) -> None:
             total, request, server = page.evaluate(
                 "() => { const m = performance.getEntriesByName('steplab:submit-to-next')"
                 ".at(-1); const r = performance.getEntriesByType('resource').filter("
-                "e => e.name.includes('/submit-and-next/')).at(-1);"
+                "e => /\\/submit(-and-next)?\\/$/.test(e.name)).at(-1);"
                 " return [m.duration, r.duration, r.responseStart - r.requestStart]; }"
             )
             inside.append(total)
@@ -146,7 +154,7 @@ def test_bench_submit_to_next(live_server: Any) -> None:
         f"p95 {result['p95_ms']} ms, max {result['max_ms']} ms (in page); "
         f"median {result['outside_median_ms']} ms seen from Playwright; "
         f"{verdict} the {TARGET_MEDIAN_MS:.0f} ms target\n"
-        f"  of which the submit-and-next request {result['request_median_ms']} ms "
+        f"  of which the submit request {result['request_median_ms']} ms "
         f"(server {result['server_median_ms']} ms) and the page's own work "
         f"{result['page_median_ms']} ms; load average {result['load_average_1min']} "
         f"on {result['cpus']} CPUs"

@@ -208,5 +208,33 @@
     `/api/v1/projects/${projectId}/training-runs/`, (run) => `Run #${run.id} queued.`);
   bindForm("score-form", "score-message", ["random_fraction"],
     `/api/v1/projects/${projectId}/scoring-runs/`, (run) => `Scoring run #${run.id} queued.`);
+  // Loop settings: one PATCH with the loop fields and the automatic runs' config (sent
+  // whole: a blank field falls back to the default).
+  const settingsForm = document.getElementById("settings-form");
+  if (settingsForm) {
+    const LOOP = ["acquisition_strategy", "random_fraction", "retrain_every_n_finished"];
+    const NUMERIC = ["random_fraction", "retrain_every_n_finished", "epochs", "head_epochs",
+      "learning_rate", "batch_size"];
+    const message = document.getElementById("settings-message");
+    settingsForm.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const values = formValues(settingsForm, NUMERIC);
+      const body = { default_config: {} };
+      Object.entries(values).forEach(([key, value]) => {
+        if (LOOP.includes(key)) body[key] = value;
+        else body.default_config[key] = value;
+      });
+      message.className = "form-message";
+      message.textContent = "Saving…";
+      try {
+        await api(`/api/v1/projects/${projectId}/training-settings/`, { method: "PATCH", body });
+        message.textContent = "Saved.";
+      } catch (error) {
+        message.className = "form-message error";
+        message.textContent = errorText(error);
+      }
+    });
+  }
+
   refresh();
 })();

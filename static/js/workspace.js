@@ -5,6 +5,12 @@
 // and KaTeX (trust off) turns $...$ into math afterwards; a formula it cannot parse stays
 // as source text. Ratings, comments and times live in localStorage under the assignment
 // id until the server confirms the submit, so a reload or a crash loses nothing.
+//
+// Prefetch: once a chain is on screen, the page leases the next one (assignments/prefetch/,
+// a second live lease) and builds its rows off-screen, KaTeX included. After the server
+// confirms a submit (or a skip), the prepared rows are swapped in, with no round trip
+// for the next chain and no math to typeset; then the page prefetches again. Both leases
+// are renewed quietly.
 "use strict";
 
 (function () {
@@ -70,6 +76,12 @@
   let focusSince = performance.now(); // when the current step got the focus
   let renewTimer = null;
   let reasonAction = null; // "skip" or "flag" while the reason dialog is open
+  // The next chain, leased and rendered off-screen: {data, view} or null. ``prefetching``
+  // is the request in flight; ``canPrefetch`` turns false for good if the server has no
+  // prefetch endpoint. One prefetch per chain shown: an empty answer (204) waits for the next.
+  let prefetched = null;
+  let prefetching = null;
+  let canPrefetch = Boolean(config.api.prefetch);
 
   function newState(assignmentId) {
     return {
@@ -207,16 +219,26 @@
     return node;
   }
 
-  function renderChain() {
-    renderMath(els.problem, chain.problem.text);
-    const reference = chain.problem.reference_answer;
-    els.referenceWrap.hidden = !reference;
-    if (reference) renderMath(els.reference, reference);
-    els.finalWrap.hidden = !chain.final_answer;
-    if (chain.final_answer) renderMath(els.final, chain.final_answer);
-
-    const fragment = document.createDocumentFragment();
-    rows = chain.steps.map((step, index) => {
+  // Builds the DOM of a chain without touching the page: the problem, reference and final
+  // answer texts and one row per step, math typeset. Called for the chain on screen and,
+  // ahead of time, for the prefetched one; ``mountView`` puts it on the page.
+  function buildView(data) {
+    const view = { raw: showRaw, assignmentId: data.assignment.id };
+    const shown = data.chain;
+    view.problem = el("div");
+    renderMath(view.problem, shown.problem.text);
+    view.reference = null;
+    if (shown.problem.reference_answer) {
+      view.reference = el("span");
+      renderMath(view.reference, shown.problem.reference_answer);
+    }
+    view.final = null;
+    if (shown.final_answer) {
+      view.final = el("span");
+      renderMath(view.final, shown.final_answer);
+    }
+    view.fragment = document.createDocumentFragment();
+    view.rows = shown.steps.map((step, index) => {
       const li = el("li", "ws-step");
       li.dataset.index = String(index);
       li.dataset.stepId = String(step.id);
@@ -262,11 +284,24 @@
       commentBox.addEventListener("blur", () => closeComment(index));
       body.append(text, comment, commentBox);
       li.append(number, buttons, body);
-      fragment.append(li);
+      view.fragment.append(li);
       return { li, text, buttons: buttonsByRating, comment, commentBox };
     });
-    els.steps.replaceChildren(fragment);
+    return view;
+  }
+
+  // Puts a built view on the page (moving its nodes, so a view mounts once).
+  function mountView(view) {
+    els.problem.replaceChildren(...view.problem.childNodes);
+    els.referenceWrap.hidden = !view.reference;
+    if (view.reference) els.reference.replaceChildren(...view.reference.childNodes);
+    els.finalWrap.hidden = !view.final;
+    if (view.final) els.final.replaceChildren(...view.final.childNodes);
+    rows = view.rows;
+    els.steps.replaceChildren(view.fragment);
     els.rewrite.value = state.rewrite || "";
+    // The raw-source toggle moved while the view waited: typeset it the current way.
+    if (view.raw !== showRaw) rerenderTexts();
     refresh();
   }
 
@@ -481,6 +516,7 @@
   }
 
   async function renew() {
+    renewPrefetched();
     if (!lease || leaseLost) return;
     const id = lease.id;
     try {
@@ -490,6 +526,57 @@
       if (error.status === 409 || error.status === 404) markLeaseLost(error);
       // Network errors: quiet; the next tick tries again, and the ratings are stored.
     }
+  }
+
+  // The prefetched lease is renewed with the current one. If it was lost meanwhile it is
+  // dropped without a word: nothing was typed on it, and the next submit leases anew.
+  async function renewPrefetched() {
+    if (!prefetched) return;
+    const held = prefetched;
+    try {
+      const data = await api(`${config.api.assignment}${held.data.assignment.id}/renew/`, {
+        method: "POST",
+      });
+      held.data.assignment.expires_at = data.expires_at;
+    } catch (error) {
+      if ((error.status === 409 || error.status === 404) && prefetched === held) {
+        prefetched = null;
+        delete root.dataset.prefetched;
+      }
+    }
+  }
+
+  // Leases the chain after the current one and builds its view off-screen. Quiet: when it
+  // fails, the next submit asks for a chain the ordinary way (submit-and-next).
+  function prefetch() {
+    if (!canPrefetch || prefetched || prefetching || !lease) return prefetching;
+    const current = lease.id;
+    prefetching = (async () => {
+      try {
+        const data = await api(config.api.prefetch, { method: "POST" });
+        // null (204): nothing left beyond the chain on screen.
+        const id = data && data.assignment.id;
+        if (data !== null && lease && id !== current && id !== lease.id) {
+          prefetched = { data, view: buildView(data) };
+          root.dataset.prefetched = String(id); // for people's tools and the tests
+        }
+      } catch (error) {
+        if (error.status === 404 || error.status === 405) canPrefetch = false;
+      } finally {
+        prefetching = null;
+      }
+    })();
+    return prefetching;
+  }
+
+  // Shows the prefetched chain if there is one; returns whether it did.
+  function showPrefetched() {
+    const next = prefetched;
+    prefetched = null;
+    delete root.dataset.prefetched;
+    if (!next) return false;
+    showLease(next.data, next.view);
+    return true;
   }
 
   function markLeaseLost(error) {
@@ -511,12 +598,39 @@
       const stats = await api(config.api.stats);
       $("stat-today").textContent = String(stats.annotated_today);
       $("stat-total").textContent = String(stats.annotated_total);
-      const hasGold = stats.gold_chains > 0 && stats.gold_accuracy !== null;
+      // Gold and screening come from the gold chains feature; shown only when present.
+      const gold = stats.gold || null;
+      const hasGold = Boolean(gold && gold.chains > 0 && gold.step_accuracy !== null);
       $("stat-gold-wrap").hidden = !hasGold;
-      if (hasGold) $("stat-gold").textContent = `${Math.round(stats.gold_accuracy * 100)} %`;
+      if (hasGold) {
+        $("stat-gold").textContent = `${Math.round(gold.step_accuracy * 100)} %`;
+        $("stat-gold-wrap").title =
+          `Step accuracy over ${gold.chains} gold chain${gold.chains === 1 ? "" : "s"}` +
+          (gold.first_error_match === null || gold.first_error_match === undefined
+            ? ""
+            : `; first error found as in the key on ` +
+              `${Math.round(gold.first_error_match * 100)} %`);
+      }
+      showScreening(stats.screening || null);
     } catch (error) {
       /* counts are a nicety; the work goes on without them */
     }
+  }
+
+  // Screening (a lead's test before real work): says where the annotator stands. A
+  // failed or waiting screening is why the queue is empty, so the empty page says it too.
+  function showScreening(screening) {
+    const box = $("ws-screening");
+    const show = Boolean(screening && screening.status !== "passed" && screening.message);
+    box.hidden = !show;
+    box.className = `ws-screening ${screening ? screening.status : ""}`;
+    if (!show) {
+      $("ws-empty-screening").hidden = true;
+      return;
+    }
+    box.textContent = screening.message;
+    $("ws-empty-screening").textContent = screening.message;
+    $("ws-empty-screening").hidden = false;
   }
 
   function finishMeasure() {
@@ -548,8 +662,9 @@
     showLease(data);
   }
 
-  // Puts a lease from next (or from submit-and-next) on screen; null is the empty queue.
-  function showLease(data) {
+  // Puts a lease from next, submit-and-next or prefetch on screen, with its view when it
+  // was built ahead; null is the empty queue.
+  function showLease(data, view = null) {
     leaseLost = false;
     delete root.dataset.lease;
     if (data === null) {
@@ -562,6 +677,12 @@
       finishMeasure();
       return;
     }
+    if (prefetched && prefetched.data.assignment.id === data.assignment.id) {
+      // The server handed back the lease prefetched earlier: use the view built for it.
+      view = view || prefetched.view;
+      prefetched = null;
+      delete root.dataset.prefetched;
+    }
     lease = data.assignment;
     chain = data.chain;
     state = load(lease.id) || newState(lease.id);
@@ -569,7 +690,7 @@
     const restored = Object.keys(state.ratings).length > 0 || state.rewrite;
     clockSince = performance.now();
     focusSince = clockSince;
-    renderChain();
+    mountView(view && view.assignmentId === lease.id ? view : buildView(data));
     setView("ready");
     root.dataset.assignment = String(lease.id);
     scrollCurrentIntoView();
@@ -577,6 +698,8 @@
     if (restored) showMessage("Your unsaved ratings on this chain were restored.");
     save();
     startRenewing();
+    // After the browser has painted this chain, lease and build the next one.
+    setTimeout(prefetch, 0);
   }
 
   async function submit() {
@@ -609,11 +732,15 @@
     busy = true;
     refresh();
     const id = lease.id;
+    // A prefetch still in flight lands first, so the answer below is never a third lease.
+    if (prefetching) await prefetching;
+    // With the next chain prefetched and built, only the submit goes to the server;
+    // otherwise submit and lease the next chain in one round trip (submit-and-next).
+    const swap = prefetched !== null;
+    const action = swap ? "submit" : "submit-and-next";
     let result;
     try {
-      // Submit and lease the next chain in one round trip: most of the wait between
-      // Enter and the next chain is the network, not the rendering.
-      result = await api(`${config.api.assignment}${id}/submit-and-next/`, {
+      result = await api(`${config.api.assignment}${id}/${action}/`, {
         method: "POST",
         body: payload,
       });
@@ -647,7 +774,9 @@
     forget(id);
     clearMessage();
     stopRenewing();
-    if (result.next_status === "busy") await loadNext();
+    if (swap && showPrefetched()) {
+      /* the prepared chain is on screen */
+    } else if (swap || result.next_status === "busy") await loadNext();
     else showLease(result.next);
     refreshStats();
   }
@@ -731,7 +860,8 @@
     busy = false;
     forget(id);
     showMessage(action === "skip" ? "Skipped." : "Flagged; thank you.");
-    await loadNext();
+    if (prefetching) await prefetching;
+    if (!showPrefetched()) await loadNext();
     refreshStats();
   }
 

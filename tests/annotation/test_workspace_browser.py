@@ -7,26 +7,37 @@ asserts a timing (bench/bench_workspace.py measures submit-to-next)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.cache import cache
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from annotation.models import (
     Annotation,
+    AnnotationSource,
     Assignment,
     AssignmentStatus,
     Chain,
     LabelingMode,
     Project,
     Role,
+    Screening,
+    ScreeningStatus,
     Step,
+    StepRating,
 )
 from annotation.services.workspace import FLAG_REASON_PREFIX
 from tests.browser import ARTIFACTS, chromium_launch, page_login, workspace_open
-from tests.factories import MembershipFactory, ProblemFactory, ProjectFactory
+from tests.factories import (
+    MembershipFactory,
+    ProblemFactory,
+    ProjectFactory,
+    annotation_with_ratings,
+)
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/usr/bin/chromium") and not os.environ.get("STEPLAB_CHROMIUM"),
@@ -179,7 +190,7 @@ def test_grade_whole_chain_with_keyboard_only(live_server: Any, page: Page) -> N
     assert annotation.request_id.startswith(f"ws-{annotation.assignment_id}-")
     assert drafts(page) == []
     # And: the own counts show the submit
-    page.wait_for_function("document.getElementById('stat-total').textContent === '1'")
+    expect(page.locator("#stat-total")).to_have_text("1")
     assert page.locator("#stat-today").text_content() == "1"
 
 
@@ -354,7 +365,7 @@ def test_skip_and_flag_with_a_reason_from_the_keyboard(live_server: Any, page: P
     page.keyboard.press("Enter")
 
     # Then: the skip is recorded with the reason and the second chain is on screen
-    page.wait_for_function("document.getElementById('problem-text').textContent === 'second'")
+    expect(page.locator("#problem-text")).to_have_text("second")
     skipped = Assignment.objects.get(chain=first, annotator=user)
     assert (skipped.status, skipped.skip_reason) == (
         AssignmentStatus.SKIPPED,
@@ -395,3 +406,90 @@ def test_lease_is_renewed_quietly_at_half_the_lease(live_server: Any, page: Page
     assert renewed.value.status == 200
     assert Assignment.objects.get(chain=chain).expires_at > first_expiry
     assert page.locator("#ws-message").is_hidden()
+
+
+def test_prefetched_chain_shows_after_submit_without_a_next_request(
+    live_server: Any, page: Page
+) -> None:
+    # Given: three math chains to label
+    project = ProjectFactory(labeling_mode=LabelingMode.ALL_STEPS)
+    chains = [
+        chain_create(project=project, problem=f"Chain {n}: is $x^{n} = {n}$?", steps=["$a$", "b"])
+        for n in range(3)
+    ]
+    user = annotator_in(project)
+    page_login(page=page, base_url=live_server.url, username=user.username)
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(f"{request.method} {request.url}"))
+
+    # When: the workspace shows the first chain, it prefetches the second in the background
+    with page.expect_response(lambda r: r.url.endswith("/assignments/prefetch/")) as prefetch:
+        workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
+    assert prefetch.value.status == 200
+    prefetched_id = str(prefetch.value.json()["assignment"]["id"])
+    first_id = page.locator("#workspace").get_attribute("data-assignment")
+    assert first_id != prefetched_id
+    live = Assignment.objects.filter(annotator=user, status=AssignmentStatus.ACTIVE)
+    assert sorted(live.values_list("chain_id", flat=True)) == [chains[0].pk, chains[1].pk]
+
+    # When: the first chain is graded and submitted
+    requests.clear()
+    page.keyboard.press("a")
+    page.keyboard.press("Enter")
+
+    # Then: the prefetched chain is on screen, math typeset, without asking for a next chain
+    page.wait_for_selector(f"#workspace[data-assignment='{prefetched_id}']")
+    assert page.locator("#problem-text").text_content().startswith("Chain 1")
+    assert page.locator("#problem-text .katex").count() == 1
+    sent = [r for r in requests if "/api/v1/" in r]
+    assert f"POST {live_server.url}/api/v1/assignments/{first_id}/submit/" in sent
+    assert not any(r.endswith("/assignments/next/") or "submit-and-next" in r for r in sent)
+    assert Annotation.objects.filter(chain=chains[0], annotator=user).exists()
+
+    # When: the second and third chains are graded the same way
+    page.wait_for_selector("#workspace[data-prefetched]")
+    page.keyboard.press("a")
+    page.keyboard.press("Enter")
+    # A locator assertion, not wait_for_function: the CSP forbids evaluating strings.
+    expect(page.locator("#problem-text")).to_have_text(re.compile(r"^Chain 2"))
+    page.keyboard.press("a")
+    page.keyboard.press("Enter")
+
+    # Then: every submit landed, the queue is empty, and no lease is left behind
+    page.wait_for_selector("#workspace[data-state=empty]")
+    assert Annotation.objects.filter(annotator=user).count() == 3
+    assert not live.exists()
+    assert drafts(page) == []
+
+
+def test_gold_accuracy_and_a_failed_screening_are_shown(live_server: Any, page: Page) -> None:
+    # Given: a screening project; yesterday the annotator graded its gold chain
+    # (+1, -1, +1) against the key (+1, +1, +1), and failed the screening
+    project = ProjectFactory(screening_chains=1, screening_pass_accuracy=0.9)
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    user = annotator_in(project)
+    gold = chain_create(project=project, problem="gold", steps=["a", "b", "c"])
+    key = Annotation.objects.create(
+        chain=gold, source=AnnotationSource.ADJUDICATION, annotator=lead
+    )
+    StepRating.objects.bulk_create(
+        StepRating(annotation=key, step=step, rating=1) for step in gold.steps.all()
+    )
+    Chain.objects.filter(pk=gold.pk).update(is_gold=True, gold_annotation=key)
+    mine = annotation_with_ratings(chain=gold, annotator=user, labels=[1, -1, 1])
+    Annotation.objects.filter(pk=mine.pk).update(created_at=mine.created_at - timedelta(days=1))
+    Screening.objects.create(
+        project=project, annotator=user, status=ScreeningStatus.FAILED, chains=1
+    )
+    chain_create(project=project, problem="real work", steps=["x"])
+    page_login(page=page, base_url=live_server.url, username=user.username)
+
+    # When: the workspace opens
+    workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
+
+    # Then: no real work is handed out, the empty page says why, and the gold score shows
+    assert page.locator("#workspace").get_attribute("data-state") == "empty"
+    page.wait_for_selector("#stat-gold-wrap:not([hidden])")
+    assert page.locator("#stat-gold").text_content() == "67 %"
+    assert "did not pass screening" in page.locator("#ws-empty-screening").text_content()
+    assert page.locator("#ws-screening").is_visible()

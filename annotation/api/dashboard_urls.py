@@ -1,0 +1,13 @@
+"""Route of the lead dashboard's data."""
+
+from django.urls import path
+
+from annotation.api.dashboard import DashboardApi
+
+urlpatterns = [
+    path(
+        "projects/<int:project_id>/dashboard/",
+        DashboardApi.as_view(),
+        name="api-project-dashboard",
+    ),
+]

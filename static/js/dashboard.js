@@ -1,0 +1,306 @@
+// The lead dashboard: draws the numbers of GET /api/v1/projects/{id}/dashboard/ with
+// Chart.js (installed from the npm registry, served under /static/vendor/chartjs/).
+// Usernames are data: they reach the page through textContent and Chart.js's canvas
+// text only, never as markup.
+"use strict";
+
+(function () {
+  const config = JSON.parse(document.getElementById("dashboard-config").textContent);
+  const api = window.Steplab.api;
+  const $ = (id) => document.getElementById(id);
+  const root = $("dashboard");
+  const COLORS = {
+    correct: "#1f8a4c",
+    ambiguous: "#b7791f",
+    incorrect: "#c0392b",
+    accent: "#2f5bd3",
+    muted: "#5f6b7a",
+  };
+  // One color per annotator, reused in order.
+  const PALETTE = [
+    "#2f5bd3", "#1f8a4c", "#b7791f", "#8e44ad", "#c0392b", "#16a085", "#d35400", "#2c3e50",
+  ];
+
+  function el(tag, text, className) {
+    const node = document.createElement(tag);
+    if (text !== undefined) node.textContent = text;
+    if (className) node.className = className;
+    return node;
+  }
+
+  function percent(value) {
+    return value === null || value === undefined ? "–" : `${Math.round(value * 100)} %`;
+  }
+
+  function fixed(value, digits = 2) {
+    return value === null || value === undefined ? "–" : value.toFixed(digits);
+  }
+
+  function seconds(ms) {
+    return ms === null || ms === undefined ? null : Math.round(ms / 100) / 10;
+  }
+
+  function showMessage(text, kind = "info") {
+    const box = $("db-message");
+    box.textContent = text;
+    box.className = `db-message ${kind}`;
+    box.hidden = false;
+  }
+
+  // "figures" lines: [["label", "value"], ...] as "label <strong>value</strong>" pairs.
+  function figures(target, pairs) {
+    target.replaceChildren(
+      ...pairs.flatMap(([label, value], i) => [
+        document.createTextNode(`${i ? " · " : ""}${label} `),
+        el("strong", String(value)),
+      ]),
+    );
+  }
+
+  // Stacked bars of whole counts: no 0.5 annotations on the axis.
+  const STACKED_COUNTS = {
+    scales: {
+      x: { stacked: true },
+      y: { stacked: true, beginAtZero: true, ticks: { precision: 0 } },
+    },
+  };
+
+  const charts = {};
+  function chart(id, type, data, options = {}) {
+    if (charts[id]) charts[id].destroy();
+    charts[id] = new window.Chart($(id), {
+      type,
+      data,
+      options: {
+        animation: false, // drawn at once: the numbers matter, not the motion
+        maintainAspectRatio: false,
+        interaction: { mode: "index", intersect: false },
+        plugins: { legend: { position: "bottom", labels: { boxWidth: 12 } } },
+        ...options,
+      },
+    });
+    return charts[id];
+  }
+
+  function render(data) {
+    const days = data.days;
+    const progress = data.progress;
+
+    if (progress.chains_flagged) {
+      $("db-flagged").textContent =
+        `${progress.chains_flagged} chain${progress.chains_flagged === 1 ? " is" : "s are"} ` +
+        "flagged as broken and out of the queue.";
+      $("db-flagged").hidden = false;
+    }
+
+    chart(
+      "chart-progress",
+      "line",
+      {
+        labels: days,
+        datasets: [
+          {
+            label: "Annotations submitted (cumulative)",
+            data: data.annotations_cumulative,
+            borderColor: COLORS.accent,
+            backgroundColor: "rgba(47, 91, 211, 0.12)",
+            fill: true,
+            tension: 0.2,
+          },
+          {
+            label: "Annotations needed",
+            data: days.map(() => progress.annotations_needed),
+            borderColor: COLORS.muted,
+            borderDash: [6, 4],
+            pointRadius: 0,
+          },
+        ],
+      },
+      { scales: { y: { beginAtZero: true, ticks: { precision: 0 } } } },
+    );
+
+    chart(
+      "chart-throughput",
+      "bar",
+      {
+        labels: days,
+        datasets: data.throughput.map((row, i) => ({
+          label: row.username,
+          data: row.per_day,
+          backgroundColor: PALETTE[i % PALETTE.length],
+        })),
+      },
+      STACKED_COUNTS,
+    );
+
+    const totals = data.labels.totals;
+    const perDay = data.labels.per_day;
+    const rated = totals["1"] + totals["0"] + totals["-1"];
+    const share = (n) => (rated ? ` (${Math.round((n / rated) * 100)} %)` : "");
+    figures($("db-label-totals"), [
+      ["+1", `${totals["1"]}${share(totals["1"])}`],
+      ["0", `${totals["0"]}${share(totals["0"])}`],
+      ["−1", `${totals["-1"]}${share(totals["-1"])}`],
+    ]);
+    chart(
+      "chart-labels",
+      "bar",
+      {
+        labels: days,
+        datasets: [
+          { label: "+1 correct", data: perDay["1"], backgroundColor: COLORS.correct },
+          { label: "0 ambiguous", data: perDay["0"], backgroundColor: COLORS.ambiguous },
+          { label: "−1 incorrect", data: perDay["-1"], backgroundColor: COLORS.incorrect },
+        ],
+      },
+      STACKED_COUNTS,
+    );
+
+    const agreement = data.agreement;
+    figures($("db-agreement-figures"), [
+      ["alpha", fixed(agreement.alpha)],
+      ["on", `${agreement.steps} steps`],
+      ["first-error agreement", percent(agreement.first_error_agreement)],
+    ]);
+    chart(
+      "chart-agreement",
+      "line",
+      {
+        labels: days,
+        datasets: [
+          {
+            label: "Krippendorff's alpha (cumulative)",
+            data: agreement.per_day,
+            borderColor: COLORS.accent,
+            spanGaps: true,
+            tension: 0.2,
+          },
+        ],
+      },
+      { scales: { y: { suggestedMin: 0, suggestedMax: 1 } } },
+    );
+
+    const time = data.time_per_chain;
+    figures($("db-time-figures"), [
+      ["median", time.median_ms === null ? "–" : `${seconds(time.median_ms)} s`],
+      ["p90", time.p90_ms === null ? "–" : `${seconds(time.p90_ms)} s`],
+      ["over", `${time.chains} chains`],
+    ]);
+    chart(
+      "chart-time",
+      "line",
+      {
+        labels: days,
+        datasets: [
+          {
+            label: "median (s)",
+            data: time.per_day.map((d) => seconds(d.median_ms)),
+            borderColor: COLORS.accent,
+            spanGaps: true,
+          },
+          {
+            label: "p90 (s)",
+            data: time.per_day.map((d) => seconds(d.p90_ms)),
+            borderColor: COLORS.ambiguous,
+            spanGaps: true,
+          },
+        ],
+      },
+      { scales: { y: { beginAtZero: true } } },
+    );
+
+    renderAnnotators(data);
+    if (data.gold) {
+      $("db-gold-chart").hidden = false;
+      chart(
+        "chart-gold",
+        "line",
+        {
+          labels: days,
+          datasets: [
+            {
+              label: "Step accuracy on gold chains (cumulative)",
+              data: data.gold.per_day,
+              borderColor: COLORS.correct,
+              spanGaps: true,
+            },
+          ],
+        },
+        { scales: { y: { suggestedMin: 0, suggestedMax: 1 } } },
+      );
+    }
+  }
+
+  function renderAnnotators(data) {
+    const alphaBy = new Map(data.agreement.annotators.map((row) => [row.annotator, row]));
+    const gold = (data.gold && data.gold.annotators) || [];
+    const goldBy = new Map(
+      gold.map((row) => [row.annotator ?? row.annotator_id ?? row.username, row]),
+    );
+    const goldFor = (row) => goldBy.get(row.annotator) || goldBy.get(row.username);
+    const today = data.days.length ? data.days.length - 1 : -1;
+    const rows = data.throughput.map((row) => {
+      const agreement = alphaBy.get(row.annotator) || {};
+      const score = goldFor(row) || {};
+      const tr = el("tr");
+      tr.dataset.annotator = String(row.annotator);
+      tr.append(
+        el("td", row.username),
+        el("td", String(row.total)),
+        el("td", String(today >= 0 ? row.per_day[today] : 0)),
+        el("td", fixed(agreement.alpha)),
+        el("td", percent(agreement.first_error_agreement)),
+        el("td", percent(score.step_accuracy)),
+        el("td", percent(score.first_error_match)),
+      );
+      return tr;
+    });
+    if (!rows.length) {
+      const tr = el("tr");
+      const td = el("td", "No annotations yet.", "muted");
+      td.colSpan = 7;
+      tr.append(td);
+      rows.push(tr);
+    }
+    $("db-annotators").tBodies[0].replaceChildren(...rows);
+    $("db-gold-none").hidden = gold.length > 0;
+  }
+
+  async function load() {
+    try {
+      render(await api(config.api.dashboard));
+      root.dataset.state = "ready";
+    } catch (error) {
+      root.dataset.state = "error";
+      showMessage("Could not load the dashboard's numbers; reload to try again.", "error");
+    }
+  }
+
+  async function createSnapshot() {
+    const button = $("btn-snapshot");
+    button.disabled = true;
+    try {
+      const snapshot = await api(config.api.snapshots, { method: "POST", body: {} });
+      const line = $("db-snapshot");
+      line.replaceChildren(
+        document.createTextNode("Newest snapshot: "),
+        el("strong", `v${snapshot.version}`),
+        document.createTextNode(`, ${snapshot.counts.chains ?? "?"} chains, `),
+        el("code", snapshot.content_hash.slice(0, 12)),
+      );
+      for (const link of document.querySelectorAll(".db-export")) {
+        link.classList.remove("is-disabled");
+        link.removeAttribute("aria-disabled");
+      }
+      showMessage(`Snapshot v${snapshot.version} created; the export buttons use it.`, "ok");
+    } catch (error) {
+      const detail = error.body && (error.body.detail || Object.values(error.body).flat()[0]);
+      showMessage(`Could not create a snapshot${detail ? `: ${detail}` : "."}`, "error");
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  $("btn-snapshot").addEventListener("click", createSnapshot);
+  load();
+})();

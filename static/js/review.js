@@ -1,0 +1,385 @@
+// The review page: chains where annotators disagree (worst first), every current label
+// side by side per step, and an adjudication form; every revision with who and when.
+//
+// Everything goes through the review API (window.Steplab.api): disagreements/, chains/{id}/
+// labels/ and chains/{id}/adjudicate/. Text from imports and from people (problems, steps,
+// comments, notes, usernames) is put in the page with textContent only; KaTeX (trust off)
+// turns $...$ into math afterwards, and a formula it cannot parse stays as source text.
+"use strict";
+
+(function () {
+  const config = JSON.parse(document.getElementById("review-config").textContent);
+  const api = window.Steplab.api;
+  const RATING_KEYS = { "1": 1, "+": 1, "2": 0, "0": 0, "3": -1, "-": -1 };
+  const SYMBOL = { 1: "+1", 0: "0", "-1": "−1" };
+  const KATEX_OPTIONS = {
+    delimiters: [
+      { left: "$$", right: "$$", display: true },
+      { left: "\\[", right: "\\]", display: true },
+      { left: "\\(", right: "\\)", display: false },
+      { left: "$", right: "$", display: false },
+    ],
+    throwOnError: false,
+    trust: false,
+    strict: "ignore",
+  };
+
+  const $ = (id) => document.getElementById(id);
+  const root = $("review");
+  const els = {
+    message: $("rv-message"),
+    list: $("rv-list"),
+    count: $("rv-count"),
+    empty: $("rv-empty"),
+    more: $("rv-more"),
+    chain: $("rv-chain"),
+    chainId: $("rv-chain-id"),
+    problem: $("rv-problem"),
+    finalWrap: $("rv-final-wrap"),
+    final: $("rv-final"),
+    form: $("rv-form"),
+    grid: $("rv-grid"),
+    note: $("rv-note"),
+    submit: $("rv-submit"),
+    progress: $("rv-progress"),
+    history: $("rv-history"),
+  };
+
+  let items = []; // disagreement rows, worst first
+  let nextPage = null; // URL of the next page of disagreements
+  let selected = -1; // index into items
+  let labels = null; // the chain's labels as the API sent them
+  let choices = {}; // step id -> the lead's ruling
+  let current = 0; // the step the keyboard acts on
+  let rows = []; // one {tr, buttons} per step
+  let busy = false;
+
+  function el(tag, text, className) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = text;
+    if (className) node.className = className;
+    return node;
+  }
+
+  function renderMath(element, text) {
+    element.textContent = text;
+    if (typeof window.renderMathInElement === "function") {
+      window.renderMathInElement(element, KATEX_OPTIONS);
+    }
+  }
+
+  let messageTimer = null;
+  function showMessage(text, kind = "info", sticky = false) {
+    els.message.textContent = text;
+    els.message.className = `rv-message ${kind}`;
+    els.message.hidden = false;
+    clearTimeout(messageTimer);
+    if (!sticky) messageTimer = setTimeout(() => (els.message.hidden = true), 6000);
+  }
+
+  function when(iso) {
+    const date = new Date(iso);
+    return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
+  }
+
+  // --- the list of disputed chains ----------------------------------------------------------
+
+  async function loadList(url = config.api.disagreements, append = false) {
+    const page = await api(url);
+    items = append ? items.concat(page.results) : page.results;
+    nextPage = page.next;
+    els.count.textContent = `(${page.count})`;
+    renderList();
+  }
+
+  function renderList() {
+    els.empty.hidden = items.length > 0;
+    els.more.hidden = !nextPage;
+    els.list.replaceChildren(
+      ...items.map((item, index) => {
+        const li = el("li");
+        const button = el("button", undefined, "rv-item");
+        button.type = "button";
+        button.dataset.chain = String(item.chain);
+        button.classList.toggle("is-current", index === selected);
+        button.append(
+          el("span", item.problem, "rv-problem"),
+          el(
+            "span",
+            `chain ${item.chain} · ${item.disagreeing_steps} disputed step` +
+              `${item.disagreeing_steps === 1 ? "" : "s"} of ${item.step_count} · ` +
+              `${item.annotators} annotators${item.adjudicated ? " · adjudicated" : ""}`,
+            "rv-meta",
+          ),
+        );
+        button.addEventListener("click", () => select(index));
+        li.append(button);
+        return li;
+      }),
+    );
+  }
+
+  async function select(index) {
+    if (index < 0 || index >= items.length) return;
+    selected = index;
+    renderList();
+    const chainId = items[index].chain;
+    history.replaceState(null, "", `#chain=${chainId}`);
+    await loadChain(chainId);
+  }
+
+  // --- one chain ---------------------------------------------------------------------------
+
+  async function loadChain(chainId) {
+    try {
+      labels = await api(`${config.api.chain}${chainId}/labels/`);
+    } catch (error) {
+      showMessage(`Could not load chain ${chainId}.`, "error", true);
+      return;
+    }
+    // Start from the chain's current adjudication, if there is one.
+    const adjudication = labels.columns.find((column) => column.source === "adjudication");
+    choices = {};
+    if (adjudication) {
+      for (const step of labels.steps) {
+        const rating = adjudication.ratings[String(step.index)];
+        if (rating !== undefined) choices[step.step] = rating;
+      }
+    }
+    els.note.value = "";
+    current = Math.max(
+      0,
+      labels.steps.findIndex((step) => isDisputed(step)),
+    );
+    renderChain();
+    els.chain.hidden = false;
+    root.dataset.state = "ready";
+    root.dataset.chain = String(labels.chain);
+  }
+
+  function isDisputed(step) {
+    const human = step.ratings.filter(
+      (rating, i) => rating !== null && labels.columns[i].source === "human",
+    );
+    return new Set(human).size > 1;
+  }
+
+  function renderChain() {
+    els.chainId.textContent = String(labels.chain);
+    renderMath(els.problem, labels.problem);
+    els.finalWrap.hidden = !labels.final_answer;
+    if (labels.final_answer) renderMath(els.final, labels.final_answer);
+
+    const head = el("tr");
+    head.append(el("th", "#"), el("th", "Step"));
+    for (const column of labels.columns) {
+      const th = el("th", column.by);
+      th.title = `${column.source}, ${when(column.created_at)}`;
+      head.append(th);
+    }
+    head.append(el("th", "Consensus"), el("th", "Ruling"));
+    els.grid.tHead.replaceChildren(head);
+
+    rows = labels.steps.map((step, index) => {
+      const tr = el("tr");
+      tr.dataset.index = String(index);
+      tr.classList.toggle("is-disputed", isDisputed(step));
+      const text = el("td", undefined, "rv-text math");
+      renderMath(text, step.text);
+      tr.append(el("td", String(index + 1)), text);
+      step.ratings.forEach((rating, i) => {
+        const td = el("td", rating === null ? "·" : SYMBOL[rating], "rv-rating");
+        td.dataset.rating = rating === null ? "" : String(rating);
+        const comment = labels.columns[i].comments[String(step.index)];
+        if (comment) td.append(el("span", comment, "rv-comment"));
+        tr.append(td);
+      });
+      const consensus = el(
+        "td",
+        step.consensus === null
+          ? "–"
+          : `${SYMBOL[step.consensus]} (${Math.round((step.support || 0) * 100)} %)`,
+        "rv-rating",
+      );
+      consensus.dataset.rating = step.consensus === null ? "" : String(step.consensus);
+      const choiceCell = el("td");
+      const group = el("span", undefined, "rv-choice");
+      const buttons = {};
+      for (const rating of [1, 0, -1]) {
+        const button = el("button", SYMBOL[rating]);
+        button.type = "button";
+        button.dataset.rating = String(rating);
+        button.setAttribute("aria-label", `Rule step ${index + 1} ${SYMBOL[rating]}`);
+        button.addEventListener("click", () => {
+          current = index;
+          rule(rating);
+        });
+        buttons[rating] = button;
+        group.append(button);
+      }
+      choiceCell.append(group);
+      tr.append(consensus, choiceCell);
+      tr.addEventListener("click", (event) => {
+        if (!(event.target instanceof Element && event.target.closest("button"))) moveTo(index);
+      });
+      return { tr, buttons, step };
+    });
+    els.grid.tBodies[0].replaceChildren(...rows.map((row) => row.tr));
+    renderHistory();
+    refresh();
+  }
+
+  function renderHistory() {
+    els.history.replaceChildren(
+      ...labels.history.map((revision) => {
+        const li = el("li");
+        li.dataset.annotation = String(revision.annotation);
+        const head = el("div");
+        head.append(
+          el("strong", revision.by),
+          document.createTextNode(` · ${revision.source} · ${when(revision.created_at)}`),
+          document.createTextNode(
+            `${revision.supersedes ? ` · replaces #${revision.supersedes}` : ""}` +
+              `${revision.current ? " · current" : " · superseded"}`,
+          ),
+        );
+        const ratings = labels.steps
+          .map((step) => {
+            const rating = revision.ratings[String(step.index)];
+            return rating === undefined ? "·" : SYMBOL[rating];
+          })
+          .join("  ");
+        li.append(head, el("div", `#${revision.annotation}: ${ratings}`, "rv-revision-ratings"));
+        if (revision.note) li.append(el("div", `Note: ${revision.note}`, "rv-comment"));
+        if (revision.rewrite) li.append(el("div", `Rewrite: ${revision.rewrite}`, "rv-comment"));
+        return li;
+      }),
+    );
+  }
+
+  function refresh() {
+    rows.forEach((row, index) => {
+      const choice = choices[row.step.step];
+      row.tr.classList.toggle("is-current", index === current);
+      row.tr.dataset.ruling = choice === undefined ? "" : String(choice);
+      for (const [value, button] of Object.entries(row.buttons)) {
+        const on = choice !== undefined && Number(value) === choice;
+        button.classList.toggle("is-on", on);
+        button.setAttribute("aria-pressed", on ? "true" : "false");
+      }
+    });
+    const ruled = Object.keys(choices).length;
+    els.progress.textContent = `${ruled} of ${rows.length} steps ruled`;
+    els.submit.disabled = busy || ruled === 0;
+  }
+
+  function moveTo(index) {
+    if (!rows.length) return;
+    current = Math.max(0, Math.min(rows.length - 1, index));
+    refresh();
+    rows[current].tr.scrollIntoView({ block: "nearest" });
+  }
+
+  function rule(rating) {
+    if (!rows.length) return;
+    choices[rows[current].step.step] = rating;
+    moveTo(current + 1);
+  }
+
+  function takeConsensus() {
+    for (const row of rows) {
+      if (choices[row.step.step] === undefined && row.step.consensus !== null) {
+        choices[row.step.step] = row.step.consensus;
+      }
+    }
+    refresh();
+  }
+
+  async function save() {
+    if (!labels || busy) return;
+    const ratings = rows
+      .filter((row) => choices[row.step.step] !== undefined)
+      .map((row) => ({ step: row.step.step, rating: choices[row.step.step] }));
+    if (!ratings.length) {
+      showMessage("Rule at least one step first (1, 2, 3 or the buttons).");
+      return;
+    }
+    busy = true;
+    refresh();
+    try {
+      const made = await api(`${config.api.chain}${labels.chain}/adjudicate/`, {
+        method: "POST",
+        body: { ratings, note: els.note.value.trim() },
+      });
+      showMessage(`Adjudication saved as revision #${made.annotation}.`, "ok");
+      if (selected >= 0) items[selected].adjudicated = true;
+      renderList();
+      busy = false;
+      await loadChain(labels.chain);
+    } catch (error) {
+      busy = false;
+      const detail =
+        error.body && (error.body.detail || JSON.stringify(error.body).slice(0, 300));
+      showMessage(`Could not save the adjudication${detail ? `: ${detail}` : "."}`, "error", true);
+      refresh();
+    }
+  }
+
+  // --- keyboard and mouse --------------------------------------------------------------------
+
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const target = event.target;
+    if (target === els.note) {
+      if (event.key === "Escape") {
+        event.preventDefault();
+        els.note.blur();
+      }
+      return;
+    }
+    if (target instanceof HTMLInputElement || target instanceof HTMLTextAreaElement) return;
+    const key = event.key;
+    let handled = true;
+    if (key === "n") select(Math.min(items.length - 1, selected + 1));
+    else if (key === "p") select(Math.max(0, selected - 1));
+    else if (!labels) handled = false;
+    else if (key === "j" || key === "ArrowDown") moveTo(current + 1);
+    else if (key === "k" || key === "ArrowUp") moveTo(current - 1);
+    else if (key in RATING_KEYS) rule(RATING_KEYS[key]);
+    else if (key === "a") takeConsensus();
+    else if (key === "c") els.note.focus();
+    else if (key === "Enter") save();
+    else handled = false;
+    if (handled) event.preventDefault();
+  });
+
+  // A clicked button gives the focus back, so the next Enter saves instead of clicking it.
+  document.addEventListener("click", (event) => {
+    const button = event.target instanceof Element ? event.target.closest("button") : null;
+    if (button && button.type === "button") button.blur();
+  });
+  els.form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    save();
+  });
+  $("rv-take-consensus").addEventListener("click", takeConsensus);
+  els.more.addEventListener("click", () => nextPage && loadList(nextPage, true));
+
+  async function start() {
+    try {
+      await loadList();
+    } catch (error) {
+      root.dataset.state = "error";
+      showMessage("Could not load the disagreements; reload to try again.", "error", true);
+      return;
+    }
+    const linked = /chain=(\d+)/.exec(window.location.hash);
+    const at = linked ? items.findIndex((item) => String(item.chain) === linked[1]) : -1;
+    if (at >= 0) await select(at);
+    else if (linked) await loadChain(Number(linked[1]));
+    else if (items.length) await select(0);
+    else root.dataset.state = "empty";
+  }
+
+  start();
+})();

@@ -1,0 +1,143 @@
+"""The lead dashboard in a real browser (Debian's chromium driven by Playwright against
+pytest-django's live server, under the site's Content-Security-Policy): Chart.js draws
+every chart from the dashboard API, and the snapshot and export buttons work."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import datetime, time, timedelta
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.utils import timezone
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from annotation.models import Annotation, Chain, Role, Snapshot
+from tests.browser import ARTIFACTS, chromium_launch, page_login
+from tests.factories import (
+    ChainFactory,
+    MembershipFactory,
+    ProjectFactory,
+    annotation_with_ratings,
+)
+
+CHARTS = ("chart-progress", "chart-throughput", "chart-labels", "chart-agreement", "chart-time")
+
+# Per canvas: the Chart.js chart's datasets (label and data) and how many pixels were
+# painted, read from the page itself.
+READ_CHARTS = """(ids) => ids.map((id) => {
+  const canvas = document.getElementById(id);
+  const chart = window.Chart.getChart(canvas);
+  const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  let painted = 0;
+  for (let i = 3; i < pixels.length; i += 4) if (pixels[i] !== 0) painted += 1;
+  return {
+    id,
+    painted,
+    datasets: chart ? chart.data.datasets.map((d) => ({label: d.label, data: d.data})) : null,
+  };
+})"""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls
+    # in the same thread are still synchronous, so Django's async guard must stand aside.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        launched = chromium_launch(playwright=playwright)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    cache.clear()  # the login throttle counts per address, and every test logs in
+    context = browser.new_context(viewport={"width": 1280, "height": 1000}, accept_downloads=True)
+    context.set_default_timeout(15_000)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    yield opened
+    context.close()
+    assert errors == [], f"JavaScript errors on the page: {errors}"
+
+
+def test_dashboard_draws_every_chart_and_exports(live_server: Any, page: Page) -> None:
+    # Given: a lead's project with two annotators' work over the last three days
+    project = ProjectFactory(overlap=2)
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    ann = MembershipFactory(project=project, user__username="ann").user
+    bob = MembershipFactory(project=project, user__username="bob").user
+    today = timezone.localdate()
+    plan = [  # (days ago, who, labels, seconds)
+        (2, ann, [1, 1, 1], 40),
+        (2, bob, [1, -1, 1], 65),
+        (1, ann, [1, 0, -1], 30),
+        (1, bob, [1, 0, -1], 50),
+        (0, ann, [-1, 1, 1], 20),
+    ]
+    chains = [ChainFactory(project=project) for _ in range(3)]
+    for n, (ago, who, labels, seconds) in enumerate(plan):
+        made = annotation_with_ratings(chain=chains[n // 2], annotator=who, labels=labels)
+        Annotation.objects.filter(pk=made.pk).update(
+            created_at=timezone.make_aware(
+                datetime.combine(today - timedelta(days=ago), time(hour=0, minute=n + 1))
+            ),
+            duration_ms=seconds * 1000,
+        )
+    for chain, done in zip(chains, (2, 2, 1), strict=True):
+        Chain.objects.filter(pk=chain.pk).update(finished_count=done, is_finished=done >= 2)
+    page_login(page=page, base_url=live_server.url, username=lead.username)
+
+    # When: the lead opens the project
+    page.goto(f"{live_server.url}/projects/{project.pk}/")
+    page.wait_for_selector("#dashboard[data-state=ready]")
+
+    # Then: every chart is drawn by Chart.js with the API's numbers, and has paint on it
+    charts = {row["id"]: row for row in page.evaluate(READ_CHARTS, list(CHARTS))}
+    for chart_id in CHARTS:
+        assert charts[chart_id]["datasets"], chart_id
+        assert charts[chart_id]["painted"] > 1000, chart_id
+    assert charts["chart-progress"]["datasets"][0]["data"] == [2, 4, 5]
+    assert charts["chart-progress"]["datasets"][1]["data"] == [6, 6, 6]
+    assert [(d["label"], d["data"]) for d in charts["chart-throughput"]["datasets"]] == [
+        ("ann", [1, 1, 1]),
+        ("bob", [1, 1, 0]),
+    ]
+    assert [d["data"] for d in charts["chart-labels"]["datasets"]] == [
+        [5, 2, 2],  # +1
+        [0, 2, 0],  # 0
+        [1, 2, 1],  # -1
+    ]
+    assert charts["chart-time"]["datasets"][0]["data"] == [52.5, 40, 20]
+    assert page.locator("#db-label-totals").text_content().startswith("+1 9 (")
+    assert page.locator("#db-annotators tbody tr").count() == 2
+    assert "No gold chains yet." in page.locator("#db-gold-none").text_content()
+    assert page.locator("#db-gold-none").is_visible()
+    assert page.locator("#bar-chains").get_attribute("value") == "2"
+    page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+
+    # When: the lead freezes a snapshot and exports it as TRL JSON Lines
+    assert page.locator(".db-export.is-disabled").count() == 5
+    page.get_by_role("button", name="Create a snapshot").click()
+    page.wait_for_selector("#db-message.ok")
+    assert Snapshot.objects.filter(project=project).count() == 1
+    assert page.locator(".db-export.is-disabled").count() == 0
+    with page.expect_download() as download:
+        page.locator(".db-export[data-format=trl]").click()
+
+    # Then: the file is the snapshot's export
+    path = download.value.path()
+    lines = open(path, encoding="utf-8").read().splitlines()
+    assert lines and all(line.startswith('{"prompt"') for line in lines)
+
+    # And: the links lead to the review and models pages
+    assert page.get_by_role("link", name="Review disagreements").get_attribute("href") == (
+        f"/projects/{project.pk}/review/"
+    )
+    assert page.get_by_role("link", name="Models").get_attribute("href") == (
+        f"/projects/{project.pk}/models/"
+    )

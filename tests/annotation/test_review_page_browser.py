@@ -1,0 +1,150 @@
+"""The review page in a real browser (Debian's chromium driven by Playwright against
+pytest-django's live server, under the site's Content-Security-Policy): a lead adjudicates
+a disagreeing chain with the keyboard, then again with the mouse; each ruling lands in the
+database as a new revision and shows in the history with who and when."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from annotation.models import Annotation, AnnotationSource, Chain, Role
+from tests.browser import ARTIFACTS, chromium_launch, page_login
+from tests.factories import (
+    ChainFactory,
+    MembershipFactory,
+    ProblemFactory,
+    ProjectFactory,
+    annotation_with_ratings,
+)
+
+XSS_IMG = '<img src=x onerror="window.__xss=1">'
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls
+    # in the same thread are still synchronous, so Django's async guard must stand aside.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        launched = chromium_launch(playwright=playwright)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    cache.clear()  # the login throttle counts per address, and every test logs in
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    opened.on(
+        "console",
+        lambda message: (
+            errors.append(message.text)
+            if message.type == "error" and "Content Security Policy" in message.text
+            else None
+        ),
+    )
+    yield opened
+    context.close()
+    assert errors == [], f"JavaScript errors on the page: {errors}"
+
+
+def test_lead_adjudicates_a_disputed_chain_by_keyboard_then_mouse(
+    live_server: Any, page: Page
+) -> None:
+    # Given: two annotators disagree on step 2 of a math chain, and agree on another chain
+    project = ProjectFactory(overlap=2)
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    ann = MembershipFactory(project=project, user__username="ann").user
+    bob = MembershipFactory(project=project, user__username="bob").user
+    problem = ProblemFactory(project=project, text=f"Solve $5x = 2(3x-7)$ for $x$. {XSS_IMG}")
+    disputed = ChainFactory(project=project, problem=problem, step_count=3)
+    disputed.steps.filter(index=1).update(text="So $x = 7$, since \\(\\frac{35}{5} = 7\\).")
+    annotation_with_ratings(chain=disputed, annotator=ann, labels=[1, 1, 1])
+    annotation_with_ratings(chain=disputed, annotator=bob, labels=[1, -1, 1])
+    calm = ChainFactory(project=project, step_count=2)
+    annotation_with_ratings(chain=calm, annotator=ann, labels=[1, 1])
+    annotation_with_ratings(chain=calm, annotator=bob, labels=[1, 1])
+    page_login(page=page, base_url=live_server.url, username=lead.username)
+
+    # When: the lead opens the review page
+    page.goto(f"{live_server.url}/projects/{project.pk}/review/")
+    page.wait_for_selector("#review[data-state=ready]")
+
+    # Then: only the disputed chain is listed, and it is open with both annotators' columns
+    assert page.locator("#rv-list .rv-item").count() == 1
+    assert page.locator("#review").get_attribute("data-chain") == str(disputed.pk)
+    headers = page.locator("#rv-grid thead th").all_text_contents()
+    assert headers[2:4] == ["ann", "bob"]
+    assert page.locator("#rv-grid tbody tr.is-disputed").count() == 1
+    assert page.locator("#rv-problem .katex").count() == 2  # math rendered
+    assert page.locator("#rv-grid .katex").count() == 2
+    assert XSS_IMG in page.locator("#rv-problem").text_content()  # markup shown as text
+    assert page.locator("#rv-chain img").count() == 0
+    assert page.evaluate("() => typeof window.__xss") == "undefined"
+    # The cursor starts on the disputed step
+    assert page.locator("#rv-grid tbody tr.is-current").get_attribute("data-index") == "1"
+
+    # When: keyboard only: step 2 incorrect, the rest from consensus, a note, Enter
+    page.keyboard.press("3")
+    page.keyboard.press("a")
+    page.keyboard.press("c")
+    page.keyboard.type("Step 2 divides wrongly: <b>x = 14</b>.")
+    page.keyboard.press("Escape")
+    page.screenshot(path=str(ARTIFACTS / "review_page.png"), full_page=True)
+    page.keyboard.press("Enter")
+
+    # Then: the ruling is a new adjudication revision in the database, shown in the history
+    page.wait_for_selector("#rv-message.ok")
+    first = Annotation.objects.get(chain=disputed, source=AnnotationSource.ADJUDICATION)
+    assert first.annotator == lead
+    assert first.note == "Step 2 divides wrongly: <b>x = 14</b>."
+    assert list(first.ratings.order_by("step__index").values_list("rating", flat=True)) == [
+        1,
+        -1,
+        1,
+    ]
+    page.wait_for_selector(f"#rv-history li[data-annotation='{first.pk}']")
+    entry = page.locator(f"#rv-history li[data-annotation='{first.pk}']")
+    assert lead.username in entry.text_content()
+    assert "adjudication" in entry.text_content()
+    assert page.locator("#rv-history b").count() == 0  # the note is text
+    assert page.locator("#rv-list .rv-item").first.text_content().endswith("adjudicated")
+
+    # When: the lead changes their mind with the mouse: step 2 ambiguous, Save
+    page.locator("#rv-grid tbody tr").nth(1).get_by_role("button", name="Rule step 2 0").click()
+    page.get_by_role("button", name="Save adjudication").click()
+
+    # Then: a second revision supersedes the first; the first is kept, both are listed
+    # A locator assertion, not wait_for_function: the CSP forbids evaluating strings.
+    expect(page.locator("#rv-history li")).to_have_count(4)
+    second = Annotation.objects.filter(chain=disputed, source=AnnotationSource.ADJUDICATION).latest(
+        "id"
+    )
+    assert second.pk != first.pk and second.supersedes_id == first.pk
+    assert list(second.ratings.order_by("step__index").values_list("rating", flat=True)) == [
+        1,
+        0,
+        1,
+    ]
+    history = page.locator("#rv-history li").all_text_contents()
+    assert any("superseded" in text and f"#{first.pk}" in text for text in history)
+    assert Chain.objects.get(pk=calm.pk).annotations.count() == 2  # untouched
+
+
+def test_review_page_says_so_when_nobody_disagrees(live_server: Any, page: Page) -> None:
+    project = ProjectFactory(overlap=2)
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    page_login(page=page, base_url=live_server.url, username=lead.username)
+    page.goto(f"{live_server.url}/projects/{project.pk}/review/")
+    page.wait_for_selector("#review[data-state=empty]")
+    assert page.locator("#rv-empty").is_visible()
