@@ -12,7 +12,7 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 TORCH_VERSION ?= 2.13.0
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: install demo test lint serve bench clean
+.PHONY: install demo test lint serve bench clean web worker gpu-worker compose-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -43,9 +43,37 @@ serve: install
 	$(PY) manage.py runserver $(HOST):$(PORT)
 
 # The whole suite against PostgreSQL and Redis.
-test: install $(CHROMIUM)
+test: install $(CHROMIUM) /usr/bin/docker-compose
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DB_URL)} CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 		$(PY) -m pytest $(PYTEST_ARGS)
+
+# The production processes without Docker (README, "Running in production"). They read
+# DATABASE_URL, CELERY_BROKER_URL, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS... from the
+# environment; run `manage.py migrate` once first. More GPU nodes: more `make gpu-worker`.
+WEB_WORKERS ?= 2
+WORKER_CONCURRENCY ?= 2
+web: install
+	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.prod} exec $(VENV)/bin/gunicorn \
+		config.wsgi:application --bind $(HOST):$(PORT) --workers $(WEB_WORKERS) \
+		--worker-class gthread --threads 4 --timeout 120 --access-logfile -
+
+worker: install
+	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.prod} exec $(VENV)/bin/celery \
+		-A config worker -Q default -n default@%h --concurrency $(WORKER_CONCURRENCY) -l info
+
+# One task at a time, nothing reserved ahead, a fresh child per task (frees GPU memory).
+gpu-worker: install
+	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.prod} exec $(VENV)/bin/celery \
+		-A config worker -Q gpu -n gpu@%h --concurrency 1 --prefetch-multiplier 1 \
+		--max-tasks-per-child 1 -l info
+
+# docker-compose.yml against the Compose schema, with Debian's docker-compose (no engine).
+/usr/bin/docker-compose:
+	command -v apt-get >/dev/null || { echo "need docker-compose: install Debian's docker-compose package"; exit 1; }
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null
+
+compose-check: /usr/bin/docker-compose
+	docker-compose --env-file .env.example -f docker-compose.yml config --quiet
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -6,8 +6,11 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
+from config.health import healthz
+
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("healthz", healthz, name="healthz"),
     path("api/v1/", include("annotation.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its start-up script as a file, so the page has no inline

@@ -10,4 +10,6 @@ urlpatterns = [
     path("", include("prm_training.api.urls")),
     path("", include("annotation.api.workspace_urls")),
     path("", include("annotation.api.review_urls")),
+    path("", include("annotation.api.gold_urls")),
+    path("", include("annotation.api.dashboard_urls")),
 ]

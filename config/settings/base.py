@@ -1,6 +1,7 @@
 """Settings shared by every profile. Everything that differs between machines comes
 from the environment; unset, it falls back to the embedded default (SQLite, tasks
 in-process), so a fresh checkout runs with nothing else installed."""
+
 import os
 from pathlib import Path
 
@@ -36,12 +37,16 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "csp",
     "annotation",
     "prm_training",
 ]
 
 MIDDLEWARE = [
+    # First: /healthz answers probes before host checks and the HTTPS redirect.
+    "config.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -82,6 +87,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE"}
     )
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Persistent connections (CONN_MAX_AGE above) plus server-side binding let psycopg 3
+    # prepare a statement once it has run `prepare_threshold` times on a connection, so
+    # PostgreSQL plans the queue's queries once per connection instead of on every
+    # request: planning cost more than running them. Django's default client-side
+    # binding never prepares. Set DATABASE_PREPARED_STATEMENTS=0 behind a pooler that
+    # cannot keep prepared statements (PgBouncer in transaction mode before 1.21).
+    if env_bool("DATABASE_PREPARED_STATEMENTS", True):
+        DATABASES["default"].setdefault("OPTIONS", {}).update(
+            {"server_side_binding": True, "prepare_threshold": 2}
+        )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -100,7 +116,10 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 # Django under /static/vendor/ (no CDN).
 STATICFILES_DIRS = [BASE_DIR / "static"] + [
     (f"vendor/{name}", path)
-    for name, path in (("katex", BASE_DIR / "node_modules" / "katex" / "dist"),)
+    for name, path in (
+        ("katex", BASE_DIR / "node_modules" / "katex" / "dist"),
+        ("chartjs", BASE_DIR / "node_modules" / "chart.js" / "dist"),
+    )
     if path.is_dir()
 ]
 STORAGES = {
@@ -115,9 +134,9 @@ LOGOUT_REDIRECT_URL = "login"
 REST_FRAMEWORK = {
     # Token first: an anonymous API call then gets 401 with `WWW-Authenticate: Token`
     # rather than a bare 403. The session still authenticates the pages' fetches, with
-    # DRF enforcing CSRF on them.
+    # DRF enforcing CSRF on them. The token class is DRF's with a cheaper lookup.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "annotation.api.authentication.FastTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -126,6 +145,10 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_THROTTLE_RATES": {"login": "10/min"},
+    # How many reverse proxies stand in front of gunicorn. DRF otherwise trusts the
+    # client's own X-Forwarded-For header, so a password guesser could dodge the login
+    # throttle by sending a new address each time. 0: count by the socket's address.
+    "NUM_PROXIES": int(os.environ.get("STEPLAB_NUM_PROXIES", "0")),
 }
 
 # The login throttle keeps its counters in the default cache. Per-process memory is enough
@@ -149,6 +172,14 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Choice sets used by several serializers get one schema name each, so run statuses,
+    # triggers and strategies do not collide with other "status" or "strategy" enums.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "prm_training.models.RunStatus",
+        "RunTriggerEnum": "prm_training.models.RunTrigger",
+        "AcquisitionStrategyEnum": "prm_training.models.AcquisitionStrategy",
+        "ScreeningStatusEnum": "annotation.models.ScreeningStatus",
+    },
 }
 
 # Celery. Without a broker URL, tasks run in-process (the embedded default).
@@ -157,13 +188,42 @@ CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_ROUTES = {"prm_training.tasks.*": {"queue": "gpu"}}
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# A run longer than the visibility timeout would be delivered twice by Redis: keep it
-# above the longest training run (the tasks are idempotent all the same).
-CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", str(12 * 3600)))
+# Routes match task names, not module paths ("prm_training.tasks.*" would match nothing).
+CELERY_TASK_ROUTES = {
+    "prm_training.train": {"queue": "gpu"},
+    "prm_training.score": {"queue": "gpu"},
 }
+# Each worker process reserves at most one message: a GPU worker busy with a six-hour
+# training run must not sit on the next run while another GPU worker idles. (With late
+# acks it holds only the message it runs.)
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Late acks only where a task says so (the PRM tasks, whose services claim their row
+# under a lock): a redelivered non-idempotent task would do its work twice.
+CELERY_TASK_ACKS_LATE = False
+# Time limits. Training and scoring get the long limit, everything else the short one;
+# the soft limit raises SoftTimeLimitExceeded in the task so it can fail its run cleanly
+# before the hard limit kills the process.
+STEPLAB_TASK_TIME_LIMIT = int(os.environ.get("STEPLAB_TASK_TIME_LIMIT", str(15 * 60)))
+STEPLAB_GPU_TASK_TIME_LIMIT = int(os.environ.get("STEPLAB_GPU_TASK_TIME_LIMIT", str(8 * 3600)))
+CELERY_TASK_TIME_LIMIT = STEPLAB_TASK_TIME_LIMIT
+CELERY_TASK_SOFT_TIME_LIMIT = max(STEPLAB_TASK_TIME_LIMIT - 60, 1)
+CELERY_TASK_ANNOTATIONS = {
+    name: {
+        "time_limit": STEPLAB_GPU_TASK_TIME_LIMIT,
+        "soft_time_limit": max(STEPLAB_GPU_TASK_TIME_LIMIT - 300, 1),
+    }
+    for name in ("prm_training.train", "prm_training.score")
+}
+# Redis redelivers a message not acknowledged within the visibility timeout. With late
+# acks a run still going past it would be delivered a second time, so it is kept above the
+# longest time limit (plus an hour's margin) whatever the environment asks for.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": max(
+        int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", str(12 * 3600))),
+        STEPLAB_GPU_TASK_TIME_LIMIT + 3600,
+    ),
+}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 
@@ -172,6 +232,28 @@ STEPLAB_IMPORT_MAX_UPLOAD_BYTES = int(
     os.environ.get("STEPLAB_IMPORT_MAX_UPLOAD_BYTES", str(2 * 1024**3))
 )
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+
+# Content-Security-Policy (django-csp): scripts only from our own origin, so text that
+# slips into a page as markup cannot run (invariant 7 holds twice). Styles allow
+# 'unsafe-inline' because KaTeX renders formulas as HTML with inline `style` attributes;
+# an inline style cannot run code. No CDN anywhere, so 'self' is the only source.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        # KaTeX's fonts and Swagger UI's icons come as files or data: URIs.
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        # Redoc builds its search index in a Web Worker started from a blob: URL.
+        "worker-src": ["'self'", "blob:"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 
 LOGGING = {

@@ -1,0 +1,169 @@
+"""CSRF on the HTML forms, the login form's throttle and the import's line-length limit.
+
+(The token endpoint's throttle, token revocation, CSRF on session API calls and the
+upload size limit are tested beside their code: tests/annotation/test_auth_api.py and
+tests/annotation/test_import_api.py.)"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+from annotation.importers import MAX_LINE_BYTES
+from annotation.models import Chain, ImportBatch, Role
+from tests.conftest import REPO_ROOT
+from tests.factories import MembershipFactory, ProjectFactory, UserFactory
+
+PASSWORD = "pass-1234"  # tests.factories.UserFactory's
+LOGIN_RATE = 10  # REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["login"] is "10/min"
+
+
+@pytest.fixture(autouse=True)
+def fresh_throttle() -> Iterator[None]:
+    cache.clear()
+    yield
+    cache.clear()
+
+
+# ------------------------------------------------------------------ CSRF
+
+
+def _csrf_client() -> tuple[Client, str]:
+    """A browser-like client that enforces CSRF, with the token from the login page."""
+    client = Client(enforce_csrf_checks=True)
+    page = client.get("/login/")
+    return client, page.cookies["csrftoken"].value
+
+
+@pytest.mark.django_db
+def test_login_form_without_the_csrf_token_is_403() -> None:
+    user = UserFactory()
+    client, _token = _csrf_client()
+    response = client.post("/login/", {"username": user.username, "password": PASSWORD})
+    assert response.status_code == 403
+    assert "_auth_user_id" not in client.session
+
+
+@pytest.mark.django_db
+def test_login_form_with_the_csrf_token_logs_in() -> None:
+    user = UserFactory()
+    client, token = _csrf_client()
+    response = client.post(
+        "/login/",
+        {"username": user.username, "password": PASSWORD, "csrfmiddlewaretoken": token},
+    )
+    assert response.status_code == 302
+    assert client.session["_auth_user_id"] == str(user.pk)
+
+
+@pytest.mark.django_db
+def test_logout_form_needs_the_csrf_token() -> None:
+    # Given: a logged-in session
+    user = UserFactory()
+    client, token = _csrf_client()
+    client.post(
+        "/login/",
+        {"username": user.username, "password": PASSWORD, "csrfmiddlewaretoken": token},
+    )
+    token = client.cookies["csrftoken"].value  # rotated at login
+    # When: another site posts to /logout/ without the token, nothing happens
+    assert client.post("/logout/").status_code == 403
+    assert client.get("/").status_code == 200
+    # When: the page's own form posts it with the token, the session ends
+    assert client.post("/logout/", {"csrfmiddlewaretoken": token}).status_code == 302
+    assert client.get("/").status_code == 302
+
+
+def test_every_post_form_in_the_templates_carries_the_csrf_token() -> None:
+    """Every `<form method="post">` renders `{% csrf_token %}` (forms that post through
+    the API from JavaScript send the X-CSRFToken header instead and use no method)."""
+    form = re.compile(r"<form\b[^>]*\bmethod=\"post\"[^>]*>(.*?)</form>", re.S | re.I)
+    offenders = []
+    templates = sorted((REPO_ROOT / "templates").rglob("*.html"))
+    assert templates
+    for path in templates:
+        for match in form.finditer(path.read_text()):
+            if "{% csrf_token %}" not in match.group(1):
+                offenders.append(str(path.relative_to(REPO_ROOT)))
+    assert offenders == []
+
+
+# ------------------------------------------------------------------ login throttle
+
+
+def _login(client: Client, username: str, password: str, address: str) -> Any:
+    return client.post("/login/", {"username": username, "password": password}, REMOTE_ADDR=address)
+
+
+@pytest.mark.django_db
+def test_the_login_form_is_throttled_per_address() -> None:
+    # Given: someone guessing a password from one address
+    user = UserFactory()
+    client = Client()
+    for _ in range(LOGIN_RATE):
+        assert _login(client, user.username, "wrong", "203.0.113.7").status_code == 200
+    # When: one more attempt comes, even with the right password
+    refused = _login(client, user.username, PASSWORD, "203.0.113.7")
+    # Then: it is refused with 429 and a message, and no session is made
+    assert refused.status_code == 429
+    assert b"Too many login attempts" in refused.content
+    assert "_auth_user_id" not in client.session
+    # And: a person at another address logs in as usual
+    other = Client()
+    assert _login(other, user.username, PASSWORD, "198.51.100.2").status_code == 302
+
+
+@pytest.mark.django_db
+def test_a_forged_forwarded_for_header_does_not_dodge_the_throttle() -> None:
+    user = UserFactory()
+    client = Client()
+    for attempt in range(LOGIN_RATE):
+        response = client.post(
+            "/login/",
+            {"username": user.username, "password": "wrong"},
+            REMOTE_ADDR="203.0.113.9",
+            HTTP_X_FORWARDED_FOR=f"10.0.0.{attempt}",
+        )
+        assert response.status_code == 200
+    refused = client.post(
+        "/login/",
+        {"username": user.username, "password": PASSWORD},
+        REMOTE_ADDR="203.0.113.9",
+        HTTP_X_FORWARDED_FOR="10.0.0.250",
+    )
+    assert refused.status_code == 429
+
+
+# ------------------------------------------------------------------ import line length
+
+
+@pytest.mark.django_db
+def test_an_import_line_over_the_limit_is_rejected_with_its_line_number() -> None:
+    # Given: a lead and a file whose second line is one byte over the line limit
+    project = ProjectFactory()
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    first = b'{"problem": "What is 2+2?", "steps": ["2+2=4"]}\n'
+    prefix = b'{"problem": "long", "steps": ["'
+    suffix = b'"]}'
+    long_line = prefix + b"x" * (MAX_LINE_BYTES + 1 - len(prefix) - len(suffix)) + suffix
+    assert len(long_line) == MAX_LINE_BYTES + 1
+    content = first + long_line + b"\n" + first.replace(b"2", b"3")
+    client = Client()
+    client.force_login(lead)
+    # When: it is uploaded
+    response = client.post(
+        f"/api/v1/projects/{project.pk}/imports/",
+        {"file": SimpleUploadedFile("chains.jsonl", content, "application/jsonl")},
+    )
+    # Then: the file is refused whole, naming line 2 and why
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"] == [
+        {"line": 2, "reason": f"line longer than {MAX_LINE_BYTES} bytes"}
+    ]
+    assert (ImportBatch.objects.count(), Chain.objects.count()) == (0, 0)

@@ -1,0 +1,261 @@
+"""Who may do what: every URL pattern of the project × every method its view answers ×
+five callers, with the status each must get (invariant 6).
+
+The callers: anonymous, and on project P an annotator, a lead and an ML staff member,
+plus an outsider who leads another project. Every id in the URL (project, assignment,
+chain, training run, model version, scoring run, member) belongs to P, so for the
+outsider each one is a foreign id and must be a 404, never a 403 or a leak.
+
+The matrix is the list of record: `test_every_url_is_in_the_matrix` walks the URL
+resolver and fails when a route or a method is missing here, so a new endpoint cannot
+ship without someone deciding who may call it. Admin and static files are exempt (Django
+admin checks `is_staff` itself; they are listed in EXEMPT).
+
+Statuses: a number is exact. OK means the caller got past every access check: the
+request reached the view's own logic, which may still answer 400 (the matrix sends
+empty bodies), 409 or 415, but never 401, 403, 404 or a 5xx."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from annotation.models import Assignment, Role, Snapshot, Step
+from prm_training.models import ModelVersion, RunStatus, ScoringRun, TrainingRun
+from tests.factories import ChainFactory, MembershipFactory, ProjectFactory
+
+OK = "ok"
+ROLES = ("anonymous", "annotator", "lead", "ml", "outsider")
+# Where a view reached its own logic with an empty body: not an access decision.
+OK_STATUSES = {200, 201, 202, 204, 400, 409, 415}
+
+# Route names (or path prefixes) deliberately outside the matrix, with the reason.
+EXEMPT = {
+    "admin": "Django admin: its own is_staff check, tested in tests/annotation/test_admin.py",
+}
+
+# Shorthands for common rows: (anonymous, annotator, lead, ml, outsider).
+API_MEMBERS = (401, OK, OK, OK, 404)
+API_LEADS = (401, 403, OK, 403, 404)
+API_ML = (401, 403, 403, OK, 404)
+API_ML_AND_LEADS = (401, 403, OK, OK, 404)
+PAGE_MEMBERS = (302, 200, 200, 200, 404)
+# An assignment is its annotator's own: anyone else, in the project or not, gets 404.
+API_OWN_ASSIGNMENT = (401, OK, 404, 404, 404)
+
+MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
+    # ---------------------------------------------------------------- service
+    "healthz": {"get": (200, 200, 200, 200, 200), "post": (405, 405, 405, 405, 405)},
+    # ---------------------------------------------------------------- auth
+    "api-auth-token": {"post": (400, 400, 400, 400, 400), "delete": (401, 204, 204, 204, 204)},
+    "login": {
+        "get": (200, 302, 302, 302, 302),
+        "post": (200, 302, 302, 302, 302),
+        "put": (200, 302, 302, 302, 302),
+    },
+    "logout": {"post": (302, 302, 302, 302, 302)},
+    # ---------------------------------------------------------------- projects
+    # Creating a project is for site staff; none of these callers is staff.
+    "api-projects": {"get": (401, 200, 200, 200, 200), "post": (401, 403, 403, 403, 403)},
+    "api-project": {"get": API_MEMBERS, "patch": API_LEADS},
+    # Members see who else is on the project (the overview page shows it too).
+    "api-project-members": {"get": API_MEMBERS, "post": API_LEADS},
+    "api-project-member": {"delete": API_LEADS},
+    "api-project-imports": {"post": API_LEADS},
+    "api-project-dashboard": {"get": API_LEADS},
+    # ---------------------------------------------------------------- labeling queue
+    "assignment-next": {"post": API_MEMBERS},
+    "assignment-prefetch": {"post": API_MEMBERS},
+    "assignment-submit": {"post": API_OWN_ASSIGNMENT},
+    "assignment-renew": {"post": API_OWN_ASSIGNMENT},
+    "assignment-skip": {"post": API_OWN_ASSIGNMENT},
+    "assignment-flag": {"post": API_OWN_ASSIGNMENT},
+    "assignment-submit-and-next": {"post": API_OWN_ASSIGNMENT},
+    "project-my-stats": {"get": API_MEMBERS},
+    # ---------------------------------------------------------------- datasets
+    # ML staff read the snapshots they train on; only leads freeze new ones.
+    "api-project-snapshots": {"get": API_ML_AND_LEADS, "post": API_LEADS},
+    "api-project-export": {"get": API_LEADS},
+    # ---------------------------------------------------------------- review and gold
+    "api-project-disagreements": {"get": API_LEADS},
+    "api-project-agreement": {"get": API_ML_AND_LEADS},
+    "api-chain-labels": {"get": API_LEADS},
+    "api-chain-adjudicate": {"post": API_LEADS},
+    "api-gold-chains": {"get": API_LEADS},
+    "api-gold-mark": {"post": API_LEADS},
+    "api-gold-unmark": {"post": API_LEADS},
+    "api-gold-from-import": {"post": API_LEADS},
+    "api-gold-scores": {"get": API_LEADS},
+    "api-gold-screening-reset": {"post": API_LEADS},
+    # ---------------------------------------------------------------- PRM loop
+    "api-training-runs": {"get": API_ML_AND_LEADS, "post": API_ML},
+    "api-training-run": {"get": API_ML_AND_LEADS},
+    "api-training-run-cancel": {"post": API_ML},
+    "api-model-versions": {"get": API_ML_AND_LEADS},
+    "api-model-version-activate": {"post": API_ML},
+    "api-training-settings": {"get": API_ML_AND_LEADS, "patch": API_ML},
+    "api-scoring-runs": {"get": API_ML_AND_LEADS, "post": API_ML},
+    "api-scoring-run": {"get": API_ML_AND_LEADS},
+    # ---------------------------------------------------------------- API docs
+    "schema": {"get": (200, 200, 200, 200, 200)},
+    "api-docs": {"get": (200, 200, 200, 200, 200)},
+    "api-redoc": {"get": (200, 200, 200, 200, 200)},
+    # ---------------------------------------------------------------- pages
+    "home": {"get": (302, 200, 200, 200, 200)},
+    "project-overview": {"get": PAGE_MEMBERS},
+    "label-workspace": {"get": PAGE_MEMBERS},
+    "review-page": {"get": (302, 403, 200, 403, 404)},
+    "project-models": {"get": (302, 403, 200, 200, 404)},
+}
+
+
+# ------------------------------------------------------------------ the URL resolver
+
+
+def _walk(patterns: list[Any], prefix: str = "") -> Iterator[tuple[str, URLPattern]]:
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            yield from _walk(pattern.url_patterns, prefix + str(pattern.pattern))
+        else:
+            yield prefix + str(pattern.pattern), pattern
+
+
+def _exempt(route: str, name: str | None) -> bool:
+    return any(route.startswith(f"{key}/") or name == key for key in EXEMPT)
+
+
+def _view_methods(pattern: URLPattern) -> set[str]:
+    """The methods the view answers (besides HEAD and OPTIONS). Function views say it
+    through ``require_GET``/``require_POST``-style decorators we cannot see, so they
+    declare GET unless the matrix lists more."""
+    view = pattern.callback
+    cls = getattr(view, "view_class", None) or getattr(view, "cls", None)
+    if cls is None:
+        return {"get"}
+    return {m for m in cls.http_method_names if m not in ("head", "options") and hasattr(cls, m)}
+
+
+def _routes() -> dict[str, tuple[str, URLPattern]]:
+    routes: dict[str, tuple[str, URLPattern]] = {}
+    for route, pattern in _walk(get_resolver().url_patterns):
+        if _exempt(route, pattern.name):
+            continue
+        routes[pattern.name or route] = (route, pattern)
+    return routes
+
+
+def test_every_url_is_in_the_matrix() -> None:
+    routes = _routes()
+    unnamed = [key for key, (route, pattern) in routes.items() if pattern.name is None]
+    assert unnamed == [], f"give these routes a name so the matrix can list them: {unnamed}"
+    missing = sorted(set(routes) - set(MATRIX))
+    assert missing == [], f"new URLs with no row in MATRIX (decide who may call them): {missing}"
+    stale = sorted(set(MATRIX) - set(routes))
+    assert stale == [], f"MATRIX rows for URLs that no longer exist: {stale}"
+    for name, (_route, pattern) in routes.items():
+        unlisted = _view_methods(pattern) - set(MATRIX[name])
+        assert not unlisted, f"{name}: methods {sorted(unlisted)} are not in MATRIX"
+
+
+# ------------------------------------------------------------------ the world
+
+
+@pytest.fixture
+def world(db: Any) -> dict[str, Any]:
+    """Project P with an annotator, a lead and an ML member; an outsider leading Q; one
+    object of each kind in P that a URL can name."""
+    project = ProjectFactory()
+    users = {
+        role: MembershipFactory(project=project, role=getattr(Role, role.upper())).user
+        for role in ("annotator", "lead", "ml")
+    }
+    users["outsider"] = MembershipFactory(project=ProjectFactory(), role=Role.LEAD).user
+    chain = ChainFactory(project=project)
+    assignment = Assignment.objects.create(
+        project=project,
+        chain=chain,
+        annotator=users["annotator"],
+        expires_at=timezone.now() + timedelta(hours=1),
+    )
+    run = TrainingRun.objects.create(project=project, status=RunStatus.QUEUED)
+    snapshot = Snapshot.objects.create(project=project, version=1, content_hash="matrix")
+    version = ModelVersion.objects.create(
+        project=project,
+        training_run=TrainingRun.objects.create(project=project, status=RunStatus.SUCCEEDED),
+        snapshot=snapshot,
+        version=1,
+        checkpoint_dir="/nonexistent",
+        metrics={},
+    )
+    scoring = ScoringRun.objects.create(
+        project=project, model_version=version, strategy="uncertainty"
+    )
+    ids = {
+        "project_id": project.pk,
+        "assignment_id": assignment.pk,
+        "chain_id": chain.pk,
+        "run_id": run.pk,
+        "version_id": version.pk,
+        "scoring_run_id": scoring.pk,
+        "user_id": users["annotator"].pk,
+    }
+    return {"users": users, "ids": ids}
+
+
+def _body(name: str, ids: dict[str, int]) -> dict[str, Any]:
+    """A well-formed body where the view validates before it looks the object up, so
+    the access decision, not the validation, answers."""
+    if name in ("assignment-submit", "assignment-submit-and-next"):
+        steps = Step.objects.filter(chain_id=ids["chain_id"]).order_by("index")
+        return {"ratings": [{"step": step.pk, "rating": 1} for step in steps]}
+    if name in ("assignment-skip", "assignment-flag"):
+        return {"reason": "security matrix"}
+    return {}
+
+
+def _client(world: dict[str, Any], role: str) -> APIClient:
+    client = APIClient()
+    if role != "anonymous":
+        client.force_login(world["users"][role])
+    return client
+
+
+def _url(name: str, ids: dict[str, int]) -> str:
+    route, pattern = _routes()[name]
+    kwargs = {key: ids[key] for key in pattern.pattern.converters}
+    return reverse(name, kwargs=kwargs)
+
+
+CASES = [
+    pytest.param(name, method, index, id=f"{name}-{method}-{role}")
+    for name, methods in MATRIX.items()
+    for method in methods
+    for index, role in enumerate(ROLES)
+]
+
+
+@pytest.mark.parametrize(("name", "method", "role_index"), CASES)
+def test_status_for_each_role(
+    world: dict[str, Any], name: str, method: str, role_index: int
+) -> None:
+    role = ROLES[role_index]
+    expected = MATRIX[name][method][role_index]
+    url = _url(name, world["ids"])
+    client = _client(world, role)
+    send = getattr(client, method)
+    if method in ("post", "patch", "put"):
+        response = send(url, _body(name, world["ids"]), format="json")
+    else:
+        response = send(url)
+    status = response.status_code
+    if expected == OK:
+        assert status in OK_STATUSES, f"{role} {method.upper()} {url}: {status}"
+    else:
+        assert status == expected, f"{role} {method.upper()} {url}: {status}, not {expected}"
+    assert status < 500
