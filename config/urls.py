@@ -20,3 +20,6 @@ urlpatterns = [
     path("", include("prm_training.urls")),
     path("", include("annotation.urls")),
 ]
+
+# A lost database connection answers 503 + Retry-After rather than 500 (config/errors.py).
+handler500 = "config.errors.server_error"
