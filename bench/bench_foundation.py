@@ -981,17 +981,9 @@ def report_rows(report: dict) -> list[Row]:
     return rows
 
 
-def table_render(*, report: dict, rows: Sequence[Row]) -> str:
-    cfg = report["config"]
-    header = (
-        f"{TITLE}: {cfg['chains']:,} chains x {cfg['steps']} steps "
-        f"({cfg['chains'] * cfg['steps']:,} steps), overlap {cfg['overlap']}, "
-        f"gunicorn {cfg['workers']} sync workers, {cfg['seconds']:g} s per client count, "
-        f"{report['machine']['cpus']} CPUs, {report['machine']['postgres']}"
-    )
-    cells = [("metric", "value", "target", "ok")] + [
-        (r.metric, r.value, r.target, "" if r.ok is None else ("✓" if r.ok else "✗")) for r in rows
-    ]
+def table_text(*, header: str, cells: Sequence[Sequence[str]]) -> str:
+    """``header``, a blank line, then ``cells`` (a heading row first, then metric, value,
+    target, ok) in aligned columns, the values right-aligned."""
     widths = [max(len(cell[i]) for cell in cells) for i in range(4)]
     lines = [header, ""]
     for n, cell in enumerate(cells):
@@ -1004,6 +996,20 @@ def table_render(*, report: dict, rows: Sequence[Row]) -> str:
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def table_render(*, report: dict, rows: Sequence[Row]) -> str:
+    cfg = report["config"]
+    header = (
+        f"{TITLE}: {cfg['chains']:,} chains x {cfg['steps']} steps "
+        f"({cfg['chains'] * cfg['steps']:,} steps), overlap {cfg['overlap']}, "
+        f"gunicorn {cfg['workers']} sync workers, {cfg['seconds']:g} s per client count, "
+        f"{report['machine']['cpus']} CPUs, {report['machine']['postgres']}"
+    )
+    cells = [("metric", "value", "target", "ok")] + [
+        (r.metric, r.value, r.target, "" if r.ok is None else ("✓" if r.ok else "✗")) for r in rows
+    ]
+    return table_text(header=header, cells=cells)
 
 
 # --------------------------------------------------------------------------- main

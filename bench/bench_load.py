@@ -55,6 +55,7 @@ from bench_foundation import (  # noqa: E402 - the sibling script, found through
     django_setup,
     gunicorn_running,
     load_run,
+    table_text,
 )
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/steplab_bench_load"
@@ -351,18 +352,7 @@ def table_render(report: dict) -> str:
         f"workers, {os.cpu_count()} CPUs, {report['postgres']}"
     )
     cells = [("metric", "value", "target", "ok"), *rows]
-    widths = [max(len(cell[i]) for cell in cells) for i in range(4)]
-    lines = [header, ""]
-    for n, cell in enumerate(cells):
-        lines.append(
-            "  ".join(
-                text.rjust(widths[i]) if i == 1 else text.ljust(widths[i])
-                for i, text in enumerate(cell)
-            ).rstrip()
-        )
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return table_text(header=header, cells=cells)
 
 
 def _say(message: str) -> None:

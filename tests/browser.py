@@ -4,9 +4,12 @@ benchmark. Never a downloaded browser: ``playwright install`` is not part of the
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from playwright.sync_api import Browser, Page, Playwright
+from django.core.cache import cache
+from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
 CHROMIUM = Path(os.environ.get("STEPLAB_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -24,6 +27,51 @@ ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 
 def chromium_launch(*, playwright: Playwright) -> Browser:
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+
+
+@contextmanager
+def chromium_running() -> Iterator[Browser]:
+    """Chromium for a test module's ``browser`` fixture, closed at the end."""
+    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls
+    # in the same thread are still synchronous, so Django's async guard must stand aside.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        launched = chromium_launch(playwright=playwright)
+        yield launched
+        launched.close()
+
+
+@contextmanager
+def page_watched(
+    *,
+    browser: Browser,
+    width: int,
+    height: int,
+    accept_downloads: bool | None = None,
+    csp_errors: bool = False,
+) -> Iterator[Page]:
+    """A fresh page for one test; on the way out, asserts that no JavaScript error (and,
+    with ``csp_errors``, no Content-Security-Policy violation) reached the console."""
+    cache.clear()  # the login throttle counts per address, and every test logs in
+    context = browser.new_context(
+        viewport={"width": width, "height": height}, accept_downloads=accept_downloads
+    )
+    context.set_default_timeout(15_000)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    if csp_errors:
+        opened.on(
+            "console",
+            lambda message: (
+                errors.append(message.text)
+                if message.type == "error" and "Content Security Policy" in message.text
+                else None
+            ),
+        )
+    yield opened
+    context.close()
+    assert errors == [], f"JavaScript errors on the page: {errors}"
 
 
 def page_login(*, page: Page, base_url: str, username: str, password: str = PASSWORD) -> None:

@@ -1,6 +1,8 @@
 """factory_boy factories for the annotation app."""
 from __future__ import annotations
 
+from typing import Any
+
 import factory
 from django.contrib.auth import get_user_model
 
@@ -104,3 +106,21 @@ def annotation_with_ratings(
         if label is not None
     )
     return annotation
+
+
+def scoring_run_with_model_version(*, project: Project, content_hash: str) -> Any:
+    """A ScoringRun of a ModelVersion of ``project`` (its snapshot, version 1, and a
+    succeeded training run; no checkpoint on disk): rows a URL can name, not a model."""
+    from annotation.models import Snapshot
+    from prm_training.models import ModelVersion, RunStatus, ScoringRun, TrainingRun
+
+    snapshot = Snapshot.objects.create(project=project, version=1, content_hash=content_hash)
+    version = ModelVersion.objects.create(
+        project=project,
+        training_run=TrainingRun.objects.create(project=project, status=RunStatus.SUCCEEDED),
+        snapshot=snapshot,
+        version=1,
+        checkpoint_dir="/nonexistent",
+        metrics={},
+    )
+    return ScoringRun.objects.create(project=project, model_version=version, strategy="uncertainty")

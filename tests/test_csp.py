@@ -6,16 +6,15 @@ Redoc and the Django admin)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.core.cache import cache
-from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page
 
 from annotation.models import Chain, Role, Step
-from tests.browser import CHROMIUM, chromium_launch, page_login, workspace_open
+from tests.browser import CHROMIUM, chromium_running, page_login, workspace_open
 from tests.conftest import IN_CI
 from tests.factories import MembershipFactory, ProblemFactory, ProjectFactory, UserFactory
 
@@ -85,11 +84,8 @@ def browser() -> Iterator[Browser]:
         if IN_CI:
             pytest.fail(f"{CHROMIUM} is missing in CI (make test installs Debian's chromium)")
         pytest.skip("Debian's chromium is not installed (make test installs it)")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        launched = chromium_launch(playwright=playwright)
+    with chromium_running() as launched:
         yield launched
-        launched.close()
 
 
 class _Watched:

@@ -24,10 +24,15 @@ from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 
-from annotation.models import Assignment, Role, Snapshot
+from annotation.models import Assignment, Role
 from config.wsgi import application
-from prm_training.models import ModelVersion, RunStatus, ScoringRun, TrainingRun
-from tests.factories import ChainFactory, MembershipFactory, ProjectFactory
+from prm_training.models import RunStatus, TrainingRun
+from tests.factories import (
+    ChainFactory,
+    MembershipFactory,
+    ProjectFactory,
+    scoring_run_with_model_version,
+)
 
 MAX_EXAMPLES = int(os.environ.get("STEPLAB_FUZZ_EXAMPLES", "10"))
 
@@ -63,19 +68,8 @@ def seeded(request: Any, db: Any) -> dict[str, Any]:
         annotator=caller,
         expires_at=timezone.now() + timedelta(hours=1),
     )
-    snapshot = Snapshot.objects.create(project=project, version=1, content_hash="fuzz")
-    version = ModelVersion.objects.create(
-        project=project,
-        training_run=TrainingRun.objects.create(project=project, status=RunStatus.SUCCEEDED),
-        snapshot=snapshot,
-        version=1,
-        checkpoint_dir="/nonexistent",
-        metrics={},
-    )
+    scoring = scoring_run_with_model_version(project=project, content_hash="fuzz")
     run = TrainingRun.objects.create(project=project, status=RunStatus.QUEUED)
-    scoring = ScoringRun.objects.create(
-        project=project, model_version=version, strategy="uncertainty"
-    )
     token = Token.objects.create(user=caller)
     return {
         "headers": {"Authorization": f"Token {token.key}"},
@@ -85,7 +79,7 @@ def seeded(request: Any, db: Any) -> dict[str, Any]:
             "assignment_id": lease.pk,
             "chain_id": chain.pk,
             "run_id": run.pk,
-            "version_id": version.pk,
+            "version_id": scoring.model_version_id,
             "scoring_run_id": scoring.pk,
             "user_id": annotator.pk,
         },

@@ -26,9 +26,14 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from annotation.models import Assignment, Role, Snapshot, Step
-from prm_training.models import ModelVersion, RunStatus, ScoringRun, TrainingRun
-from tests.factories import ChainFactory, MembershipFactory, ProjectFactory
+from annotation.models import Assignment, Role, Step
+from prm_training.models import RunStatus, TrainingRun
+from tests.factories import (
+    ChainFactory,
+    MembershipFactory,
+    ProjectFactory,
+    scoring_run_with_model_version,
+)
 
 OK = "ok"
 ROLES = ("anonymous", "annotator", "lead", "ml", "outsider")
@@ -184,24 +189,13 @@ def world(db: Any) -> dict[str, Any]:
         expires_at=timezone.now() + timedelta(hours=1),
     )
     run = TrainingRun.objects.create(project=project, status=RunStatus.QUEUED)
-    snapshot = Snapshot.objects.create(project=project, version=1, content_hash="matrix")
-    version = ModelVersion.objects.create(
-        project=project,
-        training_run=TrainingRun.objects.create(project=project, status=RunStatus.SUCCEEDED),
-        snapshot=snapshot,
-        version=1,
-        checkpoint_dir="/nonexistent",
-        metrics={},
-    )
-    scoring = ScoringRun.objects.create(
-        project=project, model_version=version, strategy="uncertainty"
-    )
+    scoring = scoring_run_with_model_version(project=project, content_hash="matrix")
     ids = {
         "project_id": project.pk,
         "assignment_id": assignment.pk,
         "chain_id": chain.pk,
         "run_id": run.pk,
-        "version_id": version.pk,
+        "version_id": scoring.model_version_id,
         "scoring_run_id": scoring.pk,
         "user_id": users["annotator"].pk,
     }

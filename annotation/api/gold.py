@@ -7,6 +7,7 @@ gold is the aggregate in their own my-stats."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -106,6 +107,26 @@ def _mark_response(chains: list[Chain]) -> Response:
     return Response(GoldMarkOutputSerializer({"chain_ids": ids, "count": len(ids)}).data)
 
 
+CHAINS_CHANGE_RESPONSES = {
+    200: GoldMarkOutputSerializer,
+    400: INVALID,
+    403: NOT_A_LEAD,
+    404: NOT_A_MEMBER,
+}
+
+
+def _chains_change(
+    *, request: Request, project_id: int, service: Callable[..., list[Chain]]
+) -> Response:
+    """Mark or unmark (``service``) the chains a lead named in the body."""
+    project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+    data = GoldMarkInputSerializer(data=request.data)
+    data.is_valid(raise_exception=True)
+    with service_errors_as_400():
+        chains = service(project=project, chain_ids=data.validated_data["chain_ids"])
+    return _mark_response(chains)
+
+
 class GoldMarkApi(APIView):
     @extend_schema(
         tags=["gold"],
@@ -115,15 +136,10 @@ class GoldMarkApi(APIView):
         "labels; a chain with neither is refused (400, nothing marked). Marking a gold chain "
         "again refreshes its answer key.",
         request=GoldMarkInputSerializer,
-        responses={200: GoldMarkOutputSerializer, 400: INVALID, 403: NOT_A_LEAD, 404: NOT_A_MEMBER},
+        responses=CHAINS_CHANGE_RESPONSES,
     )
     def post(self, request: Request, project_id: int) -> Response:
-        project = project_for_request(request=request, project_id=project_id, roles=LEADS)
-        data = GoldMarkInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        with service_errors_as_400():
-            chains = gold_mark(project=project, chain_ids=data.validated_data["chain_ids"])
-        return _mark_response(chains)
+        return _chains_change(request=request, project_id=project_id, service=gold_mark)
 
 
 class GoldUnmarkApi(APIView):
@@ -133,15 +149,10 @@ class GoldUnmarkApi(APIView):
         summary="Return gold chains to ordinary work (leads only)",
         description="The passes made over them while gold now count toward the overlap.",
         request=GoldMarkInputSerializer,
-        responses={200: GoldMarkOutputSerializer, 400: INVALID, 403: NOT_A_LEAD, 404: NOT_A_MEMBER},
+        responses=CHAINS_CHANGE_RESPONSES,
     )
     def post(self, request: Request, project_id: int) -> Response:
-        project = project_for_request(request=request, project_id=project_id, roles=LEADS)
-        data = GoldMarkInputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        with service_errors_as_400():
-            chains = gold_unmark(project=project, chain_ids=data.validated_data["chain_ids"])
-        return _mark_response(chains)
+        return _chains_change(request=request, project_id=project_id, service=gold_unmark)
 
 
 class GoldFromImportApi(APIView):

@@ -28,7 +28,35 @@ class _RejectUnknownFieldsMixin:
         return attrs
 
 
-class ProjectCreateInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+# The optional import and gold settings, which create and update take alike. A comment,
+# not a docstring: drf-spectacular would show a docstring as both schemas' description.
+class _ProjectSettingsInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+    import_labels = serializers.ChoiceField(
+        choices=ImportLabels.choices,
+        required=False,
+        help_text="How labels that came in with an import count toward consensus.",
+    )
+    gold_rate = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="Share of claims that get a gold chain while the annotator has unseen ones.",
+    )
+    screening_chains = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1000,
+        help_text="Gold chains an annotator must pass before real work; 0: no screening.",
+    )
+    screening_pass_accuracy = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="Step accuracy on the screening chains needed to pass.",
+    )
+
+
+class ProjectCreateInputSerializer(_ProjectSettingsInputSerializer):
     name = serializers.CharField(max_length=200)
     overlap = serializers.IntegerField(min_value=1, max_value=50)
     labeling_mode = serializers.ChoiceField(choices=LabelingMode.choices)
@@ -40,61 +68,15 @@ class ProjectCreateInputSerializer(_RejectUnknownFieldsMixin, serializers.Serial
         choices=StepSplit.choices, required=False, default=StepSplit.NEWLINE
     )
     show_reference_answer = serializers.BooleanField(required=False, default=True)
-    import_labels = serializers.ChoiceField(
-        choices=ImportLabels.choices,
-        required=False,
-        help_text="How labels that came in with an import count toward consensus.",
-    )
-    gold_rate = serializers.FloatField(
-        required=False,
-        min_value=0.0,
-        max_value=1.0,
-        help_text="Share of claims that get a gold chain while the annotator has unseen ones.",
-    )
-    screening_chains = serializers.IntegerField(
-        required=False,
-        min_value=0,
-        max_value=1000,
-        help_text="Gold chains an annotator must pass before real work; 0: no screening.",
-    )
-    screening_pass_accuracy = serializers.FloatField(
-        required=False,
-        min_value=0.0,
-        max_value=1.0,
-        help_text="Step accuracy on the screening chains needed to pass.",
-    )
 
 
-class ProjectUpdateInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+class ProjectUpdateInputSerializer(_ProjectSettingsInputSerializer):
     guidelines = serializers.CharField(required=False, allow_blank=True)
     overlap = serializers.IntegerField(required=False, min_value=1, max_value=50)
     labeling_mode = serializers.ChoiceField(choices=LabelingMode.choices, required=False)
     lease_minutes = serializers.IntegerField(required=False, min_value=1, max_value=24 * 60)
     step_split = serializers.ChoiceField(choices=StepSplit.choices, required=False)
     show_reference_answer = serializers.BooleanField(required=False)
-    import_labels = serializers.ChoiceField(
-        choices=ImportLabels.choices,
-        required=False,
-        help_text="How labels that came in with an import count toward consensus.",
-    )
-    gold_rate = serializers.FloatField(
-        required=False,
-        min_value=0.0,
-        max_value=1.0,
-        help_text="Share of claims that get a gold chain while the annotator has unseen ones.",
-    )
-    screening_chains = serializers.IntegerField(
-        required=False,
-        min_value=0,
-        max_value=1000,
-        help_text="Gold chains an annotator must pass before real work; 0: no screening.",
-    )
-    screening_pass_accuracy = serializers.FloatField(
-        required=False,
-        min_value=0.0,
-        max_value=1.0,
-        help_text="Step accuracy on the screening chains needed to pass.",
-    )
 
 
 class ProjectProgressSerializer(serializers.Serializer):

@@ -9,20 +9,8 @@
 
 (function () {
   const config = JSON.parse(document.getElementById("review-config").textContent);
-  const api = window.Steplab.api;
-  const RATING_KEYS = { "1": 1, "+": 1, "2": 0, "0": 0, "3": -1, "-": -1 };
+  const { api, renderMath, RATING_KEYS } = window.Steplab;
   const SYMBOL = { 1: "+1", 0: "0", "-1": "−1" };
-  const KATEX_OPTIONS = {
-    delimiters: [
-      { left: "$$", right: "$$", display: true },
-      { left: "\\[", right: "\\]", display: true },
-      { left: "\\(", right: "\\)", display: false },
-      { left: "$", right: "$", display: false },
-    ],
-    throwOnError: false,
-    trust: false,
-    strict: "ignore",
-  };
 
   const $ = (id) => document.getElementById(id);
   const root = $("review");
@@ -59,13 +47,6 @@
     if (text !== undefined && text !== null) node.textContent = text;
     if (className) node.className = className;
     return node;
-  }
-
-  function renderMath(element, text) {
-    element.textContent = text;
-    if (typeof window.renderMathInElement === "function") {
-      window.renderMathInElement(element, KATEX_OPTIONS);
-    }
   }
 
   let messageTimer = null;

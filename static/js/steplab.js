@@ -4,6 +4,31 @@
 "use strict";
 
 (function () {
+  // The rating keys of the workspace and the review page: 1/+ correct, 2/0 ambiguous,
+  // 3/- incorrect.
+  const RATING_KEYS = Object.freeze({ "1": 1, "+": 1, "2": 0, "0": 0, "3": -1, "-": -1 });
+  const KATEX_OPTIONS = {
+    delimiters: [
+      { left: "$$", right: "$$", display: true },
+      { left: "\\[", right: "\\]", display: true },
+      { left: "\\(", right: "\\)", display: false },
+      { left: "$", right: "$", display: false },
+    ],
+    throwOnError: false,
+    trust: false,
+    strict: "ignore",
+  };
+
+  // Put ``text`` in ``element`` as text, then let KaTeX (trust off) turn $...$ into math;
+  // a formula it cannot parse stays as source. ``raw``: leave the source as it is. KaTeX's
+  // auto-render is loaded (deferred) by the pages that show math, after this file.
+  function renderMath(element, text, raw = false) {
+    element.textContent = text;
+    if (!raw && typeof window.renderMathInElement === "function") {
+      window.renderMathInElement(element, KATEX_OPTIONS);
+    }
+  }
+
   function csrfToken() {
     const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
     return match ? decodeURIComponent(match[1]) : "";
@@ -34,5 +59,5 @@
     return data;
   }
 
-  window.Steplab = Object.freeze({ api, csrfToken });
+  window.Steplab = Object.freeze({ api, csrfToken, renderMath, RATING_KEYS });
 })();

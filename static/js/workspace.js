@@ -15,23 +15,11 @@
 
 (function () {
   const config = JSON.parse(document.getElementById("workspace-config").textContent);
-  const api = window.Steplab.api;
+  const { api, RATING_KEYS } = window.Steplab;
   const FIRST_ERROR = config.labelingMode === "first_error";
   const STORAGE_PREFIX = "steplab:assignment:";
   const STORAGE_MAX_AGE_MS = 14 * 24 * 3600 * 1000;
-  const RATING_KEYS = { "1": 1, "+": 1, "2": 0, "0": 0, "3": -1, "-": -1 };
   const RATING_LABELS = { 1: "correct", 0: "ambiguous", "-1": "incorrect" };
-  const KATEX_OPTIONS = {
-    delimiters: [
-      { left: "$$", right: "$$", display: true },
-      { left: "\\[", right: "\\]", display: true },
-      { left: "\\(", right: "\\)", display: false },
-      { left: "$", right: "$", display: false },
-    ],
-    throwOnError: false,
-    trust: false,
-    strict: "ignore",
-  };
   const SKIP_PRESETS = ["Outside my expertise", "Too long to grade now", "Problem is unclear"];
   const FLAG_PRESETS = ["Garbled or truncated text", "Steps split wrongly", "Problem is missing"];
 
@@ -206,10 +194,7 @@
   // --- rendering ---------------------------------------------------------------------------
 
   function renderMath(element, text) {
-    element.textContent = text;
-    if (!showRaw && typeof window.renderMathInElement === "function") {
-      window.renderMathInElement(element, KATEX_OPTIONS);
-    }
+    window.Steplab.renderMath(element, text, showRaw);
   }
 
   function el(tag, className, text) {

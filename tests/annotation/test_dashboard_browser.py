@@ -4,18 +4,16 @@ every chart from the dashboard API, and the snapshot and export buttons work."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from datetime import datetime, time, timedelta
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 from django.utils import timezone
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from annotation.models import Annotation, Chain, Role, Snapshot
-from tests.browser import ARTIFACTS, chromium_launch, page_login
+from tests.browser import ARTIFACTS, page_login, page_watched
 from tests.factories import (
     ChainFactory,
     MembershipFactory,
@@ -41,28 +39,10 @@ READ_CHARTS = """(ids) => ids.map((id) => {
 })"""
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls
-    # in the same thread are still synchronous, so Django's async guard must stand aside.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        launched = chromium_launch(playwright=playwright)
-        yield launched
-        launched.close()
-
-
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    cache.clear()  # the login throttle counts per address, and every test logs in
-    context = browser.new_context(viewport={"width": 1280, "height": 1000}, accept_downloads=True)
-    context.set_default_timeout(15_000)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    yield opened
-    context.close()
-    assert errors == [], f"JavaScript errors on the page: {errors}"
+    with page_watched(browser=browser, width=1280, height=1000, accept_downloads=True) as opened:
+        yield opened
 
 
 def test_dashboard_draws_every_chart_and_exports(live_server: Any, page: Page) -> None:

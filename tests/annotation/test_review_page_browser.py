@@ -5,16 +5,14 @@ database as a new revision and shows in the history with who and when."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.cache import cache
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import Annotation, AnnotationSource, Chain, Role
-from tests.browser import ARTIFACTS, chromium_launch, page_login
+from tests.browser import ARTIFACTS, page_login, page_watched
 from tests.factories import (
     ChainFactory,
     MembershipFactory,
@@ -26,36 +24,10 @@ from tests.factories import (
 XSS_IMG = '<img src=x onerror="window.__xss=1">'
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls
-    # in the same thread are still synchronous, so Django's async guard must stand aside.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        launched = chromium_launch(playwright=playwright)
-        yield launched
-        launched.close()
-
-
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    cache.clear()  # the login throttle counts per address, and every test logs in
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(15_000)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    opened.on(
-        "console",
-        lambda message: (
-            errors.append(message.text)
-            if message.type == "error" and "Content Security Policy" in message.text
-            else None
-        ),
-    )
-    yield opened
-    context.close()
-    assert errors == [], f"JavaScript errors on the page: {errors}"
+    with page_watched(browser=browser, width=1280, height=900, csp_errors=True) as opened:
+        yield opened
 
 
 def test_lead_adjudicates_a_disputed_chain_by_keyboard_then_mouse(

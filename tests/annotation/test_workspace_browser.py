@@ -13,8 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.core.cache import cache
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import (
     Annotation,
@@ -31,7 +30,12 @@ from annotation.models import (
     StepRating,
 )
 from annotation.services.workspace import FLAG_REASON_PREFIX
-from tests.browser import ARTIFACTS, chromium_launch, page_login, workspace_open
+from tests.browser import (
+    ARTIFACTS,
+    page_login,
+    page_watched,
+    workspace_open,
+)
 from tests.factories import (
     MembershipFactory,
     ProblemFactory,
@@ -61,28 +65,10 @@ XSS_SCRIPT = "<script>window.__xss=1</script>"
 XSS_IMG = '<img src=x onerror="window.__xss=1">'
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls
-    # in the same thread are still synchronous, so Django's async guard must stand aside.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        launched = chromium_launch(playwright=playwright)
-        yield launched
-        launched.close()
-
-
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    cache.clear()  # the login throttle counts per address, and every test logs in
-    context = browser.new_context(viewport={"width": 1200, "height": 900})
-    context.set_default_timeout(15_000)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    yield opened
-    context.close()
-    assert errors == [], f"JavaScript errors on the page: {errors}"
+    with page_watched(browser=browser, width=1200, height=900) as opened:
+        yield opened
 
 
 def chain_create(
