@@ -18,12 +18,13 @@ from typing import Any
 
 import numpy as np
 from django.db import connection
-from django.db.models import Aggregate, Count, FloatField, IntegerField, Q, Sum
-from django.db.models.functions import Coalesce, Least, TruncDate
+from django.db.models import Aggregate, Count, FloatField
+from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from annotation.agreement_math import CATEGORIES, ordinal_delta
-from annotation.models import Annotation, AnnotationSource, Chain, Project, StepRating
+from annotation.models import Annotation, AnnotationSource, Project, StepRating
+from annotation.project_selectors import progress_annotations
 from annotation.services.agreement import (
     ProjectAgreement,
     agreement_compute,
@@ -111,23 +112,17 @@ class Dashboard:
 
 
 def _progress(*, project: Project) -> Progress:
-    """One aggregate over the chains; ``annotations_finished`` counts at most ``overlap``
-    per chain, as on the project list; gold chains are left out, as there."""
-    row = Chain.objects.filter(project=project, is_gold=False).aggregate(
-        total=Count("id"),
-        finished=Count("id", filter=Q(is_finished=True)),
-        flagged=Count("id", filter=Q(is_flagged=True)),
-        annotations=Coalesce(
-            Sum(Least("finished_count", project.overlap, output_field=IntegerField())), 0
-        ),
+    """The project list's progress figures (``progress_annotations``), in one query."""
+    row = (
+        Project.objects.filter(pk=project.pk)
+        .annotate(**progress_annotations())
+        .values("chains_total", "chains_finished", "chains_flagged", "annotations_finished")
+        .get()
     )
     return Progress(
-        chains_total=row["total"],
-        chains_finished=row["finished"],
-        chains_flagged=row["flagged"],
+        **row,
         overlap=project.overlap,
-        annotations_needed=row["total"] * project.overlap,
-        annotations_finished=row["annotations"],
+        annotations_needed=row["chains_total"] * project.overlap,
     )
 
 

@@ -2,6 +2,8 @@
 and the admin-free commands; access checks stay in ``annotation.selectors``."""
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import (
     Case,
@@ -23,19 +25,40 @@ from annotation.models import Membership, Project, Role
 from annotation.selectors import project_get_for_member, project_list_for_user
 
 
-def project_list_with_progress(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Project]:
-    """The user's projects, each annotated in one query with:
+def progress_annotations() -> dict[str, Any]:
+    """What counts as a project's progress, as annotations on a Project queryset; the
+    project list and the lead dashboard both read it, so they cannot disagree.
 
-    - ``chains_total``, ``chains_finished`` (``Chain.is_finished``), gold chains left out
-      (every annotator labels them, so they never finish),
-    - ``annotations_needed`` = chains x overlap,
+    - ``chains_total``, ``chains_finished`` (``Chain.is_finished``), ``chains_flagged``:
+      gold chains left out (every annotator labels them, so they never finish),
     - ``annotations_finished``: finished human annotations, counting at most ``overlap``
-      per chain so that lowering the overlap never shows more than 100 %,
-    - ``my_role``: the user's role (a superuser without a membership counts as lead).
+      per chain so that lowering the overlap never shows more than 100 %.
 
     Aggregates read ``Chain.finished_count`` instead of joining annotations: the count is
     kept by the submit service, and joining millions of rating rows for a list page would
-    not scale."""
+    not scale. ``annotations_needed`` (chains x overlap) is annotated on top by the caller,
+    as an expression over these."""
+    # Also filters out the chain-less LEFT JOIN row: LEAST ignores NULL on PostgreSQL, so
+    # that row would otherwise count ``overlap`` finished annotations.
+    work = Q(chains__is_gold=False)
+    return {
+        "chains_total": Count("chains", filter=work),
+        "chains_finished": Count("chains", filter=work & Q(chains__is_finished=True)),
+        "chains_flagged": Count("chains", filter=work & Q(chains__is_flagged=True)),
+        "annotations_finished": Coalesce(
+            Sum(
+                Least("chains__finished_count", "overlap", output_field=IntegerField()),
+                filter=work,
+            ),
+            0,
+        ),
+    }
+
+
+def project_list_with_progress(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Project]:
+    """The user's projects, each annotated in one query with ``progress_annotations``,
+    ``annotations_needed`` = chains x overlap, and ``my_role``: the user's role (a
+    superuser without a membership counts as lead)."""
     role = Subquery(
         Membership.objects.filter(project=OuterRef("pk"), user_id=user.pk).values("role")[:1],
         output_field=CharField(),
@@ -44,23 +67,7 @@ def project_list_with_progress(*, user: AbstractBaseUser | AnonymousUser) -> Que
         role = Coalesce(role, Value(Role.LEAD), output_field=CharField())
     return (
         project_list_for_user(user=user)
-        .annotate(
-            # Gold chains are quality checks every annotator labels, not work to finish.
-            chains_total=Count("chains", filter=Q(chains__is_gold=False)),
-            chains_finished=Count(
-                "chains", filter=Q(chains__is_finished=True, chains__is_gold=False)
-            ),
-            # LEAST ignores NULL on PostgreSQL, so the chain-less LEFT JOIN row must be
-            # filtered out or it would count ``overlap`` finished annotations.
-            annotations_finished=Coalesce(
-                Sum(
-                    Least("chains__finished_count", "overlap", output_field=IntegerField()),
-                    filter=Q(chains__isnull=False, chains__is_gold=False),
-                ),
-                0,
-            ),
-            my_role=role,
-        )
+        .annotate(**progress_annotations(), my_role=role)
         .annotate(annotations_needed=F("chains_total") * F("overlap"))
         .order_by("id")
     )
