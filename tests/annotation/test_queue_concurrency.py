@@ -142,6 +142,34 @@ def rounds(
         round_no += 1
 
 
+def run_in_lockstep(project: Project, outcome: Outcome, steps: list[Callable[[], bool]]) -> Monitor:
+    """Run each client's ``step`` in its own thread, in lockstep rounds (``rounds``) until
+    a round in which no client got anything, while a ``Monitor`` checks the invariant
+    over and over. Returns the monitor, stopped."""
+    barrier = threading.Barrier(len(steps), timeout=BARRIER_TIMEOUT)
+    results: dict[int, list[bool]] = {}
+    monitor = Monitor(project, outcome)
+
+    def lockstep(me: int, step: Callable[[], bool]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                rounds(barrier, step, results, me)
+            except BaseException:
+                barrier.abort()
+                raise
+
+        return run
+
+    monitor_thread = threading.Thread(target=lambda: (monitor(), connections.close_all()))
+    monitor_thread.start()
+    try:
+        run_threads([lockstep(me, step) for me, step in enumerate(steps)], outcome)
+    finally:
+        monitor.stop.set()
+        monitor_thread.join()
+    return monitor
+
+
 def setup_project(overlap: int) -> tuple[Project, list]:
     project = ProjectFactory(overlap=overlap)
     for i in range(CHAINS):
@@ -189,11 +217,8 @@ def test_many_annotators_claim_and_submit_at_once(overlap: int) -> None:
     # Given 40 chains and 16 annotators
     project, users = setup_project(overlap)
     outcome = Outcome()
-    barrier = threading.Barrier(CLIENTS, timeout=BARRIER_TIMEOUT)
-    results: dict[int, list[bool]] = {}
-    monitor = Monitor(project, outcome)
 
-    def client(me: int) -> Callable[[], None]:
+    def client(me: int) -> Callable[[], bool]:
         user, rng = users[me], random.Random(me)
 
         def step() -> bool:
@@ -222,23 +247,10 @@ def test_many_annotators_claim_and_submit_at_once(overlap: int) -> None:
                 outcome.add("repeats", (annotation.pk, again.pk))
             return True
 
-        def run() -> None:
-            try:
-                rounds(barrier, step, results, me)
-            except BaseException:
-                barrier.abort()
-                raise
-
-        return run
+        return step
 
     # When they all claim, submit and sometimes skip, in lockstep, until nothing is left
-    monitor_thread = threading.Thread(target=lambda: (monitor(), connections.close_all()))
-    monitor_thread.start()
-    try:
-        run_threads([client(i) for i in range(CLIENTS)], outcome)
-    finally:
-        monitor.stop.set()
-        monitor_thread.join()
+    monitor = run_in_lockstep(project, outcome, [client(i) for i in range(CLIENTS)])
 
     # Then no chain went over its overlap, nobody got a chain twice, no submit was lost
     assert monitor.checks > 0
@@ -252,11 +264,8 @@ def test_many_annotators_prefetching_claim_and_submit_at_once(overlap: int) -> N
     # current one (two live leases each)
     project, users = setup_project(overlap)
     outcome = Outcome()
-    barrier = threading.Barrier(CLIENTS, timeout=BARRIER_TIMEOUT)
-    results: dict[int, list[bool]] = {}
-    monitor = Monitor(project, outcome)
 
-    def client(me: int) -> Callable[[], None]:
+    def client(me: int) -> Callable[[], bool]:
         user, rng = users[me], random.Random(100 + me)
 
         def step() -> bool:
@@ -288,24 +297,11 @@ def test_many_annotators_prefetching_claim_and_submit_at_once(overlap: int) -> N
             outcome.add("created", annotation.pk)
             return True
 
-        def run() -> None:
-            try:
-                rounds(barrier, step, results, me)
-            except BaseException:
-                barrier.abort()
-                raise
-
-        return run
+        return step
 
     # When they all claim, prefetch, submit and sometimes skip, in lockstep, until
     # nothing is left
-    monitor_thread = threading.Thread(target=lambda: (monitor(), connections.close_all()))
-    monitor_thread.start()
-    try:
-        run_threads([client(i) for i in range(CLIENTS)], outcome)
-    finally:
-        monitor.stop.set()
-        monitor_thread.join()
+    monitor = run_in_lockstep(project, outcome, [client(i) for i in range(CLIENTS)])
 
     # Then the prefetched leases counted against the overlap all along, nobody got a chain
     # twice, no submit was lost, and every prefetched chain was labeled in the end
@@ -433,12 +429,9 @@ def test_many_annotators_over_http() -> None:
     # Given 40 chains with overlap 2 and 16 annotators, each with their own API client
     project, users = setup_project(overlap=2)
     outcome = Outcome()
-    barrier = threading.Barrier(CLIENTS, timeout=BARRIER_TIMEOUT)
-    results: dict[int, list[bool]] = {}
     statuses: Counter[int] = Counter()
-    monitor = Monitor(project, outcome)
 
-    def client(me: int) -> Callable[[], None]:
+    def client(me: int) -> Callable[[], bool]:
         user, rng = users[me], random.Random(1000 + me)
         api = APIClient()
         api.force_authenticate(user=user)
@@ -478,23 +471,10 @@ def test_many_annotators_over_http() -> None:
                 outcome.add("repeats", (annotation_id, again.json()["annotation"]["id"]))
             return True
 
-        def run() -> None:
-            try:
-                rounds(barrier, step, results, me)
-            except BaseException:
-                barrier.abort()
-                raise
-
-        return run
+        return step
 
     # When they all label over HTTP in lockstep until the queue is empty for everyone
-    monitor_thread = threading.Thread(target=lambda: (monitor(), connections.close_all()))
-    monitor_thread.start()
-    try:
-        run_threads([client(i) for i in range(CLIENTS)], outcome)
-    finally:
-        monitor.stop.set()
-        monitor_thread.join()
+    run_in_lockstep(project, outcome, [client(i) for i in range(CLIENTS)])
 
     # Then the invariants hold and only 200/204 came back from next
     assert set(statuses) <= {200, 204}
