@@ -51,7 +51,7 @@ def ordinal_delta(marginals: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]
     return (between - ends) ** 2
 
 
-def _alpha_from_coincidences(o: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+def alpha_from_coincidences(o: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Alpha of each coincidence matrix in ``o`` (shape (..., C, C)); NaN where undefined."""
     marginals = o.sum(axis=-1)
     n = marginals.sum(axis=-1)
@@ -133,7 +133,7 @@ def krippendorff_alpha_ordinal(*, unit: IntArray, coder: IntArray, value: IntArr
     pc = counts[pairable_unit]
     weight = 1.0 / (m[pairable_unit] - 1)
     o = (pc * weight[:, None]).T @ pc - np.diag((pc * weight[:, None]).sum(axis=0))
-    alpha = float(_alpha_from_coincidences(o))
+    alpha = float(alpha_from_coincidences(o))
     marginals = o.sum(axis=1)
     n_pairable = float(marginals.sum())
 
@@ -218,7 +218,7 @@ def _pair_alphas(
         .astype(np.float64)
     )
     o = o + o.transpose(0, 2, 1)
-    alphas = _alpha_from_coincidences(o)
+    alphas = alpha_from_coincidences(o)
     units = np.bincount(pair_pos, minlength=keys.size)
     return [
         PairAgreement(

@@ -22,10 +22,11 @@ from django.db.models import Aggregate, Count, FloatField
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from annotation.agreement_math import CATEGORIES, ordinal_delta
+from annotation.agreement_math import CATEGORIES, alpha_from_coincidences
 from annotation.models import Annotation, AnnotationSource, Project, StepRating
 from annotation.project_selectors import progress_annotations
 from annotation.services.agreement import (
+    CurrentRatings,
     ProjectAgreement,
     agreement_compute,
     current_human_ratings,
@@ -178,28 +179,17 @@ def _python_percentiles(values: list[int]) -> DurationStats:
     )
 
 
-def _alpha(o: np.ndarray) -> np.ndarray:
-    """Ordinal alpha of each coincidence matrix in ``o`` (shape (days, C, C)); NaN where
-    undefined. The textbook formula, as ``krippendorff_alpha_ordinal`` computes it."""
-    marginals = o.sum(axis=-1)
-    n = marginals.sum(axis=-1)
-    delta = ordinal_delta(marginals)
-    observed = (o * delta).sum(axis=(-2, -1))
-    expected = (marginals[..., :, None] * marginals[..., None, :] * delta).sum(axis=(-2, -1))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        alpha = 1.0 - (n - 1) * observed / expected
-    return np.where((n >= 2) & (expected > 0), alpha, np.nan)
-
-
-def _alpha_by_day(*, project: Project, days: list[date]) -> list[float | None]:
+def _alpha_by_day(
+    *, project: Project, days: list[date], data: CurrentRatings
+) -> list[float | None]:
     """Krippendorff's alpha as it stood at the end of each day: over the steps whose
     current ratings had all come in by then. A step counts from the day of its last
     rating, with the ratings it has now (a later correction is not replayed back in
     time). One coincidence matrix per day, summed cumulatively, so the whole series
-    costs one pass over the ratings plus one query for the days of the annotations."""
+    costs one pass over ``data`` (the project's ``current_human_ratings``) plus one query
+    for the days of the annotations."""
     if not days:
         return []
-    data = current_human_ratings(project=project)
     if not len(data):
         return [None] * len(days)
     day_of = dict(
@@ -235,7 +225,8 @@ def _alpha_by_day(*, project: Project, days: list[date]) -> list[float | None]:
     ]
     o = np.zeros((len(days), CATEGORIES, CATEGORIES))
     np.add.at(o, np.minimum(pday, len(days) - 1), per_unit)
-    return [None if np.isnan(a) else float(a) for a in _alpha(np.cumsum(o, axis=0))]
+    alphas = alpha_from_coincidences(np.cumsum(o, axis=0))
+    return [None if np.isnan(a) else float(a) for a in alphas]
 
 
 def _gold(
@@ -285,10 +276,11 @@ def _gold(
 
 
 def project_dashboard(*, project: Project, now: datetime | None = None) -> Dashboard:
-    """Everything on the lead dashboard of ``project``. Ten queries without gold passes:
+    """Everything on the lead dashboard of ``project``. Nine queries without gold passes:
     chains, annotations per (annotator, day), durations overall and per day, ratings per
-    (day, rating), the agreement's ratings and usernames, the ratings and annotation days
-    of the agreement series, and the gold chains (three more once gold passes exist)."""
+    (day, rating), the current ratings (read once, for the agreement and its series), the
+    agreement's usernames, the annotation days of the series, and the gold chains (three
+    more once gold passes exist)."""
     today = timezone.localdate(now) if now is not None else timezone.localdate()
     human = Annotation.objects.filter(chain__project=project, source=AnnotationSource.HUMAN)
 
@@ -353,6 +345,7 @@ def project_dashboard(*, project: Project, now: datetime | None = None) -> Dashb
     duration, duration_by_day = _durations(human=human)
     gold, gold_series = _gold(project=project, days=days, names=names)
     empty = DurationStats(0, None, None)
+    ratings = current_human_ratings(project=project)
     return Dashboard(
         progress=_progress(project=project),
         days=days,
@@ -363,8 +356,8 @@ def project_dashboard(*, project: Project, now: datetime | None = None) -> Dashb
         labels_per_day=labels_per_day,
         duration=duration,
         duration_per_day=[duration_by_day.get(day, empty) for day in days],
-        agreement=agreement_compute(project=project),
-        alpha_per_day=_alpha_by_day(project=project, days=days),
+        agreement=agreement_compute(project=project, data=ratings),
+        alpha_per_day=_alpha_by_day(project=project, days=days, data=ratings),
         gold=gold,
         gold_accuracy_per_day=gold_series,
     )

@@ -122,11 +122,13 @@ class ProjectAgreement:
     pairs: list[PairAgreement]
 
 
-def agreement_compute(*, project: Project) -> ProjectAgreement:
+def agreement_compute(*, project: Project, data: CurrentRatings | None = None) -> ProjectAgreement:
     """Alpha and first-error agreement of the project, per annotator and per pair (see
     ``krippendorff_alpha_ordinal`` for how per-annotator alpha is defined). Two queries:
-    the ratings and the usernames."""
-    data = current_human_ratings(project=project)
+    the ratings and the usernames; one when the caller passes the project's
+    ``current_human_ratings`` it already loaded."""
+    if data is None:
+        data = current_human_ratings(project=project)
     alpha = krippendorff_alpha_ordinal(unit=data.step, coder=data.annotator, value=data.rating)
     first = first_error_agreement(
         chain=data.chain, coder=data.annotator, step_index=data.step_index, value=data.rating
