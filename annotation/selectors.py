@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from annotation.models import Membership, Project, Role
+from annotation.rows import fetch_models, select_columns
 
 
 def project_list_for_user(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Project]:
@@ -56,7 +57,8 @@ def project_get_for_member(
 
 
 _PROJECT_FOR_LABELING_SQL = (
-    f"SELECT p.* FROM {Project._meta.db_table} p WHERE p.id = %(project)s {{member}}"
+    f"SELECT {select_columns(Project, 'p')} FROM {Project._meta.db_table} p "
+    "WHERE p.id = %(project)s {member}"
 )
 _MEMBER_SQL = f"""
     AND EXISTS (
@@ -81,7 +83,7 @@ def project_get_for_labeling(
     except (ValueError, TypeError):
         raise Http404("No such project.") from None
     sql = _PROJECT_FOR_LABELING_SQL.format(member="" if user.is_superuser else _MEMBER_SQL)
-    found = list(Project.objects.raw(sql, {"project": project_pk, "user": user.pk}))
+    found = fetch_models(Project, sql, {"project": project_pk, "user": user.pk})
     if not found:
         raise Http404("No such project.")
     return found[0]

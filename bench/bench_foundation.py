@@ -60,6 +60,9 @@ DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/steplab_bench"
 DEFAULT_OUT = REPO_ROOT / "bench" / "out" / "foundation.json"
 TITLE = "Steplab foundation benchmark"
 
+# Request threads per gunicorn worker, as the Makefile's `web` target runs it.
+WEB_THREADS = 4
+
 # Targets from issue 2.
 TARGET_IMPORT_RATIO = 0.5
 TARGET_NEXT_P95_MS = {1: 10.0, 16: 60.0}
@@ -114,6 +117,7 @@ class BenchConfig:
     warmup_seconds: float
     overlap: int
     workers: int
+    threads: int
     database_url: str
     keep_db: bool
     out: Path
@@ -129,6 +133,12 @@ def config_from_argv(argv: Sequence[str] | None = None) -> BenchConfig:
     parser.add_argument("--warmup", type=float, help="unmeasured seconds before each count (2)")
     parser.add_argument("--overlap", type=int, default=2, help="annotators per chain")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=WEB_THREADS,
+        help=f"request threads per worker, gthread as `make web` ({WEB_THREADS}); 1: sync workers",
+    )
     parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
     parser.add_argument("--keep-db", action="store_true", help="reuse the database as it is")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON report path")
@@ -150,6 +160,7 @@ def config_from_argv(argv: Sequence[str] | None = None) -> BenchConfig:
         warmup_seconds=args.warmup if args.warmup is not None else (0.5 if quick else 2.0),
         overlap=args.overlap,
         workers=args.workers,
+        threads=max(1, args.threads),
         database_url=args.database_url,
         keep_db=args.keep_db,
         out=args.out,
@@ -503,10 +514,18 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def gunicorn_running(
-    *, database_url: str, workers: int, log_path: Path, broker_url: str | None = None
+    *,
+    database_url: str,
+    workers: int,
+    log_path: Path,
+    broker_url: str | None = None,
+    threads: int = WEB_THREADS,
 ) -> Iterator[tuple[int, int]]:
     """gunicorn on a free loopback port with the production profile (DEBUG off), killed
     with its workers on the way out whatever happens. Yields (port, master pid).
+
+    ``threads``: request threads per worker, as ``make web`` runs it (gthread workers);
+    1 runs gunicorn's sync workers, one request at a time each.
 
     ``broker_url``: the Celery broker the server enqueues to; None keeps the environment's
     CELERY_BROKER_URL, else BENCH_CELERY_BROKER_URL, else Redis database 10; "" runs
@@ -543,6 +562,8 @@ def gunicorn_running(
         "--log-level",
         "warning",
     ]
+    if threads > 1:
+        command += ["--worker-class", "gthread", "--threads", str(threads)]
     with log_path.open("wb") as log:
         # Its own session, so the whole group (master and workers) can be signalled.
         proc = subprocess.Popen(
@@ -998,12 +1019,19 @@ def table_text(*, header: str, cells: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _workers_text(cfg: dict) -> str:
+    threads = cfg.get("threads", 1)
+    if threads > 1:
+        return f"{cfg['workers']} gthread workers x {threads} threads"
+    return f"{cfg['workers']} sync workers"
+
+
 def table_render(*, report: dict, rows: Sequence[Row]) -> str:
     cfg = report["config"]
     header = (
         f"{TITLE}: {cfg['chains']:,} chains x {cfg['steps']} steps "
         f"({cfg['chains'] * cfg['steps']:,} steps), overlap {cfg['overlap']}, "
-        f"gunicorn {cfg['workers']} sync workers, {cfg['seconds']:g} s per client count, "
+        f"gunicorn {_workers_text(cfg)}, {cfg['seconds']:g} s per client count, "
         f"{report['machine']['cpus']} CPUs, {report['machine']['postgres']}"
     )
     cells = [("metric", "value", "target", "ok")] + [
@@ -1065,7 +1093,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         connections.close_all()  # nothing of ours holds a connection during the load
         phases = []
         with gunicorn_running(
-            database_url=cfg.database_url, workers=cfg.workers, log_path=tmpdir / "gunicorn.log"
+            database_url=cfg.database_url,
+            workers=cfg.workers,
+            threads=cfg.threads,
+            log_path=tmpdir / "gunicorn.log",
         ) as (port, gunicorn_pid):
             meter = CpuMeter(gunicorn_pid=gunicorn_pid, database_url=cfg.database_url)
             for count in cfg.clients:

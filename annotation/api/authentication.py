@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import connection
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
@@ -24,17 +25,22 @@ class FastTokenAuthentication(TokenAuthentication):
         from django.contrib.auth import get_user_model
         from rest_framework.authtoken.models import Token
 
+        from annotation.rows import model_from_row, select_columns
+
         user_model = get_user_model()
         sql = (
-            f"SELECT u.*, t.created AS token_created FROM {user_model._meta.db_table} u "
+            f"SELECT {select_columns(user_model, 'u')}, t.created "
+            f"FROM {user_model._meta.db_table} u "
             f"JOIN {Token._meta.db_table} t ON t.user_id = u.id WHERE t.key = %s"
         )
-        users = list(user_model.objects.raw(sql, [key]))
-        if not users:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [key])
+            row = cursor.fetchone()
+        if row is None:
             raise AuthenticationFailed("Invalid token.")
-        user = users[0]
+        user = model_from_row(user_model, row[:-1])
         if not user.is_active:
             raise AuthenticationFailed("User inactive or deleted.")
-        token = Token(key=key, user=user, created=user.token_created)
+        token = Token(key=key, user=user, created=row[-1])
         token._state.adding = False  # the stored row, as DRF's own lookup would give
         return user, token

@@ -2,10 +2,11 @@
 from django.urls import include, path
 
 urlpatterns = [
+    # First: Django tries routes in order, and next and submit are most of all requests.
+    path("", include("annotation.api.assignment_urls")),
     path("", include("annotation.api.auth_urls")),
     path("", include("annotation.api.project_urls")),
     path("", include("annotation.api.import_urls")),
-    path("", include("annotation.api.assignment_urls")),
     path("", include("annotation.api.dataset_urls")),
     path("", include("prm_training.api.urls")),
     path("", include("annotation.api.workspace_urls")),

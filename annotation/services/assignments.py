@@ -38,7 +38,6 @@ transaction with ``BEGIN IMMEDIATE``, which serializes writers, so the same code
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -63,6 +62,7 @@ from annotation.models import (
     Step,
     StepRating,
 )
+from annotation.rows import fetch_models, model_from_row, model_width, select_columns
 from annotation.services.gold import gold_candidate, gold_lease, gold_place_is_free
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ _LEASE_IF_FREE_SQL = f"""
 # The caller's live leases in a project, oldest first: ``next`` answers with the oldest,
 # ``prefetch`` with the newest (index ``assignment_live_by_annotator``).
 _LIVE_LEASES_SQL = f"""
-    SELECT a.* FROM {Assignment._meta.db_table} a
+    SELECT {select_columns(Assignment, "a")} FROM {Assignment._meta.db_table} a
     WHERE a.project_id = %(project)s AND a.annotator_id = %(user)s
       AND a.status = '{AssignmentStatus.ACTIVE}' AND a.expires_at > %(now)s
     ORDER BY a.id
@@ -276,7 +276,7 @@ def _live_leases_of(*, project: Project, user: User, now: datetime) -> list[Assi
     claim lock is held, and this statement started after it was granted."""
     params = {"project": project.pk, "user": user.pk}
     params["now"] = connection.ops.adapt_datetimefield_value(now)
-    return list(Assignment.objects.raw(_LIVE_LEASES_SQL, params))
+    return fetch_models(Assignment, _LIVE_LEASES_SQL, params)
 
 
 def _expire_stale_leases(*, chain_id: int, now: datetime) -> None:
@@ -432,7 +432,7 @@ def assignment_prefetch(
 # membership in the project are part of the lookup: a lease of someone else, or of a
 # project the caller left, is not found.
 _LOCK_OWN_CHAIN_SQL = f"""
-    SELECT c.*, {{project_columns}}
+    SELECT {select_columns(Chain, "c")}, {select_columns(Project, "p")}
     FROM {Chain._meta.db_table} c
     JOIN {Project._meta.db_table} p ON p.id = c.project_id
     WHERE c.id = (
@@ -447,10 +447,17 @@ _MEMBER_SQL = f"""
         WHERE m.project_id = c.project_id AND m.user_id = %(user)s
     )
 """
-_ASSIGNMENT_SQL = f"SELECT a.* FROM {Assignment._meta.db_table} a WHERE a.id = %s"
-_STEPS_SQL = f'SELECT id, "index" FROM {Step._meta.db_table} WHERE chain_id = %s ORDER BY "index"'
+# The lease with its chain's steps (id, index), one row per step (one with NULLs for a
+# chain without steps): a submit reads both after taking the chain lock, in one trip.
+_ASSIGNMENT_WITH_STEPS_SQL = f"""
+    SELECT {select_columns(Assignment, "a")}, s.id, s."index"
+    FROM {Assignment._meta.db_table} a
+    LEFT JOIN {Step._meta.db_table} s ON s.chain_id = a.chain_id
+    WHERE a.id = %s
+    ORDER BY s."index"
+"""
 _REQUEST_ID_SQL = f"""
-    SELECT n.* FROM {Annotation._meta.db_table} n
+    SELECT {select_columns(Annotation, "n")} FROM {Annotation._meta.db_table} n
     WHERE n.annotator_id = %s AND n.request_id = %s
     LIMIT 1
 """
@@ -463,30 +470,6 @@ _CHAIN_COUNTED_SQL = (
 )
 
 
-@functools.cache
-def _project_columns() -> str:
-    return ", ".join(
-        f'p."{field.column}" AS "project__{field.column}"'
-        for field in Project._meta.concrete_fields
-    )
-
-
-def _project_from_row(chain: Chain) -> Project:
-    """The Project whose columns rode along with ``chain``'s row, converted as the ORM
-    would (SQLite hands back booleans and datetimes raw)."""
-    fields = Project._meta.concrete_fields
-    values = []
-    for field in fields:
-        value = getattr(chain, f"project__{field.column}")
-        column = field.get_col(Project._meta.db_table)
-        for convert in connection.ops.get_db_converters(column) + field.get_db_converters(
-            connection
-        ):
-            value = convert(value, column, connection)
-        values.append(value)
-    return Project.from_db(connection.alias, [field.attname for field in fields], values)
-
-
 def _lock_own_chain(*, assignment_id: int, user: User) -> Chain:
     """Lock the chain of the caller's assignment ``assignment_id``, with ``chain.project``
     loaded.
@@ -496,12 +479,15 @@ def _lock_own_chain(*, assignment_id: int, user: User) -> Chain:
     is half of every submit, and the queryset cost more to build than to run."""
     lock = "FOR NO KEY UPDATE OF c" if connection.features.has_select_for_update else ""
     member = "" if user.is_superuser else _MEMBER_SQL
-    sql = _LOCK_OWN_CHAIN_SQL.format(project_columns=_project_columns(), member=member, lock=lock)
-    found = list(Chain.objects.raw(sql, {"assignment": assignment_id, "user": user.pk}))
-    if not found:
+    sql = _LOCK_OWN_CHAIN_SQL.format(member=member, lock=lock)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"assignment": assignment_id, "user": user.pk})
+        row = cursor.fetchone()
+    if row is None:
         raise Assignment.DoesNotExist("No such assignment.")
-    chain = found[0]
-    chain.project = _project_from_row(chain)
+    width = model_width(Chain)
+    chain = model_from_row(Chain, row[:width])
+    chain.project = model_from_row(Project, row[width:])
     return chain
 
 
@@ -517,6 +503,17 @@ def _place_is_free(*, chain: Chain, user: User, now: datetime) -> bool:
         cursor.execute(_PLACE_SQL, params)
         (free,) = cursor.fetchone()
     return bool(free)
+
+
+def _lease_with_steps(*, assignment_id: int) -> tuple[Assignment, list[tuple[int, int]]]:
+    """The lease ``assignment_id`` as stored now, and its chain's steps as (id, index) in
+    order. Precondition: the chain's row lock is held (see ``assignment_submit``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ASSIGNMENT_WITH_STEPS_SQL, [assignment_id])
+        rows = cursor.fetchall()
+    width = model_width(Assignment)
+    steps = [(row[width], row[width + 1]) for row in rows if row[width] is not None]
+    return model_from_row(Assignment, rows[0][:width]), steps
 
 
 def _take_back_expired(*, chain: Chain, assignment: Assignment, user: User, now: datetime) -> None:
@@ -674,38 +671,94 @@ def _idempotent_repeat(
     return annotation
 
 
-_INSERT_BATCH = 500
-
-
-def _insert(objs: Sequence[Model]) -> None:
-    """INSERT new instances of one model in one statement, setting their ids.
-
-    What ``Model.save()`` and ``bulk_create`` send, field by field (``pre_save`` fills
-    ``auto_now_add``, ``get_db_prep_save`` adapts), as plain SQL: the submit writes an
-    annotation and its ratings every time, and building the ORM's insert cost more than
-    running it. Rows come back in VALUES order, as ``bulk_create`` also relies on."""
-    if len(objs) > _INSERT_BATCH:  # stay far below the databases' bound-parameter limits
-        for start in range(0, len(objs), _INSERT_BATCH):
-            _insert(objs[start : start + _INSERT_BATCH])
-        return
-    model = type(objs[0])
+def _insert_sql(obj: Model) -> tuple[str, list]:
+    """The INSERT of a new ``obj`` (``RETURNING`` its id) and its parameters: what
+    ``Model.save()`` sends, field by field (``pre_save`` fills ``auto_now_add``,
+    ``get_db_prep_save`` adapts), as plain SQL, since building the ORM's insert cost more
+    than running it on every submit."""
+    model = type(obj)
     fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    params = [
-        f.get_db_prep_save(f.pre_save(obj, add=True), connection) for obj in objs for f in fields
-    ]
+    params = [f.get_db_prep_save(f.pre_save(obj, add=True), connection) for f in fields]
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     sql = (
         f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({columns}) "
-        f"VALUES {', '.join([row] * len(objs))} RETURNING {model._meta.pk.column}"
+        f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {model._meta.pk.column}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        ids = [pk for (pk,) in cursor.fetchall()]
-    for obj, pk in zip(objs, ids, strict=True):
-        obj.pk = pk
-        obj._state.adding = False
-        obj._state.db = connection.alias
+    return sql, params
+
+
+_RATINGS_INSERT = (
+    f"INSERT INTO {StepRating._meta.db_table} "
+    "(annotation_id, step_id, rating, comment, duration_ms) "
+)
+# PostgreSQL: the annotation, its ratings, the lease's close and the chain's count in one
+# statement (one round trip). The casts type the VALUES list, whose columns would
+# otherwise take their types from the first row's parameters (a NULL duration as text).
+_SUBMIT_WRITE_SQL = f"""
+    WITH n AS ({{annotation}}),
+    r AS (
+        {_RATINGS_INSERT}
+        SELECT n.id, v.step_id, v.rating, v.comment, v.duration_ms
+        FROM n CROSS JOIN (VALUES {{values}}) AS v (step_id, rating, comment, duration_ms)
+    ),
+    l AS ({_LEASE_SUBMITTED_SQL})
+    {{count}}
+    SELECT id FROM n
+"""
+_RATING_VALUES_ROW = "(%s::bigint, %s::smallint, %s::text, %s::integer)"
+# Far below both databases' limits on bound parameters (PostgreSQL 65,535; SQLite 32,766).
+_RATINGS_PER_STATEMENT = 1_000
+
+
+def _submit_write(
+    *,
+    annotation: Annotation,
+    ratings: Sequence[RatingInput],
+    assignment_id: int,
+    now: datetime,
+    counted: tuple[int, bool] | None,
+) -> None:
+    """Store the new ``annotation`` (setting its id) with ``ratings`` (stripped, in step
+    order), mark lease ``assignment_id`` SUBMITTED at ``now`` and, unless ``counted`` is
+    None, set the chain's ``(finished_count, is_finished)``.
+
+    Precondition: the chain's row lock is held and the submit was validated; these are
+    the writes it decided on. One statement on PostgreSQL, four on SQLite (and for a chain
+    of more than ``_RATINGS_PER_STATEMENT`` steps)."""
+    insert_sql, params = _insert_sql(annotation)
+    rows = [(r.step_id, r.rating, r.comment, r.duration_ms) for r in ratings]
+    finished_at = connection.ops.adapt_datetimefield_value(now)
+    if connection.vendor == "postgresql" and len(rows) <= _RATINGS_PER_STATEMENT:
+        count_sql = ""
+        count_params: list = []
+        if counted is not None:
+            count_sql = f", c AS ({_CHAIN_COUNTED_SQL})"
+            count_params = [*counted, annotation.chain_id]
+        sql = _SUBMIT_WRITE_SQL.format(
+            annotation=insert_sql,
+            values=", ".join([_RATING_VALUES_ROW] * len(rows)),
+            count=count_sql,
+        )
+        params += [value for row in rows for value in row]
+        params += [finished_at, assignment_id, *count_params]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            (annotation.pk,) = cursor.fetchone()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(insert_sql, params)
+            (annotation.pk,) = cursor.fetchone()
+            for start in range(0, len(rows), _RATINGS_PER_STATEMENT):
+                batch = rows[start : start + _RATINGS_PER_STATEMENT]
+                cursor.execute(
+                    f"{_RATINGS_INSERT} VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * len(batch))}",
+                    [value for row in batch for value in (annotation.pk, *row)],
+                )
+            cursor.execute(_LEASE_SUBMITTED_SQL, [finished_at, assignment_id])
+            if counted is not None:
+                cursor.execute(_CHAIN_COUNTED_SQL, [*counted, annotation.chain_id])
+    annotation._state.adding = False
+    annotation._state.db = connection.alias
 
 
 def assignment_submit(
@@ -743,7 +796,7 @@ def assignment_submit(
 
     if request_id:
         # Annotations are never edited or deleted, so a hit here is final: no lock needed.
-        earlier = next(iter(Annotation.objects.raw(_REQUEST_ID_SQL, [user.pk, request_id])), None)
+        earlier = next(iter(fetch_models(Annotation, _REQUEST_ID_SQL, [user.pk, request_id])), None)
         if earlier is not None:
             return _idempotent_repeat(
                 annotation=earlier, assignment_id=assignment_id, request_id=request_id
@@ -754,7 +807,7 @@ def assignment_submit(
         project = chain.project
         # Read after the lock: a claim may have marked this lease EXPIRED and taken its
         # place, or a concurrent repeat of this very submit may have just committed.
-        (assignment,) = Assignment.objects.raw(_ASSIGNMENT_SQL, [assignment_id])
+        assignment, steps = _lease_with_steps(assignment_id=assignment_id)
         if assignment.status == AssignmentStatus.SUBMITTED:
             done = Annotation.objects.filter(assignment_id=assignment_id).first()
             if request_id and done is not None and done.request_id == request_id:
@@ -771,9 +824,6 @@ def assignment_submit(
         else:
             _take_back_expired(chain=chain, assignment=assignment, user=user, now=now)
 
-        with connection.cursor() as cursor:
-            cursor.execute(_STEPS_SQL, [chain.pk])
-            steps = cursor.fetchall()
         _validate_submission(
             steps=steps, ratings=ratings, mode=project.labeling_mode, rewrite=rewrite
         )
@@ -787,11 +837,9 @@ def assignment_submit(
             duration_ms=duration_ms,
             request_id=request_id,
         )
-        _insert([annotation])
         order = {step_id: index for step_id, index in steps}
         rating_rows = [
-            StepRating(
-                annotation=annotation,
+            RatingInput(
                 step_id=item.step_id,
                 rating=item.rating,
                 comment=item.comment.strip(),
@@ -799,23 +847,23 @@ def assignment_submit(
             )
             for item in sorted(ratings, key=lambda r: order[r.step_id])
         ]
-        _insert(rating_rows)
+        # finished_count was read under the lock, so it is current. A pass over a gold
+        # chain is a test, not real work: it does not count (annotation/services/gold.py).
+        counted = None
+        if not chain.is_gold:
+            finished = chain.finished_count + 1
+            counted = (finished, finished >= project.overlap)
+        _submit_write(
+            annotation=annotation,
+            ratings=rating_rows,
+            assignment_id=assignment.pk,
+            now=now,
+            counted=counted,
+        )
         assignment.status = AssignmentStatus.SUBMITTED
         assignment.finished_at = now
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _LEASE_SUBMITTED_SQL,
-                [connection.ops.adapt_datetimefield_value(now), assignment.pk],
-            )
-            # finished_count was read under the lock, so it is current. A pass over a gold
-            # chain is a test, not real work: it does not count (annotation/services/gold.py).
-            if not chain.is_gold:
-                finished = chain.finished_count + 1
-                cursor.execute(
-                    _CHAIN_COUNTED_SQL, [finished, finished >= project.overlap, chain.pk]
-                )
-                chain.finished_count = finished
-                chain.is_finished = finished >= project.overlap
+        if counted is not None:
+            chain.finished_count, chain.is_finished = counted
         annotation.chain = chain
         annotation.created = True  # type: ignore[attr-defined]
         # The ratings as stored, in step order, so the answer needs no query.

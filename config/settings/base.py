@@ -46,7 +46,7 @@ MIDDLEWARE = [
     # First: /healthz answers probes before host checks and the HTTPS redirect.
     "config.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "csp.middleware.CSPMiddleware",
+    "config.csp.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -197,6 +197,7 @@ def project_training_settings_update(
                 ) from None
         loop.full_clean(exclude=["project"])
         loop.save()
+    _autostart_seen.pop(project.pk, None)
     return loop
 
 
@@ -712,10 +713,35 @@ def training_maybe_autostart(*, project: Project) -> TrainingRun | None:
         )
 
 
+# Whether a project retrains automatically, as this process last read it: (enabled, read
+# at). Most projects never do, and their submits should not pay for a broker message
+# each. Another process that read "off" less than AUTOSTART_SETTING_TTL seconds before ML
+# staff switched it on sends no check for the submits in that window; nothing is lost, as
+# a check counts every chain finished since the last run: the first submit after the
+# window starts the run those chains called for.
+AUTOSTART_SETTING_TTL = 5.0
+_autostart_seen: dict[int, tuple[bool, float]] = {}
+
+
+def _autostart_enabled(project_id: int) -> bool:
+    seen = _autostart_seen.get(project_id)
+    now = time.monotonic()
+    if seen is not None and now - seen[1] < AUTOSTART_SETTING_TTL:
+        return seen[0]
+    enabled = ProjectTrainingSettings.objects.filter(
+        project_id=project_id, retrain_every_n_finished__gt=0
+    ).exists()
+    _autostart_seen[project_id] = (enabled, now)
+    return enabled
+
+
 def training_autostart_enqueue(*, project_id: int) -> None:
     """Ask a worker to run ``training_maybe_autostart`` once the current transaction
-    commits. Cheap enough for the submit path: no query, one message; the check itself runs
-    on the ``default`` queue so it never waits behind a training run."""
+    commits, if the project retrains automatically. Cheap enough for the submit path: no
+    query (but one every few seconds per project), one message when it is on; the check
+    itself runs on the ``default`` queue so it never waits behind a training run."""
+    if not _autostart_enabled(project_id):
+        return
 
     def send() -> None:
         from prm_training.tasks import autostart_check_task

@@ -128,11 +128,16 @@ def test_submit_input_fast_path_matches_the_serializer(kind, body) -> None:
 
 
 def test_a_long_chain_stores_every_rating_in_step_order(project, make_member) -> None:
-    # Given a chain longer than one insert batch of ratings
+    # Given a chain longer than two insert batches of ratings (on PostgreSQL, longer than
+    # the one-statement write takes)
     from annotation.models import StepRating
-    from annotation.services.assignments import _INSERT_BATCH, RatingInput, assignment_submit
+    from annotation.services.assignments import (
+        _RATINGS_PER_STATEMENT,
+        RatingInput,
+        assignment_submit,
+    )
 
-    steps = 2 * _INSERT_BATCH + 1
+    steps = 2 * _RATINGS_PER_STATEMENT + 1
     chain = ChainFactory(project=project, step_count=0)
     Step.objects.bulk_create(Step(chain=chain, index=i, text=f"s{i}") for i in range(steps))
     user = make_member(project)
@@ -147,8 +152,15 @@ def test_a_long_chain_stores_every_rating_in_step_order(project, make_member) ->
         ratings=[RatingInput(step_id=i, rating=(i % 3) - 1) for i in reversed(ids)],
     )
 
-    # Then all ratings are stored, with the ids the answer reports, in step order
+    # Then all ratings are stored, as the answer reports them, in step order, and the lease
+    # and the chain's count are written as on the one-statement path
     stored = list(StepRating.objects.filter(annotation=annotation).order_by("step__index"))
     assert [r.step_id for r in stored] == ids
-    assert [r.pk for r in annotation.rating_rows] == [r.pk for r in stored]
+    assert [(r.step_id, r.rating) for r in annotation.rating_rows] == [
+        (r.step_id, r.rating) for r in stored
+    ]
     assert [r.rating for r in stored] == [(i % 3) - 1 for i in ids]
+    lease.refresh_from_db()
+    chain.refresh_from_db()
+    assert lease.status == "submitted" and lease.finished_at is not None
+    assert chain.finished_count == 1
