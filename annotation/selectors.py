@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404
 
 from annotation.models import Membership, Project, Role
-from annotation.rows import fetch_models, select_columns
+from annotation.rows import fetch_models, model_from_row, model_width, select_columns
 
 
 def project_list_for_user(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Project]:
@@ -99,3 +100,41 @@ def project_resolve(*, ref: str) -> Project:
     if project is None:
         raise Project.DoesNotExist(f"No project with id or name {ref!r}.")
     return project
+
+
+def user_and_project_for_labeling(*, token_key: str, project_id: int) -> tuple | None:
+    """(user, project) for an API token whose active user may label in ``project_id``
+    (as ``project_get_for_labeling`` decides), in one query; None otherwise, without
+    saying why: the caller then lets the full authentication and lookup answer (401 or
+    404). The labeling queue's ``next`` runs this on every request."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    user_model = get_user_model()
+    width = model_width(user_model)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _TOKEN_PROJECT_SQL.format(
+                user_columns=select_columns(user_model, "u"),
+                user_table=user_model._meta.db_table,
+                token_table=Token._meta.db_table,
+            ),
+            {"key": token_key, "project": project_id},
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return model_from_row(user_model, row[:width]), model_from_row(Project, row[width:])
+
+
+_TOKEN_PROJECT_SQL = f"""
+    SELECT {{user_columns}}, {select_columns(Project, "p")}
+    FROM {{token_table}} t
+    JOIN {{user_table}} u ON u.id = t.user_id
+    JOIN {Project._meta.db_table} p ON p.id = %(project)s
+    WHERE t.key = %(key)s AND u.is_active
+      AND (u.is_superuser OR EXISTS (
+          SELECT 1 FROM {Membership._meta.db_table} m
+          WHERE m.project_id = p.id AND m.user_id = u.id
+      ))
+"""

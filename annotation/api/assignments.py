@@ -10,8 +10,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
@@ -21,10 +24,12 @@ from drf_spectacular.utils import (
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, NotFound
 from rest_framework.exceptions import ValidationError as DRFValidationError
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
+from rest_framework.views import APIView, exception_handler
 
+from annotation.api.authentication import token_key, user_for_token
 from annotation.api.errors import validation_error_detail
 from annotation.models import (
     Annotation,
@@ -35,7 +40,7 @@ from annotation.models import (
     Step,
     StepRating,
 )
-from annotation.selectors import project_get_for_labeling
+from annotation.selectors import project_get_for_labeling, user_and_project_for_labeling
 from annotation.services.assignments import (
     REQUEST_ID_MAX_LENGTH,
     LeaseConflict,
@@ -91,6 +96,70 @@ ERROR_RESPONSE = inline_serializer(
 )
 
 
+# --- the lean way through ----------------------------------------------------------------
+
+# Request bodies above this go through DRF, which enforces the upload limits itself.
+LEAN_BODY_MAX_BYTES = 1024 * 1024
+
+
+def _accepts_json(request: HttpRequest) -> bool:
+    return request.META.get("HTTP_ACCEPT", "") in ("", "*/*", "application/json")
+
+
+def json_response(payload: Any, status_code: int = 200) -> HttpResponse:
+    """What DRF's JSON renderer would send for ``payload``: compact UTF-8 JSON."""
+    return HttpResponse(orjson.dumps(payload), status=status_code, content_type="application/json")
+
+
+class LeanQueueView(APIView):
+    """An APIView for the queue's hottest requests (next, submit), whose common case, a
+    POST with an API token asking for JSON, skips DRF's request cycle: its request wrapper,
+    negotiation, parsers, authenticator and permission loop and template rendering cost
+    more than the claim itself. ``lean`` answers it with the same services, payloads and
+    error bodies; it returns None, before doing anything, for whatever it does not handle
+    (an unknown token, a session, an unusual body), and DRF's ``dispatch`` answers that
+    as it always did. The schema, the docs and every other method see the DRF view."""
+
+    def lean(self, request: HttpRequest, key: str, **kwargs: Any) -> HttpResponse | None:
+        raise NotImplementedError
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Any:
+        drf_view = super().as_view(**initkwargs)
+
+        def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            if request.method == "POST" and _accepts_json(request):
+                key = token_key(request)
+                if key is not None:
+                    try:
+                        response = cls(**initkwargs).lean(request, key, **kwargs)
+                    except Exception as exc:  # noqa: BLE001 - DRF's handler decides below
+                        response = _error_response(request, exc)
+                    if response is not None:
+                        return response
+            return drf_view(request, *args, **kwargs)
+
+        # What DRF's view carries: ``cls`` for the schema, ``csrf_exempt`` (tokens and
+        # DRF's own session check stand in for Django's CSRF middleware).
+        view.__dict__.update(drf_view.__dict__)
+        view.__name__ = drf_view.__name__
+        view.__doc__ = drf_view.__doc__
+        return view
+
+
+def _error_response(request: HttpRequest, exc: Exception) -> HttpResponseBase:
+    """The answer DRF's exception handler gives for ``exc`` (a DRF error, Http404,
+    PermissionDenied), rendered as JSON; anything else is raised again, a bug for
+    Django's 500 handler as in DRF."""
+    response = exception_handler(exc, {"request": request, "view": None})
+    if response is None:
+        raise exc
+    response.accepted_renderer = JSONRenderer()
+    response.accepted_media_type = "application/json"
+    response.renderer_context = {}
+    return response
+
+
 # --- next --------------------------------------------------------------------------------
 
 
@@ -140,7 +209,7 @@ class NextOutputSerializer(serializers.Serializer):
     chain = ChainForLabelingSerializer()
 
 
-class AssignmentNextView(APIView):
+class AssignmentNextView(LeanQueueView):
     @extend_schema(
         operation_id="assignments_next",
         request=None,
@@ -162,6 +231,18 @@ class AssignmentNextView(APIView):
         if assignment is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(lease_payload(assignment=assignment, project=project))
+
+    def lean(self, request: HttpRequest, key: str, project_id: int) -> HttpResponse | None:
+        # The token's user and the project, membership checked, in one query.
+        found = user_and_project_for_labeling(token_key=key, project_id=project_id)
+        if found is None:
+            return None  # DRF tells an unknown token (401) from a foreign project (404)
+        request.user, project = found
+        with service_errors():
+            assignment = assignment_claim_next(project=project, user=request.user)
+        if assignment is None:
+            return HttpResponse(status=status.HTTP_204_NO_CONTENT)
+        return json_response(lease_payload(assignment=assignment, project=project))
 
 
 class AssignmentPrefetchView(APIView):
@@ -378,7 +459,7 @@ class SubmitOutputSerializer(serializers.Serializer):
     annotation = AnnotationOutputSerializer(source="*")
 
 
-class AssignmentSubmitView(APIView):
+class AssignmentSubmitView(LeanQueueView):
     @extend_schema(
         operation_id="assignments_submit",
         request=SubmitInputSerializer,
@@ -399,11 +480,36 @@ class AssignmentSubmitView(APIView):
         summary="Submit ratings for a leased chain",
     )
     def post(self, request: Request, assignment_id: int) -> Response:
-        data = submit_input_validate(request.data)
+        payload, code = self.submit(
+            user=request.user, assignment_id=assignment_id, data=submit_input_validate(request.data)
+        )
+        return Response(payload, status=code)
+
+    def lean(self, request: HttpRequest, key: str, assignment_id: int) -> HttpResponse | None:
+        if request.content_type != "application/json":
+            return None
+        try:
+            if int(request.META.get("CONTENT_LENGTH") or 0) > LEAN_BODY_MAX_BYTES:
+                return None
+            data = _submit_input_fast(orjson.loads(request.body))
+        except (ValueError, orjson.JSONDecodeError):
+            return None  # DRF explains a malformed body
+        if data is None:
+            return None  # the serializer validates (and explains) anything unusual
+        found = user_for_token(key)
+        if found is None or not found[0].is_active:
+            return None  # DRF answers 401
+        request.user = found[0]
+        payload, code = self.submit(user=request.user, assignment_id=assignment_id, data=data)
+        return json_response(payload, code)
+
+    @staticmethod
+    def submit(*, user: Any, assignment_id: int, data: dict[str, Any]) -> tuple[dict, int]:
+        """Submit a validated body; the answer's payload and status code."""
         with service_errors():
             annotation = assignment_submit(
                 assignment_id=assignment_id,
-                user=request.user,
+                user=user,
                 ratings=ratings_from_payload(data),
                 rewrite=data["rewrite"],
                 duration_ms=data["duration_ms"],
@@ -411,7 +517,7 @@ class AssignmentSubmitView(APIView):
             )
         after_submit(annotation)
         code = status.HTTP_201_CREATED if annotation.created else status.HTTP_200_OK
-        return Response(submit_payload(annotation=annotation), status=code)
+        return submit_payload(annotation=annotation), code
 
 
 _created_at_field = serializers.DateTimeField()

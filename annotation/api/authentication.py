@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import connection
+from django.http import HttpRequest
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
@@ -22,25 +23,45 @@ class FastTokenAuthentication(TokenAuthentication):
     ``select_related("user").get(key=...)`` cost more than running it."""
 
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
-        from django.contrib.auth import get_user_model
-        from rest_framework.authtoken.models import Token
-
-        from annotation.rows import model_from_row, select_columns
-
-        user_model = get_user_model()
-        sql = (
-            f"SELECT {select_columns(user_model, 'u')}, t.created "
-            f"FROM {user_model._meta.db_table} u "
-            f"JOIN {Token._meta.db_table} t ON t.user_id = u.id WHERE t.key = %s"
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [key])
-            row = cursor.fetchone()
-        if row is None:
+        found = user_for_token(key)
+        if found is None:
             raise AuthenticationFailed("Invalid token.")
-        user = model_from_row(user_model, row[:-1])
+        user, created = found
         if not user.is_active:
             raise AuthenticationFailed("User inactive or deleted.")
-        token = Token(key=key, user=user, created=row[-1])
+        from rest_framework.authtoken.models import Token
+
+        token = Token(key=key, user=user, created=created)
         token._state.adding = False  # the stored row, as DRF's own lookup would give
         return user, token
+
+
+def token_key(request: HttpRequest) -> str | None:
+    """The key of an ``Authorization: Token <key>`` header, read as DRF's
+    ``TokenAuthentication`` reads it; None for any other or malformed header (DRF then
+    answers it, with its own messages)."""
+    parts = request.META.get("HTTP_AUTHORIZATION", "").split()
+    if len(parts) != 2 or parts[0].lower() != "token" or not parts[1].isascii():
+        return None
+    return parts[1]
+
+
+def user_for_token(key: str) -> tuple[Any, Any] | None:
+    """(user, token creation time) for an API token key, active or not; None if unknown."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    from annotation.rows import model_from_row, select_columns
+
+    user_model = get_user_model()
+    sql = (
+        f"SELECT {select_columns(user_model, 'u')}, t.created "
+        f"FROM {user_model._meta.db_table} u "
+        f"JOIN {Token._meta.db_table} t ON t.user_id = u.id WHERE t.key = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [key])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return model_from_row(user_model, row[:-1]), row[-1]

@@ -1,0 +1,209 @@
+"""next and submit over an API token take the lean way through (``LeanQueueView``); the
+answers must be the ones DRF's full request cycle gives, errors included, and whatever
+the lean way does not handle must reach DRF untouched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from annotation.api.assignments import LeanQueueView
+from annotation.models import Annotation, Assignment, AssignmentStatus, Chain
+from tests.factories import ChainFactory, ProjectFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def next_url(project) -> str:
+    return f"/api/v1/projects/{project.pk}/assignments/next/"
+
+
+def submit_url(assignment_id: int) -> str:
+    return f"/api/v1/assignments/{assignment_id}/submit/"
+
+
+def ratings_body(chain_id: int, value: int = 1, **extra: object) -> dict:
+    steps = Chain.objects.get(pk=chain_id).steps.order_by("index")
+    return {"ratings": [{"step": s.pk, "rating": value} for s in steps], **extra}
+
+
+@pytest.fixture
+def lean_calls(monkeypatch) -> list[str]:
+    """The names of the views whose lean way answered (did not hand over to DRF)."""
+    answered: list[str] = []
+    for view in LeanQueueView.__subclasses__():
+        original = view.lean
+
+        def spy(self, request, key, _original=original, **kwargs):
+            response = _original(self, request, key, **kwargs)
+            if response is not None:
+                answered.append(type(self).__name__)
+            return response
+
+        monkeypatch.setattr(view, "lean", spy)
+    return answered
+
+
+def clients(user) -> tuple[APIClient, APIClient]:
+    """(over a token: the lean way, forced authentication: DRF's full cycle)."""
+    token = APIClient()
+    token.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    drf = APIClient()
+    drf.force_authenticate(user=user)
+    return token, drf
+
+
+def answer(response) -> tuple[int, Any]:
+    return response.status_code, (response.json() if response.content else None)
+
+
+def without_ids(payload: dict) -> dict:
+    """A next answer with what differs between two leases (ids, times) blanked."""
+    chain = payload["chain"]
+    return {
+        "assignment": sorted(payload["assignment"]),
+        "chain": {
+            **chain,
+            "id": None,
+            "steps": [{**s, "id": None} for s in chain["steps"]],
+            "problem": chain["problem"],
+        },
+    }
+
+
+def test_next_and_submit_answer_as_drf_does(project, make_member, lean_calls) -> None:
+    # Given two annotators and two identical chains, one leased over each way
+    project.overlap = 1
+    project.save()
+    chains = [ChainFactory(project=project, step_count=3) for _ in range(2)]
+    for chain in chains:
+        chain.problem = chains[0].problem
+        chain.save()
+    lean, _ = clients(make_member(project))
+    _, drf = clients(make_member(project))
+
+    # When both ask for the next chain
+    lean_next, drf_next = answer(lean.post(next_url(project))), answer(drf.post(next_url(project)))
+
+    # Then the answers have the same shape and content, and the token one took the lean way
+    assert lean_next[0] == drf_next[0] == 200
+    assert without_ids(lean_next[1]) == without_ids(drf_next[1])
+    assert lean_calls == ["AssignmentNextView"]
+
+    # When both submit, then repeat the submit with the same request_id
+    results = {}
+    for name, client, leased in (("lean", lean, lean_next[1]), ("drf", drf, drf_next[1])):
+        url = submit_url(leased["assignment"]["id"])
+        body = ratings_body(leased["chain"]["id"], request_id=f"r-{name}")
+        results[name] = [answer(client.post(url, body, format="json")) for _ in range(2)]
+
+    # Then: 201 then 200 with the same annotation, the same payloads both ways
+    for name, (first, repeat) in results.items():
+        assert (first[0], repeat[0]) == (201, 200), name
+        assert first[1] == repeat[1]
+    lean_payload, drf_payload = results["lean"][0][1], results["drf"][0][1]
+    assert sorted(lean_payload["annotation"]) == sorted(drf_payload["annotation"])
+    assert [r["rating"] for r in lean_payload["annotation"]["ratings"]] == [1, 1, 1]
+    assert lean_calls == ["AssignmentNextView", "AssignmentSubmitView", "AssignmentSubmitView"]
+    assert Annotation.objects.filter(source="human").count() == 2
+
+    # And then nothing is left: 204 both ways, with no body
+    assert answer(lean.post(next_url(project))) == answer(drf.post(next_url(project))) == (204, None)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["foreign_project", "bad_ratings", "closed_lease", "foreign_lease", "lost_lease"],
+)
+def test_errors_are_drfs(case: str, project, make_member, lean_calls) -> None:
+    # Given one annotator reached over a token and the same one over DRF's full cycle
+    ChainFactory.create_batch(2, project=project, step_count=2)
+    user = make_member(project)
+    lean, drf = clients(user)
+    other = ProjectFactory()
+    ChainFactory(project=other)
+
+    def both(method: str, url: str, body: Any = None) -> tuple[Any, Any]:
+        kwargs = {"format": "json"} if body is not None else {}
+        return (
+            answer(getattr(lean, method)(url, body, **kwargs)),
+            answer(getattr(drf, method)(url, body, **kwargs)),
+        )
+
+    if case == "foreign_project":
+        got = both("post", next_url(other))
+        expected_status = 404
+    else:
+        leased = drf.post(next_url(project)).json()
+        url = submit_url(leased["assignment"]["id"])
+        if case == "bad_ratings":
+            got = both("post", url, {"ratings": [{"step": 10**9, "rating": 1}]})
+            expected_status = 400
+        elif case == "closed_lease":
+            drf.post(url, ratings_body(leased["chain"]["id"]), format="json")
+            got = both("post", url, ratings_body(leased["chain"]["id"]))
+            expected_status = 409
+        elif case == "foreign_lease":
+            stranger_lease = Assignment.objects.create(
+                project=other,
+                chain=Chain.objects.filter(project=other).get(),
+                annotator=make_member(other),
+                expires_at=Assignment.objects.get(pk=leased["assignment"]["id"]).expires_at,
+            )
+            got = both("post", submit_url(stranger_lease.pk), {"ratings": [{"step": 1, "rating": 1}]})
+            expected_status = 404
+        else:  # lost_lease: expired, and its place went to someone else
+            Assignment.objects.filter(pk=leased["assignment"]["id"]).update(
+                status=AssignmentStatus.EXPIRED
+            )
+            project.overlap = 1
+            project.save()
+            taker = make_member(project)
+            Assignment.objects.create(
+                project=project,
+                chain_id=leased["chain"]["id"],
+                annotator=taker,
+                expires_at=Assignment.objects.get(pk=leased["assignment"]["id"]).expires_at,
+            )
+            got = both("post", url, ratings_body(leased["chain"]["id"]))
+            expected_status = 409
+
+    # Then the lean way gives DRF's status and body
+    lean_answer, drf_answer = got
+    assert lean_answer == drf_answer
+    assert lean_answer[0] == expected_status
+
+
+def test_what_the_lean_way_leaves_to_drf(project, make_member, lean_calls) -> None:
+    # Given an annotator with a lease, reached over a token
+    ChainFactory.create_batch(2, project=project, step_count=2)
+    user = make_member(project)
+    lean, _ = clients(user)
+    leased = lean.post(next_url(project)).json()
+    url = submit_url(leased["assignment"]["id"])
+    lean_calls.clear()
+
+    # When the token is unknown, the body is malformed, unusual (a comment), not JSON,
+    # or the client asks for something other than JSON
+    unknown = APIClient()
+    unknown.credentials(HTTP_AUTHORIZATION="Token " + "0" * 40)
+    unknown_next = unknown.post(next_url(project))
+    malformed = lean.post(url, b"{not json", content_type="application/json")
+    form = lean.post(url, {"ratings": "x"})
+    html = lean.post(next_url(project), HTTP_ACCEPT="text/html")
+    body = ratings_body(leased["chain"]["id"])
+    body["ratings"][0]["comment"] = "  a note  "
+    commented = lean.post(url, body, format="json")
+
+    # Then DRF answered each as it always has
+    assert unknown_next.status_code == 401
+    assert unknown_next["WWW-Authenticate"] == 'Token'
+    assert malformed.status_code == 400 and "JSON parse error" in malformed.json()["detail"]
+    assert form.status_code == 415 or form.status_code == 400
+    assert html.status_code == 200
+    assert commented.status_code == 201
+    assert commented.json()["annotation"]["ratings"][0]["comment"] == "a note"
+    assert lean_calls == []
