@@ -692,21 +692,22 @@ _RATINGS_INSERT = (
     "(annotation_id, step_id, rating, comment, duration_ms) "
 )
 # PostgreSQL: the annotation, its ratings, the lease's close and the chain's count in one
-# statement (one round trip). The casts type the VALUES list, whose columns would
-# otherwise take their types from the first row's parameters (a NULL duration as text).
+# statement (one round trip). The ratings come as four arrays (step ids, ratings, comments,
+# durations) zipped by ``unnest``, so the statement's text and parameter count are the
+# same for every chain length: psycopg converts and PostgreSQL prepares it once.
 _SUBMIT_WRITE_SQL = f"""
     WITH n AS ({{annotation}}),
     r AS (
         {_RATINGS_INSERT}
         SELECT n.id, v.step_id, v.rating, v.comment, v.duration_ms
-        FROM n CROSS JOIN (VALUES {{values}}) AS v (step_id, rating, comment, duration_ms)
+        FROM n CROSS JOIN unnest(%s::bigint[], %s::smallint[], %s::text[], %s::integer[])
+            AS v (step_id, rating, comment, duration_ms)
     ),
     l AS ({_LEASE_SUBMITTED_SQL})
     {{count}}
     SELECT id FROM n
 """
-_RATING_VALUES_ROW = "(%s::bigint, %s::smallint, %s::text, %s::integer)"
-# Far below both databases' limits on bound parameters (PostgreSQL 65,535; SQLite 32,766).
+# SQLite takes the rows in batches, far below its limit on bound parameters (32,766).
 _RATINGS_PER_STATEMENT = 1_000
 
 
@@ -723,23 +724,18 @@ def _submit_write(
     None, set the chain's ``(finished_count, is_finished)``.
 
     Precondition: the chain's row lock is held and the submit was validated; these are
-    the writes it decided on. One statement on PostgreSQL, four on SQLite (and for a chain
-    of more than ``_RATINGS_PER_STATEMENT`` steps)."""
+    the writes it decided on. One statement on PostgreSQL, four or more on SQLite."""
     insert_sql, params = _insert_sql(annotation)
     rows = [(r.step_id, r.rating, r.comment, r.duration_ms) for r in ratings]
     finished_at = connection.ops.adapt_datetimefield_value(now)
-    if connection.vendor == "postgresql" and len(rows) <= _RATINGS_PER_STATEMENT:
+    if connection.vendor == "postgresql":
         count_sql = ""
         count_params: list = []
         if counted is not None:
             count_sql = f", c AS ({_CHAIN_COUNTED_SQL})"
             count_params = [*counted, annotation.chain_id]
-        sql = _SUBMIT_WRITE_SQL.format(
-            annotation=insert_sql,
-            values=", ".join([_RATING_VALUES_ROW] * len(rows)),
-            count=count_sql,
-        )
-        params += [value for row in rows for value in row]
+        sql = _SUBMIT_WRITE_SQL.format(annotation=insert_sql, count=count_sql)
+        params += [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * 4
         params += [finished_at, assignment_id, *count_params]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)

@@ -128,8 +128,8 @@ def test_submit_input_fast_path_matches_the_serializer(kind, body) -> None:
 
 
 def test_a_long_chain_stores_every_rating_in_step_order(project, make_member) -> None:
-    # Given a chain longer than two insert batches of ratings (on PostgreSQL, longer than
-    # the one-statement write takes)
+    # Given a long chain (on SQLite, more than two insert batches of ratings; on
+    # PostgreSQL, still one statement)
     from annotation.models import StepRating
     from annotation.services.assignments import (
         _RATINGS_PER_STATEMENT,

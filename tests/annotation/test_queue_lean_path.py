@@ -111,7 +111,8 @@ def test_next_and_submit_answer_as_drf_does(project, make_member, lean_calls) ->
     assert Annotation.objects.filter(source="human").count() == 2
 
     # And then nothing is left: 204 both ways, with no body
-    assert answer(lean.post(next_url(project))) == answer(drf.post(next_url(project))) == (204, None)
+    nothing = answer(lean.post(next_url(project)))
+    assert nothing == answer(drf.post(next_url(project))) == (204, None)
 
 
 @pytest.mark.parametrize(
@@ -153,7 +154,8 @@ def test_errors_are_drfs(case: str, project, make_member, lean_calls) -> None:
                 annotator=make_member(other),
                 expires_at=Assignment.objects.get(pk=leased["assignment"]["id"]).expires_at,
             )
-            got = both("post", submit_url(stranger_lease.pk), {"ratings": [{"step": 1, "rating": 1}]})
+            body = {"ratings": [{"step": 1, "rating": 1}]}
+            got = both("post", submit_url(stranger_lease.pk), body)
             expected_status = 404
         else:  # lost_lease: expired, and its place went to someone else
             Assignment.objects.filter(pk=leased["assignment"]["id"]).update(
@@ -200,7 +202,7 @@ def test_what_the_lean_way_leaves_to_drf(project, make_member, lean_calls) -> No
 
     # Then DRF answered each as it always has
     assert unknown_next.status_code == 401
-    assert unknown_next["WWW-Authenticate"] == 'Token'
+    assert unknown_next["WWW-Authenticate"] == "Token"
     assert malformed.status_code == 400 and "JSON parse error" in malformed.json()["detail"]
     assert form.status_code == 415 or form.status_code == 400
     assert html.status_code == 200

@@ -1,0 +1,141 @@
+"""The labeling queue on the embedded default (SQLite, tasks in-process), as `make demo`
+runs it. The rest of the suite runs on PostgreSQL; the queue writes its submit in one
+statement there and statement by statement on SQLite, and reads rows by hand on both, so
+the SQLite path gets its own run: a subprocess with the development settings on a fresh
+SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = r"""
+import json
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+
+from django.contrib.auth import get_user_model
+from django.test import Client
+from rest_framework.authtoken.models import Token
+
+from annotation.models import (
+    Annotation, Assignment, Chain, LabelingMode, Membership, Problem, Project, Step, StepRating
+)
+
+User = get_user_model()
+project = Project.objects.create(name="sqlite", overlap=2)
+problem = Problem.objects.create(project=project, text="2 + 2?", content_hash="p")
+for c in range(2):
+    chain = Chain.objects.create(
+        project=project, problem=problem, content_hash=f"c{c}", step_count=3, meta={"k": c}
+    )
+    Step.objects.bulk_create(Step(chain=chain, index=i, text=f"step {i}") for i in range(3))
+users = []
+for name in ("ann", "bob"):
+    user = User.objects.create_user(username=name, password="pw-" + name)
+    Membership.objects.create(project=project, user=user, role="annotator")
+    users.append(user)
+
+out = {}
+# ann over a token: the lean way through
+token = Client(HTTP_AUTHORIZATION="Token " + Token.objects.create(user=users[0]).key)
+leased = token.post(f"/api/v1/projects/{project.pk}/assignments/next/")
+out["next"] = leased.status_code
+lease = leased.json()
+out["next_again_same"] = (
+    token.post(f"/api/v1/projects/{project.pk}/assignments/next/").json()["assignment"]["id"]
+    == lease["assignment"]["id"]
+)
+body = {
+    "ratings": [{"step": s["id"], "rating": 1} for s in lease["chain"]["steps"]],
+    "request_id": "r1",
+}
+url = f"/api/v1/assignments/{lease['assignment']['id']}/submit/"
+first = token.post(url, json.dumps(body), content_type="application/json")
+again = token.post(url, json.dumps(body), content_type="application/json")
+out["submit"] = [first.status_code, again.status_code, first.json() == again.json()]
+out["ratings"] = [r["rating"] for r in first.json()["annotation"]["ratings"]]
+
+# bob over a session (DRF's full cycle), with a rating comment
+session = Client()
+session.login(username="bob", password="pw-bob")
+lease = session.post(f"/api/v1/projects/{project.pk}/assignments/next/").json()
+steps = lease["chain"]["steps"]
+body = {"ratings": [{"step": s["id"], "rating": -1, "comment": " why "} for s in steps]}
+url = f"/api/v1/assignments/{lease['assignment']['id']}/submit/"
+submitted = session.post(url, json.dumps(body), content_type="application/json")
+out["session_submit"] = submitted.status_code
+
+chain = Chain.objects.get(pk=lease["chain"]["id"])
+out["chain"] = [chain.finished_count, chain.is_finished, chain.meta]
+out["stored"] = sorted(StepRating.objects.values_list("rating", "comment"))
+out["leases"] = sorted(Assignment.objects.values_list("status", flat=True))
+out["annotations"] = Annotation.objects.count()
+
+# a chain longer than one batch of rating inserts
+from annotation.services.assignments import _RATINGS_PER_STATEMENT
+long_project = Project.objects.create(name="long", overlap=1)
+Membership.objects.create(project=long_project, user=users[0], role="annotator")
+long_chain = Chain.objects.create(
+    project=long_project, problem=Problem.objects.create(
+        project=long_project, text="long", content_hash="l"
+    ), content_hash="long", step_count=2 * _RATINGS_PER_STATEMENT + 1,
+)
+Step.objects.bulk_create(
+    Step(chain=long_chain, index=i, text=f"s{i}") for i in range(long_chain.step_count)
+)
+lease = token.post(f"/api/v1/projects/{long_project.pk}/assignments/next/").json()
+body = {"ratings": [{"step": s["id"], "rating": 0} for s in lease["chain"]["steps"]]}
+url = f"/api/v1/assignments/{lease['assignment']['id']}/submit/"
+out["long_submit"] = token.post(url, json.dumps(body), content_type="application/json").status_code
+long_chain.refresh_from_db()
+out["long"] = [
+    StepRating.objects.filter(annotation__chain=long_chain).count(),
+    long_chain.step_count,
+    long_chain.is_finished,
+]
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_the_queue_on_sqlite(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.dev",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+        "DJANGO_ALLOWED_HOSTS": "testserver",
+    }
+    env.pop("CELERY_BROKER_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = [row for row in done.stdout.splitlines() if row.startswith("RESULT ")]
+    got = json.loads(line.removeprefix("RESULT "))
+
+    assert got["next"] == 200 and got["next_again_same"]
+    assert got["submit"] == [201, 200, True]
+    assert got["ratings"] == [1, 1, 1]
+    assert got["session_submit"] == 201
+    # both graded the oldest chain (overlap 2), which is now finished
+    assert got["chain"] == [2, True, {"k": 0}]
+    assert got["stored"] == [[-1, "why"]] * 3 + [[1, ""]] * 3
+    assert got["leases"] == ["submitted", "submitted"]
+    assert got["annotations"] == 2
+    assert got["long_submit"] == 201
+    assert got["long"][0] == got["long"][1] and got["long"][2] is True
