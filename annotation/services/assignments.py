@@ -448,18 +448,20 @@ _MEMBER_SQL = f"""
     )
 """
 # The lease with its chain's steps (id, index), one row per step (one with NULLs for a
-# chain without steps): a submit reads both after taking the chain lock, in one trip.
+# chain without steps), and the id of the caller's annotation that already carries the
+# submit's request_id, if any: a submit reads all three after taking the chain lock, in
+# one trip. (``n.request_id <> ''`` lets PostgreSQL use the partial unique index; the
+# caller's id rather than the lease's column makes the lookup run once, not once a step.)
 _ASSIGNMENT_WITH_STEPS_SQL = f"""
-    SELECT {select_columns(Assignment, "a")}, s.id, s."index"
+    SELECT {select_columns(Assignment, "a")}, s.id, s."index", (
+        SELECT n.id FROM {Annotation._meta.db_table} n
+        WHERE n.annotator_id = %(user)s AND n.request_id = %(request_id)s
+          AND n.request_id <> ''
+    )
     FROM {Assignment._meta.db_table} a
     LEFT JOIN {Step._meta.db_table} s ON s.chain_id = a.chain_id
-    WHERE a.id = %s
+    WHERE a.id = %(assignment)s
     ORDER BY s."index"
-"""
-_REQUEST_ID_SQL = f"""
-    SELECT {select_columns(Annotation, "n")} FROM {Annotation._meta.db_table} n
-    WHERE n.annotator_id = %s AND n.request_id = %s
-    LIMIT 1
 """
 _LEASE_SUBMITTED_SQL = (
     f"UPDATE {Assignment._meta.db_table} SET status = '{AssignmentStatus.SUBMITTED}', "
@@ -505,15 +507,20 @@ def _place_is_free(*, chain: Chain, user: User, now: datetime) -> bool:
     return bool(free)
 
 
-def _lease_with_steps(*, assignment_id: int) -> tuple[Assignment, list[tuple[int, int]]]:
-    """The lease ``assignment_id`` as stored now, and its chain's steps as (id, index) in
-    order. Precondition: the chain's row lock is held (see ``assignment_submit``)."""
+def _lease_with_steps(
+    *, assignment_id: int, user: User, request_id: str
+) -> tuple[Assignment, list[tuple[int, int]], int | None]:
+    """The lease ``assignment_id`` as stored now, its chain's steps as (id, index) in
+    order, and the id of ``user``'s annotation with ``request_id`` (None if none, or if
+    ``request_id`` is empty). Precondition: the chain's row lock is held and the lease is
+    ``user``'s (``_lock_own_chain``)."""
+    params = {"assignment": assignment_id, "user": user.pk, "request_id": request_id}
     with connection.cursor() as cursor:
-        cursor.execute(_ASSIGNMENT_WITH_STEPS_SQL, [assignment_id])
+        cursor.execute(_ASSIGNMENT_WITH_STEPS_SQL, params)
         rows = cursor.fetchall()
     width = model_width(Assignment)
     steps = [(row[width], row[width + 1]) for row in rows if row[width] is not None]
-    return model_from_row(Assignment, rows[0][:width]), steps
+    return model_from_row(Assignment, rows[0][:width]), steps, rows[0][width + 2]
 
 
 def _take_back_expired(*, chain: Chain, assignment: Assignment, user: User, now: datetime) -> None:
@@ -790,26 +797,22 @@ def assignment_submit(
     if duration_ms is not None and duration_ms < 0:
         raise ValidationError({"duration_ms": "A duration cannot be negative."})
 
-    if request_id:
-        # Annotations are never edited or deleted, so a hit here is final: no lock needed.
-        earlier = next(iter(fetch_models(Annotation, _REQUEST_ID_SQL, [user.pk, request_id])), None)
-        if earlier is not None:
-            return _idempotent_repeat(
-                annotation=earlier, assignment_id=assignment_id, request_id=request_id
-            )
-
     with transaction.atomic():
         chain = _lock_own_chain(assignment_id=assignment_id, user=user)
         project = chain.project
         # Read after the lock: a claim may have marked this lease EXPIRED and taken its
         # place, or a concurrent repeat of this very submit may have just committed.
-        assignment, steps = _lease_with_steps(assignment_id=assignment_id)
+        assignment, steps, earlier = _lease_with_steps(
+            assignment_id=assignment_id, user=user, request_id=request_id
+        )
+        if earlier is not None:
+            # Annotations are never edited or deleted, so a hit here is final.
+            return _idempotent_repeat(
+                annotation=Annotation.objects.get(pk=earlier),
+                assignment_id=assignment_id,
+                request_id=request_id,
+            )
         if assignment.status == AssignmentStatus.SUBMITTED:
-            done = Annotation.objects.filter(assignment_id=assignment_id).first()
-            if request_id and done is not None and done.request_id == request_id:
-                return _idempotent_repeat(
-                    annotation=done, assignment_id=assignment_id, request_id=request_id
-                )
             raise LeaseClosed("This lease was already submitted.")
         if assignment.status == AssignmentStatus.SKIPPED:
             raise LeaseClosed("You skipped this chain; its lease is closed.")
