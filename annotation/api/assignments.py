@@ -286,12 +286,15 @@ _LEASE_STEPS_SQL = f"""
 
 def lease_payload(*, assignment: Assignment, project: Project) -> dict[str, Any]:
     """What ``NextOutputSerializer`` gives for ``assignment``, built as plain dicts from
-    one query (the steps with their chain and problem): next is the hottest request, and
+    the steps with their chain and problem (read by the claim with a new lease on
+    PostgreSQL, else by one query here): next is the hottest request, and
     nested serializers and a query each for the problem and the steps cost more than the
     claim itself. ``test_lease_payload_matches_the_serializer`` keeps the two equal."""
-    with connection.cursor() as cursor:
-        cursor.execute(_LEASE_STEPS_SQL, [assignment.chain_id])
-        rows = cursor.fetchall()
+    rows = getattr(assignment, "chain_rows", None)  # read with a new lease (PostgreSQL)
+    if rows is None:
+        with connection.cursor() as cursor:
+            cursor.execute(_LEASE_STEPS_SQL, [assignment.chain_id])
+            rows = cursor.fetchall()
     if rows:
         final_answer, problem_text, reference_answer = rows[0][3:]
     else:  # a chain without steps: nothing to grade, but still a valid answer

@@ -57,6 +57,7 @@ from annotation.models import (
     Chain,
     LabelingMode,
     Membership,
+    Problem,
     Project,
     Rating,
     Step,
@@ -211,6 +212,19 @@ _LEASE_IF_FREE_SQL = f"""
     RETURNING id
 """
 
+# PostgreSQL: the lease as above and, in the same trip, what the lease's answer shows (the
+# chain's steps with its final answer and problem; ``Assignment.chain_rows``). No rows: no
+# lease. SQLite cannot write inside a WITH, so there the answer reads them afterwards.
+_LEASE_WITH_CHAIN_SQL = f"""
+    WITH l AS ({_LEASE_IF_FREE_SQL})
+    SELECT l.id, s.id, s."index", s.text, c.final_answer, p.text, p.reference_answer
+    FROM l
+    JOIN {Chain._meta.db_table} c ON c.id = %(chain)s
+    JOIN {Problem._meta.db_table} p ON p.id = c.problem_id
+    LEFT JOIN {Step._meta.db_table} s ON s.chain_id = c.id
+    ORDER BY s."index"
+"""
+
 # The caller's live leases in a project, oldest first: ``next`` answers with the oldest,
 # ``prefetch`` with the newest (index ``assignment_live_by_annotator``).
 _LIVE_LEASES_SQL = f"""
@@ -293,15 +307,21 @@ def _lease_if_free(
     *, project: Project, user: User, now: datetime, chain_id: int
 ) -> Assignment | None:
     """Lease the chain whose lock we hold if its place is still free; None if not (a lost
-    race, or stale leases to expire first: ``_claim_once`` asks ``_recheck`` which)."""
+    race, or stale leases to expire first: ``_claim_once`` asks ``_recheck`` which).
+
+    On PostgreSQL the new lease carries ``chain_rows``, its chain's steps as (id, index,
+    text, final answer, problem text, reference answer) rows, read in the same trip for
+    the API's answer (``lease_payload``)."""
     expires_at = now + project.lease_duration
     params = _sql_params(project=project, user=user, now=now, chain=chain_id)
     params["expires"] = connection.ops.adapt_datetimefield_value(expires_at)
+    with_chain = connection.vendor == "postgresql"
     with connection.cursor() as cursor:
-        cursor.execute(_LEASE_IF_FREE_SQL, params)
-        row = cursor.fetchone()
-    if row is None:
+        cursor.execute(_LEASE_WITH_CHAIN_SQL if with_chain else _LEASE_IF_FREE_SQL, params)
+        rows = cursor.fetchall()
+    if not rows:
         return None
+    row = rows[0]
     lease = Assignment(
         id=row[0],
         project=project,
@@ -315,6 +335,8 @@ def _lease_if_free(
     )
     lease._state.adding = False  # a stored row, as if loaded: save() updates it
     lease._state.db = connection.alias
+    if with_chain and row[1] is not None:  # (a chain without steps: the answer reads it)
+        lease.chain_rows = [r[1:] for r in rows]  # type: ignore[attr-defined]
     return lease
 
 

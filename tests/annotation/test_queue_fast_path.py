@@ -48,6 +48,13 @@ def test_lease_payload_matches_the_serializer(project, make_member, show_referen
     assert ("reference_answer" in fast["chain"]["problem"]) is show_reference_answer
     assert fast["chain"]["labeling_mode"] == mode
     assert fast["assignment"]["expires_at"].endswith("Z")
+    # and the rows the claim read with the new lease give what a later read of it gives
+    from annotation.models import Assignment
+
+    assert lease.chain_rows
+    stored = Assignment.objects.get(pk=lease.pk)
+    assert not hasattr(stored, "chain_rows")
+    assert lease_payload(assignment=stored, project=project) == fast
 
 
 def test_lease_payload_of_a_chain_without_steps(project, make_member):
