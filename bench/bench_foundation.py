@@ -654,8 +654,12 @@ class QueueClient:
     requests and reopens it by itself after a ``Connection: close`` (gunicorn's sync
     workers send one on every answer)."""
 
-    def __init__(self, *, port: int, token: str, project_id: int) -> None:
+    def __init__(self, *, port: int, token: str, project_id: int, think_ms: float = 0.0) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        # Grading time between next and submit: exponential with this mean, 0 for none
+        # (a stress loop). Seeded by the token, so a rerun draws the same times.
+        self.think_s = think_ms / 1000
+        self.rng = random.Random(token)
         self.headers = {
             "Authorization": f"Token {token}",
             "Content-Type": "application/json",
@@ -691,6 +695,8 @@ class QueueClient:
             return True
         stats.next_ms.append(next_ms)
         lease = json.loads(payload)
+        if self.think_s:
+            time.sleep(self.rng.expovariate(1 / self.think_s))
         ratings = [{"step": step["id"], "rating": 1} for step in lease["chain"]["steps"]]
         body = {"ratings": ratings, "request_id": uuid.uuid4().hex}
         try:
@@ -720,13 +726,14 @@ def load_run(
     seconds: float,
     meter: CpuMeter | None = None,
     client_factory: Callable[..., QueueClient] | None = None,
+    think_ms: float = 0.0,
 ) -> dict:
     """``len(tokens)`` clients in a closed loop for ``seconds``: each starts its next pair
     only after the last one finished, so latency and throughput come from the same run.
     A pair started before the deadline is finished, so no lease is left dangling.
     ``client_factory`` (keyword arguments of ``QueueClient``) lets a caller record more."""
     make = client_factory or QueueClient
-    clients = [make(port=port, token=t, project_id=project_id) for t in tokens]
+    clients = [make(port=port, token=t, project_id=project_id, think_ms=think_ms) for t in tokens]
     stats = [ClientStats() for _ in clients]
     barrier = threading.Barrier(len(clients) + 1)
     deadline = [0.0]

@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_foundation import (  # noqa: E402 - the sibling script, found through sys.path
     REPO_ROOT,
+    WEB_THREADS,
     CpuMeter,
     QueueClient,
     bench_database_prepare,
@@ -74,6 +75,7 @@ class LoadConfig:
     seconds: float
     warmup_seconds: float
     overlap: int
+    think_ms: float
     workers: int
     database_url: str
     broker_url: str
@@ -89,6 +91,13 @@ def config_from_argv(argv: Sequence[str] | None = None) -> LoadConfig:
     parser.add_argument("--seconds", type=float, default=300.0, help="measured seconds")
     parser.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds first")
     parser.add_argument("--overlap", type=int, default=2, help="annotators per chain")
+    parser.add_argument(
+        "--think-ms",
+        type=float,
+        default=0.0,
+        help="mean time an annotator grades a chain between next and submit (exponential); "
+        "0: none, a closed stress loop",
+    )
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
     parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
     parser.add_argument(
@@ -101,6 +110,8 @@ def config_from_argv(argv: Sequence[str] | None = None) -> LoadConfig:
     args = parser.parse_args(argv)
     if min(args.chains, args.steps, args.clients, args.overlap, args.workers) < 1:
         parser.error("--chains, --steps, --clients, --overlap and --workers must be positive")
+    if args.think_ms < 0:
+        parser.error("--think-ms cannot be negative")
     return LoadConfig(
         chains=args.chains,
         steps=args.steps,
@@ -108,6 +119,7 @@ def config_from_argv(argv: Sequence[str] | None = None) -> LoadConfig:
         seconds=args.seconds,
         warmup_seconds=args.warmup,
         overlap=args.overlap,
+        think_ms=args.think_ms,
         workers=args.workers,
         database_url=args.database_url,
         broker_url=args.broker_url,
@@ -208,7 +220,13 @@ class RecordingClient(QueueClient):
 
 
 def load_measure(
-    *, port: int, tokens: Sequence[str], project_id: int, seconds: float, meter: CpuMeter | None
+    *,
+    port: int,
+    tokens: Sequence[str],
+    project_id: int,
+    seconds: float,
+    meter: CpuMeter | None,
+    think_ms: float = 0.0,
 ) -> tuple[dict, list[int]]:
     """``bench_foundation.load_run`` with recording clients: (figures, acknowledged ids)."""
     acknowledged: list[int] = []  # list.append is atomic under the GIL
@@ -223,6 +241,7 @@ def load_measure(
         seconds=seconds,
         meter=meter,
         client_factory=make,
+        think_ms=think_ms,
     )
     return figures, acknowledged
 
@@ -348,8 +367,10 @@ def table_render(report: dict) -> str:
         rows.append((label, f"{value:,}", "= 0", "✓" if value == 0 else "✗"))
     header = (
         f"{TITLE}: {cfg['chains']:,} chains x {cfg['steps']} steps, overlap {cfg['overlap']}, "
-        f"{cfg['clients']} annotators, {cfg['seconds']:g} s, gunicorn {cfg['workers']} sync "
-        f"workers, {os.cpu_count()} CPUs, {report['postgres']}"
+        f"{cfg['clients']} annotators, "
+        + (f"grading {cfg['think_ms']:g} ms a chain (mean), " if cfg.get("think_ms") else "")
+        + f"{cfg['seconds']:g} s, gunicorn {cfg['workers']} gthread workers x "
+        f"{WEB_THREADS} threads, {os.cpu_count()} CPUs, {report['postgres']}"
     )
     cells = [("metric", "value", "target", "ok"), *rows]
     return table_text(header=header, cells=cells)
@@ -391,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 project_id=fixture.project_id,
                 seconds=cfg.warmup_seconds,
                 meter=None,
+                think_ms=cfg.think_ms,
             )
             _say(f"measuring {cfg.seconds:g} s")
             phase, ids = load_measure(
@@ -399,6 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 project_id=fixture.project_id,
                 seconds=cfg.seconds,
                 meter=meter,
+                think_ms=cfg.think_ms,
             )
             phase["load_average_1min"] = os.getloadavg()[0]
         server_log = (Path(tmp) / "g.log").read_text(errors="replace").splitlines()[-20:]
