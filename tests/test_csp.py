@@ -208,3 +208,47 @@ def test_every_page_works_under_the_policy(live_server: Any, open_page: Any) -> 
         blocked = [v for v in watched.violations if not _expected_block(v)]
         assert blocked == [], f"{path}: {blocked}"
         assert watched.errors == [], f"{path}: {watched.errors}"
+
+
+@pytest.mark.django_db
+def test_the_kept_header_is_django_csps_and_follows_the_settings(api_client: Any, settings) -> None:
+    # Given the header django-csp builds from the settings
+    from csp.utils import build_policy
+
+    expected = build_policy()
+
+    # When two API responses are sent (the second from the kept string)
+    first = api_client.get("/api/v1/projects/", HTTP_HOST="localhost")
+    second = api_client.get("/api/v1/projects/", HTTP_HOST="localhost")
+
+    # Then both carry exactly django-csp's header
+    assert first["Content-Security-Policy"] == second["Content-Security-Policy"] == expected
+
+    # When the settings change (as a deployment's would between processes)
+    policy = {**settings.CONTENT_SECURITY_POLICY}
+    policy["DIRECTIVES"] = {**policy["DIRECTIVES"], "img-src": ["'self'"]}
+    settings.CONTENT_SECURITY_POLICY = policy
+
+    # Then the next response carries the new policy, not the kept one
+    changed = api_client.get("/api/v1/projects/", HTTP_HOST="localhost")
+    assert changed["Content-Security-Policy"] == build_policy() != expected
+    assert "img-src 'self';" in changed["Content-Security-Policy"] + ";"
+
+
+@pytest.mark.django_db
+def test_a_view_that_shapes_its_own_policy_still_gets_it(rf: Any) -> None:
+    # Given a response that asks for its own policy (as django-csp's decorators mark one)
+    from django.http import HttpResponse
+
+    from config.csp import CSPMiddleware
+
+    def view(request: Any) -> HttpResponse:
+        response = HttpResponse("ok")
+        response._csp_update = {"img-src": ["https://example.org"]}
+        return response
+
+    # When it passes the middleware
+    response = CSPMiddleware(view)(rf.get("/"))
+
+    # Then django-csp built it, with the update
+    assert "https://example.org" in response["Content-Security-Policy"]
