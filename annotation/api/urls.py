@@ -1,4 +1,5 @@
 """REST API v1. Each area keeps its own routes beside its views."""
+
 from django.urls import include, path
 
 urlpatterns = [
