@@ -241,7 +241,9 @@ class AssignmentNextView(LeanQueueView):
         with service_errors():
             assignment = assignment_claim_next(project=project, user=request.user)
         if assignment is None:
-            return HttpResponse(status=status.HTTP_204_NO_CONTENT)
+            nothing = HttpResponse(status=status.HTTP_204_NO_CONTENT)
+            del nothing["Content-Type"]  # as DRF sends an empty answer
+            return nothing
         return json_response(lease_payload(assignment=assignment, project=project))
 
 
