@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -108,23 +109,29 @@ def user_and_project_for_labeling(*, token_key: str, project_id: int) -> tuple |
     saying why: the caller then lets the full authentication and lookup answer (401 or
     404). The labeling queue's ``next`` runs this on every request."""
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
 
     user_model = get_user_model()
     width = model_width(user_model)
     with connection.cursor() as cursor:
-        cursor.execute(
-            _TOKEN_PROJECT_SQL.format(
-                user_columns=select_columns(user_model, "u"),
-                user_table=user_model._meta.db_table,
-                token_table=Token._meta.db_table,
-            ),
-            {"key": token_key, "project": project_id},
-        )
+        cursor.execute(_token_project_sql(), {"key": token_key, "project": project_id})
         row = cursor.fetchone()
     if row is None:
         return None
     return model_from_row(user_model, row[:width]), model_from_row(Project, row[width:])
+
+
+@functools.cache
+def _token_project_sql() -> str:
+    """``_TOKEN_PROJECT_SQL`` for the installed user model, built once, not per request."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    user_model = get_user_model()
+    return _TOKEN_PROJECT_SQL.format(
+        user_columns=select_columns(user_model, "u"),
+        user_table=user_model._meta.db_table,
+        token_table=Token._meta.db_table,
+    )
 
 
 _TOKEN_PROJECT_SQL = f"""

@@ -449,10 +449,10 @@ def assignment_prefetch(
     return _claim(project=project, user=user, now=_now(now), prefetch=True)
 
 
-# The chain of the caller's own lease, locked, with its project's row alongside (columns
-# ``project__<column>``). The lease's owner and, unless the caller is a superuser, a
-# membership in the project are part of the lookup: a lease of someone else, or of a
-# project the caller left, is not found.
+# The chain of the caller's own lease, locked, with its project's row alongside (the
+# chain's columns, then the project's: ``annotation.rows``). The lease's owner and, unless
+# the caller is a superuser, a membership in the project are part of the lookup: a lease
+# of someone else, or of a project the caller left, is not found.
 _LOCK_OWN_CHAIN_SQL = f"""
     SELECT {select_columns(Chain, "c")}, {select_columns(Project, "p")}
     FROM {Chain._meta.db_table} c
