@@ -2,6 +2,7 @@
 
 Labels are never edited in place: a correction is a new Annotation whose
 ``supersedes`` points at the one it replaces (invariant 1)."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -276,6 +277,14 @@ class Assignment(models.Model):
     expires_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     skip_reason = models.TextField(blank=True)
+    # On a closed (submitted or skipped) lease: whether its chain still waits in the queue
+    # (not finished, not gold). The claim reads the annotator's closed leases on open
+    # chains (index ``assignment_done_open``) to walk past the chains they did that wait
+    # for others, a set bounded by the queue rather than by their history. A hint kept by
+    # the services that finish, reopen and mark chains (``closed_leases_sync``): a stale
+    # value costs a claim some speed, never a wrong lease, as the claim's per-chain checks
+    # decide.
+    chain_open = models.BooleanField(default=True, db_default=True)
 
     class Meta:
         constraints = [
@@ -303,6 +312,11 @@ class Assignment(models.Model):
                 fields=["annotator", "project", "expires_at"],
                 condition=Q(status="active"),
                 name="assignment_live_by_annotator",
+            ),
+            models.Index(
+                fields=["annotator", "project", "chain"],
+                condition=Q(status__in=["submitted", "skipped"], chain_open=True),
+                name="assignment_done_open",
             ),
         ]
 

@@ -53,6 +53,7 @@ from annotation.models import (
     Screening,
     ScreeningStatus,
 )
+from annotation.services.closed_leases import closed_leases_sync
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -113,6 +114,7 @@ def _set_gold(chains: list[Chain], keys: dict[int, int]) -> None:
         chain.is_gold = True
         chain.gold_annotation_id = keys[chain.pk]
     Chain.objects.bulk_update(chains, ["is_gold", "gold_annotation"], batch_size=1000)
+    closed_leases_sync(leases=Assignment.objects.filter(chain__in=chains))
 
 
 def gold_mark(*, project: Project, chain_ids: Iterable[int]) -> list[Chain]:
@@ -184,6 +186,7 @@ def gold_unmark(*, project: Project, chain_ids: Iterable[int]) -> list[Chain]:
             ["is_gold", "gold_annotation", "finished_count", "is_finished"],
             batch_size=1000,
         )
+        closed_leases_sync(leases=Assignment.objects.filter(chain__in=chains))
     return chains
 
 

@@ -1,5 +1,6 @@
 """Write paths for projects and their members. The API, the pages, the admin-free
 commands (``seed_demo``) all go through these functions."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,6 +22,7 @@ from annotation.models import (
     Role,
     StepSplit,
 )
+from annotation.services.closed_leases import closed_leases_sync
 
 # The settings a lead may change after creation. ``name`` is deliberately absent:
 # commands and exports refer to projects by name.
@@ -112,12 +114,15 @@ def chain_finished_recompute(*, project: Project) -> int:
     single UPDATE. Returns the number of rows touched.
 
     Call it inside the transaction that changed ``project.overlap`` (holding the project
-    row lock), so a concurrent submit cannot compute the flag from the old overlap."""
-    return Chain.objects.filter(project=project).update(
+    row lock), so a concurrent submit cannot compute the flag from the old overlap. The
+    closed leases' ``chain_open`` follows (``closed_leases_sync``)."""
+    touched = Chain.objects.filter(project=project).update(
         is_finished=Case(
             When(finished_count__gte=project.overlap, then=Value(True)), default=Value(False)
         )
     )
+    closed_leases_sync(leases=Assignment.objects.filter(project=project))
+    return touched
 
 
 def membership_add(
