@@ -318,6 +318,15 @@ class Assignment(models.Model):
                 condition=Q(status__in=["submitted", "skipped"], chain_open=True),
                 name="assignment_done_open",
             ),
+            # The queue's "has this annotator done this chain" probe, one entry to read.
+            # Without it PostgreSQL may AND the chain index with the annotator index,
+            # which reads the annotator's whole history (when its statistics predate
+            # them, as for any annotator new since the last ANALYZE).
+            models.Index(
+                fields=["chain", "annotator"],
+                condition=Q(status__in=["submitted", "skipped"]),
+                name="assignment_done_by_chain",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -1,5 +1,6 @@
-"""``Assignment.chain_open`` and the index of an annotator's closed leases on open chains,
-which the claim reads instead of the annotator's whole history."""
+"""``Assignment.chain_open`` with the index of an annotator's closed leases on open chains,
+which the claim reads instead of the annotator's whole history, and the index of closed
+leases by chain and annotator for the queue's per-chain probe."""
 
 from django.db import migrations, models
 from django.db.models import Exists, OuterRef, Q
@@ -36,6 +37,14 @@ class Migration(migrations.Migration):
                 condition=models.Q(("chain_open", True), ("status__in", ["submitted", "skipped"])),
                 fields=["annotator", "project", "chain"],
                 name="assignment_done_open",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="assignment",
+            index=models.Index(
+                condition=models.Q(("status__in", ["submitted", "skipped"])),
+                fields=["chain", "annotator"],
+                name="assignment_done_by_chain",
             ),
         ),
     ]

@@ -138,6 +138,14 @@ def _now(now: datetime | None) -> datetime:
 # newer lease on the chain.
 # Hand-written rather than built by the ORM: this is the hot path, and building it as a
 # queryset cost more than running it. Plain SQL that SQLite runs too.
+# Keeps a NOT EXISTS a probe per chain (an index lookup by chain and annotator). Without
+# it PostgreSQL may plan the test as an anti-join against everything the annotator ever
+# did, read in full on every claim: it does when its statistics predate the annotator's
+# work, and in the generic plan of the prepared statement, where the annotator is a
+# parameter. An OFFSET keeps PostgreSQL from turning the sub-select into a join (SQLite
+# needs the LIMIT to take an OFFSET); the rows and the answer are the same.
+_PROBE = "LIMIT 1 OFFSET 0"
+
 _PLACE_FREE_SQL = f"""
     NOT c.is_finished
     AND c.finished_count + (
@@ -149,11 +157,13 @@ _PLACE_FREE_SQL = f"""
         SELECT 1 FROM {Assignment._meta.db_table} a
         WHERE a.chain_id = c.id AND a.annotator_id = %(user)s
           AND a.status IN ('{AssignmentStatus.SUBMITTED}', '{AssignmentStatus.SKIPPED}')
+        {_PROBE}
     )
     AND NOT EXISTS (
         SELECT 1 FROM {Annotation._meta.db_table} n
         WHERE n.chain_id = c.id AND n.annotator_id = %(user)s
           AND n.source = '{AnnotationSource.HUMAN}'
+        {_PROBE}
     )
 """
 

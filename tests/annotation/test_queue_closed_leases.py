@@ -5,10 +5,12 @@ they finish, reopen and turn gold, and the claim must read only it, not the hist
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
+from psycopg.sql import Literal
 
 from annotation.models import Assignment, AssignmentStatus, Chain
 from annotation.services import assignments
@@ -170,3 +172,86 @@ def test_the_claim_reads_the_open_chains_an_annotator_did_not_their_history(make
     assert hashed, json.dumps(plan, indent=1)
     assert sum(n["Actual Rows"] * n["Actual Loops"] for n in hashed) == waiting
     assert plan["Actual Rows"] == 1
+
+
+def _explained(sql: str, params: dict, *, plan_cache_mode: str | None = None) -> dict:
+    """EXPLAIN ANALYZE of ``sql``, rolled back; with ``plan_cache_mode``, of the statement
+    prepared as psycopg prepares it (``$n`` parameters), in that mode."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        if plan_cache_mode is None:
+            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        else:
+            names: list[str] = []
+
+            def numbered(match: re.Match) -> str:
+                if match.group(1) not in names:
+                    names.append(match.group(1))
+                return f"${names.index(match.group(1)) + 1}"
+
+            cursor.execute("PREPARE candidate AS " + re.sub(r"%\((\w+)\)s", numbered, sql))
+            cursor.execute(f"SET LOCAL plan_cache_mode = {plan_cache_mode}")
+            # EXECUTE takes no bound parameters: the values go in as literals.
+            raw = connection.connection
+            values = ", ".join(Literal(params[name]).as_string(raw) for name in names)
+            cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE candidate({values})")
+        (plan,) = cursor.fetchone()
+        if plan_cache_mode is not None:
+            cursor.execute("DEALLOCATE candidate")  # the session's, not rolled back
+        transaction.set_rollback(True)  # the lease the INSERT took
+    return (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
+
+
+def _rows_read(plan: dict) -> int:
+    """The most rows one node of ``plan`` read, over all its loops."""
+    return max(n["Actual Rows"] * n["Actual Loops"] for n in _nodes(plan))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_claim_reads_one_chain_at_a_time_not_the_annotators_history(make_member):
+    # Given statistics taken while the annotator had done nothing (a new annotator, or a
+    # fresh project), and then 12,000 finished chains they had submitted
+    from tests.factories import ProjectFactory
+
+    project = ProjectFactory(overlap=2)
+    user = make_member(project)
+    problem = ProblemFactory(project=project)
+    chains = Chain.objects.bulk_create(
+        Chain(
+            project=project,
+            problem=problem,
+            content_hash=f"{i:064d}",
+            finished_count=2 if i else 1,
+            is_finished=bool(i),
+        )
+        for i in range(12_001)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE annotation_chain")
+        cursor.execute("VACUUM ANALYZE annotation_assignment")
+    now = timezone.now()
+    Assignment.objects.bulk_create(
+        Assignment(
+            project=project,
+            chain=chain,
+            annotator=user,
+            status=AssignmentStatus.SUBMITTED,
+            expires_at=now,
+            finished_at=now,
+            chain_open=False,
+        )
+        for chain in chains[1:]
+    )
+    params = assignments._sql_params(project=project, user=user, now=now, chain=chains[0].pk)
+    params["expires"] = params["now"]
+
+    # When PostgreSQL checks the one open chain they have not done, and looks for it
+    for sql in (assignments._LEASE_IF_FREE_SQL, assignments._RECHECK_SQL, assignments._PLACE_SQL):
+        plan = _explained(sql, params)
+
+        # Then it reads that chain's rows, none of the annotator's 12,000
+        assert _rows_read(plan) <= 2, json.dumps(plan, indent=1)
+    candidate = assignments._CANDIDATE_SQL.format(skip="", lock="FOR NO KEY UPDATE OF c")
+    for mode in (None, "force_custom_plan", "force_generic_plan"):
+        plan = _explained(candidate, params, plan_cache_mode=mode)
+        assert plan["Actual Rows"] == 1
+        assert _rows_read(plan) <= 2, (mode, json.dumps(plan, indent=1))
