@@ -821,7 +821,8 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 def _proc_stat(pid: int | str) -> list[str] | None:
     """Fields of /proc/PID/stat after the command name (which may hold spaces), so
-    index 1 is the parent pid and 11, 12 are user and system ticks."""
+    index 1 is the parent pid, 11 and 12 are user and system ticks, 13 and 14 those of
+    its reaped children."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
@@ -867,6 +868,7 @@ class CpuMeter:
     def __init__(self, *, gunicorn_pid: int, database_url: str) -> None:
         self.gunicorn_pid = gunicorn_pid
         self.database_url = database_url
+        self.postmaster_pid: int | None = None
 
     def _backend_pids(self) -> list[int]:
         with psycopg.connect(self.database_url, autocommit=True) as conn:
@@ -876,10 +878,25 @@ class CpuMeter:
             ).fetchall()
         return [pid for (pid,) in rows]
 
+    def _exited_backends_seconds(self, backends: Sequence[int]) -> float:
+        """CPU seconds of the PostgreSQL processes that have exited: the postmaster's
+        reaped children (cutime + cstime). Django closes a connection older than
+        CONN_MAX_AGE and opens another, so backends come and go during a run."""
+        if self.postmaster_pid is None:
+            for pid in backends:
+                fields = _proc_stat(pid)
+                if fields is not None:
+                    self.postmaster_pid = int(fields[1])
+                    break
+        fields = _proc_stat(self.postmaster_pid) if self.postmaster_pid else None
+        return (int(fields[13]) + int(fields[14])) / _TICKS if fields else 0.0
+
     def sample(self) -> dict[str, Any]:
+        backends = self._backend_pids()
         return {
             "django": _cpu_seconds(_children_of(self.gunicorn_pid)),
-            "postgres": _cpu_seconds(self._backend_pids()),
+            "postgres": _cpu_seconds(backends),
+            "postgres_exited": self._exited_backends_seconds(backends),
             "client": time.process_time(),
             "machine": _machine_busy_seconds(),
         }
@@ -887,11 +904,18 @@ class CpuMeter:
     @staticmethod
     def spent(before: dict[str, Any], after: dict[str, Any], *, elapsed: float) -> dict:
         """CPU seconds per part between two samples; a process that appeared meanwhile
-        counts whole (gunicorn replacing a worker, a new database connection)."""
+        counts whole (gunicorn replacing a worker, a new database connection), and a
+        backend that exited meanwhile counts through the postmaster (this meter's own
+        short connections too, a few milliseconds each)."""
         parts = {
             kind: sum(v - before[kind].get(pid, 0.0) for pid, v in after[kind].items())
             for kind in ("django", "postgres")
         }
+        # An exited backend's whole life is in the postmaster's count; what it had spent
+        # before the first sample is not this window's.
+        gone = set(before["postgres"]) - set(after["postgres"])
+        parts["postgres"] += after["postgres_exited"] - before["postgres_exited"]
+        parts["postgres"] -= sum(before["postgres"][pid] for pid in gone)
         parts["client"] = after["client"] - before["client"]
         if after["machine"] is None or before["machine"] is None:
             return {**parts, "others": None, "machine_busy": None}

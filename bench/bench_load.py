@@ -394,9 +394,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from django.db import connections
 
     connections.close_all()
-    # gunicorn inherits the environment. Connections live through the whole run: the CPU
-    # meter sums per backend process, and one that closed meanwhile would drop out of it.
-    os.environ.setdefault("DATABASE_CONN_MAX_AGE", str(int(cfg.seconds + cfg.warmup_seconds) + 600))
     with tempfile.TemporaryDirectory(prefix="steplab-load-") as tmp:
         with gunicorn_running(
             database_url=cfg.database_url,
