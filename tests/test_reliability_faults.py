@@ -21,7 +21,7 @@ SCRIPT = REPO_ROOT / "bench" / "bench_faults.py"
 
 
 def test_a_postgresql_crash_during_the_load_loses_no_acknowledged_submit(tmp_path: Path):
-    # Given a quick fault run (300 chains, 2 annotators, 8 s, restart at 40 %)
+    # Given a quick fault run (2,000 chains, 2 annotators, 8 s, restart at 40 %)
     out = tmp_path / "faults.json"
 
     # When it runs, the cluster crashing and recovering under the load
