@@ -130,6 +130,14 @@ def _now(now: datetime | None) -> datetime:
     return now if now is not None else timezone.now()
 
 
+# Keeps each NOT EXISTS below a probe per chain (an index lookup by chain and annotator).
+# Without it PostgreSQL may plan the test as an anti-join against everything the annotator ever
+# did, read in full on every claim: it does when its statistics predate the annotator's
+# work, and in the generic plan of the prepared statement, where the annotator is a
+# parameter. An OFFSET keeps PostgreSQL from turning the sub-select into a join (SQLite
+# needs the LIMIT to take an OFFSET); the rows and the answer are the same.
+_PROBE = "LIMIT 1 OFFSET 0"
+
 # The queue's one predicate, in SQL, shared by the candidate scan, the re-check under the
 # lock and the "is this expired lease's place still free" test, so they cannot drift apart.
 # ``c`` is the chain. Live leases of the caller are not counted: a claim skips the chains
@@ -138,14 +146,6 @@ def _now(now: datetime | None) -> datetime:
 # newer lease on the chain.
 # Hand-written rather than built by the ORM: this is the hot path, and building it as a
 # queryset cost more than running it. Plain SQL that SQLite runs too.
-# Keeps a NOT EXISTS a probe per chain (an index lookup by chain and annotator). Without
-# it PostgreSQL may plan the test as an anti-join against everything the annotator ever
-# did, read in full on every claim: it does when its statistics predate the annotator's
-# work, and in the generic plan of the prepared statement, where the annotator is a
-# parameter. An OFFSET keeps PostgreSQL from turning the sub-select into a join (SQLite
-# needs the LIMIT to take an OFFSET); the rows and the answer are the same.
-_PROBE = "LIMIT 1 OFFSET 0"
-
 _PLACE_FREE_SQL = f"""
     NOT c.is_finished
     AND c.finished_count + (
