@@ -64,6 +64,7 @@ from annotation.models import (
     StepRating,
 )
 from annotation.rows import fetch_models, model_from_row, model_width, select_columns
+from annotation.selectors import project_member_sql
 from annotation.services.gold import gold_candidate, gold_lease, gold_place_is_free
 
 if TYPE_CHECKING:
@@ -478,12 +479,7 @@ _LOCK_OWN_CHAIN_SQL = f"""
     ) {{member}}
     {{lock}}
 """
-_MEMBER_SQL = f"""
-    AND EXISTS (
-        SELECT 1 FROM {Membership._meta.db_table} m
-        WHERE m.project_id = c.project_id AND m.user_id = %(user)s
-    )
-"""
+_MEMBER_SQL = f"AND {project_member_sql(user='%(user)s')}"
 # The lease with its chain's steps (id, index), one row per step (one with NULLs for a
 # chain without steps), and the id of the caller's annotation that already carries the
 # submit's request_id, if any: a submit reads all three after taking the chain lock, in
