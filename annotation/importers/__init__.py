@@ -4,6 +4,7 @@ the import service turns their output into rows."""
 
 from annotation.importers.formats import (
     FORMATS,
+    MAX_JSON_DEPTH,
     MAX_LINE_BYTES,
     STEP_SPLITS,
     FormatDetectionError,
@@ -14,6 +15,7 @@ from annotation.importers.records import LineError, ParsedChain, content_hash
 
 __all__ = [
     "FORMATS",
+    "MAX_JSON_DEPTH",
     "MAX_LINE_BYTES",
     "STEP_SPLITS",
     "FormatDetectionError",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from itertools import accumulate
 from typing import Any, BinaryIO
 
 import ijson
@@ -20,6 +21,9 @@ import ijson
 from annotation.importers.records import LineError
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
+# Levels of arrays and objects a record may hold, itself included: PRM800K's lines need
+# six, and free-form `meta` gets room to spare.
+MAX_JSON_DEPTH = 64
 
 _BOM = b"\xef\xbb\xbf"
 _JSON_WHITESPACE = b" \t\r\n"
@@ -30,6 +34,78 @@ _IJSON_CHUNK = 64 * 1024
 _SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 JsonRecord = tuple[int, Any]
+
+# One JSON string (to its closing quote, or to the end of the data when cut) or one
+# bracket; the group holds the bracket. Possessive, so a long string keeps no
+# backtracking state.
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]++|\\[\s\S])*+"?|([\[\]{}])')
+_DEPTH_CHANGE = {b"": 0, b"[": 1, b"{": 1, b"]": -1, b"}": -1}
+_STRUCTURE = re.compile(rb'["\[\]{}]')
+# The body of a string, from just after its opening quote; the group is its closing quote.
+_STRING_BODY = re.compile(rb'(?:[^"\\]++|\\[\s\S])*+(")?')
+_OPENERS = frozenset(b"[{")
+_QUOTE = ord('"')
+_TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
+
+
+def json_depth_exceeded(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON text `data` (one whole record) nests deeper than `limit`.
+
+    Counting brackets first settles nearly every real line without scanning it. On text
+    that is not JSON the depth found is still at least what a parser reaches before it
+    fails, since both read the same up to the first error.
+    """
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    changes = map(_DEPTH_CHANGE.__getitem__, _JSON_TOKEN.findall(data))
+    return max(accumulate(changes), default=0) > limit
+
+
+class DepthGauge:
+    """The nesting depth of JSON fed to it in pieces, without parsing it: brackets inside
+    strings do not count, and a string or an escape may be cut between two pieces."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.depth = 0
+        self._in_string = False
+        self._escaped = False
+
+    def feed(self, data: bytes) -> int | None:
+        """The offset in `data` of the bracket that goes deeper than the limit, or None."""
+        position = self._skip_string(data, 0) if self._in_string else 0
+        while True:
+            found = _STRUCTURE.search(data, position)
+            if found is None:
+                return None
+            position = found.end()
+            char = data[found.start()]
+            if char == _QUOTE:
+                position = self._skip_string(data, position)
+            elif char in _OPENERS:
+                self.depth += 1
+                if self.depth > self.limit:
+                    return found.start()
+            elif self.depth:
+                self.depth -= 1
+
+    def _skip_string(self, data: bytes, position: int) -> int:
+        """Where the string whose body starts at `position` ends: after its closing
+        quote, or at the end of `data` when the string goes on in the next piece."""
+        if self._escaped:
+            if position >= len(data):
+                return position
+            position, self._escaped = position + 1, False
+        body = _STRING_BODY.match(data, position)
+        assert body is not None  # the pattern matches the empty string
+        if body.group(1) is not None:
+            self._in_string = False
+            return body.end()
+        self._in_string = True
+        # The body stops short of the end only at a lone backslash: an escape whose
+        # second byte comes with the next piece.
+        self._escaped = body.end() < len(data)
+        return len(data)
 
 
 def iter_json_records(
@@ -139,6 +215,8 @@ def _decode_line(content: bytes, line_number: int) -> JsonRecord | LineError:
         text = content.decode("utf-8")
     except UnicodeDecodeError as error:
         return LineError(line_number, f"not valid UTF-8 at byte {error.start + 1}")
+    if json_depth_exceeded(content):
+        return LineError(line_number, _TOO_DEEP)
     try:
         value = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as error:
@@ -161,7 +239,10 @@ def _reject_constant(name: str) -> Any:
 
 
 def _iter_array(reader: _PrefixedReader, max_record_bytes: int) -> Iterator[JsonRecord | LineError]:
-    counting = _CountingReader(reader, max_record_bytes + 2 * _IJSON_CHUNK)
+    # The array itself is one level more than each record.
+    counting = _CountingReader(
+        reader, max_record_bytes + 2 * _IJSON_CHUNK, gauge=DepthGauge(MAX_JSON_DEPTH + 1)
+    )
     records = ijson.items(counting, "item", use_float=True, buf_size=_IJSON_CHUNK)
     index = 0
     while True:
@@ -175,6 +256,9 @@ def _iter_array(reader: _PrefixedReader, max_record_bytes: int) -> Iterator[Json
                 f"record longer than {max_record_bytes} bytes; "
                 "the rest of the JSON array cannot be read",
             )
+            return
+        except _TooDeep:
+            yield LineError(index + 1, f"{_TOO_DEEP}; the rest of the JSON array cannot be read")
             return
         except ijson.JSONError as error:
             reason = f"invalid JSON: {ijson_error_message(error)}"
@@ -193,23 +277,40 @@ class _RecordTooLong(Exception):
     pass
 
 
+class _TooDeep(Exception):
+    pass
+
+
 class _CountingReader:
     """Raises _RecordTooLong once more than `limit` bytes were read since the last record
-    ended, so one giant array element cannot be built in memory."""
+    ended, so one giant array element cannot be built in memory; and _TooDeep at the
+    first bracket past the gauge's limit, before ijson sees it. The bytes before that
+    bracket are handed over first, so the records they complete are still read and the
+    error lands on the record that holds the bracket."""
 
-    def __init__(self, reader: _PrefixedReader, limit: int) -> None:
+    def __init__(self, reader: _PrefixedReader, limit: int, *, gauge: DepthGauge) -> None:
         self._reader = reader
         self._limit = limit
         self._since_mark = 0
+        self._gauge = gauge
+        self._too_deep = False
 
     def mark(self) -> None:
         self._since_mark = 0
 
     def read(self, size: int = -1) -> bytes:
+        if self._too_deep:
+            raise _TooDeep
         data = self._reader.read(size)
         self._since_mark += len(data)
         if self._since_mark > self._limit:
             raise _RecordTooLong
+        cut = self._gauge.feed(data)
+        if cut is not None:
+            if cut == 0:  # an empty read would mean the end of the file to ijson
+                raise _TooDeep
+            self._too_deep = True
+            return data[:cut]
         return data
 
 
@@ -222,26 +323,32 @@ def ijson_error_message(error: Exception) -> str:
     return first_line[0] if first_line else type(error).__name__
 
 
-def unstorable_string(value: Any, path: str = "") -> str | None:
+def unstorable_string(value: Any) -> str | None:
     """The reason a decoded record cannot be stored, or None.
 
     A JSON escape can produce NUL (`\\u0000`) or an unpaired surrogate (`\\ud800`); neither
     can be written to PostgreSQL text/jsonb or encoded as UTF-8, so the import would
     fail at COPY time with no line number. Finding it here names the line and field.
+    The walk keeps its own stack rather than recursing, so no nesting can overflow it;
+    it reports the first bad text in document order.
     """
-    if isinstance(value, str):
-        return _bad_text_reason(value, path or "value")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            child = f"{path}.{key}" if path else str(key)
-            reason = _bad_text_reason(key, child) or unstorable_string(item, child)
+    pending: list[tuple[Any, str]] = [(value, "")]
+    while pending:
+        item, path = pending.pop()
+        if isinstance(item, str):
+            reason = _bad_text_reason(item, path or "value")
             if reason:
                 return reason
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            reason = unstorable_string(item, f"{path}[{index}]")
-            if reason:
-                return reason
+        elif isinstance(item, dict):
+            entries: list[tuple[Any, str]] = []
+            for key, child in item.items():
+                child_path = f"{path}.{key}" if path else str(key)
+                entries += ((key, child_path), (child, child_path))  # a key before its value
+            pending.extend(reversed(entries))
+        elif isinstance(item, list):
+            pending.extend(
+                (item[index], f"{path}[{index}]") for index in range(len(item) - 1, -1, -1)
+            )
     return None
 
 
