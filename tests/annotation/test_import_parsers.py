@@ -18,6 +18,7 @@ import pytest
 
 from annotation.importers import (
     FORMATS,
+    MAX_JSON_DEPTH,
     MAX_LINE_BYTES,
     FormatDetectionError,
     LineError,
@@ -29,7 +30,12 @@ from annotation.importers import (
     processbench,
     records,
 )
-from annotation.importers.reading import iter_json_records
+from annotation.importers.reading import (
+    DepthGauge,
+    iter_json_records,
+    json_depth_exceeded,
+    unstorable_string,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "imports"
@@ -790,3 +796,75 @@ def test_real_math_shepherd_labels_follow_the_plus_minus_marks() -> None:
         assert chain.steps[0] in record["input"]
         marks = [mark for mark in record["label"].split("\n") if mark]
         assert [1 if mark.endswith("+") else -1 for mark in marks] == list(chain.labels)
+
+
+# --- nesting depth -------------------------------------------------------------------
+
+
+def _deep(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def test_a_line_nested_too_deep_is_reported_and_parsing_goes_on() -> None:
+    ok_meta = b'{"problem": "p", "steps": ["a"], "meta": {"x": %s}}' % _deep(MAX_JSON_DEPTH - 2)
+    data = b"\n".join([ok_meta, _deep(100_000), jsonl({"problem": "q", "steps": ["b"]}).strip()])
+
+    results = parse_bytes(data + b"\n", "generic")
+
+    assert errors_of(results) == [
+        (2, f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects")
+    ]
+    assert [item.line for item in results if isinstance(item, ParsedChain)] == [1, 3]
+
+
+def test_a_json_array_stops_at_the_record_nested_too_deep() -> None:
+    good = b'{"problem": "p", "steps": ["a"]}'
+    data = b"[" + good + b", " + good.replace(b'"a"', b'"b"') + b", " + _deep(5_000) + b"]"
+
+    results = parse_bytes(data, "generic")
+
+    assert [item.line for item in results if isinstance(item, ParsedChain)] == [1, 2]
+    assert [line for line, _ in errors_of(results)] == [3]
+    assert "nested deeper than" in errors_of(results)[0][1]
+
+
+def test_detection_reads_the_keys_before_deep_nesting() -> None:
+    head = b'{"problem": "p", "steps": ["a"], "meta": ' + b"[" * 60_000
+
+    assert detect_format(head) == "generic"
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    text = json.dumps({"problem": "[" * 1000 + '{\\"', "steps": ["]" * 10, "\\" * 3]})
+
+    assert not json_depth_exceeded(text.encode())
+    assert json_depth_exceeded(text.encode()[:-1] + b', "m": ' + _deep(70) + b"}")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a": "x\\\\\\"[[[[", "b": [[["\\\\"]]], {"c": "]]"}]}',
+        b'[["\\"[", [[[1]]], "\\\\", {"k": "]]]]"}]]',
+        b'["unterminated [[[[',
+    ],
+)
+def test_the_depth_gauge_reads_pieces_as_the_whole(data: bytes) -> None:
+    whole = DepthGauge(3).feed(data)
+    for cut in range(len(data) + 1):
+        gauge = DepthGauge(3)
+        first = gauge.feed(data[:cut])
+        second = gauge.feed(data[cut:]) if first is None else None
+        assert (
+            first if first is not None else second + cut if second is not None else None
+        ) == whole
+
+
+def test_unstorable_text_is_found_at_any_depth_without_recursion() -> None:
+    value: object = "bad\x00"
+    for _ in range(10_000):
+        value = [value]
+
+    assert unstorable_string({"meta": value}) == "meta" + "[0]" * 10_000 + (
+        ": contains a NUL character (\\u0000), which cannot be stored"
+    )
