@@ -324,6 +324,6 @@ def test_the_largest_chain_the_limits_accept_is_imported_leased_and_submitted(
     )
 
     # Then the body fits the request limit and the submit is recorded
-    assert len(encoded) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     assert submitted.status_code == 201, submitted.content[:500]
+    assert len(encoded) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     assert StepRating.objects.filter(comment="\x01" * 10_000).count() == steps
