@@ -5,6 +5,7 @@ the import service turns their output into rows."""
 from annotation.importers.formats import (
     FORMATS,
     MAX_JSON_DEPTH,
+    MAX_JSON_VALUES,
     MAX_LINE_BYTES,
     STEP_SPLITS,
     FormatDetectionError,
@@ -16,6 +17,7 @@ from annotation.importers.records import LineError, ParsedChain, content_hash
 __all__ = [
     "FORMATS",
     "MAX_JSON_DEPTH",
+    "MAX_JSON_VALUES",
     "MAX_LINE_BYTES",
     "STEP_SPLITS",
     "FormatDetectionError",

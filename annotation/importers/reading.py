@@ -24,6 +24,10 @@ MAX_LINE_BYTES = 8 * 1024 * 1024
 # Levels of arrays and objects a record may hold, itself included: PRM800K's lines need
 # six, and free-form `meta` gets room to spare.
 MAX_JSON_DEPTH = 64
+# Values (arrays, objects, and the items and members in them) a record may hold. Python
+# spends about 60 bytes on each decoded, ijson about 150 while building one, so an 8 MB
+# line of `{},{},...` took over 600 MB; real lines hold a few thousand.
+MAX_JSON_VALUES = 100_000
 
 _BOM = b"\xef\xbb\xbf"
 _JSON_WHITESPACE = b" \t\r\n"
@@ -35,45 +39,61 @@ _SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 JsonRecord = tuple[int, Any]
 
-# One JSON string (to its closing quote, or to the end of the data when cut) or one
-# bracket; the group holds the bracket. Possessive, so a long string keeps no
-# backtracking state.
-_JSON_TOKEN = re.compile(rb'"(?:[^"\\]++|\\[\s\S])*+"?|([\[\]{}])')
-_DEPTH_CHANGE = {b"": 0, b"[": 1, b"{": 1, b"]": -1, b"}": -1}
-_STRUCTURE = re.compile(rb'["\[\]{}]')
+# One JSON string (to its closing quote, or to the end of the data when cut), one
+# bracket or one comma; the group holds the bracket or comma. Possessive, so a long
+# string keeps no backtracking state.
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]++|\\[\s\S])*+"?|([\[\]{},])')
+_DEPTH_CHANGE = {b"": 0, b",": 0, b"[": 1, b"{": 1, b"]": -1, b"}": -1}
+_STRUCTURE = re.compile(rb'["\[\]{},]')
 # The body of a string, from just after its opening quote; the group is its closing quote.
 _STRING_BODY = re.compile(rb'(?:[^"\\]++|\\[\s\S])*+(")?')
 _OPENERS = frozenset(b"[{")
-_QUOTE = ord('"')
-_TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
+_QUOTE, _COMMA = ord('"'), ord(",")
+TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
+TOO_MANY_VALUES = f"more than {MAX_JSON_VALUES:,} values (array items and object members)"
 
 
-def json_depth_exceeded(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether the JSON text `data` (one whole record) nests deeper than `limit`.
+def json_shape_problem(
+    data: bytes, *, max_depth: int = MAX_JSON_DEPTH, max_values: int = MAX_JSON_VALUES
+) -> str | None:
+    """Why the JSON text `data` (one whole record) is too deep or too big to decode, or
+    None. Values are counted as the commas and brackets that open arrays and objects.
 
-    Counting brackets first settles nearly every real line without scanning it. On text
-    that is not JSON the depth found is still at least what a parser reaches before it
-    fails, since both read the same up to the first error.
+    Counting bytes first settles nearly every real line without scanning it. On text
+    that is not JSON what is found still bounds what a parser reaches before it fails,
+    since both read the same up to the first error.
     """
-    if data.count(b"[") + data.count(b"{") <= limit:
-        return False
-    changes = map(_DEPTH_CHANGE.__getitem__, _JSON_TOKEN.findall(data))
-    return max(accumulate(changes), default=0) > limit
+    openers = data.count(b"[") + data.count(b"{")
+    if openers <= max_depth and openers + data.count(b",") <= max_values:
+        return None
+    tokens = _JSON_TOKEN.findall(data)
+    if max(accumulate(map(_DEPTH_CHANGE.__getitem__, tokens)), default=0) > max_depth:
+        return TOO_DEEP
+    if tokens.count(b",") + tokens.count(b"[") + tokens.count(b"{") > max_values:
+        return TOO_MANY_VALUES
+    return None
 
 
-class DepthGauge:
-    """The nesting depth of JSON fed to it in pieces, without parsing it: brackets inside
-    strings do not count, and a string or an escape may be cut between two pieces."""
+class JsonGauge:
+    """Reads JSON fed to it in pieces without parsing it, for the nesting depth and, in
+    a JSON array of records, the values of each record (those inside the outer array).
+    Brackets and commas inside strings do not count; a string or an escape may be cut
+    between two pieces."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
+    def __init__(self, *, max_depth: int, max_record_values: int | None = None) -> None:
+        self.max_depth = max_depth
+        self.max_record_values = max_record_values
         self.depth = 0
+        self.record_values = 0
+        # Why feed() stopped: TOO_DEEP or TOO_MANY_VALUES.
+        self.problem: str | None = None
         self._in_string = False
         self._escaped = False
 
     def feed(self, data: bytes) -> int | None:
-        """The offset in `data` of the bracket that goes deeper than the limit, or None."""
+        """The offset in `data` of the byte that goes past a limit, or None."""
         position = self._skip_string(data, 0) if self._in_string else 0
+        most_values = self.max_record_values
         while True:
             found = _STRUCTURE.search(data, position)
             if found is None:
@@ -82,12 +102,25 @@ class DepthGauge:
             char = data[found.start()]
             if char == _QUOTE:
                 position = self._skip_string(data, position)
-            elif char in _OPENERS:
+                continue
+            if char in _OPENERS:
                 self.depth += 1
-                if self.depth > self.limit:
+                if self.depth > self.max_depth:
+                    self.problem = TOO_DEEP
                     return found.start()
-            elif self.depth:
-                self.depth -= 1
+                counted = self.depth > 1  # a record or a value in one, not the outer array
+            elif char == _COMMA:
+                counted = self.depth > 1
+                if not counted:  # between two records of the outer array
+                    self.record_values = 0
+            else:
+                self.depth = max(self.depth - 1, 0)
+                counted = False
+            if counted:
+                self.record_values += 1
+                if most_values is not None and self.record_values > most_values:
+                    self.problem = TOO_MANY_VALUES
+                    return found.start()
 
     def _skip_string(self, data: bytes, position: int) -> int:
         """Where the string whose body starts at `position` ends: after its closing
@@ -215,8 +248,9 @@ def _decode_line(content: bytes, line_number: int) -> JsonRecord | LineError:
         text = content.decode("utf-8")
     except UnicodeDecodeError as error:
         return LineError(line_number, f"not valid UTF-8 at byte {error.start + 1}")
-    if json_depth_exceeded(content):
-        return LineError(line_number, _TOO_DEEP)
+    shape_problem = json_shape_problem(content)
+    if shape_problem:
+        return LineError(line_number, shape_problem)
     try:
         value = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as error:
@@ -240,9 +274,8 @@ def _reject_constant(name: str) -> Any:
 
 def _iter_array(reader: _PrefixedReader, max_record_bytes: int) -> Iterator[JsonRecord | LineError]:
     # The array itself is one level more than each record.
-    counting = _CountingReader(
-        reader, max_record_bytes + 2 * _IJSON_CHUNK, gauge=DepthGauge(MAX_JSON_DEPTH + 1)
-    )
+    gauge = JsonGauge(max_depth=MAX_JSON_DEPTH + 1, max_record_values=MAX_JSON_VALUES)
+    counting = _CountingReader(reader, max_record_bytes + 2 * _IJSON_CHUNK, gauge=gauge)
     records = ijson.items(counting, "item", use_float=True, buf_size=_IJSON_CHUNK)
     index = 0
     while True:
@@ -257,8 +290,9 @@ def _iter_array(reader: _PrefixedReader, max_record_bytes: int) -> Iterator[Json
                 "the rest of the JSON array cannot be read",
             )
             return
-        except _TooDeep:
-            yield LineError(index + 1, f"{_TOO_DEEP}; the rest of the JSON array cannot be read")
+        except _TooBig:
+            reason = f"{gauge.problem}; the rest of the JSON array cannot be read"
+            yield LineError(index + 1, reason)
             return
         except ijson.JSONError as error:
             reason = f"invalid JSON: {ijson_error_message(error)}"
@@ -277,30 +311,30 @@ class _RecordTooLong(Exception):
     pass
 
 
-class _TooDeep(Exception):
+class _TooBig(Exception):
     pass
 
 
 class _CountingReader:
     """Raises _RecordTooLong once more than `limit` bytes were read since the last record
-    ended, so one giant array element cannot be built in memory; and _TooDeep at the
-    first bracket past the gauge's limit, before ijson sees it. The bytes before that
-    bracket are handed over first, so the records they complete are still read and the
-    error lands on the record that holds the bracket."""
+    ended, so one giant array element cannot be built in memory; and _TooBig at the
+    first byte past the gauge's limits, before ijson sees it. The bytes before that one
+    are handed over first, so the records they complete are still read and the error
+    lands on the record that holds it."""
 
-    def __init__(self, reader: _PrefixedReader, limit: int, *, gauge: DepthGauge) -> None:
+    def __init__(self, reader: _PrefixedReader, limit: int, *, gauge: JsonGauge) -> None:
         self._reader = reader
         self._limit = limit
         self._since_mark = 0
         self._gauge = gauge
-        self._too_deep = False
+        self._too_big = False
 
     def mark(self) -> None:
         self._since_mark = 0
 
     def read(self, size: int = -1) -> bytes:
-        if self._too_deep:
-            raise _TooDeep
+        if self._too_big:
+            raise _TooBig
         data = self._reader.read(size)
         self._since_mark += len(data)
         if self._since_mark > self._limit:
@@ -308,8 +342,8 @@ class _CountingReader:
         cut = self._gauge.feed(data)
         if cut is not None:
             if cut == 0:  # an empty read would mean the end of the file to ijson
-                raise _TooDeep
-            self._too_deep = True
+                raise _TooBig
+            self._too_big = True
             return data[:cut]
         return data
 

@@ -1,6 +1,7 @@
 """Hypothesis strategies for import files that stress memory: deep nesting (in `meta`, or
-a whole line of brackets), long texts and many steps near the per-chain limits, and
-malformed bytes (cut, inserted, replaced), in JSON Lines or in a JSON array."""
+a whole line of brackets), wide records (many small values), long texts and many steps
+near the per-chain limits, and malformed bytes (cut, inserted, replaced), in JSON Lines or
+in a JSON array."""
 
 from __future__ import annotations
 
@@ -54,12 +55,22 @@ def records(draw: st.DrawFn) -> bytes:
     return encoded[:-1] + b', "meta": {"deep": ' + deep + b"}}"
 
 
+# Around the readers' limit on values per record (100,000), and past it.
+WIDTHS = (99_990, 99_995, 99_996, 150_000)
+
+
 @st.composite
 def lines(draw: st.DrawFn) -> bytes:
-    """A record, or a line that is nothing but nesting."""
-    if draw(st.integers(0, 3)) == 0:
+    """A record, a line that is nothing but nesting, or a record of many small values."""
+    kind = draw(st.integers(0, 5))
+    if kind == 0:
         depth = draw(st.sampled_from(DEPTHS[1:]))
         return nested_bytes(depth, draw(st.sampled_from(["array", "object"])))
+    if kind == 1:
+        items = b",".join(
+            [draw(st.sampled_from([b"0", b"{}", b"[]"]))] * draw(st.sampled_from(WIDTHS))
+        )
+        return b'{"problem": "p", "steps": ["s"], "meta": {"w": [%s]}}' % items
     return draw(records())
 
 

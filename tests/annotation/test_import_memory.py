@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
+from annotation.importers import MAX_LINE_BYTES
 from annotation.models import Chain, ImportBatch, Project, Role
 from tests.annotation.import_inputs import nested_bytes
 from tests.conftest import REPO_ROOT
@@ -108,10 +109,16 @@ def test_any_file_is_imported_whole_or_rejected_with_line_numbers_in_bounded_mem
     assert os.listdir(temporary_dir) == []
 
 
+def _wide(value: bytes) -> bytes:
+    """An array of `value`, just short of the readers' line limit once in a record."""
+    count = (MAX_LINE_BYTES - 100) // (len(value) + 1)
+    return b"[" + b",".join([value] * count) + b"]"
+
+
 def _worst_cases(directory: Path) -> list[Path]:
     """The red team's files: 40 KB and 400 KB of nesting (arrays and objects, in JSON
-    Lines and in a JSON array, in a record's meta and as the whole record), and arrays
-    nested 5,000 deep."""
+    Lines and in a JSON array, in a record's meta and as the whole record), arrays nested
+    5,000 deep, and lines of 8 MB that hold millions of small values."""
     record = b'{"problem": "p", "steps": ["s"], "meta": {"deep": %s}}'
     cases = {
         "lines_arrays_40k.jsonl": nested_bytes(20_000, "array") + b"\n",
@@ -122,6 +129,9 @@ def _worst_cases(directory: Path) -> list[Path]:
         "arrays_5000.jsonl": nested_bytes(5_000, "array") + b"\n",
         "arrays_5000.json": b"[" + nested_bytes(5_000, "array") + b"]",
         "meta_arrays_5000.json": b"[" + record % nested_bytes(5_000, "array") + b"]",
+        # Not deep but wide: a line just under MAX_LINE_BYTES of small values.
+        "wide_objects_8mb.jsonl": record % _wide(b"{}") + b"\n",
+        "wide_numbers_8mb.json": b"[" + record % _wide(b"0") + b"]",
     }
     paths = []
     for name, content in cases.items():
@@ -143,6 +153,7 @@ def test_the_worst_nesting_is_rejected_with_its_line_in_bounded_memory(
         "user": lead.pk,
         "files": [str(path) for path in files],
         "work": str(tmp_path),
+        "cap": 2 * MAX_LINE_BYTES,
     }
 
     output = _run_child("cases", arguments, temporary_dir)

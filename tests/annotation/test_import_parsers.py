@@ -19,6 +19,7 @@ import pytest
 from annotation.importers import (
     FORMATS,
     MAX_JSON_DEPTH,
+    MAX_JSON_VALUES,
     MAX_LINE_BYTES,
     FormatDetectionError,
     LineError,
@@ -31,9 +32,11 @@ from annotation.importers import (
     records,
 )
 from annotation.importers.reading import (
-    DepthGauge,
+    TOO_DEEP,
+    TOO_MANY_VALUES,
+    JsonGauge,
     iter_json_records,
-    json_depth_exceeded,
+    json_shape_problem,
     unstorable_string,
 )
 
@@ -837,8 +840,9 @@ def test_detection_reads_the_keys_before_deep_nesting() -> None:
 def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
     text = json.dumps({"problem": "[" * 1000 + '{\\"', "steps": ["]" * 10, "\\" * 3]})
 
-    assert not json_depth_exceeded(text.encode())
-    assert json_depth_exceeded(text.encode()[:-1] + b', "m": ' + _deep(70) + b"}")
+    assert json_shape_problem(text.encode()) is None
+    deeper = text.encode()[:-1] + b', "m": ' + _deep(70) + b"}"
+    assert json_shape_problem(deeper) == TOO_DEEP
 
 
 @pytest.mark.parametrize(
@@ -849,10 +853,11 @@ def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
         b'["unterminated [[[[',
     ],
 )
-def test_the_depth_gauge_reads_pieces_as_the_whole(data: bytes) -> None:
-    whole = DepthGauge(3).feed(data)
+@pytest.mark.parametrize("max_record_values", [None, 4])
+def test_the_gauge_reads_pieces_as_the_whole(data: bytes, max_record_values: int | None) -> None:
+    whole = JsonGauge(max_depth=3, max_record_values=max_record_values).feed(data)
     for cut in range(len(data) + 1):
-        gauge = DepthGauge(3)
+        gauge = JsonGauge(max_depth=3, max_record_values=max_record_values)
         first = gauge.feed(data[:cut])
         second = gauge.feed(data[cut:]) if first is None else None
         assert (
@@ -868,3 +873,28 @@ def test_unstorable_text_is_found_at_any_depth_without_recursion() -> None:
     assert unstorable_string({"meta": value}) == "meta" + "[0]" * 10_000 + (
         ": contains a NUL character (\\u0000), which cannot be stored"
     )
+
+
+def _wide_record(values: int) -> bytes:
+    """A generic record of exactly `values` values as the readers count them (brackets
+    that open arrays and objects, and commas)."""
+    items = values - 5  # the record, its steps, meta and meta.w, and two member commas
+    return b'{"problem": "p", "steps": ["a"], "meta": {"w": [%s]}}' % b",".join([b"0"] * items)
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "array"])
+def test_a_record_of_too_many_values_is_refused_before_it_is_decoded(layout: str) -> None:
+    at_limit, over = _wide_record(MAX_JSON_VALUES), _wide_record(MAX_JSON_VALUES + 1)
+    if layout == "jsonl":
+        data = b"\n".join([at_limit, over, at_limit]) + b"\n"
+        expected = [(2, TOO_MANY_VALUES)]
+        chains = [1, 3]
+    else:
+        data = b"[" + b", ".join([at_limit, at_limit, over]) + b"]"
+        expected = [(3, f"{TOO_MANY_VALUES}; the rest of the JSON array cannot be read")]
+        chains = [1, 2]
+
+    results = parse_bytes(data, "generic")
+
+    assert errors_of(results) == expected
+    assert [item.line for item in results if isinstance(item, ParsedChain)] == chains
