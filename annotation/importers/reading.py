@@ -6,6 +6,14 @@ memory, is reported, and reading resumes on the next line. A JSON array is strea
 record by record with ijson; since an array cannot be resynchronised after a syntax
 error, the first syntax error ends the file (reported with the index of the record that
 was being read).
+
+A record's shape is bounded before any parser sees it: its nesting (MAX_JSON_DEPTH),
+since ijson builds a prefix string per level for every event, so memory grows with the
+square of the depth (a 40 KB file of nested arrays took about 1 GB), and the standard
+library's parser and every walk over a decoded value recurse once per level; and its
+number of values (MAX_JSON_VALUES), since each costs far more decoded than its bytes.
+A byte scan (`json_shape_problem` for a line, `JsonGauge` for an array read in pieces)
+refuses the record at its line.
 """
 
 from __future__ import annotations
