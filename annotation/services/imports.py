@@ -134,10 +134,9 @@ def chain_import(
 
     A chain over a limit of ``ChainLimits`` (more steps, or longer texts, than a lease
     and a submit can carry) is a bad line. Raises ImportRejected when any line is bad
-    (nothing is written), FormatDetectionError
-    (a ValueError) when "auto" cannot tell the format, ValueError for an unknown format
-    and OSError for an unreadable file. ``progress(n)`` is called with the number of
-    records read since its last call.
+    (nothing is written), FormatDetectionError (a ValueError) when "auto" cannot tell
+    the format, ValueError for an unknown format and OSError for an unreadable file.
+    ``progress(n)`` is called with the number of records read since its last call.
 
     Imports into one project are serialised (see ``_imports_lock``); they do not block
     the labeling queue."""
