@@ -1,11 +1,13 @@
 """Imports over HTTP: `POST /api/v1/projects/{id}/imports/`. Thin: check access, take the
-upload as a file on disk, call ``chain_import``, serialize its result or its rejection."""
+upload as a file on disk, call ``chain_import``, serialize its result or its rejection.
+
+The upload is spooled to a temporary file that has no name in the temporary directory
+(``tempfile.TemporaryFile``: O_TMPFILE on Linux, else unlinked as it is created), so
+nothing is left behind whatever ends the request: an error, or the process killed."""
+
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -112,19 +114,34 @@ class _UploadSizeLimit(FileUploadHandler):
         return None
 
 
-@contextmanager
-def _upload_on_disk(upload: UploadedFile) -> Iterator[Path]:
-    """The upload as a path. Large uploads already sit in a temporary file; small ones
-    (under FILE_UPLOAD_MAX_MEMORY_SIZE) are copied out chunk by chunk."""
-    temporary_path = getattr(upload, "temporary_file_path", None)
-    if temporary_path is not None:
-        yield Path(temporary_path())
-        return
-    with tempfile.NamedTemporaryFile(prefix="steplab-import-", suffix=".upload") as copy:
-        for chunk in upload.chunks():
-            copy.write(chunk)
-        copy.flush()
-        yield Path(copy.name)
+class _NamelessTemporaryFileUpload(FileUploadHandler):
+    """Spools every upload to a nameless temporary file (Django's own handlers keep a
+    small one in memory and a large one under a name in FILE_UPLOAD_TEMP_DIR, which a
+    killed worker leaves behind). The file goes when it is closed or its process ends."""
+
+    def new_file(self, *args: Any, **kwargs: Any) -> None:
+        super().new_file(*args, **kwargs)
+        spool = tempfile.TemporaryFile(prefix="steplab-import-", dir=settings.FILE_UPLOAD_TEMP_DIR)
+        self.file = UploadedFile(
+            file=spool,
+            name=self.file_name,
+            content_type=self.content_type,
+            size=0,
+            charset=self.charset,
+            content_type_extra=self.content_type_extra,
+        )
+
+    def receive_data_chunk(self, raw_data: bytes, start: int) -> None:
+        self.file.write(raw_data)
+
+    def file_complete(self, file_size: int) -> UploadedFile:
+        self.file.seek(0)
+        self.file.size = file_size
+        return self.file
+
+    def upload_interrupted(self) -> None:
+        if hasattr(self, "file"):
+            self.file.close()
 
 
 def _too_large_message(limit: int) -> str:
@@ -141,7 +158,7 @@ class ImportCreateApi(GenericAPIView):
         self.upload_limit = _UploadSizeLimit(
             request, limit=settings.STEPLAB_IMPORT_MAX_UPLOAD_BYTES
         )
-        request.upload_handlers.insert(0, self.upload_limit)
+        request.upload_handlers = [self.upload_limit, _NamelessTemporaryFileUpload(request)]
         return super().initialize_request(request, *args, **kwargs)
 
     @extend_schema(
@@ -187,19 +204,20 @@ class ImportCreateApi(GenericAPIView):
         if upload.size is not None and upload.size > limit:
             raise UploadTooLarge(_too_large_message(limit))
 
-        with _upload_on_disk(upload) as path:
-            try:
-                result = chain_import(
-                    project=project,
-                    path=path,
-                    filename=upload.name,
-                    fmt=data.validated_data["format"],
-                    user=request.user,
-                )
-            except ImportRejected as exc:
-                return Response(_rejection_payload(name=upload.name, rejected=exc), status=400)
-            except ValueError as exc:  # FormatDetectionError and unknown formats
-                return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+        try:
+            result = chain_import(
+                project=project,
+                path=upload.file,
+                filename=upload.name,
+                fmt=data.validated_data["format"],
+                user=request.user,
+            )
+        except ImportRejected as exc:
+            return Response(_rejection_payload(name=upload.name, rejected=exc), status=400)
+        except ValueError as exc:  # FormatDetectionError and unknown formats
+            return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+        finally:
+            upload.close()
         return Response(
             ImportResultOutputSerializer(result).data,
             status=status.HTTP_200_OK if result.already_imported else status.HTTP_201_CREATED,
@@ -220,4 +238,3 @@ def _rejection_payload(*, name: str | None, rejected: ImportRejected) -> dict[st
             "errors_omitted": rejected.error_count - len(listed),
         }
     ).data
-

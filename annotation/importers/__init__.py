@@ -4,6 +4,8 @@ the import service turns their output into rows."""
 
 from annotation.importers.formats import (
     FORMATS,
+    MAX_JSON_DEPTH,
+    MAX_JSON_VALUES,
     MAX_LINE_BYTES,
     STEP_SPLITS,
     FormatDetectionError,
@@ -14,6 +16,8 @@ from annotation.importers.records import LineError, ParsedChain, content_hash
 
 __all__ = [
     "FORMATS",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_VALUES",
     "MAX_LINE_BYTES",
     "STEP_SPLITS",
     "FormatDetectionError",

@@ -18,12 +18,21 @@ import ijson
 
 from annotation.importers import generic, math_shepherd, prm800k, processbench, trl
 from annotation.importers.fields import JsonObject, RecordError, json_type
-from annotation.importers.reading import MAX_LINE_BYTES, ijson_error_message, iter_json_records
+from annotation.importers.reading import (
+    MAX_JSON_DEPTH,
+    MAX_JSON_VALUES,
+    MAX_LINE_BYTES,
+    JsonGauge,
+    ijson_error_message,
+    iter_json_records,
+)
 from annotation.importers.records import LineError, ParsedChain
 
 __all__ = [
     "DETECT_HEAD_BYTES",
     "FORMATS",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_VALUES",
     "MAX_LINE_BYTES",
     "STEP_SPLITS",
     "FormatDetectionError",
@@ -156,6 +165,12 @@ def _first_record(head: bytes) -> _FirstRecord:
     head = head.removeprefix(b"\xef\xbb\xbf")
     if not head.strip():
         raise FormatDetectionError("the file is empty")
+    # ijson's memory grows with the square of the depth; the keys detection needs sit
+    # at the top, so the head is cut before the first bracket past the readers' limit
+    # (one more for an enclosing array) and the reader then reports that line.
+    too_deep = JsonGauge(max_depth=MAX_JSON_DEPTH + 1).feed(head)
+    if too_deep is not None:
+        head = head[:too_deep]
     events = ijson.parse(io.BytesIO(head), multiple_values=True)
     record = _FirstRecord()
     started = False

@@ -6,6 +6,14 @@ memory, is reported, and reading resumes on the next line. A JSON array is strea
 record by record with ijson; since an array cannot be resynchronised after a syntax
 error, the first syntax error ends the file (reported with the index of the record that
 was being read).
+
+A record's shape is bounded before any parser sees it: its nesting (MAX_JSON_DEPTH),
+since ijson builds a prefix string per level for every event, so memory grows with the
+square of the depth (a 40 KB file of nested arrays took about 1 GB), and the standard
+library's parser and every walk over a decoded value recurse once per level; and its
+number of values (MAX_JSON_VALUES), since each costs far more decoded than its bytes.
+A byte scan (`json_shape_problem` for a line, `JsonGauge` for an array read in pieces)
+refuses the record at its line.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from itertools import accumulate
 from typing import Any, BinaryIO
 
 import ijson
@@ -20,6 +29,13 @@ import ijson
 from annotation.importers.records import LineError
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
+# Levels of arrays and objects a record may hold, itself included: PRM800K's lines need
+# six, and free-form `meta` gets room to spare.
+MAX_JSON_DEPTH = 64
+# Values (arrays, objects, and the items and members in them) a record may hold. Python
+# spends about 60 bytes on each decoded, ijson about 150 while building one, so an 8 MB
+# line of `{},{},...` took over 600 MB; real lines hold a few thousand.
+MAX_JSON_VALUES = 100_000
 
 _BOM = b"\xef\xbb\xbf"
 _JSON_WHITESPACE = b" \t\r\n"
@@ -30,6 +46,107 @@ _IJSON_CHUNK = 64 * 1024
 _SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 JsonRecord = tuple[int, Any]
+
+# One JSON string (to its closing quote, or to the end of the data when cut), one
+# bracket or one comma; the group holds the bracket or comma. Possessive, so a long
+# string keeps no backtracking state.
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]++|\\[\s\S])*+"?|([\[\]{},])')
+_DEPTH_CHANGE = {b"": 0, b",": 0, b"[": 1, b"{": 1, b"]": -1, b"}": -1}
+_STRUCTURE = re.compile(rb'["\[\]{},]')
+# The body of a string, from just after its opening quote; the group is its closing quote.
+_STRING_BODY = re.compile(rb'(?:[^"\\]++|\\[\s\S])*+(")?')
+_OPENERS = frozenset(b"[{")
+_QUOTE, _COMMA = ord('"'), ord(",")
+TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
+TOO_MANY_VALUES = f"more than {MAX_JSON_VALUES:,} values (array items and object members)"
+
+
+def json_shape_problem(
+    data: bytes, *, max_depth: int = MAX_JSON_DEPTH, max_values: int = MAX_JSON_VALUES
+) -> str | None:
+    """Why the JSON text `data` (one whole record) is too deep or too big to decode, or
+    None. Values are counted as the commas and brackets that open arrays and objects.
+
+    Counting bytes first settles nearly every real line without scanning it. On text
+    that is not JSON what is found still bounds what a parser reaches before it fails,
+    since both read the same up to the first error.
+    """
+    openers = data.count(b"[") + data.count(b"{")
+    if openers <= max_depth and openers + data.count(b",") <= max_values:
+        return None
+    tokens = _JSON_TOKEN.findall(data)
+    if max(accumulate(map(_DEPTH_CHANGE.__getitem__, tokens)), default=0) > max_depth:
+        return TOO_DEEP
+    if tokens.count(b",") + tokens.count(b"[") + tokens.count(b"{") > max_values:
+        return TOO_MANY_VALUES
+    return None
+
+
+class JsonGauge:
+    """Reads JSON fed to it in pieces without parsing it, for the nesting depth and, in
+    a JSON array of records, the values of each record (those inside the outer array).
+    Brackets and commas inside strings do not count; a string or an escape may be cut
+    between two pieces."""
+
+    def __init__(self, *, max_depth: int, max_record_values: int | None = None) -> None:
+        self.max_depth = max_depth
+        self.max_record_values = max_record_values
+        self.depth = 0
+        self.record_values = 0
+        # Why feed() stopped: TOO_DEEP or TOO_MANY_VALUES.
+        self.problem: str | None = None
+        self._in_string = False
+        self._escaped = False
+
+    def feed(self, data: bytes) -> int | None:
+        """The offset in `data` of the byte that goes past a limit, or None."""
+        position = self._skip_string(data, 0) if self._in_string else 0
+        most_values = self.max_record_values
+        while True:
+            found = _STRUCTURE.search(data, position)
+            if found is None:
+                return None
+            position = found.end()
+            char = data[found.start()]
+            if char == _QUOTE:
+                position = self._skip_string(data, position)
+                continue
+            if char in _OPENERS:
+                self.depth += 1
+                if self.depth > self.max_depth:
+                    self.problem = TOO_DEEP
+                    return found.start()
+                counted = self.depth > 1  # a record or a value in one, not the outer array
+            elif char == _COMMA:
+                counted = self.depth > 1
+                if not counted:  # between two records of the outer array
+                    self.record_values = 0
+            else:
+                self.depth = max(self.depth - 1, 0)
+                counted = False
+            if counted:
+                self.record_values += 1
+                if most_values is not None and self.record_values > most_values:
+                    self.problem = TOO_MANY_VALUES
+                    return found.start()
+
+    def _skip_string(self, data: bytes, position: int) -> int:
+        """Where the string whose body starts at `position` ends: after its closing
+        quote, or at the end of `data` when the string goes on in the next piece."""
+        if self._escaped:
+            if position >= len(data):
+                return position
+            position, self._escaped = position + 1, False
+        body = _STRING_BODY.match(data, position)
+        assert body is not None  # the pattern matches the empty string
+        if body.group(1) is not None:
+            self._in_string = False
+            return body.end()
+        self._in_string = True
+        # The body stops short of the end only at a lone backslash: an escape whose
+        # second byte comes with the next piece.
+        self._escaped = body.end() < len(data)
+        return len(data)
 
 
 def iter_json_records(
@@ -139,6 +256,9 @@ def _decode_line(content: bytes, line_number: int) -> JsonRecord | LineError:
         text = content.decode("utf-8")
     except UnicodeDecodeError as error:
         return LineError(line_number, f"not valid UTF-8 at byte {error.start + 1}")
+    shape_problem = json_shape_problem(content)
+    if shape_problem:
+        return LineError(line_number, shape_problem)
     try:
         value = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as error:
@@ -161,7 +281,9 @@ def _reject_constant(name: str) -> Any:
 
 
 def _iter_array(reader: _PrefixedReader, max_record_bytes: int) -> Iterator[JsonRecord | LineError]:
-    counting = _CountingReader(reader, max_record_bytes + 2 * _IJSON_CHUNK)
+    # The array itself is one level more than each record.
+    gauge = JsonGauge(max_depth=MAX_JSON_DEPTH + 1, max_record_values=MAX_JSON_VALUES)
+    counting = _CountingReader(reader, max_record_bytes + 2 * _IJSON_CHUNK, gauge=gauge)
     records = ijson.items(counting, "item", use_float=True, buf_size=_IJSON_CHUNK)
     index = 0
     while True:
@@ -175,6 +297,10 @@ def _iter_array(reader: _PrefixedReader, max_record_bytes: int) -> Iterator[Json
                 f"record longer than {max_record_bytes} bytes; "
                 "the rest of the JSON array cannot be read",
             )
+            return
+        except _TooBig:
+            reason = f"{gauge.problem}; the rest of the JSON array cannot be read"
+            yield LineError(index + 1, reason)
             return
         except ijson.JSONError as error:
             reason = f"invalid JSON: {ijson_error_message(error)}"
@@ -193,23 +319,40 @@ class _RecordTooLong(Exception):
     pass
 
 
+class _TooBig(Exception):
+    pass
+
+
 class _CountingReader:
     """Raises _RecordTooLong once more than `limit` bytes were read since the last record
-    ended, so one giant array element cannot be built in memory."""
+    ended, so one giant array element cannot be built in memory; and _TooBig at the
+    first byte past the gauge's limits, before ijson sees it. The bytes before that one
+    are handed over first, so the records they complete are still read and the error
+    lands on the record that holds it."""
 
-    def __init__(self, reader: _PrefixedReader, limit: int) -> None:
+    def __init__(self, reader: _PrefixedReader, limit: int, *, gauge: JsonGauge) -> None:
         self._reader = reader
         self._limit = limit
         self._since_mark = 0
+        self._gauge = gauge
+        self._too_big = False
 
     def mark(self) -> None:
         self._since_mark = 0
 
     def read(self, size: int = -1) -> bytes:
+        if self._too_big:
+            raise _TooBig
         data = self._reader.read(size)
         self._since_mark += len(data)
         if self._since_mark > self._limit:
             raise _RecordTooLong
+        cut = self._gauge.feed(data)
+        if cut is not None:
+            if cut == 0:  # an empty read would mean the end of the file to ijson
+                raise _TooBig
+            self._too_big = True
+            return data[:cut]
         return data
 
 
@@ -222,26 +365,32 @@ def ijson_error_message(error: Exception) -> str:
     return first_line[0] if first_line else type(error).__name__
 
 
-def unstorable_string(value: Any, path: str = "") -> str | None:
+def unstorable_string(value: Any) -> str | None:
     """The reason a decoded record cannot be stored, or None.
 
     A JSON escape can produce NUL (`\\u0000`) or an unpaired surrogate (`\\ud800`); neither
     can be written to PostgreSQL text/jsonb or encoded as UTF-8, so the import would
     fail at COPY time with no line number. Finding it here names the line and field.
+    The walk keeps its own stack rather than recursing, so no nesting can overflow it;
+    it reports the first bad text in document order.
     """
-    if isinstance(value, str):
-        return _bad_text_reason(value, path or "value")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            child = f"{path}.{key}" if path else str(key)
-            reason = _bad_text_reason(key, child) or unstorable_string(item, child)
+    pending: list[tuple[Any, str]] = [(value, "")]
+    while pending:
+        item, path = pending.pop()
+        if isinstance(item, str):
+            reason = _bad_text_reason(item, path or "value")
             if reason:
                 return reason
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            reason = unstorable_string(item, f"{path}[{index}]")
-            if reason:
-                return reason
+        elif isinstance(item, dict):
+            entries: list[tuple[Any, str]] = []
+            for key, child in item.items():
+                child_path = f"{path}.{key}" if path else str(key)
+                entries += ((key, child_path), (child, child_path))  # a key before its value
+            pending.extend(reversed(entries))
+        elif isinstance(item, list):
+            pending.extend(
+                (item[index], f"{path}[{index}]") for index in range(len(item) - 1, -1, -1)
+            )
     return None
 
 

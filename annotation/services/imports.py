@@ -12,17 +12,20 @@ for the rows (index entries, the deferred foreign-key checks at commit), the sam
 for a bare COPY of those rows; the rest is parsing and hashing. A reader thread that
 parsed ahead while the database worked was tried and measured no faster (the GIL and
 the commit-time checks leave little to overlap), so reading stays in line."""
+
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -93,10 +96,27 @@ class ImportRejected(Exception):
         return "; ".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class ChainLimits:
+    """The per-chain limits an import enforces (see STEPLAB_IMPORT_MAX_* in settings)."""
+
+    max_steps: int
+    max_step_chars: int
+    max_problem_chars: int
+
+    @classmethod
+    def from_settings(cls) -> ChainLimits:
+        return cls(
+            max_steps=settings.STEPLAB_IMPORT_MAX_STEPS,
+            max_step_chars=settings.STEPLAB_IMPORT_MAX_STEP_CHARS,
+            max_problem_chars=settings.STEPLAB_IMPORT_MAX_PROBLEM_CHARS,
+        )
+
+
 def chain_import(
     *,
     project: Project,
-    path: str | Path,
+    path: str | Path | BinaryIO,
     filename: str | None = None,
     fmt: str = "auto",
     user: AbstractBaseUser | None = None,
@@ -106,22 +126,25 @@ def chain_import(
     carries as import annotations (never a person's: they do not count toward
     ``Chain.finished_count``).
 
+    ``path`` may also be a seekable binary file (an upload), read from its start.
     ``fmt`` is one of FORMATS or "auto". A file already imported into the project (same
     bytes) adds nothing and returns ``already_imported=True``. Chains already in the
     project, or repeated in the file, are counted as duplicates and skipped; problems are
     shared by text within the project.
 
-    Raises ImportRejected when any line is bad (nothing is written), FormatDetectionError
-    (a ValueError) when "auto" cannot tell the format, ValueError for an unknown format
-    and OSError for an unreadable file. ``progress(n)`` is called with the number of
-    records read since its last call.
+    A chain over a limit of ``ChainLimits`` (more steps, or longer texts, than a lease
+    and a submit can carry) is a bad line. Raises ImportRejected when any line is bad
+    (nothing is written), FormatDetectionError (a ValueError) when "auto" cannot tell
+    the format, ValueError for an unknown format and OSError for an unreadable file.
+    ``progress(n)`` is called with the number of records read since its last call.
 
     Imports into one project are serialised (see ``_imports_lock``); they do not block
     the labeling queue."""
-    path = Path(path)
-    filename = filename or path.name
-    digest = _file_sha256(path=path)
-    fmt = _format_resolve(path=path, fmt=fmt)
+    source: Path | BinaryIO = Path(path) if isinstance(path, str | Path) else path
+    filename = filename or (source.name if isinstance(source, Path) else "upload")
+    digest = _file_sha256(source=source)
+    fmt = _format_resolve(source=source, fmt=fmt)
+    limits = ChainLimits.from_settings()
 
     with transaction.atomic():
         _imports_lock(project=project)
@@ -149,7 +172,9 @@ def chain_import(
         )
         errors: list[LineError] = []
         error_count = records = 0
-        for chunk in _chunks_read(path=path, fmt=fmt, step_split=project.step_split):
+        for chunk in _chunks_read(
+            source=source, fmt=fmt, step_split=project.step_split, limits=limits
+        ):
             records += len(chunk.rows)
             error_count += len(chunk.errors)
             errors.extend(chunk.errors[: max(0, MAX_KEPT_ERRORS - len(errors))])
@@ -188,17 +213,29 @@ def chain_import(
 # --- reading -------------------------------------------------------------------------
 
 
-def _file_sha256(*, path: Path) -> str:
+@contextmanager
+def _opened(source: Path | BinaryIO) -> Iterator[BinaryIO]:
+    """The file at its start: a path is opened (and closed again), a file object is
+    rewound and left open for its owner."""
+    if isinstance(source, Path):
+        with source.open("rb") as stream:
+            yield stream
+    else:
+        source.seek(0)
+        yield source
+
+
+def _file_sha256(*, source: Path | BinaryIO) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as stream:
+    with _opened(source) as stream:
         while block := stream.read(1024 * 1024):
             digest.update(block)
     return digest.hexdigest()
 
 
-def _format_resolve(*, path: Path, fmt: str) -> str:
+def _format_resolve(*, source: Path | BinaryIO, fmt: str) -> str:
     if fmt == "auto":
-        with path.open("rb") as stream:
+        with _opened(source) as stream:
             return detect_format(stream.read(DETECT_HEAD_BYTES))
     if fmt not in FORMATS:
         raise ValueError(f"Unknown format {fmt!r}; use auto or one of {', '.join(FORMATS)}.")
@@ -221,13 +258,18 @@ class _Chunk:
     errors: list[LineError]
 
 
-def _chunks_read(*, path: Path, fmt: str, step_split: str) -> Iterator[_Chunk]:
+def _chunks_read(
+    *, source: Path | BinaryIO, fmt: str, step_split: str, limits: ChainLimits
+) -> Iterator[_Chunk]:
     """The file's records, parsed and checked, CHUNK_CHAINS at a time."""
-    with path.open("rb") as stream:
+    with _opened(source) as stream:
         rows: list[_Row] = []
         errors: list[LineError] = []
         for record in iter_chains(stream, fmt, step_split=step_split):
-            prepared = _row_prepare(chain=record) if isinstance(record, ParsedChain) else record
+            if isinstance(record, ParsedChain):
+                prepared = _row_prepare(chain=record, limits=limits)
+            else:
+                prepared = record
             if isinstance(prepared, LineError):
                 errors.append(prepared)
             else:
@@ -246,15 +288,19 @@ def _json_default(value: object) -> object:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _row_prepare(*, chain: ParsedChain) -> _Row | LineError:
-    """Checks what the parsers leave to the database. PostgreSQL text cannot hold NUL or
-    an unpaired surrogate, and a COPY that fails on one aborts the whole file with a
-    message that names no line: caught here, it is a LineError like any other."""
+def _row_prepare(*, chain: ParsedChain, limits: ChainLimits) -> _Row | LineError:
+    """Checks what the parsers leave to the database and to the queue. PostgreSQL text
+    cannot hold NUL or an unpaired surrogate, and a COPY that fails on one aborts the
+    whole file with a message that names no line: caught here, it is a LineError like
+    any other. So is a chain too big to lease and submit (``limits``)."""
     line, steps, labels = chain.line, chain.steps, chain.labels
     if not chain.problem.strip():
         return LineError(line=line, reason="problem: empty")
     if not steps:
         return LineError(line=line, reason="steps: no steps")
+    too_big = _limit_exceeded(chain=chain, limits=limits)
+    if too_big:
+        return LineError(line=line, reason=too_big)
     if labels is not None:
         if len(labels) != len(steps):
             return LineError(
@@ -288,6 +334,33 @@ def _row_prepare(*, chain: ParsedChain) -> _Row | LineError:
         if "\\u0000" in meta_json:
             return LineError(line=line, reason="meta: contains a NUL character")
     return _Row(chain=chain, chain_hash=chain_hash, problem_hash=problem_hash, meta_json=meta_json)
+
+
+def _limit_exceeded(*, chain: ParsedChain, limits: ChainLimits) -> str | None:
+    """Why the chain is over a limit, or None."""
+    steps = chain.steps
+    if len(steps) > limits.max_steps:
+        return (
+            f"steps: {len(steps):,} steps; a chain may have at most {limits.max_steps:,} "
+            "(STEPLAB_IMPORT_MAX_STEPS)"
+        )
+    for index, text in enumerate(steps):
+        if len(text) > limits.max_step_chars:
+            return (
+                f"steps[{index}]: {len(text):,} characters; a step may have at most "
+                f"{limits.max_step_chars:,} (STEPLAB_IMPORT_MAX_STEP_CHARS)"
+            )
+    for name, text in (
+        ("problem", chain.problem),
+        ("answer", chain.answer),
+        ("reference_answer", chain.reference_answer),
+    ):
+        if len(text) > limits.max_problem_chars:
+            return (
+                f"{name}: {len(text):,} characters; at most {limits.max_problem_chars:,} "
+                "(STEPLAB_IMPORT_MAX_PROBLEM_CHARS)"
+            )
+    return None
 
 
 # --- writing -------------------------------------------------------------------------
@@ -503,14 +576,22 @@ class _CopyWriter:
             "chain": (
                 Chain,
                 (
-                    "id", "project_id", "problem_id", "import_batch_id", "content_hash",
-                    "final_answer", "generator", "meta", "step_count",
+                    "id",
+                    "project_id",
+                    "problem_id",
+                    "import_batch_id",
+                    "content_hash",
+                    "final_answer",
+                    "generator",
+                    "meta",
+                    "step_count",
                 ),
             ),
             "step": (Step, ("chain_id", "index", "text")),
             "step_with_id": (Step, ("id", "chain_id", "index", "text")),
             "annotation": (
-                Annotation, ("id", "chain_id", "source", "source_name", "import_batch_id")
+                Annotation,
+                ("id", "chain_id", "source", "source_name", "import_batch_id"),
             ),
             "rating": (StepRating, ("annotation_id", "step_id", "rating")),
         }
@@ -582,8 +663,14 @@ class _CopyWriter:
                 cursor,
                 (
                     (
-                        chain_id, project_id, problem_ids[row.problem_hash], batch_id,
-                        row.chain_hash, row.chain.answer, row.chain.generator, row.meta_json,
+                        chain_id,
+                        project_id,
+                        problem_ids[row.problem_hash],
+                        batch_id,
+                        row.chain_hash,
+                        row.chain.answer,
+                        row.chain.generator,
+                        row.meta_json,
                         len(row.chain.steps),
                     )
                     for chain_id, row in zip(chain_ids, rows, strict=True)
@@ -623,8 +710,11 @@ class _CopyWriter:
                 cursor,
                 (
                     (
-                        annotation_id, chain_id, AnnotationSource.IMPORT.value,
-                        row.chain.label_source or self.batch.format, batch_id,
+                        annotation_id,
+                        chain_id,
+                        AnnotationSource.IMPORT.value,
+                        row.chain.label_source or self.batch.format,
+                        batch_id,
                     )
                     for annotation_id, (chain_id, _, row) in zip(
                         annotation_ids, labeled, strict=True

@@ -140,6 +140,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": [
+        "annotation.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
@@ -232,6 +237,17 @@ STEPLAB_IMPORT_MAX_UPLOAD_BYTES = int(
     os.environ.get("STEPLAB_IMPORT_MAX_UPLOAD_BYTES", str(2 * 1024**3))
 )
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+# Per-chain limits at import (a chain over one is a bad line), so every chain imported
+# can be leased and submitted. The largest submit body is a rating per step with a
+# 10,000-character comment, plus a 20,000-character rewrite, each character as a 6-byte
+# JSON escape (\u00XX, the longest a UTF-8 JSON encoder writes): 150 steps x ~60 KB +
+# 120 KB = 9.1 MB, under DATA_UPLOAD_MAX_MEMORY_SIZE (10 MiB); raise that with the step
+# limit. A step is never longer than the rewrite that may replace it. The real ProcessBench,
+# PRM800K and Math-Shepherd chains have at most 32 steps of 1,500 characters.
+STEPLAB_IMPORT_MAX_STEPS = int(os.environ.get("STEPLAB_IMPORT_MAX_STEPS", "150"))
+STEPLAB_IMPORT_MAX_STEP_CHARS = int(os.environ.get("STEPLAB_IMPORT_MAX_STEP_CHARS", "10000"))
+# The problem, the final answer and the reference answer.
+STEPLAB_IMPORT_MAX_PROBLEM_CHARS = int(os.environ.get("STEPLAB_IMPORT_MAX_PROBLEM_CHARS", "20000"))
 
 # Content-Security-Policy (django-csp): scripts only from our own origin, so text that
 # slips into a page as markup cannot run (invariant 7 holds twice). Styles allow

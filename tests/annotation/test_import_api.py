@@ -1,4 +1,5 @@
 """`POST /api/v1/projects/{id}/imports/`: access, payloads, rejections, the size limit."""
+
 from __future__ import annotations
 
 import io
@@ -10,6 +11,8 @@ from typing import Any
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import override_settings
+from rest_framework.authtoken.models import Token
+from rest_framework.renderers import JSONRenderer
 from rest_framework.test import APIClient
 
 from annotation.models import Annotation, Chain, ImportBatch, Project, Role, Step, StepRating
@@ -277,3 +280,59 @@ def test_the_endpoint_is_in_the_openapi_schema(client_for: Callable) -> None:
     operation = response.json()["paths"]["/api/v1/projects/{project_id}/imports/"]["post"]
     assert "multipart/form-data" in operation["requestBody"]["content"]
     assert {"200", "201", "400", "413"} <= set(operation["responses"])
+
+
+@pytest.mark.parametrize("auth", ["forced", "token"])
+def test_the_largest_chain_the_limits_accept_is_imported_leased_and_submitted(
+    project: Project,
+    lead: Any,
+    make_member: Callable[..., Any],
+    client_for: Callable,
+    settings: Any,
+    auth: str,
+) -> None:
+    # Given a chain at every per-chain limit: the most steps, each as long as allowed
+    steps, step_chars = settings.STEPLAB_IMPORT_MAX_STEPS, settings.STEPLAB_IMPORT_MAX_STEP_CHARS
+    record = {
+        "problem": "q" * settings.STEPLAB_IMPORT_MAX_PROBLEM_CHARS,
+        "steps": [(f"{index} " + "s" * step_chars)[:step_chars] for index in range(steps)],
+        "answer": "a" * settings.STEPLAB_IMPORT_MAX_PROBLEM_CHARS,
+    }
+    imported = client_for(lead).post(
+        url(project), {"file": upload(json.dumps(record).encode() + b"\n")}, format="multipart"
+    )
+    assert imported.status_code == 201, imported.content
+
+    # When an annotator leases it and submits a comment at its limit on every step and a
+    # rewrite at its limit, every character one that JSON escapes in 6 bytes (\u0001)
+    # (the queue answers a token's requests on its own lean path, a forced login's in DRF)
+    member = make_member(project, Role.ANNOTATOR)
+    if auth == "token":
+        annotator = APIClient()
+        annotator.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=member).key}")
+    else:
+        annotator = client_for(member)
+    leased = annotator.post(f"/api/v1/projects/{project.pk}/assignments/next/")
+    assert leased.status_code == 200
+    chain = leased.json()["chain"]
+    assert len(chain["steps"]) == steps
+    body = {
+        "ratings": [
+            {"step": step["id"], "rating": -1, "comment": "\x01" * 10_000, "duration_ms": 2**31 - 1}
+            for step in chain["steps"]
+        ],
+        "rewrite": "\x01" * 20_000,
+        "duration_ms": 2**31 - 1,
+        "request_id": "r" * 100,
+    }
+    encoded = JSONRenderer().render(body)
+    submitted = annotator.post(
+        f"/api/v1/assignments/{leased.json()['assignment']['id']}/submit/",
+        encoded,
+        content_type="application/json",
+    )
+
+    # Then the body fits the request limit and the submit is recorded
+    assert submitted.status_code == 201, submitted.content[:500]
+    assert len(encoded) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    assert StepRating.objects.filter(comment="\x01" * 10_000).count() == steps

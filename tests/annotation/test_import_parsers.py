@@ -18,6 +18,8 @@ import pytest
 
 from annotation.importers import (
     FORMATS,
+    MAX_JSON_DEPTH,
+    MAX_JSON_VALUES,
     MAX_LINE_BYTES,
     FormatDetectionError,
     LineError,
@@ -29,7 +31,14 @@ from annotation.importers import (
     processbench,
     records,
 )
-from annotation.importers.reading import iter_json_records
+from annotation.importers.reading import (
+    TOO_DEEP,
+    TOO_MANY_VALUES,
+    JsonGauge,
+    iter_json_records,
+    json_shape_problem,
+    unstorable_string,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "imports"
@@ -790,3 +799,102 @@ def test_real_math_shepherd_labels_follow_the_plus_minus_marks() -> None:
         assert chain.steps[0] in record["input"]
         marks = [mark for mark in record["label"].split("\n") if mark]
         assert [1 if mark.endswith("+") else -1 for mark in marks] == list(chain.labels)
+
+
+# --- nesting depth -------------------------------------------------------------------
+
+
+def _deep(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def test_a_line_nested_too_deep_is_reported_and_parsing_goes_on() -> None:
+    ok_meta = b'{"problem": "p", "steps": ["a"], "meta": {"x": %s}}' % _deep(MAX_JSON_DEPTH - 2)
+    data = b"\n".join([ok_meta, _deep(100_000), jsonl({"problem": "q", "steps": ["b"]}).strip()])
+
+    results = parse_bytes(data + b"\n", "generic")
+
+    assert errors_of(results) == [
+        (2, f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects")
+    ]
+    assert [item.line for item in results if isinstance(item, ParsedChain)] == [1, 3]
+
+
+def test_a_json_array_stops_at_the_record_nested_too_deep() -> None:
+    good = b'{"problem": "p", "steps": ["a"]}'
+    data = b"[" + good + b", " + good.replace(b'"a"', b'"b"') + b", " + _deep(5_000) + b"]"
+
+    results = parse_bytes(data, "generic")
+
+    assert [item.line for item in results if isinstance(item, ParsedChain)] == [1, 2]
+    assert [line for line, _ in errors_of(results)] == [3]
+    assert "nested deeper than" in errors_of(results)[0][1]
+
+
+def test_detection_reads_the_keys_before_deep_nesting() -> None:
+    head = b'{"problem": "p", "steps": ["a"], "meta": ' + b"[" * 60_000
+
+    assert detect_format(head) == "generic"
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    text = json.dumps({"problem": "[" * 1000 + '{\\"', "steps": ["]" * 10, "\\" * 3]})
+
+    assert json_shape_problem(text.encode()) is None
+    deeper = text.encode()[:-1] + b', "m": ' + _deep(70) + b"}"
+    assert json_shape_problem(deeper) == TOO_DEEP
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a": "x\\\\\\"[[[[", "b": [[["\\\\"]]], {"c": "]]"}]}',
+        b'[["\\"[", [[[1]]], "\\\\", {"k": "]]]]"}]]',
+        b'["unterminated [[[[',
+    ],
+)
+@pytest.mark.parametrize("max_record_values", [None, 4])
+def test_the_gauge_reads_pieces_as_the_whole(data: bytes, max_record_values: int | None) -> None:
+    whole = JsonGauge(max_depth=3, max_record_values=max_record_values).feed(data)
+    for cut in range(len(data) + 1):
+        gauge = JsonGauge(max_depth=3, max_record_values=max_record_values)
+        first = gauge.feed(data[:cut])
+        second = gauge.feed(data[cut:]) if first is None else None
+        assert (
+            first if first is not None else second + cut if second is not None else None
+        ) == whole
+
+
+def test_unstorable_text_is_found_at_any_depth_without_recursion() -> None:
+    value: object = "bad\x00"
+    for _ in range(10_000):
+        value = [value]
+
+    assert unstorable_string({"meta": value}) == "meta" + "[0]" * 10_000 + (
+        ": contains a NUL character (\\u0000), which cannot be stored"
+    )
+
+
+def _wide_record(values: int) -> bytes:
+    """A generic record of exactly `values` values as the readers count them (brackets
+    that open arrays and objects, and commas)."""
+    items = values - 5  # the record, its steps, meta and meta.w, and two member commas
+    return b'{"problem": "p", "steps": ["a"], "meta": {"w": [%s]}}' % b",".join([b"0"] * items)
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "array"])
+def test_a_record_of_too_many_values_is_refused_before_it_is_decoded(layout: str) -> None:
+    at_limit, over = _wide_record(MAX_JSON_VALUES), _wide_record(MAX_JSON_VALUES + 1)
+    if layout == "jsonl":
+        data = b"\n".join([at_limit, over, at_limit]) + b"\n"
+        expected = [(2, TOO_MANY_VALUES)]
+        chains = [1, 3]
+    else:
+        data = b"[" + b", ".join([at_limit, at_limit, over]) + b"]"
+        expected = [(3, f"{TOO_MANY_VALUES}; the rest of the JSON array cannot be read")]
+        chains = [1, 2]
+
+    results = parse_bytes(data, "generic")
+
+    assert errors_of(results) == expected
+    assert [item.line for item in results if isinstance(item, ParsedChain)] == chains

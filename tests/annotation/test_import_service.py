@@ -1,4 +1,5 @@
 """chain_import: the write path behind the import command and endpoint (PostgreSQL/COPY)."""
+
 from __future__ import annotations
 
 import json
@@ -65,10 +66,19 @@ def test_generic_file_creates_problems_chains_and_steps(project: Project, tmp_pa
     path = write_jsonl(
         tmp_path / "chains.jsonl",
         [
-            {"problem": "What is 2+2?", "steps": ["2+2=4", "The answer is 4"], "answer": "4",
-             "generator": "model-a", "meta": {"id": "a1", "score": 0.5}},
-            {"problem": "What is 2+2?", "steps": ["2+2=5", "The answer is 5"], "answer": "5",
-             "reference_answer": "4"},
+            {
+                "problem": "What is 2+2?",
+                "steps": ["2+2=4", "The answer is 4"],
+                "answer": "4",
+                "generator": "model-a",
+                "meta": {"id": "a1", "score": 0.5},
+            },
+            {
+                "problem": "What is 2+2?",
+                "steps": ["2+2=5", "The answer is 5"],
+                "answer": "5",
+                "reference_answer": "4",
+            },
             {"problem": "What is 3*3?", "steps": ["3*3=9"], "answer": "9"},
         ],
     )
@@ -83,7 +93,10 @@ def test_generic_file_creates_problems_chains_and_steps(project: Project, tmp_pa
     assert result.filename == "chains.jsonl"
     batch = ImportBatch.objects.get(pk=result.batch_id)
     assert (batch.project, batch.format, batch.chains_created, batch.steps_created) == (
-        project, "generic", 3, 5
+        project,
+        "generic",
+        3,
+        5,
     )
     assert Problem.objects.filter(project=project).count() == 2
     first = Chain.objects.get(project=project, final_answer="4")
@@ -198,13 +211,25 @@ def test_overlapping_chains_are_counted_as_duplicates(project: Project, tmp_path
 def test_a_later_reference_answer_fills_an_existing_problem(
     project: Project, tmp_path: Path
 ) -> None:
-    chain_import(project=project, path=write_jsonl(tmp_path / "1.jsonl", [
-        {"problem": "p", "steps": ["a"]},
-    ]))
-    chain_import(project=project, path=write_jsonl(tmp_path / "2.jsonl", [
-        {"problem": "p", "steps": ["b"], "reference_answer": "42"},
-        {"problem": "p", "steps": ["c"], "reference_answer": "43"},
-    ]))
+    chain_import(
+        project=project,
+        path=write_jsonl(
+            tmp_path / "1.jsonl",
+            [
+                {"problem": "p", "steps": ["a"]},
+            ],
+        ),
+    )
+    chain_import(
+        project=project,
+        path=write_jsonl(
+            tmp_path / "2.jsonl",
+            [
+                {"problem": "p", "steps": ["b"], "reference_answer": "42"},
+                {"problem": "p", "steps": ["c"], "reference_answer": "43"},
+            ],
+        ),
+    )
 
     problem = Problem.objects.get(project=project)
     # the first one seen fills it; a later one never overwrites it
@@ -219,9 +244,15 @@ def test_a_file_with_bad_lines_writes_nothing_and_reports_every_one(
     project: Project, tmp_path: Path
 ) -> None:
     # Given a project with earlier data and a file of 2 good and 2 bad lines
-    chain_import(project=project, path=write_jsonl(tmp_path / "ok.jsonl", [
-        {"problem": "old", "steps": ["s"], "labels": [1]},
-    ]))
+    chain_import(
+        project=project,
+        path=write_jsonl(
+            tmp_path / "ok.jsonl",
+            [
+                {"problem": "old", "steps": ["s"], "labels": [1]},
+            ],
+        ),
+    )
     before = table_counts()
     path = write_jsonl(
         tmp_path / "mixed.jsonl",
@@ -349,16 +380,28 @@ def _snapshot(project: Project) -> list[tuple[Any, ...]]:
     rows = []
     for chain in Chain.objects.filter(project=project).order_by("content_hash"):
         annotations = [
-            (a.source, a.source_name, a.annotator_id, sorted(
-                a.ratings.values_list("step__index", "rating")
-            ))
+            (
+                a.source,
+                a.source_name,
+                a.annotator_id,
+                sorted(a.ratings.values_list("step__index", "rating")),
+            )
             for a in chain.annotations.all()
         ]
-        rows.append((
-            chain.problem.text, chain.problem.reference_answer, chain.content_hash,
-            chain.final_answer, chain.generator, chain.meta, chain.step_count,
-            chain.priority, chain_steps(chain), annotations,
-        ))
+        rows.append(
+            (
+                chain.problem.text,
+                chain.problem.reference_answer,
+                chain.content_hash,
+                chain.final_answer,
+                chain.generator,
+                chain.meta,
+                chain.step_count,
+                chain.priority,
+                chain_steps(chain),
+                annotations,
+            )
+        )
     return rows
 
 
@@ -369,19 +412,27 @@ def test_the_bulk_create_fallback_writes_what_copy_writes(
 
     # Given one labeled, partly duplicated file
     records: list[Any] = [
-        {"problem": f"p{i % 3}", "steps": [f"s{i}", f"t{i}"], "labels": [1, -1 if i % 2 else None],
-         "reference_answer": str(i % 3), "meta": {"i": i}}
+        {
+            "problem": f"p{i % 3}",
+            "steps": [f"s{i}", f"t{i}"],
+            "labels": [1, -1 if i % 2 else None],
+            "reference_answer": str(i % 3),
+            "meta": {"i": i},
+        }
         for i in range(9)
     ]
-    records += [{"problem": "p0", "steps": ["s0", "t0"], "labels": [1, None]},
-                {"problem": "plain", "steps": ["u"]}]
+    records += [
+        {"problem": "p0", "steps": ["s0", "t0"], "labels": [1, None]},
+        {"problem": "plain", "steps": ["u"]},
+    ]
     path = write_jsonl(tmp_path / "both.jsonl", records)
     copy_project, orm_project = ProjectFactory(), ProjectFactory()
 
     # When it goes through COPY into one project and through bulk_create into another
     via_copy = chain_import(project=copy_project, path=path)
     monkeypatch.setattr(
-        imports, "_writer_for",
+        imports,
+        "_writer_for",
         lambda *, project, batch, now: imports._OrmWriter(project=project, batch=batch),
     )
     via_orm = chain_import(project=orm_project, path=path)
@@ -402,7 +453,8 @@ def test_a_medium_file_goes_through_copy_in_chunks(project: Project, tmp_path: P
     with path.open("w") as out:
         for i in range(5_000):
             record: dict[str, Any] = {
-                "problem": f"Problem {i // 4}", "steps": [f"chain {i} step {j}" for j in range(10)]
+                "problem": f"Problem {i // 4}",
+                "steps": [f"chain {i} step {j}" for j in range(10)],
             }
             if i % 5 == 0:
                 record["labels"] = [1] * 9 + [-1]
@@ -416,15 +468,19 @@ def test_a_medium_file_goes_through_copy_in_chunks(project: Project, tmp_path: P
 
     # Then every row is there, the progress covered every record, and it was quick
     assert (result.chains_created, result.steps_created, result.labels_created) == (
-        5_000, 50_000, 10_000
+        5_000,
+        50_000,
+        10_000,
     )
     assert sum(seen) == 5_000 and len(seen) == -(-5_000 // imports.CHUNK_CHAINS)
     assert Step.objects.filter(chain__project=project).count() == 50_000
     assert Problem.objects.filter(project=project).count() == 1_250
     assert StepRating.objects.filter(rating=-1).count() == 1_000
-    last = Chain.objects.get(content_hash=imports.content_hash(
-        "Problem 1249", [f"chain 4999 step {j}" for j in range(10)]
-    ))
+    last = Chain.objects.get(
+        content_hash=imports.content_hash(
+            "Problem 1249", [f"chain 4999 step {j}" for j in range(10)]
+        )
+    )
     assert chain_steps(last)[-1] == "chain 4999 step 9"
     assert elapsed < 10, f"5,000 chains took {elapsed:.1f}s"
 
@@ -440,8 +496,10 @@ def test_concurrent_imports_of_overlapping_files_do_not_collide(tmp_path: Path) 
     project = ProjectFactory()
     shared = [{"problem": f"shared {i}", "steps": ["a", "b"]} for i in range(200)]
     paths = [
-        write_jsonl(tmp_path / f"{name}.jsonl",
-                    shared + [{"problem": f"{name} {i}", "steps": ["c"]} for i in range(300)])
+        write_jsonl(
+            tmp_path / f"{name}.jsonl",
+            shared + [{"problem": f"{name} {i}", "steps": ["c"]} for i in range(300)],
+        )
         for name in ("left", "right")
     ]
     results: list[Any] = []
@@ -495,9 +553,7 @@ def assert_stored_as_parsed(project: Project, path: Path, fmt: str) -> None:
             assert steps[chain.pk] == list(parsed.steps)
             assert (chain.final_answer, chain.generator) == (parsed.answer, parsed.generator)
             expected = {
-                index: label
-                for index, label in enumerate(parsed.labels or ())
-                if label is not None
+                index: label for index, label in enumerate(parsed.labels or ()) if label is not None
             }
             assert ratings.get(chain.pk, {}) == expected
 
@@ -540,7 +596,9 @@ def test_processbench_files_import_with_first_error_labels(
     annotation = Annotation.objects.filter(chain__project=project).first()
     assert annotation is not None
     assert (annotation.source, annotation.source_name, annotation.annotator_id) == (
-        "import", "processbench", None
+        "import",
+        "processbench",
+        None,
     )
     assert not Chain.objects.filter(project=project, finished_count__gt=0).exists()
     assert_stored_as_parsed(project, path, "processbench")
@@ -596,15 +654,11 @@ def test_math_shepherd_samples_import_with_plus_minus_labels(
     assert (result.format, result.chains_created) == ("math_shepherd", len(lines))
     assert result.steps_created == result.labels_created == tags
     minus = sum(line["label"].count(" -\n") + line["label"].endswith(" -") for line in lines)
-    assert StepRating.objects.filter(
-        annotation__chain__project=project, rating=-1
-    ).count() == minus
+    assert StepRating.objects.filter(annotation__chain__project=project, rating=-1).count() == minus
     assert_stored_as_parsed(project, path, "math_shepherd")
 
 
-@pytest.mark.parametrize(
-    "relative", ["math_aps/samples.jsonl", "prm800k/math500_problems.jsonl"]
-)
+@pytest.mark.parametrize("relative", ["math_aps/samples.jsonl", "prm800k/math500_problems.jsonl"])
 def test_real_files_that_hold_no_chains_are_refused_by_detection(
     project: Project, shared_data: Path, relative: str
 ) -> None:
@@ -617,7 +671,8 @@ def test_the_project_fixtures_import(project: Project) -> None:
     """The project's own small files (tests/fixtures/imports) cover the same quirks
     without ../shared, so this runs everywhere."""
     good = sorted(
-        path for path in FIXTURES.glob("*.json*")
+        path
+        for path in FIXTURES.glob("*.json*")
         if not path.name.startswith(("bad", "broken", "invalid"))
     )
     assert good, f"no fixtures in {FIXTURES}"
@@ -625,3 +680,92 @@ def test_the_project_fixtures_import(project: Project) -> None:
         result = chain_import(project=project, path=path)
         assert result.chains_created + result.chains_duplicate > 0, path.name
         assert_stored_as_parsed(project, path, result.format)
+
+
+# --- per-chain limits ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "setting", "build", "reason"),
+    [
+        (
+            "steps",
+            "STEPLAB_IMPORT_MAX_STEPS",
+            lambda limit: {"problem": "p", "steps": [f"s{i}" for i in range(limit + 1)]},
+            "steps: 151 steps; a chain may have at most 150",
+        ),
+        (
+            "a step",
+            "STEPLAB_IMPORT_MAX_STEP_CHARS",
+            lambda limit: {"problem": "p", "steps": ["ok", "x" * (limit + 1)]},
+            "steps[1]: 10,001 characters; a step may have at most 10,000",
+        ),
+        (
+            "the problem",
+            "STEPLAB_IMPORT_MAX_PROBLEM_CHARS",
+            lambda limit: {"problem": "p" * (limit + 1), "steps": ["ok"]},
+            "problem: 20,001 characters; at most 20,000",
+        ),
+        (
+            "the answer",
+            "STEPLAB_IMPORT_MAX_PROBLEM_CHARS",
+            lambda limit: {"problem": "p", "steps": ["ok"], "answer": "a" * (limit + 1)},
+            "answer: 20,001 characters; at most 20,000",
+        ),
+    ],
+)
+def test_a_chain_over_a_limit_is_a_bad_line_with_its_number(
+    project: Project,
+    tmp_path: Path,
+    settings: Any,
+    field: str,
+    setting: str,
+    build: Any,
+    reason: str,
+) -> None:
+    # Given a chain just over the limit, on line 2 between chains at the limit
+    limit = getattr(settings, setting)
+    at_limit = {
+        "problem": "p" * settings.STEPLAB_IMPORT_MAX_PROBLEM_CHARS,
+        "steps": ["x" * settings.STEPLAB_IMPORT_MAX_STEP_CHARS] * settings.STEPLAB_IMPORT_MAX_STEPS,
+    }
+    path = write_jsonl(tmp_path / "big.jsonl", [at_limit, build(limit), at_limit])
+
+    # When it is imported
+    with pytest.raises(ImportRejected) as rejected:
+        chain_import(project=project, path=path, fmt="generic")
+
+    # Then line 2 is reported, naming the limit; nothing is written
+    assert [(error.line, error.reason.split(" (")[0]) for error in rejected.value.errors] == [
+        (2, reason)
+    ], field
+    assert setting in rejected.value.errors[0].reason
+    assert table_counts() == dict.fromkeys(table_counts(), 0)
+
+
+def test_the_limits_are_settings(project: Project, tmp_path: Path, settings: Any) -> None:
+    settings.STEPLAB_IMPORT_MAX_STEPS = 2
+    path = write_jsonl(tmp_path / "three.jsonl", [{"problem": "p", "steps": ["a", "b", "c"]}])
+
+    with pytest.raises(ImportRejected) as rejected:
+        chain_import(project=project, path=path, fmt="generic")
+
+    assert rejected.value.errors[0].reason.startswith("steps: 3 steps; a chain may have at most 2")
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt"),
+    [
+        ("processbench/math.json", "processbench"),
+        ("processbench/gsm8k.json", "processbench"),
+        ("prm800k/real_records.jsonl", "prm800k"),
+        ("math_shepherd/samples.jsonl", "math_shepherd"),
+    ],
+)
+def test_the_real_data_is_importable_under_the_limits(
+    project: Project, shared_data: Path, name: str, fmt: str
+) -> None:
+    result = chain_import(project=project, path=shared_data / name, fmt="auto")
+
+    assert result.format == fmt
+    assert result.chains_created + result.chains_duplicate > 0

@@ -1,0 +1,26 @@
+"""JSON request bodies: one nested too deeply for Python's json is a 400, not a 500."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from annotation.models import Project, Role
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("body", [b"[" * 100_000, b'{"a":' * 50_000], ids=["arrays", "objects"])
+def test_a_json_body_nested_too_deeply_is_a_400(
+    project: Project, make_member: Callable[..., Any], client_for: Callable, body: bytes
+) -> None:
+    client = client_for(make_member(project, Role.LEAD))
+
+    response = client.patch(
+        f"/api/v1/projects/{project.pk}/", body, content_type="application/json"
+    )
+
+    assert response.status_code == 400
+    assert response.json() == {"detail": "JSON parse error - nested too deeply"}
