@@ -1,4 +1,5 @@
 """Token login for scripts and the CLI. The pages use the session instead."""
+
 from __future__ import annotations
 
 from django.contrib.auth import authenticate
