@@ -34,10 +34,18 @@ $(NODE_STAMP): package.json package-lock.json
 install: $(STAMP) $(NODE_STAMP)
 
 # The embedded default: SQLite (or $$DATABASE_URL), tasks in-process, a demo project.
+# Served by gunicorn as in production, not the development server (a thread and a
+# database connection per request, which a lab of annotators on PostgreSQL runs out of):
+# DEMO_WORKERS x DEMO_THREADS requests at a time, each thread keeping one connection, and
+# static files by WhiteNoise. tests/test_demo_serve.py holds 16 annotators on it.
+DEMO_WORKERS ?= 2
+DEMO_THREADS ?= 8
 demo: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo --host $(HOST):$(PORT)
-	$(PY) manage.py runserver --noreload $(HOST):$(PORT)
+	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.dev} exec $(VENV)/bin/gunicorn \
+		config.wsgi:application --bind $(HOST):$(PORT) --workers $(DEMO_WORKERS) \
+		--worker-class gthread --threads $(DEMO_THREADS) --timeout 120 --access-logfile -
 
 serve: install
 	$(PY) manage.py runserver $(HOST):$(PORT)

@@ -12,7 +12,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
-from rest_framework.throttling import SimpleRateThrottle
 
 from annotation.dataset_selectors import snapshot_get
 from annotation.models import ImportBatch, Role
@@ -25,25 +24,10 @@ from annotation.selectors import project_get_for_member
 from annotation.services.exports import EXPORT_FORMATS
 
 
-class _LoginPageThrottle(SimpleRateThrottle):
-    """The login form shares the API's "login" rate, counted per client address, so
-    guessing passwords through the page is no cheaper than through the token endpoint."""
-
-    scope = "login"
-
-    def get_cache_key(self, request: HttpRequest, view: object) -> str:  # type: ignore[override]
-        return self.cache_format % {"scope": "login-page", "ident": self.get_ident(request)}
-
-
 class LoginView(auth_views.LoginView):
-    redirect_authenticated_user = True
+    """Failed sign-ins are counted and locked out by django-axes (settings, "Sign-in")."""
 
-    def post(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
-        if not _LoginPageThrottle().allow_request(request, self):  # type: ignore[arg-type]
-            form = self.get_form()
-            form.add_error(None, "Too many login attempts. Wait a minute and try again.")
-            return self.render_to_response(self.get_context_data(form=form), status=429)
-        return super().post(request, *args, **kwargs)
+    redirect_authenticated_user = True
 
 
 @require_GET

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from django.core.cache import cache
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
 CHROMIUM = Path(os.environ.get("STEPLAB_CHROMIUM", "/usr/bin/chromium"))
@@ -52,7 +51,6 @@ def page_watched(
 ) -> Iterator[Page]:
     """A fresh page for one test; on the way out, asserts that no JavaScript error (and,
     with ``csp_errors``, no Content-Security-Policy violation) reached the console."""
-    cache.clear()  # the login throttle counts per address, and every test logs in
     context = browser.new_context(
         viewport={"width": width, "height": height}, accept_downloads=accept_downloads
     )

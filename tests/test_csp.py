@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 from playwright.sync_api import Browser, BrowserContext, Page
 
 from annotation.models import Chain, Role, Step
@@ -108,7 +107,6 @@ class _Watched:
 
 @pytest.fixture
 def open_page(browser: Browser) -> Iterator[Any]:
-    cache.clear()  # the login throttle counts per address
     contexts: list[BrowserContext] = []
 
     def make(*, bypass_csp: bool = False) -> _Watched:

@@ -13,6 +13,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -215,3 +216,87 @@ def test_make_web_worker_and_gpu_worker_serve_their_queues(
             f"{process.name} did not stop cleanly:\n{process.output()[-3000:]}"
         )
     assert "Traceback" not in worker.output() + gpu_worker.output()
+
+
+def test_sign_in_lockout_holds_across_two_gunicorn_workers(
+    start: Callable[..., Process], deployment_env: dict[str, str], django_user_model: Any
+) -> None:
+    """The sign-in scenario over HTTP: 30 accounts sign in from one address within a
+    minute, all succeed; 20 wrong passwords for one account are refused from the limit on,
+    on `/login/`, the token endpoint and `/admin/login/`, whichever of two gunicorn workers
+    answers (the access log names the worker's pid: both must have served)."""
+    import requests
+    from django.conf import settings
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
+    limit = settings.AXES_FAILURE_LIMIT
+    password = "right-password-1"
+    # The production profile checks passwords with its own hashers, not the suite's MD5.
+    hasher = PBKDF2PasswordHasher()
+    hashed = hasher.encode(password, hasher.salt())
+    lab = [
+        django_user_model.objects.create(username=f"lab-{i}", password=hashed) for i in range(30)
+    ]
+    targets = {
+        entry: django_user_model.objects.create(
+            username=f"target-{entry}", password=hashed, is_staff=True
+        )
+        for entry in ("page", "token", "admin")
+    }
+    port = _free_port()
+    deployment_env["GUNICORN_CMD_ARGS"] = "--access-logformat 'pid=%(p)s %(r)s %(s)s'"
+    web = start("web", HOST="127.0.0.1", PORT=str(port), WEB_WORKERS="2")
+
+    def web_healthy() -> bool:
+        try:
+            return _get(port, "/healthz")[0] == 200
+        except OSError:
+            return False
+
+    _wait_for(web_healthy, what="gunicorn's /healthz", processes=[web])
+    base = f"http://127.0.0.1:{port}"
+
+    def form_post(path: str, username: str, secret: str) -> int:
+        # A fresh browser each time, and no keep-alive, so each request is accepted anew.
+        # The production profile marks the CSRF cookie Secure, which a client sends only
+        # over HTTPS, so it goes back by hand on this plain-HTTP loopback.
+        close = {"Connection": "close"}
+        page = requests.get(base + path, headers=close, timeout=30)
+        csrf = page.cookies["csrftoken"]
+        response = requests.post(
+            base + path,
+            data={"username": username, "password": secret, "csrfmiddlewaretoken": csrf},
+            cookies={"csrftoken": csrf},
+            headers={**close, "Referer": base + path},
+            allow_redirects=False,
+            timeout=30,
+        )
+        return response.status_code
+
+    def token_post(username: str, secret: str) -> int:
+        return requests.post(
+            base + "/api/v1/auth/token/",
+            json={"username": username, "password": secret},
+            headers={"Connection": "close"},
+            timeout=30,
+        ).status_code
+
+    # A lab of 30 behind one address signs in through the page and the API.
+    assert [form_post("/login/", u.username, password) for u in lab] == [302] * 30
+    assert [token_post(u.username, password) for u in lab] == [200] * 30
+
+    attempts: dict[str, Callable[[str, str], int]] = {
+        "page": lambda user, secret: form_post("/login/", user, secret),
+        "token": token_post,
+        "admin": lambda user, secret: form_post("/admin/login/?next=/admin/", user, secret),
+    }
+    wrong = {"page": 200, "token": 400, "admin": 200}
+    for entry, attempt in attempts.items():
+        username = targets[entry].username
+        codes = [attempt(username, f"guess-{i}") for i in range(20)]
+        assert codes == [wrong[entry]] * (limit - 1) + [429] * (21 - limit), entry
+        assert attempt(username, password) == 429, entry
+
+    pids = set(re.findall(r"pid=<?(\d+)>? POST ", web.output()))
+    assert len(pids) == 2, f"one worker served every sign-in:\n{web.output()[-3000:]}"
+    assert web.stop() == 0

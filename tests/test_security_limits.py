@@ -1,17 +1,14 @@
-"""CSRF on the HTML forms, the login form's throttle and the import's line-length limit.
+"""CSRF on the HTML forms and the import's line-length limit.
 
-(The token endpoint's throttle, token revocation, CSRF on session API calls and the
-upload size limit are tested beside their code: tests/annotation/test_auth_api.py and
-tests/annotation/test_import_api.py.)"""
+(The sign-in lockout is tested in tests/test_sign_in_lockout.py; token revocation, CSRF
+on session API calls and the upload size limit beside their code:
+tests/annotation/test_auth_api.py and tests/annotation/test_import_api.py.)"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from django.core.cache import cache
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
@@ -21,14 +18,6 @@ from tests.conftest import REPO_ROOT
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 
 PASSWORD = "pass-1234"  # tests.factories.UserFactory's
-LOGIN_RATE = 10  # REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["login"] is "10/min"
-
-
-@pytest.fixture(autouse=True)
-def fresh_throttle() -> Iterator[None]:
-    cache.clear()
-    yield
-    cache.clear()
 
 
 # ------------------------------------------------------------------ CSRF
@@ -92,52 +81,6 @@ def test_every_post_form_in_the_templates_carries_the_csrf_token() -> None:
             if "{% csrf_token %}" not in match.group(1):
                 offenders.append(str(path.relative_to(REPO_ROOT)))
     assert offenders == []
-
-
-# ------------------------------------------------------------------ login throttle
-
-
-def _login(client: Client, username: str, password: str, address: str) -> Any:
-    return client.post("/login/", {"username": username, "password": password}, REMOTE_ADDR=address)
-
-
-@pytest.mark.django_db
-def test_the_login_form_is_throttled_per_address() -> None:
-    # Given: someone guessing a password from one address
-    user = UserFactory()
-    client = Client()
-    for _ in range(LOGIN_RATE):
-        assert _login(client, user.username, "wrong", "203.0.113.7").status_code == 200
-    # When: one more attempt comes, even with the right password
-    refused = _login(client, user.username, PASSWORD, "203.0.113.7")
-    # Then: it is refused with 429 and a message, and no session is made
-    assert refused.status_code == 429
-    assert b"Too many login attempts" in refused.content
-    assert "_auth_user_id" not in client.session
-    # And: a person at another address logs in as usual
-    other = Client()
-    assert _login(other, user.username, PASSWORD, "198.51.100.2").status_code == 302
-
-
-@pytest.mark.django_db
-def test_a_forged_forwarded_for_header_does_not_dodge_the_throttle() -> None:
-    user = UserFactory()
-    client = Client()
-    for attempt in range(LOGIN_RATE):
-        response = client.post(
-            "/login/",
-            {"username": user.username, "password": "wrong"},
-            REMOTE_ADDR="203.0.113.9",
-            HTTP_X_FORWARDED_FOR=f"10.0.0.{attempt}",
-        )
-        assert response.status_code == 200
-    refused = client.post(
-        "/login/",
-        {"username": user.username, "password": PASSWORD},
-        REMOTE_ADDR="203.0.113.9",
-        HTTP_X_FORWARDED_FOR="10.0.0.250",
-    )
-    assert refused.status_code == 429
 
 
 # ------------------------------------------------------------------ import line length

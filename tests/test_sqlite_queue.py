@@ -67,7 +67,7 @@ out["ratings"] = [r["rating"] for r in first.json()["annotation"]["ratings"]]
 
 # bob over a session (DRF's full cycle), with a rating comment
 session = Client()
-session.login(username="bob", password="pw-bob")
+session.force_login(User.objects.get(username="bob"))
 lease = session.post(f"/api/v1/projects/{project.pk}/assignments/next/").json()
 steps = lease["chain"]["steps"]
 body = {"ratings": [{"step": s["id"], "rating": -1, "comment": " why "} for s in steps]}

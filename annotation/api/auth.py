@@ -1,4 +1,5 @@
 """Token login for scripts and the CLI. The pages use the session instead."""
+
 from __future__ import annotations
 
 from django.contrib.auth import authenticate
@@ -8,7 +9,6 @@ from rest_framework.authtoken.models import Token
 from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import BaseThrottle, ScopedRateThrottle
 from rest_framework.views import APIView
 
 
@@ -22,19 +22,13 @@ class TokenOutputSerializer(serializers.Serializer):
 
 
 class AuthTokenApi(APIView):
-    # Password guessing is throttled per client address ("login" in DEFAULT_THROTTLE_RATES);
-    # revoking a token is not.
-    throttle_scope = "login"
+    # Failed attempts are counted and locked out by django-axes, which needs `request`
+    # passed to `authenticate` (settings, "Sign-in"); successful ones are never limited.
 
     def get_permissions(self) -> list[BasePermission]:
         if self.request.method == "POST":
             return [AllowAny()]
         return [IsAuthenticated()]
-
-    def get_throttles(self) -> list[BaseThrottle]:
-        if self.request.method == "POST":
-            return [ScopedRateThrottle()]
-        return []
 
     @extend_schema(
         tags=["auth"],
@@ -46,7 +40,10 @@ class AuthTokenApi(APIView):
         responses={
             200: TokenOutputSerializer,
             400: OpenApiResponse(description="Wrong username or password."),
-            429: OpenApiResponse(description="Too many attempts."),
+            429: OpenApiResponse(
+                description="Too many failed sign-ins for this username or address; "
+                "`Retry-After` says when to try again."
+            ),
         },
         auth=[],
     )

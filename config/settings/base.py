@@ -3,6 +3,7 @@ from the environment; unset, it falls back to the embedded default (SQLite, task
 in-process), so a fresh checkout runs with nothing else installed."""
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -38,6 +39,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "csp",
+    "axes",
     "annotation",
     "prm_training",
 ]
@@ -54,6 +56,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a sign-in refused for too many failures into the lockout response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -149,16 +153,41 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_THROTTLE_RATES": {"login": "10/min"},
     # How many reverse proxies stand in front of gunicorn. DRF otherwise trusts the
-    # client's own X-Forwarded-For header, so a password guesser could dodge the login
-    # throttle by sending a new address each time. 0: count by the socket's address.
+    # client's own X-Forwarded-For header, so a password guesser could dodge the sign-in
+    # lockout by sending a new address each time. 0: count by the socket's address.
     "NUM_PROXIES": int(os.environ.get("STEPLAB_NUM_PROXIES", "0")),
 }
 
-# The login throttle keeps its counters in the default cache. Per-process memory is enough
-# for one web process (the demo); with several gunicorn workers each would count on its
-# own, so production sets CACHE_URL (e.g. redis://127.0.0.1:6379/1) to share them.
+# Sign-in (django-axes): failed attempts are counted, never successful ones, on every entry
+# point that calls `authenticate` (the login page, the token endpoint, the admin login).
+# The counters are rows in the database, so every gunicorn worker and every host sees the
+# same ones with nothing else to configure. A username is locked after
+# STEPLAB_LOGIN_FAILURE_LIMIT failures; a client address only after
+# STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT, so a lab behind one office address is not locked
+# out by one person's typos. A lock lifts after the cool-off, counted from the last failure.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "annotation.login_lockout.LoginLockoutHandler"
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_FAILURE_LIMIT = int(os.environ.get("STEPLAB_LOGIN_FAILURE_LIMIT", "10"))
+STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT = int(
+    os.environ.get("STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT", "200")
+)
+AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("STEPLAB_LOGIN_COOLOFF_MINUTES", "15")))
+# The client address by the same rule as DRF's NUM_PROXIES above (one spelling of it).
+AXES_CLIENT_IP_CALLABLE = "annotation.login_lockout.client_address"
+AXES_LOCKOUT_CALLABLE = "annotation.login_lockout.lockout_response"
+# Failed attempts are kept (for the admin's "Access attempts"); successful sign-ins are
+# not logged, so a login costs no extra write.
+AXES_DISABLE_ACCESS_LOG = True
+AXES_RESET_ON_SUCCESS = False
+
+# Nothing that must be shared between web processes lives in the cache (sessions and the
+# sign-in counters are in the database), so per-process memory is the default; set
+# CACHE_URL (e.g. redis://127.0.0.1:6379/1) to share it anyway.
 CACHE_URL = os.environ.get("CACHE_URL", "")
 CACHES = {
     "default": (

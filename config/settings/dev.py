@@ -1,7 +1,13 @@
 """Development and `make demo`: works with nothing else running."""
+
 from .base import *  # noqa: F401,F403
 from .base import SECRET_KEY as _SECRET_KEY
 from .base import env_bool
 
 DEBUG = env_bool("DJANGO_DEBUG", True)
 SECRET_KEY = _SECRET_KEY or "dev-only-insecure-key-never-used-in-production"
+
+# `make demo` serves through gunicorn without `collectstatic`: WhiteNoise finds static
+# files where the development server would, and picks up an edited file.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG

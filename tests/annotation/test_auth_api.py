@@ -1,11 +1,9 @@
-"""Token login, use and revocation; the login throttle; session auth with CSRF."""
+"""Token login, use and revocation; session auth with CSRF. (The sign-in lockout:
+tests/test_sign_in_lockout.py.)"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from django.core.cache import cache
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -15,14 +13,6 @@ from tests.factories import MembershipFactory, UserFactory
 pytestmark = pytest.mark.django_db
 
 TOKEN_URL = "/api/v1/auth/token/"
-
-
-@pytest.fixture(autouse=True)
-def fresh_throttle() -> Iterator[None]:
-    # The login throttle counts in the cache; each test starts from zero.
-    cache.clear()
-    yield
-    cache.clear()
 
 
 def test_token_end_to_end(api_client: APIClient) -> None:
@@ -84,21 +74,6 @@ def test_revoking_one_users_token_keeps_anothers(api_client: APIClient) -> None:
     api_client.credentials(HTTP_AUTHORIZATION=f"Token {first.key}")
     assert api_client.delete(TOKEN_URL).status_code == 204
     assert list(Token.objects.values_list("key", flat=True)) == [second.key]
-
-
-def test_login_attempts_are_throttled(api_client: APIClient) -> None:
-    # Given the "login" rate of 10 per minute
-    UserFactory(username="ada")
-    codes = [
-        api_client.post(TOKEN_URL, {"username": "ada", "password": f"guess-{i}"}).status_code
-        for i in range(10)
-    ]
-    assert codes == [400] * 10
-    # When the eleventh attempt comes, even with the right password
-    response = api_client.post(TOKEN_URL, {"username": "ada", "password": "pass-1234"})
-    # Then it is refused with a hint when to retry
-    assert response.status_code == 429
-    assert int(response["Retry-After"]) > 0
 
 
 def test_revoke_is_not_throttled(api_client: APIClient) -> None:

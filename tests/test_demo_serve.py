@@ -1,0 +1,244 @@
+"""`make demo` holds a lab: the same command the Makefile runs (migrate, seed_demo, then
+the demo's server), against PostgreSQL, with 16 annotators labeling 1,000 chains at
+overlap 2 through the token API (next, then submit) until nothing is left, and no 5xx.
+
+The development server opened a thread and kept a database connection per request, so
+PostgreSQL ran out of connections ("too many clients already") and next and submit
+answered 500. Bounded: every wait has a deadline, the server is stopped on the way out."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.bench_foundation import QueueClient, load_run
+from tests.conftest import REPO_ROOT
+
+ANNOTATORS = 16
+CHAINS = 1_000
+OVERLAP = 2
+READY_SECONDS = 180
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+class AnnotatorClient(QueueClient):
+    """An annotator reads each chain for longer than a keep-alive connection lasts, so
+    every next and every submit comes on a new connection, as from a browser."""
+
+    def post(self, path: str, body: dict | None) -> tuple[int, bytes, float]:
+        self.conn.close()
+        return super().post(path, body)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def demo_env(transactional_db: Any, settings: Any) -> dict[str, str]:
+    """`make demo`'s environment: the development profile, tasks in-process (no broker),
+    pointed at pytest's PostgreSQL database."""
+    db = settings.DATABASES["default"]
+    assert db["ENGINE"] == "django.db.backends.postgresql", "needs PostgreSQL"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    database_url = (
+        f"postgres://{db.get('USER') or 'postgres'}{password}@{db.get('HOST') or '127.0.0.1'}"
+        f":{db.get('PORT') or 5432}/{db['NAME']}"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "MAKE", "CELERY_", "CACHE_URL"))
+    }
+    env.update({"DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+@pytest.fixture
+def lab(transactional_db: Any) -> tuple[int, list[str]]:
+    """A project of 1,000 generated chains at overlap 2 and 16 annotators with tokens."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    from annotation.demo_data import generate_chains, write_jsonl
+    from annotation.models import Role
+    from annotation.services.imports import chain_import
+    from annotation.services.projects import membership_add, project_create
+
+    User = get_user_model()
+    lead = User.objects.create_user(username="lab-lead", password="x" * 12)
+    project = project_create(name="Lab", created_by=lead, overlap=OVERLAP)
+    tokens = []
+    for i in range(ANNOTATORS):
+        user = User.objects.create_user(username=f"lab-annotator-{i}", password="x" * 12)
+        membership_add(project=project, user=user, role=Role.ANNOTATOR)
+        tokens.append(Token.objects.create(user=user).key)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "lab.jsonl"
+        write_jsonl(generate_chains(count=CHAINS, seed=7, error_rate=0.3), path)
+        chain_import(project=project, path=path, filename=path.name, fmt="generic", user=lead)
+    return project.pk, tokens
+
+
+@contextlib.contextmanager
+def _make_demo(env: dict[str, str], log: Path) -> Iterator[int]:
+    """`make demo` on a free port; SIGTERM to its process group on the way out."""
+    port = _free_port()
+    with log.open("wb") as out:
+        # `-o install`: the suite already runs inside the installed environment.
+        popen = subprocess.Popen(
+            ["make", "--no-print-directory", "-o", "install", "demo", f"PORT={port}"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield port
+    finally:
+        if popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(popen.pid, signal.SIGTERM)
+            try:
+                popen.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(popen.pid, signal.SIGKILL)
+                popen.wait(timeout=30)
+
+
+@pytest.fixture
+def demo(demo_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    log = tmp_path / "demo.log"
+    with _make_demo(demo_env, log) as port:
+        yield port, log
+
+
+def _wait_ready(port: int, log: Path) -> None:
+    import http.client
+
+    deadline = time.monotonic() + READY_SECONDS
+    while True:
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            connection.request("GET", "/healthz")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"make demo did not answer /healthz:\n{log.read_text()[-4000:]}")
+        time.sleep(0.3)
+
+
+def test_make_demo_on_postgresql_holds_sixteen_annotators(
+    lab: tuple[int, list[str]], demo: tuple[int, Path]
+) -> None:
+    from annotation.models import Chain
+
+    project_id, tokens = lab
+    port, log = demo
+    _wait_ready(port, log)
+    # It still prints where to go and who to log in as.
+    output = log.read_text()
+    assert f"URL: http://127.0.0.1:{port}/" in output
+    assert "annotator-demo" in output
+
+    # When: 16 annotators label until the queue has nothing left for any of them
+    result = load_run(
+        port=port,
+        tokens=tokens,
+        project_id=project_id,
+        seconds=540,
+        client_factory=AnnotatorClient,
+    )
+
+    # Then: every chain got its two annotations, and no request failed
+    assert result["non_2xx"] == 0, result["failures"]
+    assert result["empty_queue"] == ANNOTATORS, result
+    assert result["submits_ok"] == CHAINS * OVERLAP
+    finished = Chain.objects.filter(project_id=project_id, finished_count=OVERLAP).count()
+    assert finished == CHAINS
+
+
+SQLITE_LAB = """
+import os
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+from annotation.models import Project, Role
+from annotation.services.projects import membership_add
+ANNOTATORS = int(os.environ["LAB_ANNOTATORS"])
+project = Project.objects.get(name="Demo: arithmetic word problems")
+keys = []
+for i in range(ANNOTATORS):
+    user, _ = get_user_model().objects.get_or_create(username=f"lab-annotator-{i}")
+    membership_add(project=project, user=user, role=Role.ANNOTATOR)
+    keys.append(Token.objects.get_or_create(user=user)[0].key)
+print("LAB", project.pk, project.overlap, project.chains.count(), ",".join(keys))
+"""
+
+
+def test_make_demo_on_sqlite_holds_sixteen_annotators(tmp_path: Path) -> None:
+    """The embedded default: the demo's own project (200 chains, overlap 2) on a SQLite
+    file, 16 annotators writing through the server's threads and processes at once."""
+    import sqlite3
+
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "MAKE", "CELERY_", "CACHE_URL"))
+    }
+    database = tmp_path / "demo.sqlite3"
+    env.update(
+        {
+            "DATABASE_URL": f"sqlite:///{database}",
+            "PYTHONUNBUFFERED": "1",
+            "LAB_ANNOTATORS": str(ANNOTATORS),
+        }
+    )
+    log = tmp_path / "demo.log"
+    with _make_demo(env, log) as port:
+        _wait_ready(port, log)
+        made = subprocess.run(
+            [str(REPO_ROOT / ".venv" / "bin" / "python"), "manage.py", "shell", "-c", SQLITE_LAB],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        _, project_id, overlap, chains, keys = next(
+            line for line in made.stdout.splitlines() if line.startswith("LAB ")
+        ).split()
+        result = load_run(
+            port=port,
+            tokens=keys.split(","),
+            project_id=int(project_id),
+            seconds=540,
+            client_factory=AnnotatorClient,
+        )
+    assert result["non_2xx"] == 0, result["failures"]
+    assert result["empty_queue"] == ANNOTATORS, result
+    assert result["submits_ok"] == int(chains) * int(overlap)
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        unfinished = connection.execute(
+            "SELECT count(*) FROM annotation_chain WHERE project_id = ? AND finished_count < ?",
+            (int(project_id), int(overlap)),
+        ).fetchone()[0]
+    assert unfinished == 0

@@ -1,0 +1,167 @@
+"""Sign-in lockout (django-axes): failed attempts lock a username on every entry point
+(the login page, the token endpoint, the admin login); successful sign-ins are never
+counted, so a lab behind one office address signs in at once; an address is locked only
+after many more failures, by the trusted proxies' rule for X-Forwarded-For.
+(Across two gunicorn workers: tests/test_deploy_processes.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from axes.models import AccessAttempt
+from django.conf import settings
+from django.test import Client
+from django.utils import timezone
+
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+PASSWORD = "pass-1234"  # tests.factories.UserFactory's
+OFFICE = "203.0.113.7"
+TOKEN_URL = "/api/v1/auth/token/"
+
+
+def _login_page(client: Client, username: str, password: str, address: str = OFFICE) -> Any:
+    return client.post("/login/", {"username": username, "password": password}, REMOTE_ADDR=address)
+
+
+def _token(client: Client, username: str, password: str, address: str = OFFICE) -> Any:
+    return client.post(TOKEN_URL, {"username": username, "password": password}, REMOTE_ADDR=address)
+
+
+def _admin(client: Client, username: str, password: str, address: str = OFFICE) -> Any:
+    return client.post(
+        "/admin/login/?next=/admin/",
+        {"username": username, "password": password},
+        REMOTE_ADDR=address,
+    )
+
+
+ENTRY_POINTS: dict[str, tuple[Callable[..., Any], int, int]] = {
+    # entry point: (post, status of a wrong password, status of a right one)
+    "login page": (_login_page, 200, 302),
+    "token endpoint": (_token, 400, 200),
+    "admin login": (_admin, 200, 302),
+}
+
+
+def test_a_lab_of_thirty_behind_one_address_all_sign_in() -> None:
+    # Given: 30 annotators behind one office address
+    users = [UserFactory(username=f"annotator-{i}") for i in range(30)]
+    # When: each signs in through the page and asks for a token within the same minute
+    page = [_login_page(Client(), u.username, PASSWORD).status_code for u in users]
+    token = [_token(Client(), u.username, PASSWORD).status_code for u in users]
+    # Then: every one succeeds, and nothing was counted against the address
+    assert page == [302] * 30
+    assert token == [200] * 30
+    assert not AccessAttempt.objects.exists()
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+def test_wrong_passwords_lock_the_account_on_every_entry_point(entry: str) -> None:
+    post, wrong_status, right_status = ENTRY_POINTS[entry]
+    limit = settings.AXES_FAILURE_LIMIT
+    # Given: a staff account (so the admin login would let it in) and a guesser
+    user = UserFactory(is_staff=True)
+    guesser = Client()
+    # When: 20 wrong passwords come for it
+    codes = [post(guesser, user.username, f"guess-{i}").status_code for i in range(20)]
+    # Then: the attempts up to the limit are answered as usual, the rest refused with 429
+    assert codes == [wrong_status] * (limit - 1) + [429] * (21 - limit)
+    # And: even the right password is refused, on this and on every other entry point
+    for other, _, _ in ENTRY_POINTS.values():
+        refused = other(Client(), user.username, PASSWORD)
+        assert refused.status_code == 429
+        assert int(refused["Retry-After"]) > 0
+    # And: another account at the same address signs in as usual
+    colleague = UserFactory(is_staff=True)
+    assert post(Client(), colleague.username, PASSWORD).status_code == right_status
+
+
+def test_the_lockout_says_why_as_json_in_the_api_and_as_a_page_on_the_form() -> None:
+    user = UserFactory()
+    for i in range(settings.AXES_FAILURE_LIMIT):
+        _token(Client(), user.username, f"guess-{i}")
+    api = _token(Client(), user.username, PASSWORD)
+    assert api.status_code == 429
+    assert api["Content-Type"] == "application/json"
+    assert "Too many failed sign-ins" in api.json()["detail"]
+    client = Client()
+    page = _login_page(client, user.username, PASSWORD)
+    assert page.status_code == 429
+    assert page["Content-Type"].startswith("text/html")
+    assert b"Sign-in locked" in page.content and b"Too many failed sign-ins" in page.content
+    assert "_auth_user_id" not in client.session
+
+
+def test_the_lock_lifts_after_the_cool_off() -> None:
+    # Given: a locked account
+    user = UserFactory()
+    for i in range(settings.AXES_FAILURE_LIMIT):
+        _token(Client(), user.username, f"guess-{i}")
+    assert _token(Client(), user.username, PASSWORD).status_code == 429
+    # When: its last failure is older than the cool-off
+    AccessAttempt.objects.update(
+        attempt_time=timezone.now() - settings.AXES_COOLOFF_TIME - timedelta(seconds=1)
+    )
+    # Then: the right password works again
+    assert _token(Client(), user.username, PASSWORD).status_code == 200
+
+
+def test_an_address_is_locked_only_after_many_more_failures(settings: Any) -> None:
+    settings.STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT = 13
+    users = [UserFactory() for _ in range(7)]
+    # Given: typos spread over many accounts from one address, below the address limit
+    for user in users[:6]:
+        for i in range(2):
+            assert _token(Client(), user.username, f"typo-{i}").status_code == 400
+    # Then: every account still signs in (12 failures, none locked)
+    assert _token(Client(), users[0].username, PASSWORD).status_code == 200
+    # When: one more failure reaches the address limit
+    _token(Client(), users[6].username, "typo")
+    # Then: the address is locked for everyone behind it, and no one else
+    assert _token(Client(), users[1].username, PASSWORD).status_code == 429
+    assert _token(Client(), users[1].username, PASSWORD, "198.51.100.2").status_code == 200
+
+
+@pytest.mark.parametrize("num_proxies", [0, 1])
+def test_a_forged_forwarded_for_header_does_not_dodge_the_address_lock(
+    settings: Any, num_proxies: int
+) -> None:
+    from rest_framework.settings import api_settings
+
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": num_proxies}
+    api_settings.reload()
+    settings.STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT = 5
+    try:
+        proxy_addr = "10.0.0.1" if num_proxies else OFFICE
+
+        def attempt(username: str, password: str, forged: str, client_ip: str = OFFICE) -> int:
+            # Behind one proxy, the proxy appends the address it saw to what the client sent.
+            forwarded = f"{forged}, {client_ip}" if num_proxies else forged
+            return (
+                Client()
+                .post(
+                    TOKEN_URL,
+                    {"username": username, "password": password},
+                    REMOTE_ADDR=proxy_addr,
+                    HTTP_X_FORWARDED_FOR=forwarded,
+                )
+                .status_code
+            )
+
+        user = UserFactory()
+        # Given: a guesser sending a new forged address with every wrong password
+        codes = [attempt(f"nobody-{i}", "wrong", f"192.0.2.{i}") for i in range(5)]
+        assert codes == [400] * 4 + [429]
+        # Then: the lock still falls on the one real client address
+        assert attempt(user.username, PASSWORD, "192.0.2.99") == 429
+        if num_proxies:
+            # And behind the proxy, another real client is not locked
+            assert attempt(user.username, PASSWORD, "", client_ip="198.51.100.2") == 200
+    finally:
+        api_settings.reload()
