@@ -29,6 +29,10 @@ Formats (one record per chain unless said otherwise):
 - ``csv``: one row per step: snapshot version, split, chain id and hash, step index and
   text, consensus, support, and ``raw_labels``, a JSON object {voter: rating} of the
   current votes on that step (per-annotator columns would change with every export).
+  A step text that a spreadsheet would read as a formula (it begins, after any spaces,
+  with ``= + - @``, their fullwidth forms, a tab or a carriage return) is written with a
+  leading apostrophe (OWASP's rule against CSV injection, see ``csv_cell``); the JSON
+  Lines and Parquet outputs carry every text byte for byte.
 """
 
 from __future__ import annotations
@@ -220,6 +224,20 @@ def processbench_record(
     }
 
 
+# OWASP's "CSV injection": a cell a spreadsheet evaluates as a formula. Excel and
+# LibreOffice skip leading spaces and accept the fullwidth signs too, so those count.
+_FORMULA_START = re.compile(r"^[ \u3000]*[=+\-@\uff1d\uff0b\uff0d\uff20\t\r]")
+
+
+def csv_cell(text: str) -> str:
+    """A step text as a spreadsheet must show it: one that would start a formula gets a
+    leading apostrophe (``'=1+1``), which spreadsheets read as "this is text" and hide;
+    every other text is left as it is. Quoting is the CSV writer's business."""
+    if _FORMULA_START.match(text) is not None:
+        return "'" + text
+    return text
+
+
 def csv_rows(*, example: SnapshotExample, version: int) -> Iterator[tuple[Any, ...]]:
     for index, text in enumerate(example.steps):
         raw = {
@@ -235,7 +253,7 @@ def csv_rows(*, example: SnapshotExample, version: int) -> Iterator[tuple[Any, .
             example.chain_id,
             example.chain_hash,
             index,
-            text,
+            csv_cell(text),
             "" if label is None else label,
             "" if support is None else round(support, 4),
             _raw_labels_json(tuple(raw.items())) if raw else "",
@@ -276,6 +294,7 @@ def csv_text(*, example: SnapshotExample, version: int) -> str:
     labels, support = example.labels, example.support
     lines: list[str] = []
     for index, text in enumerate(example.steps):
+        text = csv_cell(text)
         if _CSV_SPECIAL.search(text) is not None:
             text = '"' + text.replace('"', '""') + '"'
         raw = tuple(
