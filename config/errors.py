@@ -1,12 +1,16 @@
-"""The answer to an unhandled error. A lost database connection (PostgreSQL restarting,
-a failover, a network blip) is not a bug in the request: it gets 503 with Retry-After, so
-clients and load balancers retry instead of reporting a server fault. Everything else
-keeps Django's 500."""
+"""The answers Django gives outside a view. A lost database connection (PostgreSQL
+restarting, a failover, a network blip) is not a bug in the request: it gets 503 with
+Retry-After, so clients and load balancers retry instead of reporting a server fault;
+every other error keeps Django's 500. A body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a
+413 that names the limit. Under /api/ every one of these answers is JSON
+(``{"detail": ...}``) like the API's own errors, never an HTML page."""
 
 from __future__ import annotations
 
 import sys
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
@@ -28,3 +32,31 @@ def server_error(request: HttpRequest) -> HttpResponse:
         response = HttpResponse(UNAVAILABLE_DETAIL, status=503, content_type="text/plain")
     response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response
+
+
+def body_too_large_detail() -> str:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return f"Request body too large: the limit is {limit} bytes ({limit / 2**20:g} MiB)."
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler400``: Django's answer to a request it refused before any view (a
+    SuspiciousOperation: a body over the size limit, too many fields, a bad host)."""
+    if isinstance(exception, RequestDataTooBig):
+        if _is_api(request):
+            return JsonResponse({"detail": body_too_large_detail()}, status=413)
+        return HttpResponse(body_too_large_detail(), status=413, content_type="text/plain")
+    if _is_api(request):
+        return JsonResponse({"detail": "Bad request."}, status=400)
+    return defaults.bad_request(request, exception)
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler404``: an API path that matches no route answers JSON like DRF's 404."""
+    if _is_api(request):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return defaults.page_not_found(request, exception)

@@ -21,5 +21,8 @@ urlpatterns = [
     path("", include("annotation.urls")),
 ]
 
-# A lost database connection answers 503 + Retry-After rather than 500 (config/errors.py).
+# A lost database connection answers 503 + Retry-After rather than 500, a body over the
+# limit 413, and every error under /api/ is JSON (config/errors.py).
+handler400 = "config.errors.bad_request"
+handler404 = "config.errors.page_not_found"
 handler500 = "config.errors.server_error"

@@ -1,4 +1,5 @@
 """Tests: PostgreSQL and Redis for real, as on the production stack."""
+
 import os
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/steplab")

@@ -1,0 +1,149 @@
+"""Bad bodies on every endpoint: a JSON body nested 1,000 or 100,000 deep and a body one
+byte over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` get a 4xx with a reason, in JSON under /api/,
+for an anonymous caller and for one with a token who may call the endpoint (the token
+also takes the lean next/submit path). Never a 5xx, never an HTML page under /api/.
+
+The endpoints come from the security matrix (tests/test_security_matrix.py), which fails
+when a route is missing from it, so a new endpoint is covered here too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.conf import settings
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from tests.test_security_matrix import MATRIX, OK, ROLES, _routes, _url
+from tests.test_security_matrix import world as world  # noqa: F401 (the fixture)
+
+LIMIT = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+TOO_LARGE_DETAIL = f"Request body too large: the limit is {LIMIT} bytes (10 MiB)."
+# One byte over the limit, well-formed JSON so only the size is wrong.
+OVERSIZED = b'{"reason": "' + b"x" * (LIMIT - 13) + b'"}'
+BODIES = {
+    "deep-1000": b"[" * 1_000 + b"]" * 1_000,
+    "deep-100000": b'{"a":' * 100_000,
+    "oversized": OVERSIZED,
+}
+# Endpoints whose request has no body: what is sent is not read.
+NO_BODY = {
+    "api-auth-token",  # DELETE signs out
+    "assignment-next",
+    "assignment-prefetch",
+    "assignment-renew",
+    "api-training-run-cancel",
+    "api-project-member",  # DELETE removes a member
+    "api-model-version-activate",
+    "api-gold-screening-reset",
+}
+WRITE_METHODS = ("post", "put", "patch", "delete")
+
+
+def _api_cases() -> list[Any]:
+    cases = []
+    for name, methods in MATRIX.items():
+        route, _pattern = _routes()[name]
+        if not route.startswith("api/v1/"):
+            continue
+        for method, statuses in methods.items():
+            if method not in WRITE_METHODS:
+                continue
+            # The caller: anonymous, and the first role that may call the endpoint.
+            allowed = next((ROLES[i] for i, s in enumerate(statuses) if s == OK), None)
+            for caller in ("anonymous", allowed or "lead"):
+                for body in BODIES:
+                    cases.append(
+                        pytest.param(
+                            name, method, caller, body, id=f"{name}-{method}-{caller}-{body}"
+                        )
+                    )
+    return cases
+
+
+def _reason(response: Any) -> Any:
+    assert response["Content-Type"].startswith("application/json"), response.content[:200]
+    payload = response.json()
+    assert payload, "an error with no reason"
+    return payload
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("name", "method", "caller", "body"), _api_cases())
+def test_every_api_endpoint_answers_bad_bodies_with_a_json_4xx(
+    world: dict[str, Any],  # noqa: F811 (the fixture imported above)
+    name: str,
+    method: str,
+    caller: str,
+    body: str,
+) -> None:
+    assert OVERSIZED.count(b"x") == LIMIT - 13 and len(OVERSIZED) == LIMIT + 1
+    client = APIClient()
+    if caller != "anonymous":
+        key = Token.objects.create(user=world["users"][caller]).key
+        client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+
+    response = client.generic(
+        method.upper(), _url(name, world["ids"]), BODIES[body], content_type="application/json"
+    )
+
+    assert response.status_code < 500, (response.status_code, response.content[:300])
+    if name in NO_BODY and (method, name) != ("post", "api-auth-token"):
+        # An endpoint whose request has no body never reads one: it answers as it would
+        # to an empty body (and in JSON when that is an error)
+        if response.status_code >= 400:
+            _reason(response)
+        return
+    assert 400 <= response.status_code < 500, (response.status_code, response.content[:300])
+    payload = _reason(response)
+    access = MATRIX[name][method][ROLES.index(caller)]
+    if access not in (OK, 400):
+        # Refused before the body is read (401, 403, 404): the matrix's own answer
+        assert response.status_code == access
+    elif body == "oversized" and response.status_code not in (405, 415):
+        # Past the access checks the size is what is wrong, and the answer says the limit
+        assert response.status_code == 413
+        assert payload == {"detail": TOO_LARGE_DETAIL}
+    elif body == "deep-100000" and response.status_code == 400:
+        assert payload == {"detail": "JSON parse error - nested too deeply"}
+
+
+@pytest.mark.django_db
+def test_the_token_endpoint_refuses_an_oversized_form_with_413(api_client: APIClient) -> None:
+    body = b"username=" + b"x" * LIMIT + b"&password=y"
+
+    response = api_client.generic(
+        "POST", "/api/v1/auth/token/", body, content_type="application/x-www-form-urlencoded"
+    )
+
+    assert response.status_code == 413
+    assert response.json() == {"detail": TOO_LARGE_DETAIL}
+
+
+@pytest.mark.django_db
+def test_the_login_page_refuses_an_oversized_form_with_413(client: Any) -> None:
+    body = b"username=" + b"x" * LIMIT + b"&password=y"
+
+    response = client.generic(
+        "POST", "/login/", body, content_type="application/x-www-form-urlencoded"
+    )
+
+    assert response.status_code == 413
+    assert response.content.decode() == TOO_LARGE_DETAIL
+
+
+@pytest.mark.django_db
+def test_an_unknown_api_path_is_a_json_404(api_client: APIClient) -> None:
+    response = api_client.get("/api/v1/no-such-thing/")
+
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not found."}
+
+
+@pytest.mark.django_db
+def test_an_unknown_page_keeps_the_html_404(client: Any) -> None:
+    response = client.get("/no-such-page/")
+
+    assert response.status_code == 404
+    assert b"Not found" in response.content and response["Content-Type"].startswith("text/html")
