@@ -18,10 +18,11 @@ from prm_training.ml.simulate import (
     ROW_FIELDS,
     SimulationConfig,
     SimulationRow,
-    chains_to_reach_baseline,
     oracle_chains,
     simulate,
     split_by_problem,
+    summarize,
+    summary_table,
 )
 from prm_training.ml.synthetic import synthetic_chains
 from tests.prm_training.ml_tiny import tiny_backbone_dir
@@ -83,34 +84,59 @@ def test_oracle_chains_drops_chains_without_any_rated_step() -> None:
     assert [c.chain_id for c in oracle_chains(chains)] == [1, 4]
 
 
-def test_chains_to_reach_baseline_reports_not_reached_as_none() -> None:
-    # Given: random ends at F1 0.5; entropy holds it from a round earlier; disagreement
-    # touches it once (a lucky round 1) and falls back, first_error_entropy never gets there
-    def curve(strategy: str, values: tuple[float, ...]) -> list[SimulationRow]:
-        return [
-            SimulationRow(strategy, seed, r, 10 + 5 * r, value + 0.02 * (seed - 0.5), 0.6, 0.5)
-            for seed in (0, 1)
-            for r, value in enumerate(values)
-        ]
+def _curve(strategy: str, values: tuple[float, ...], noise: float = 0.02) -> list[SimulationRow]:
+    # Four seeds around ``values``, 10 chains and 40 steps more per round
+    return [
+        SimulationRow(
+            strategy, seed, r, 10 + 10 * r, 40 + 40 * r, value + noise * (seed - 1.5), 0.6, 0.5
+        )
+        for seed in range(4)
+        for r, value in enumerate(values)
+    ]
 
+
+def test_reaching_random_is_judged_on_the_paired_interval() -> None:
+    # Given: random ends at F1 0.5; entropy holds it from round 1; disagreement touches it
+    # once (round 1) and falls back; first_error_entropy never gets there
     rows = (
-        curve("random", (0.1, 0.3, 0.5))
-        + curve("entropy", (0.1, 0.5, 0.6))
-        + curve("disagreement", (0.1, 0.55, 0.3))
-        + curve("first_error_entropy", (0.1, 0.2, 0.3))
+        _curve("random", (0.1, 0.3, 0.5))
+        + _curve("entropy", (0.1, 0.5, 0.6))
+        + _curve("disagreement", (0.1, 0.55, 0.3))
+        + _curve("first_error_entropy", (0.1, 0.2, 0.3))
     )
 
     # When
-    target, reached = chains_to_reach_baseline(rows)
+    lines = {line.name: line for line in summarize(rows)}
 
-    # Then: seeds are averaged before comparing, and only a held level counts
-    assert target == pytest.approx(0.5)
-    assert reached == {
-        "random": 20,
-        "entropy": 15,
-        "disagreement": None,
-        "first_error_entropy": None,
-    }
+    # Then: only a level held to the last round counts, with its cost in labeled steps
+    assert lines["random"].reach.labeled_steps == 120
+    assert lines["entropy"].reach.labeled_steps == 80
+    assert lines["disagreement"].reach is None
+    assert lines["first_error_entropy"].reach is None
+    # And each difference with random is paired by seed: the seeds' shared noise cancels
+    entropy = lines["entropy"].versus["processbench_f1"]
+    assert entropy.mean == pytest.approx(0.1) and entropy.half_width == pytest.approx(0.0)
+    assert entropy.verdict == "better"
+    assert lines["first_error_entropy"].versus["processbench_f1"].verdict == "worse"
+
+
+def test_a_difference_inside_the_noise_is_no_difference() -> None:
+    # Given: entropy ends 0.01 above random, but its seeds scatter by ±0.05
+    rows = _curve("random", (0.3, 0.5))
+    rows += [
+        SimulationRow(
+            "entropy", seed, r, 10 + 10 * r, 40, v + (0.05 if seed % 2 else -0.05), 0.6, 0.5
+        )
+        for seed in range(4)
+        for r, v in enumerate((0.3, 0.51))
+    ]
+
+    # When
+    line = {line.name: line for line in summarize(rows)}["entropy"]
+
+    # Then: the interval holds 0 and the table says so
+    assert line.versus["processbench_f1"].verdict == "no difference"
+    assert "95% interval" in summary_table(rows)
 
 
 def test_simulation_config_rejects_unknown_strategy() -> None:
@@ -140,12 +166,22 @@ def test_simulate_replays_rounds_for_every_strategy_and_seed(tiny_bert: Path) ->
     # When
     rows = simulate(chains, sim, _tiny_prm(tiny_bert), progress=lambda: calls.append(1))
 
-    # Then: rounds 0..2 per strategy, labeled chains growing by the batch
-    assert [(r.strategy, r.round, r.labeled_chains) for r in rows] == [
+    # Then: rounds 0..2 per strategy, labeled chains growing by the batch, and the two
+    # model-free baselines fitted on the pool
+    assert [
+        (r.strategy, r.round, r.labeled_chains) for r in rows if r.strategy in sim.strategies
+    ] == [
         (strategy, round_, 8 + 6 * round_)
         for strategy in ("random", "entropy", "disagreement")
         for round_ in range(3)
     ]
+    assert [(r.strategy, r.round) for r in rows if r.strategy not in sim.strategies] == [
+        ("outcome_rule", 2),
+        ("position_prior", 2),
+    ]
+    # And the cost in labeled steps counts the rated steps only (unrated ones are free)
+    for row in rows:
+        assert row.labeled_chains <= row.labeled_steps <= 4 * row.labeled_chains
     # And round 0 (the seed set) is trained once and shared by the strategies
     assert len(calls) == 1 + 3 * 2
     first = {(r.processbench_f1, r.step_auroc) for r in rows if r.round == 0}
@@ -154,10 +190,24 @@ def test_simulate_replays_rounds_for_every_strategy_and_seed(tiny_bert: Path) ->
     for row in rows:
         for name in ("processbench_f1", "step_auroc", "first_error_accuracy"):
             value = getattr(row, name)
-            assert not math.isnan(value) and 0.0 <= value <= 1.0
+            assert not math.isnan(value) and 0.0 <= value <= 1.0, (row.strategy, name)
     # And the strategies chose differently: their retrained models score differently
-    last = {r.strategy: r.step_auroc for r in rows if r.round == 2}
+    last = {r.strategy: r.step_auroc for r in rows if r.round == 2 and r.strategy in sim.strategies}
     assert len(set(last.values())) > 1
+
+
+def test_each_seed_holds_out_other_problems(tiny_bert: Path) -> None:
+    # Given: 80 chains on 40 problems
+    chains = synthetic_chains(80, seed=3, steps=(2, 3), words_per_step=(3, 4))
+    chains = [
+        ChainExample(c.chain_id, f"problem {c.chain_id % 40}", c.steps, c.labels) for c in chains
+    ]
+
+    # When split for seeds 0 and 1
+    splits = [split_by_problem(chains, 0.25, seed=seed)[1] for seed in (0, 1)]
+
+    # Then: the held-out problems differ, so a result is not one split's luck
+    assert {c.problem for c in splits[0]} != {c.problem for c in splits[1]}
 
 
 def test_simulate_refuses_a_pool_too_small_for_the_rounds(tiny_bert: Path) -> None:
@@ -201,27 +251,68 @@ def test_command_writes_csv_png_and_summary_without_a_database(
         stderr=stderr,
     )
 
-    # Then: one CSV row per (strategy, seed, round) with the agreed columns
+    # Then: one CSV row per (strategy, seed, round) with the agreed columns, and one per
+    # (baseline, seed)
     with open(out / "results.csv", newline="") as handle:
         reader = csv.DictReader(handle)
         assert tuple(reader.fieldnames or ()) == ROW_FIELDS
         rows = list(reader)
     assert sorted((r["strategy"], r["seed"], r["round"]) for r in rows) == sorted(
-        (s, str(seed), str(round_))
-        for s in ("random", "entropy")
-        for seed in (0, 1)
-        for round_ in range(3)
+        [
+            (s, str(seed), str(round_))
+            for s in ("random", "entropy")
+            for seed in (0, 1)
+            for round_ in range(3)
+        ]
+        + [(b, str(seed), "2") for b in ("outcome_rule", "position_prior") for seed in (0, 1)]
     )
-    assert {r["labeled_chains"] for r in rows if r["round"] == "2"} == {"20"}
+    assert {
+        r["labeled_chains"]
+        for r in rows
+        if r["round"] == "2" and r["strategy"] in ("random", "entropy")
+    } == {"20"}
     assert all(0.0 <= float(r["step_auroc"]) <= 1.0 for r in rows)
     # And a real PNG, and the feature cache on disk for a rerun
     assert (out / "learning_curve.png").read_bytes()[:8] == PNG_MAGIC
     assert list((out / "cache").rglob("*.npz"))
-    # And the summary table and the one-line summary
+    # And the summary table (in DIR/summary.txt too) and the one-line summary
     text = stdout.getvalue()
-    assert "labeled chains needed to reach random's final mean ProcessBench F1" in text
+    assert "paired difference with random at its last round, 95% interval" in text
     assert text.strip().splitlines()[-1].startswith("simulated 2 strategies x 2 seeds x 2 rounds")
-    assert any(line.split()[:1] == ["entropy"] for line in text.splitlines())
+    names = [line.split()[0] for line in text.splitlines()[2:] if line.strip()]
+    assert names[:4] == ["random", "entropy", "outcome_rule", "position_prior"]
+    assert (out / "summary.txt").read_text().splitlines()[0] == text.splitlines()[0]
+
+
+def test_quick_mode_runs_every_strategy_with_small_defaults(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    # Given: 80 labeled chains and no sizes given but --quick
+    source = _write_generic(
+        tmp_path / "chains.jsonl", synthetic_chains(80, seed=2, steps=(2, 4), words_per_step=(3, 5))
+    )
+    stdout = StringIO()
+
+    # When
+    call_command(
+        "simulate_active_learning",
+        str(source),
+        "--quick",
+        "--backbone",
+        str(tiny_bert),
+        "--out",
+        str(tmp_path / "sim"),
+        stdout=stdout,
+        stderr=StringIO(),
+    )
+
+    # Then: every strategy ran 3 seeds x 2 rounds, random first
+    assert (
+        stdout.getvalue()
+        .strip()
+        .splitlines()[-1]
+        .startswith("simulated 5 strategies x 3 seeds x 2 rounds")
+    )
 
 
 def test_command_rejects_an_unknown_strategy(tmp_path: Path) -> None:

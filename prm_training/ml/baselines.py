@@ -1,0 +1,122 @@
+"""Model-free baselines: what a PRM must beat to be worth training.
+
+Both are fitted on labeled chains (the simulation's pool, a run's training chains) and
+give step probabilities, so they are scored by ``metrics.evaluate`` exactly as a PRM is,
+threshold included:
+
+* ``outcome_rule``: reads only the final answer. A chain graded right has no error; a
+  chain graded wrong has its first error at step k, the k (counted from the chain's end,
+  or from its start, whichever fits better) that is most often the first error among the
+  labeled chains graded wrong; an ungraded chain falls back on the position prior. P(step
+  correct) is 1 before the predicted error and 0 from it on.
+* ``position_prior``: P(step i correct) = the share of labeled steps at index i (capped at
+  the last index seen) that are correct, the same for every chain whatever its text.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .data import ChainExample
+from .metrics import labeled_first_error
+
+BASELINES = ("outcome_rule", "position_prior")
+
+
+@dataclass(frozen=True)
+class PositionPrior:
+    correct_share: tuple[float, ...]  # by step index; the last one holds for longer chains
+
+    def step_probs(self, n_steps: int) -> list[float]:
+        if not self.correct_share:
+            return [1.0] * n_steps
+        last = len(self.correct_share) - 1
+        return [self.correct_share[min(i, last)] for i in range(n_steps)]
+
+
+def fit_position_prior(examples: Sequence[ChainExample]) -> PositionPrior:
+    """The share of correct steps by index.
+
+    >>> prior = fit_position_prior([ChainExample(1, "p", ("a", "b"), (1, -1)),
+    ...                             ChainExample(2, "p", ("a", "b", "c"), (1, 1, 1))])
+    >>> prior.step_probs(4)
+    [1.0, 0.5, 1.0, 1.0]
+    """
+    correct: Counter[int] = Counter()
+    rated: Counter[int] = Counter()
+    for example in examples:
+        for index, rating in enumerate(example.labels or ()):
+            if rating in (1, -1):
+                rated[index] += 1
+                correct[index] += rating == 1
+    if not rated:
+        return PositionPrior(())
+    shares = [correct[i] / rated[i] if rated[i] else 1.0 for i in range(max(rated) + 1)]
+    return PositionPrior(tuple(shares))
+
+
+@dataclass(frozen=True)
+class OutcomeRule:
+    offset: int  # the first error's index: from the start if from_end is False
+    from_end: bool
+    prior: PositionPrior
+
+    def first_error(self, n_steps: int) -> int:
+        index = n_steps - 1 - self.offset if self.from_end else self.offset
+        return min(max(index, 0), n_steps - 1)
+
+    def step_probs(self, n_steps: int, correct: bool | None) -> list[float]:
+        if correct is None:
+            return self.prior.step_probs(n_steps)
+        if correct or n_steps == 0:
+            return [1.0] * n_steps
+        error = self.first_error(n_steps)
+        return [1.0] * error + [0.0] * (n_steps - error)
+
+
+def fit_outcome_rule(
+    examples: Sequence[ChainExample], answers_correct: Mapping[int, bool | None]
+) -> OutcomeRule:
+    """The offset that places the most labeled first errors of wrong-answer chains.
+
+    >>> wrong = [ChainExample(i, "p", ("a",) * n, (1,) * (n - 1) + (-1,))
+    ...          for i, n in enumerate((3, 4, 5))]
+    >>> rule = fit_outcome_rule(wrong, {0: False, 1: False, 2: False})
+    >>> rule.from_end, rule.offset, rule.step_probs(3, False), rule.step_probs(2, True)
+    (True, 0, [1.0, 1.0, 0.0], [1.0, 1.0])
+    """
+    from_start: Counter[int] = Counter()
+    from_end: Counter[int] = Counter()
+    for example in examples:
+        truth = labeled_first_error(example.labels)
+        if answers_correct.get(example.chain_id) is False and truth is not None and truth >= 0:
+            from_start[truth] += 1
+            from_end[len(example.steps) - 1 - truth] += 1
+    prior = fit_position_prior(examples)
+    if not from_start:
+        return OutcomeRule(offset=0, from_end=True, prior=prior)
+    (start, start_hits), (end, end_hits) = from_start.most_common(1)[0], from_end.most_common(1)[0]
+    if end_hits >= start_hits:
+        return OutcomeRule(offset=end, from_end=True, prior=prior)
+    return OutcomeRule(offset=start, from_end=False, prior=prior)
+
+
+def baseline_step_probs(
+    name: str,
+    fitted_on: Sequence[ChainExample],
+    chains: Sequence[ChainExample],
+    answers_correct: Mapping[int, bool | None],
+) -> list[list[float]]:
+    """Step probabilities of baseline ``name`` fitted on ``fitted_on`` for ``chains``."""
+    if name == "position_prior":
+        prior = fit_position_prior(fitted_on)
+        return [prior.step_probs(len(chain.steps)) for chain in chains]
+    if name == "outcome_rule":
+        rule = fit_outcome_rule(fitted_on, answers_correct)
+        return [
+            rule.step_probs(len(chain.steps), answers_correct.get(chain.chain_id))
+            for chain in chains
+        ]
+    raise ValueError(f"unknown baseline {name!r}; choose from {', '.join(BASELINES)}")
