@@ -129,7 +129,7 @@ def test_the_queue_on_sqlite(tmp_path: Path) -> None:
     got = json.loads(line.removeprefix("RESULT "))
 
     assert got["next"] == 200 and got["next_again_same"]
-    assert got["submit"] == [201, 200, True]
+    assert got["submit"] == [201, 201, True]  # a repeat answers as the first submit did
     assert got["ratings"] == [1, 1, 1]
     assert got["session_submit"] == 201
     # both graded the oldest chain (overlap 2), which is now finished

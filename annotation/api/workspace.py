@@ -143,10 +143,11 @@ class AssignmentSubmitAndNextView(APIView):
         operation_id="assignments_submit_and_next",
         request=SubmitInputSerializer,
         responses={
-            201: SubmitAndNextOutputSerializer,
-            200: OpenApiResponse(
+            201: OpenApiResponse(
                 SubmitAndNextOutputSerializer,
-                description="A repeat with the same request_id: the first annotation.",
+                description="The annotation and the next lease. A repeat with the same "
+                "request_id records nothing new: 201 with the first annotation and your "
+                "live lease, as from next.",
             ),
             400: OpenApiResponse(description="Ratings that do not fit the chain or the mode."),
             404: OpenApiResponse(ERROR_RESPONSE, description="No such assignment (or not yours)."),
@@ -170,5 +171,5 @@ class AssignmentSubmitAndNextView(APIView):
                 request_id=data["request_id"],
             )
         after_submit(result.annotation)
-        code = status.HTTP_201_CREATED if result.annotation.created else status.HTTP_200_OK
-        return Response(SubmitAndNextOutputSerializer(result).data, status=code)
+        # A repeat answers with the first submit's status, as assignments/{id}/submit/ does.
+        return Response(SubmitAndNextOutputSerializer(result).data, status=status.HTTP_201_CREATED)

@@ -468,7 +468,8 @@ def test_many_annotators_over_http() -> None:
             outcome.add("created", annotation_id)
             if rng.random() < 0.3:
                 again = api.post(url, payload, format="json")
-                assert again.status_code == 200, again.content
+                assert again.status_code == 201, again.content
+                assert again.json() == submitted.json()
                 outcome.add("repeats", (annotation_id, again.json()["annotation"]["id"]))
             return True
 

@@ -212,8 +212,10 @@ def test_submit_and_next_records_times_and_returns_the_next_chain(
     # When: the same request is repeated (a dropped answer)
     again = client.post(lease_url(lease.pk, "submit-and-next"), body, format="json")
 
-    # Then: nothing new is written and the same next lease is returned
-    assert again.status_code == 200
+    # Then: nothing new is written, the status is the first answer's and the same next
+    # lease is returned
+    assert again.status_code == 201
+    assert again.json()["annotation"] == data["annotation"]
     assert again.json()["next"]["assignment"]["id"] == data["next"]["assignment"]["id"]
     assert Annotation.objects.count() == 1
 
