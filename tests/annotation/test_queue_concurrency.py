@@ -36,6 +36,7 @@ from annotation.services.assignments import (
     assignment_skip,
     assignment_submit,
 )
+from annotation.services.workspace import FLAG_REASON_PREFIX
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
@@ -520,10 +521,14 @@ def test_a_chain_locked_by_a_submit_in_flight_is_waited_for_not_reported_empty()
 SKIP_SUBMIT_TRIALS = 25
 
 
+@pytest.mark.parametrize("action", ["skip", "flag"])
 @pytest.mark.parametrize("way", ["drf", "token"])
-def test_a_skip_racing_a_submit_of_the_same_lease_has_exactly_one_winner(way: str) -> None:
+def test_a_skip_racing_a_submit_of_the_same_lease_has_exactly_one_winner(
+    way: str, action: str
+) -> None:
     # Given an annotator with many chains, reaching the API through DRF's full cycle
-    # (forced authentication) or through an API token (submit then takes the lean way)
+    # (forced authentication) or through an API token (submit then takes the lean way);
+    # a flag closes the lease as a skip does
     project = ProjectFactory(overlap=1)
     for _ in range(SKIP_SUBMIT_TRIALS):
         ChainFactory(project=project, step_count=3)
@@ -559,8 +564,8 @@ def test_a_skip_racing_a_submit_of_the_same_lease_has_exactly_one_winner(way: st
         start = threading.Barrier(2, timeout=BARRIER_TIMEOUT)
         outcome = Outcome()
 
-        # When the skip and the submit of that lease are sent at the same instant
-        skip_url = f"/api/v1/assignments/{lease.pk}/skip/"
+        # When the skip (or flag) and the submit of that lease are sent at the same instant
+        skip_url = f"/api/v1/assignments/{lease.pk}/{action}/"
         submit_url = f"/api/v1/assignments/{lease.pk}/submit/"
         run_threads(
             [
@@ -586,7 +591,10 @@ def test_a_skip_racing_a_submit_of_the_same_lease_has_exactly_one_winner(way: st
         if winners == ["submit"]:
             assert (stored.status, stored.skip_reason) == (AssignmentStatus.SUBMITTED, "")
             assert annotations.count() == 1 and chain.finished_count == 1
+            assert not chain.is_flagged and chain.flagged_by is None
         else:
-            assert (stored.status, stored.skip_reason) == (AssignmentStatus.SKIPPED, "unsure")
+            reason = "unsure" if action == "skip" else f"{FLAG_REASON_PREFIX}unsure"
+            assert (stored.status, stored.skip_reason) == (AssignmentStatus.SKIPPED, reason)
             assert not annotations.exists() and chain.finished_count == 0
+            assert chain.is_flagged == (action == "flag")
     assert not failures, failures
