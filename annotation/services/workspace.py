@@ -103,8 +103,8 @@ def chain_flag_by_lead(
 def chain_flag_clear(*, chain: Chain, user: User, now: datetime | None = None) -> Chain:
     """Put a flagged ``chain`` back in the queue, recording that ``user`` (a lead of its
     project: the caller checks) cleared it and when; returns the chain with its flag's
-    authors loaded. Who flagged it and why stay, for the
-    record. Clearing a chain that is not flagged changes nothing.
+    authors loaded. Who flagged it and why stay, for the record. Clearing a chain that is
+    not flagged changes nothing.
 
     Takes the chain's row lock, so a flag in flight through a live lease commits either
     before (and is cleared) or after (and stands)."""
