@@ -594,7 +594,11 @@ class AssignmentSkipView(APIView):
         responses={
             200: SkipOutputSerializer,
             404: OpenApiResponse(ERROR_RESPONSE, description="No such assignment (or not yours)."),
-            409: OpenApiResponse(ERROR_RESPONSE, description="The lease was already submitted."),
+            409: OpenApiResponse(
+                ERROR_RESPONSE,
+                description="lease_closed: the lease was already submitted (also when a "
+                "submit of it raced this skip and won).",
+            ),
         },
         summary="Skip a leased chain",
         description="You will not be offered this chain again.",
