@@ -3,6 +3,7 @@
 Labels, leases, steps and imported rows are read-only here. Editing them in place would
 bypass the services that keep ``Chain.finished_count``/``is_finished`` and the overlap
 true, and would overwrite labels, which invariant 1 forbids."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,6 +27,7 @@ from annotation.models import (
 )
 from annotation.services.gold import gold_mark, gold_unmark
 from annotation.services.projects import chain_finished_recompute
+from annotation.services.workspace import chain_flag_by_lead, chain_flag_clear
 
 
 class ReadOnlyAdminMixin:
@@ -150,8 +152,9 @@ class StepInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 @admin.register(Chain)
 class ChainAdmin(admin.ModelAdmin):
-    """Only the flag and the priority may be changed by hand (e.g. to pull a broken chain
-    out of the queue); everything else is import data or kept by the services."""
+    """Only the priority may be changed by hand; the flag (a broken chain out of the queue)
+    goes through the actions below, which record who flagged or cleared it and when.
+    Everything else is import data or kept by the services."""
 
     list_display = [
         "id",
@@ -184,9 +187,16 @@ class ChainAdmin(admin.ModelAdmin):
         "is_gold",
         "gold_annotation",
         "created_at",
+        # Through the flag actions (annotation/services/workspace.py), which record who.
+        "is_flagged",
+        "flagged_by",
+        "flag_reason",
+        "flagged_at",
+        "flag_cleared_by",
+        "flag_cleared_at",
     ]
     inlines = [StepInline]
-    actions = ["mark_gold", "unmark_gold"]
+    actions = ["mark_gold", "unmark_gold", "flag_chains", "clear_flags"]
 
     def _by_project(self, queryset: QuerySet[Chain]) -> dict[Project, list[int]]:
         grouped: dict[Project, list[int]] = {}
@@ -212,6 +222,22 @@ class ChainAdmin(admin.ModelAdmin):
             for project, chain_ids in self._by_project(queryset).items()
         )
         self.message_user(request, f"{unmarked} chain(s) are no longer gold.", messages.SUCCESS)
+
+    @admin.action(description="Flag the selected chains as broken (out of the queue)")
+    def flag_chains(self, request: HttpRequest, queryset: QuerySet[Chain]) -> None:
+        flagged = 0
+        for chain in queryset.filter(is_flagged=False):
+            chain_flag_by_lead(chain=chain, user=request.user, reason="Flagged in the admin.")
+            flagged += 1
+        self.message_user(request, f"{flagged} chain(s) flagged.", messages.SUCCESS)
+
+    @admin.action(description="Clear the flag of the selected chains (back in the queue)")
+    def clear_flags(self, request: HttpRequest, queryset: QuerySet[Chain]) -> None:
+        cleared = 0
+        for chain in queryset.filter(is_flagged=True):
+            chain_flag_clear(chain=chain, user=request.user)
+            cleared += 1
+        self.message_user(request, f"{cleared} flag(s) cleared.", messages.SUCCESS)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -198,7 +198,32 @@ class Chain(models.Model):
     priority = models.FloatField(default=0.0)
     finished_count = models.PositiveIntegerField(default=0)
     is_finished = models.BooleanField(default=False)
+    # Flagged as broken by an annotator through a live lease (``chain_flag``): out of the
+    # queue until a lead clears it (``chain_flag_clear``). The fields keep who flagged it,
+    # why and when, and who cleared the last flag and when; a new flag replaces the author
+    # and reason (each flag also stays on its skipped lease's ``skip_reason``).
     is_flagged = models.BooleanField(default=False)
+    # No index on the two authors: only deleting a user looks chains up by them, and an
+    # index would cost every imported chain two more entries.
+    flagged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
+    )
+    flag_reason = models.TextField(blank=True, default="")
+    flagged_at = models.DateTimeField(null=True, blank=True)
+    flag_cleared_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
+    )
+    flag_cleared_at = models.DateTimeField(null=True, blank=True)
     # A gold chain has known labels: ``gold_annotation`` (a lead's adjudication or an
     # import's labels) is its answer key. It stays out of the normal queue and is offered
     # to every annotator once (annotation/services/gold.py); its annotations do not count

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, F, OuterRef, QuerySet
 
 from annotation.models import Annotation, AnnotationSource, Chain, Project, Step, StepRating
 from annotation.services.agreement import current_human_ratings
@@ -220,4 +220,14 @@ def chain_labels(*, chain: Chain) -> ChainLabels:
             for position, (step_id, index, text) in enumerate(steps)
         ],
         history=history,
+    )
+
+
+def chain_flags(*, project: Project) -> QuerySet[Chain]:
+    """The project's chains flagged as broken right now, newest flag first, with who
+    flagged each (and who cleared an earlier flag) loaded: one query per page."""
+    return (
+        Chain.objects.filter(project=project, is_flagged=True)
+        .select_related("flagged_by", "flag_cleared_by")
+        .order_by(F("flagged_at").desc(nulls_last=True), "-id")
     )

@@ -66,6 +66,9 @@ def project_overview(request: HttpRequest, project_id: int) -> HttpResponse:
             "dashboard": reverse("api-project-dashboard", args=[project.pk]),
             "snapshots": reverse("api-project-snapshots", args=[project.pk]),
             "export": reverse("api-project-export", args=[project.pk]),
+            "flags": reverse("api-project-flags", args=[project.pk]),
+            # The prefix of /api/v1/chains/{id}/unflag/.
+            "chain": reverse("api-chain-unflag", args=[0]).removesuffix("0/unflag/"),
         },
     }
     return render(request, "annotation/dashboard.html", context)

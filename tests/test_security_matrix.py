@@ -92,6 +92,8 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "api-project-agreement": {"get": API_ML_AND_LEADS},
     "api-chain-labels": {"get": API_LEADS},
     "api-chain-adjudicate": {"post": API_LEADS},
+    "api-project-flags": {"get": API_LEADS},
+    "api-chain-unflag": {"post": API_LEADS},
     "api-gold-chains": {"get": API_LEADS},
     "api-gold-mark": {"post": API_LEADS},
     "api-gold-unmark": {"post": API_LEADS},

@@ -103,6 +103,37 @@ out["long"] = [
     long_chain.step_count,
     long_chain.is_finished,
 ]
+
+# flag, clear and skip-then-submit: the chain lock they take is BEGIN IMMEDIATE here
+flag_project = Project.objects.create(name="flags", overlap=1)
+Membership.objects.create(project=flag_project, user=users[0], role="annotator")
+lead = User.objects.create_user(username="lea", password="pw-lea")
+Membership.objects.create(project=flag_project, user=lead, role="lead")
+flag_problem = Problem.objects.create(project=flag_project, text="flag", content_hash="f")
+for c in range(2):
+    chain = Chain.objects.create(
+        project=flag_project, problem=flag_problem, content_hash=f"f{c}", step_count=1
+    )
+    Step.objects.create(chain=chain, index=0, text="only")
+lease = token.post(f"/api/v1/projects/{flag_project.pk}/assignments/next/").json()
+url = f"/api/v1/assignments/{lease['assignment']['id']}/flag/"
+reason = json.dumps({"reason": "garbled"})
+flags = [token.post(url, reason, content_type="application/json").status_code for _ in "ab"]
+lead_client = Client()
+lead_client.force_login(lead)
+listed = lead_client.get(f"/api/v1/projects/{flag_project.pk}/flags/").json()["results"]
+cleared = lead_client.post(f"/api/v1/chains/{lease['chain']['id']}/unflag/").json()
+out["flag"] = flags + [
+    [listed[0]["flagged_by"], listed[0]["flag_reason"]],
+    [cleared["is_flagged"], cleared["cleared_by"]],
+]
+lease = token.post(f"/api/v1/projects/{flag_project.pk}/assignments/next/").json()
+base = f"/api/v1/assignments/{lease['assignment']['id']}"
+skip = token.post(f"{base}/skip/", json.dumps({"reason": "no"}), content_type="application/json")
+body = {"ratings": [{"step": s["id"], "rating": 1} for s in lease["chain"]["steps"]]}
+late = token.post(f"{base}/submit/", json.dumps(body), content_type="application/json")
+out["skip_then_submit"] = [skip.status_code, late.status_code, late.json()["code"]]
+
 print("RESULT " + json.dumps(out))
 """
 
@@ -129,7 +160,7 @@ def test_the_queue_on_sqlite(tmp_path: Path) -> None:
     got = json.loads(line.removeprefix("RESULT "))
 
     assert got["next"] == 200 and got["next_again_same"]
-    assert got["submit"] == [201, 200, True]
+    assert got["submit"] == [201, 201, True]  # a repeat answers as the first submit did
     assert got["ratings"] == [1, 1, 1]
     assert got["session_submit"] == 201
     # both graded the oldest chain (overlap 2), which is now finished
@@ -139,3 +170,6 @@ def test_the_queue_on_sqlite(tmp_path: Path) -> None:
     assert got["annotations"] == 2
     assert got["long_submit"] == 201
     assert got["long"][0] == got["long"][1] and got["long"][2] is True
+    # a live lease flags once; the lead sees who and why, and clearing is recorded
+    assert got["flag"] == [200, 409, ["ann", "garbled"], [False, "lea"]]
+    assert got["skip_then_submit"] == [200, 409, "lease_closed"]

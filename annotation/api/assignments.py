@@ -469,10 +469,10 @@ class AssignmentSubmitView(LeanQueueView):
         operation_id="assignments_submit",
         request=SubmitInputSerializer,
         responses={
-            201: SubmitOutputSerializer,
-            200: OpenApiResponse(
+            201: OpenApiResponse(
                 SubmitOutputSerializer,
-                description="A repeat with the same request_id: the first result, unchanged.",
+                description="The annotation recorded. A repeat with the same request_id "
+                "changes nothing and gets the first answer again: 201, the same body.",
             ),
             400: OpenApiResponse(description="Ratings that do not fit the chain or the mode."),
             404: OpenApiResponse(ERROR_RESPONSE, description="No such assignment (or not yours)."),
@@ -521,8 +521,9 @@ class AssignmentSubmitView(LeanQueueView):
                 request_id=data["request_id"],
             )
         after_submit(annotation)
-        code = status.HTTP_201_CREATED if annotation.created else status.HTTP_200_OK
-        return submit_payload(annotation=annotation), code
+        # A repeat answers as the first submit did (201, the same body): a client whose
+        # answer was lost sees the same answer, whichever of the two reached it.
+        return submit_payload(annotation=annotation), status.HTTP_201_CREATED
 
 
 _created_at_field = serializers.DateTimeField()
@@ -593,7 +594,11 @@ class AssignmentSkipView(APIView):
         responses={
             200: SkipOutputSerializer,
             404: OpenApiResponse(ERROR_RESPONSE, description="No such assignment (or not yours)."),
-            409: OpenApiResponse(ERROR_RESPONSE, description="The lease was already submitted."),
+            409: OpenApiResponse(
+                ERROR_RESPONSE,
+                description="lease_closed: the lease was already submitted (also when a "
+                "submit of it raced this skip and won).",
+            ),
         },
         summary="Skip a leased chain",
         description="You will not be offered this chain again.",

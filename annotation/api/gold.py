@@ -67,6 +67,12 @@ class GoldChainOutputSerializer(serializers.Serializer):
     )
     step_count = serializers.IntegerField()
     is_flagged = serializers.BooleanField()
+    flagged_by = serializers.CharField(
+        source="flagged_by__username",
+        allow_null=True,
+        help_text="Who flagged it (projects/{id}/flags/ has the rest); null if nobody did.",
+    )
+    flag_reason = serializers.CharField(help_text="Why it was flagged.")
 
 
 class ScreeningOutputSerializer(serializers.Serializer):
@@ -199,7 +205,13 @@ class GoldChainListApi(APIView):
             Chain.objects.filter(project=project, is_gold=True)
             .order_by("id")
             .values(
-                "id", "gold_annotation_id", "gold_annotation__source", "step_count", "is_flagged"
+                "id",
+                "gold_annotation_id",
+                "gold_annotation__source",
+                "step_count",
+                "is_flagged",
+                "flagged_by__username",
+                "flag_reason",
             )
         )
         return Response(GoldChainOutputSerializer(rows, many=True).data)

@@ -5,6 +5,10 @@ service, serialize.
 - `GET /api/v1/chains/{id}/labels/` (leads): every current label side by side per step,
   the consensus, and every revision with who and when;
 - `POST /api/v1/chains/{id}/adjudicate/` (leads): set adjudicated labels with a note;
+- `GET /api/v1/projects/{id}/flags/` (leads): chains flagged as broken, with who flagged
+  each, why and when;
+- `POST /api/v1/chains/{id}/unflag/` (leads): put a flagged chain back in the queue
+  (recorded: who and when);
 - `GET /api/v1/projects/{id}/agreement/` (leads and ML staff): Krippendorff's alpha and
   first-error agreement, per project, annotator and pair.
 
@@ -24,9 +28,10 @@ from rest_framework.response import Response
 from annotation.api.errors import service_errors_as_400
 from annotation.api.permissions import LEADS, project_for_request
 from annotation.models import Annotation, Chain, Role
-from annotation.review_selectors import chain_disagreements, chain_labels
+from annotation.review_selectors import chain_disagreements, chain_flags, chain_labels
 from annotation.services.agreement import agreement_compute
 from annotation.services.review import AdjudicatedRating, adjudication_create
+from annotation.services.workspace import chain_flag_clear
 
 LEADS_AND_ML: tuple[str, ...] = (Role.LEAD, Role.ML)
 NOT_A_MEMBER = OpenApiResponse(description="No such project or chain, or not a member.")
@@ -40,7 +45,9 @@ def _chain_for_lead(*, request: Request, chain_id: int) -> Chain:
     if project_id is None:
         raise Http404("No such chain.")
     project = project_for_request(request=request, project_id=project_id, roles=LEADS)
-    chain = Chain.objects.select_related("problem").get(pk=chain_id)
+    chain = Chain.objects.select_related("problem", "flagged_by", "flag_cleared_by").get(
+        pk=chain_id
+    )
     chain.project = project
     return chain
 
@@ -113,6 +120,29 @@ class StepLabelsOutputSerializer(serializers.Serializer):
     support = serializers.FloatField(allow_null=True)
 
 
+class ChainFlagOutputSerializer(serializers.Serializer):
+    """A chain's flag as leads see it: who flagged it through their lease, why, when, and
+    who cleared the last flag. Never shown to annotators."""
+
+    chain = serializers.IntegerField(source="pk")
+    is_flagged = serializers.BooleanField(help_text="Out of the queue as broken right now.")
+    flagged_by = serializers.CharField(
+        source="flagged_by.username",
+        allow_null=True,
+        default=None,
+        help_text="Who flagged it last; null if never flagged (or the user is gone).",
+    )
+    flag_reason = serializers.CharField(help_text="What they said is broken.")
+    flagged_at = serializers.DateTimeField(allow_null=True)
+    cleared_by = serializers.CharField(
+        source="flag_cleared_by.username",
+        allow_null=True,
+        default=None,
+        help_text="The lead who last put it back in the queue.",
+    )
+    cleared_at = serializers.DateTimeField(source="flag_cleared_at", allow_null=True)
+
+
 class ChainLabelsOutputSerializer(serializers.Serializer):
     chain = serializers.IntegerField(source="chain.pk")
     project = serializers.IntegerField(source="chain.project_id")
@@ -121,6 +151,7 @@ class ChainLabelsOutputSerializer(serializers.Serializer):
     columns = RevisionOutputSerializer(many=True, help_text="The current revisions.")
     steps = StepLabelsOutputSerializer(many=True)
     history = RevisionOutputSerializer(many=True, help_text="Every revision, oldest first.")
+    flag = ChainFlagOutputSerializer(source="chain")
 
 
 class ChainLabelsApi(GenericAPIView):
@@ -197,6 +228,50 @@ class AdjudicateApi(GenericAPIView):
         return Response(
             AdjudicationOutputSerializer(annotation).data, status=status.HTTP_201_CREATED
         )
+
+
+# --- flags ------------------------------------------------------------------------------
+
+
+class FlagListApi(GenericAPIView):
+    serializer_class = ChainFlagOutputSerializer
+    queryset = Chain.objects.none()  # the schema generator's; rows come from the selector
+
+    @extend_schema(
+        tags=["review"],
+        operation_id="projects_flags_list",
+        summary="Chains flagged as broken, newest flag first (leads only)",
+        description="Each with who flagged it through their lease, the reason they gave, "
+        "and when. POST chains/{id}/unflag/ puts one back in the queue.",
+        responses={
+            200: ChainFlagOutputSerializer(many=True),
+            403: WRONG_ROLE,
+            404: NOT_A_MEMBER,
+        },
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        page = self.paginate_queryset(chain_flags(project=project))
+        return self.get_paginated_response(ChainFlagOutputSerializer(page, many=True).data)
+
+
+class ChainUnflagApi(GenericAPIView):
+    serializer_class = ChainFlagOutputSerializer
+    queryset = Chain.objects.none()
+
+    @extend_schema(
+        tags=["review"],
+        operation_id="chains_unflag",
+        summary="Clear a chain's flag: back in the queue (leads only)",
+        description="Records who cleared it and when; who flagged it and why stay. "
+        "Clearing a chain that is not flagged changes nothing.",
+        request=None,
+        responses={200: ChainFlagOutputSerializer, 403: WRONG_ROLE, 404: NOT_A_MEMBER},
+    )
+    def post(self, request: Request, chain_id: int) -> Response:
+        chain = _chain_for_lead(request=request, chain_id=chain_id)
+        cleared = chain_flag_clear(chain=chain, user=request.user)
+        return Response(ChainFlagOutputSerializer(cleared).data)
 
 
 # --- agreement -------------------------------------------------------------------------

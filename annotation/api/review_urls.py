@@ -4,7 +4,9 @@ from annotation.api.review import (
     AdjudicateApi,
     AgreementApi,
     ChainLabelsApi,
+    ChainUnflagApi,
     DisagreementListApi,
+    FlagListApi,
 )
 
 urlpatterns = [
@@ -18,6 +20,8 @@ urlpatterns = [
         AgreementApi.as_view(),
         name="api-project-agreement",
     ),
+    path("projects/<int:project_id>/flags/", FlagListApi.as_view(), name="api-project-flags"),
+    path("chains/<int:chain_id>/unflag/", ChainUnflagApi.as_view(), name="api-chain-unflag"),
     path("chains/<int:chain_id>/labels/", ChainLabelsApi.as_view(), name="api-chain-labels"),
     path("chains/<int:chain_id>/adjudicate/", AdjudicateApi.as_view(), name="api-chain-adjudicate"),
 ]

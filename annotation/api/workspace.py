@@ -25,6 +25,7 @@ from annotation.api.assignments import (
 from annotation.models import Project, ScreeningStatus
 from annotation.selectors import project_get_for_member
 from annotation.services.workspace import (
+    FLAG_REASON_MAX_LENGTH,
     SubmitAndNext,
     assignment_submit_and_claim_next,
     chain_flag,
@@ -33,7 +34,10 @@ from annotation.workspace_selectors import annotator_stats_get
 
 
 class FlagInputSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2_000, help_text="What is broken in this chain.")
+    reason = serializers.CharField(
+        max_length=FLAG_REASON_MAX_LENGTH,
+        help_text="What is broken in this chain; the project's leads see it with your name.",
+    )
 
 
 class AssignmentFlagView(APIView):
@@ -42,12 +46,18 @@ class AssignmentFlagView(APIView):
         request=FlagInputSerializer,
         responses={
             200: SkipOutputSerializer,
+            400: OpenApiResponse(description="No reason, or a reason over 2,000 characters."),
             404: OpenApiResponse(ERROR_RESPONSE, description="No such assignment (or not yours)."),
-            409: OpenApiResponse(ERROR_RESPONSE, description="The lease was already submitted."),
+            409: OpenApiResponse(
+                ERROR_RESPONSE,
+                description="Only a live lease flags: lease_closed if it was already "
+                "submitted, skipped or flagged, lease_lost if it expired.",
+            ),
         },
         summary="Flag the leased chain as broken",
-        description="Takes the chain out of the queue for everyone until a lead looks at it, "
-        "and closes your lease as skipped with the reason.",
+        description="Takes the chain out of the queue for everyone until a lead clears the "
+        "flag, and closes your lease as skipped with the reason. The project's leads see "
+        "who flagged the chain, why and when (projects/{id}/flags/).",
     )
     def post(self, request: Request, assignment_id: int) -> Response:
         payload = FlagInputSerializer(data=request.data)
@@ -143,10 +153,11 @@ class AssignmentSubmitAndNextView(APIView):
         operation_id="assignments_submit_and_next",
         request=SubmitInputSerializer,
         responses={
-            201: SubmitAndNextOutputSerializer,
-            200: OpenApiResponse(
+            201: OpenApiResponse(
                 SubmitAndNextOutputSerializer,
-                description="A repeat with the same request_id: the first annotation.",
+                description="The annotation and the next lease. A repeat with the same "
+                "request_id records nothing new: 201 with the first annotation and your "
+                "live lease, as from next.",
             ),
             400: OpenApiResponse(description="Ratings that do not fit the chain or the mode."),
             404: OpenApiResponse(ERROR_RESPONSE, description="No such assignment (or not yours)."),
@@ -170,5 +181,5 @@ class AssignmentSubmitAndNextView(APIView):
                 request_id=data["request_id"],
             )
         after_submit(result.annotation)
-        code = status.HTTP_201_CREATED if result.annotation.created else status.HTTP_200_OK
-        return Response(SubmitAndNextOutputSerializer(result).data, status=code)
+        # A repeat answers with the first submit's status, as assignments/{id}/submit/ does.
+        return Response(SubmitAndNextOutputSerializer(result).data, status=status.HTTP_201_CREATED)

@@ -25,8 +25,11 @@ Locking protocol, which every writer of a chain's places follows:
   live lease: it takes a place in the overlap, expires and renews like any other.
 * Lock order: the caller's user row, then one chain, then that chain's assignment rows.
   A claim that must wait for a chain holds no other chain lock while it waits, so
-  claims cannot deadlock one another. ``assignment_skip`` only frees a place and locks
-  just its own assignment row.
+  claims cannot deadlock one another.
+* Every change of a lease's status (submit, skip, renew, flag) holds its chain's lock and
+  decides on the lease as read after it, so two of them on one lease are serialized and
+  the later one sees the earlier one's outcome: a skip racing a submit of the same lease
+  loses with LeaseClosed (or wins, and the submit does), never both.
 
 ``FOR NO KEY UPDATE`` rather than ``FOR UPDATE``: it still conflicts with every other
 claim, submit and row update, but not with the key-share locks that inserting an
@@ -46,7 +49,7 @@ from typing import TYPE_CHECKING
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Exists, Model, OuterRef
+from django.db.models import Model
 from django.utils import timezone
 
 from annotation.models import (
@@ -56,7 +59,6 @@ from annotation.models import (
     AssignmentStatus,
     Chain,
     LabelingMode,
-    Membership,
     Problem,
     Project,
     Rating,
@@ -601,38 +603,64 @@ def assignment_renew(*, assignment_id: int, user: User, now: datetime | None = N
         return assignment
 
 
-def assignment_skip(*, assignment_id: int, user: User, reason: str) -> Assignment:
+def assignment_skip(
+    *, assignment_id: int, user: User, reason: str, now: datetime | None = None
+) -> Assignment:
     """Give the chain back with a reason; the caller is never offered it again.
 
     Skipping an expired lease still records the choice. Skipping twice is a no-op that
     returns the skipped lease; skipping a submitted lease raises LeaseClosed; a lease of
-    someone else raises Assignment.DoesNotExist. Only frees a place, so it needs no chain
-    lock: it locks just the assignment row."""
+    someone else raises Assignment.DoesNotExist.
+
+    Holds the chain's row lock, as a submit does, and reads the lease after it: a skip
+    and a submit of the same lease are serialized, so the later one sees the other's
+    outcome and is refused (LeaseClosed) instead of overwriting it."""
     reason = reason.strip()
     if not reason:
         raise ValidationError({"reason": "Say why you skip this chain."})
+    now = _now(now)
     with transaction.atomic():
-        owned = Assignment.objects.filter(pk=assignment_id, annotator=user)
-        if not user.is_superuser:
-            owned = owned.filter(
-                Exists(Membership.objects.filter(project=OuterRef("project"), user=user))
-            )
-        assignment = owned.select_for_update(no_key=True).first()
-        if assignment is None:
-            raise Assignment.DoesNotExist("No such assignment.")
+        chain = _lock_own_chain(assignment_id=assignment_id, user=user)
+        assignment = Assignment.objects.get(pk=assignment_id)
         if assignment.status == AssignmentStatus.SKIPPED:
             return assignment
         if assignment.status == AssignmentStatus.SUBMITTED:
             raise LeaseClosed("This lease was already submitted; it cannot be skipped.")
-        assignment.status = AssignmentStatus.SKIPPED
-        assignment.skip_reason = reason
-        assignment.finished_at = timezone.now()
-        # Read without the chain's lock: a hint (``Assignment.chain_open``).
-        assignment.chain_open = Chain.objects.filter(
-            pk=assignment.chain_id, is_finished=False, is_gold=False
-        ).exists()
-        assignment.save(update_fields=["status", "skip_reason", "finished_at", "chain_open"])
-        return assignment
+        return _close_as_skipped(chain=chain, assignment=assignment, reason=reason, now=now)
+
+
+def _close_as_skipped(
+    *, chain: Chain, assignment: Assignment, reason: str, now: datetime
+) -> Assignment:
+    """Close ``assignment`` (ACTIVE or EXPIRED) as SKIPPED with ``reason``.
+    Precondition: the chain's row lock is held and the lease was read after it."""
+    assignment.status = AssignmentStatus.SKIPPED
+    assignment.skip_reason = reason
+    assignment.finished_at = now
+    assignment.chain_open = not chain.is_finished and not chain.is_gold
+    assignment.save(update_fields=["status", "skip_reason", "finished_at", "chain_open"])
+    return assignment
+
+
+def assignment_lock_live(
+    *, assignment_id: int, user: User, now: datetime | None = None
+) -> tuple[Chain, Assignment]:
+    """The chain of the caller's lease ``assignment_id``, locked (``chain.project``
+    loaded), and the lease as read after the lock, for an action that only a live lease
+    allows (flagging its chain). A submitted or skipped lease raises LeaseClosed, an
+    expired one LeaseLost (even while its place is free: ask for the next chain), a lease
+    of someone else Assignment.DoesNotExist.
+
+    Precondition: called inside ``transaction.atomic()``; the lock lasts until it ends,
+    so the lease stays live for the rest of the transaction."""
+    now = _now(now)
+    chain = _lock_own_chain(assignment_id=assignment_id, user=user)
+    assignment = Assignment.objects.get(pk=assignment_id)
+    if assignment.status in (AssignmentStatus.SUBMITTED, AssignmentStatus.SKIPPED):
+        raise LeaseClosed(f"This lease was already {assignment.status}.")
+    if assignment.status != AssignmentStatus.ACTIVE or assignment.expires_at <= now:
+        raise LeaseLost("Your lease on this chain expired. Ask for the next chain.")
+    return chain, assignment
 
 
 def _describe(position: int, step_id: int) -> str:

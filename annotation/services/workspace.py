@@ -1,21 +1,24 @@
 """Write paths the annotator workspace needs beyond the queue itself: flagging a broken
-chain. Leasing, renewing, skipping and submitting live in ``annotation.services.assignments``."""
+chain (and a lead clearing the flag), submit-and-next. Leasing, renewing, skipping and
+submitting live in ``annotation.services.assignments``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.utils import timezone
 
-from annotation.models import Annotation, Assignment, Chain, Membership
+from annotation.models import Annotation, Assignment, Chain
 from annotation.services.assignments import (
     QueueBusy,
     RatingInput,
     assignment_claim_next,
+    assignment_lock_live,
     assignment_skip,
     assignment_submit,
 )
@@ -24,38 +27,101 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 FLAG_REASON_PREFIX = "Flagged as broken: "
+FLAG_REASON_MAX_LENGTH = 2_000
 
 
-def chain_flag(*, assignment_id: int, user: User, reason: str) -> Assignment:
+def chain_flag(
+    *, assignment_id: int, user: User, reason: str, now: datetime | None = None
+) -> Assignment:
     """Flag the chain leased by ``assignment_id`` as broken (garbled text, steps split
     wrongly, a problem that cannot be graded) and give the lease back.
 
-    The chain leaves the queue for everyone (``Chain.is_flagged``; the queue index skips
-    flagged chains) until a lead clears the flag; the caller's lease is closed as
-    skipped with the reason, prefixed ``FLAG_REASON_PREFIX``, so the lead sees who
-    flagged it and why. Flagging a flagged lease again is a no-op; a submitted lease
-    raises LeaseClosed and flags nothing; someone else's lease raises
-    Assignment.DoesNotExist.
+    Only a live lease flags: the caller's own, ACTIVE and not expired. A submitted or
+    skipped lease (a repeated flag included) raises LeaseClosed, an expired one LeaseLost,
+    someone else's Assignment.DoesNotExist; none of them flags anything. So a lease
+    that is over can never put back a flag that a lead cleared.
 
-    Lock order follows the queue's protocol (chain row, then assignment row): the
-    UPDATE takes the chain's row lock before ``assignment_skip`` locks the lease."""
+    The chain leaves the queue for everyone (``Chain.is_flagged``; the queue index skips
+    flagged chains) until a lead clears the flag (``chain_flag_clear``); the chain keeps
+    who flagged it, why and when, and the caller's lease is closed as skipped with the
+    reason, prefixed ``FLAG_REASON_PREFIX``. Under the chain's row lock, as every change of
+    a lease is (``annotation.services.assignments``)."""
     reason = reason.strip()
     if not reason:
         raise ValidationError({"reason": "Say what is broken in this chain."})
-    owned = Assignment.objects.filter(pk=assignment_id, annotator=user)
-    if not user.is_superuser:
-        owned = owned.filter(
-            Exists(Membership.objects.filter(project=OuterRef("project"), user=user))
+    if len(reason) > FLAG_REASON_MAX_LENGTH:
+        raise ValidationError(
+            {"reason": f"A reason has at most {FLAG_REASON_MAX_LENGTH} characters."}
         )
-    chain_id = owned.values_list("chain_id", flat=True).first()
-    if chain_id is None:
-        raise Assignment.DoesNotExist("No such assignment.")
+    now = now if now is not None else timezone.now()
     with transaction.atomic():
-        Chain.objects.filter(pk=chain_id).update(is_flagged=True)
-        # Raises LeaseClosed on a submitted lease, which rolls the flag back with it.
-        return assignment_skip(
-            assignment_id=assignment_id, user=user, reason=FLAG_REASON_PREFIX + reason
+        chain, _lease = assignment_lock_live(assignment_id=assignment_id, user=user, now=now)
+        Chain.objects.filter(pk=chain.pk).update(
+            is_flagged=True,
+            flagged_by=user,
+            flag_reason=reason,
+            flagged_at=now,
+            flag_cleared_by=None,
+            flag_cleared_at=None,
         )
+        return assignment_skip(
+            assignment_id=assignment_id, user=user, reason=FLAG_REASON_PREFIX + reason, now=now
+        )
+
+
+def chain_flag_by_lead(
+    *, chain: Chain, user: User, reason: str, now: datetime | None = None
+) -> Chain:
+    """Take ``chain`` out of the queue as broken on a lead's word, with no lease (the
+    admin's action): recorded as a flag by ``user`` (a lead of its project, or staff: the
+    caller checks) with ``reason``. Leases held on it run out as they would."""
+    reason = reason.strip()
+    if not reason:
+        raise ValidationError({"reason": "Say what is broken in this chain."})
+    now = now if now is not None else timezone.now()
+    with transaction.atomic():
+        locked = Chain.objects.select_for_update(no_key=True).get(pk=chain.pk)
+        locked.is_flagged = True
+        locked.flagged_by = user  # type: ignore[assignment]
+        locked.flag_reason = reason[:FLAG_REASON_MAX_LENGTH]
+        locked.flagged_at = now
+        locked.flag_cleared_by = None
+        locked.flag_cleared_at = None
+        locked.save(
+            update_fields=[
+                "is_flagged",
+                "flagged_by",
+                "flag_reason",
+                "flagged_at",
+                "flag_cleared_by",
+                "flag_cleared_at",
+            ]
+        )
+        return locked
+
+
+def chain_flag_clear(*, chain: Chain, user: User, now: datetime | None = None) -> Chain:
+    """Put a flagged ``chain`` back in the queue, recording that ``user`` (a lead of its
+    project: the caller checks) cleared it and when; returns the chain with its flag's
+    authors loaded. Who flagged it and why stay, for the record. Clearing a chain that is
+    not flagged changes nothing.
+
+    Takes the chain's row lock, so a flag in flight through a live lease commits either
+    before (and is cleared) or after (and stands)."""
+    now = now if now is not None else timezone.now()
+    with transaction.atomic():
+        locked = (
+            Chain.objects.select_for_update(no_key=True, of=("self",))
+            .select_related("flagged_by", "flag_cleared_by")
+            .get(pk=chain.pk)
+        )
+        if not locked.is_flagged:
+            return locked
+        locked.is_flagged = False
+        locked.flag_cleared_by = user  # type: ignore[assignment]
+        locked.flag_cleared_at = now
+        locked.save(update_fields=["is_flagged", "flag_cleared_by", "flag_cleared_at"])
+        return locked
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,7 @@
         `${progress.chains_flagged} chain${progress.chains_flagged === 1 ? " is" : "s are"} ` +
         "flagged as broken and out of the queue.";
       $("db-flagged").hidden = false;
+      loadFlags();
     }
 
     chart(
@@ -264,6 +265,45 @@
     }
     $("db-annotators").tBodies[0].replaceChildren(...rows);
     $("db-gold-none").hidden = gold.length > 0;
+  }
+
+  // The flagged chains (GET projects/{id}/flags/, newest first): who flagged each and why,
+  // and a button that puts the chain back in the queue (POST chains/{id}/unflag/).
+  async function loadFlags() {
+    let page;
+    try {
+      page = await api(config.api.flags);
+    } catch (error) {
+      return; // the count above still says how many there are
+    }
+    const items = page.results.map((flag) => {
+      const item = el("li");
+      const who = flag.flagged_by || "someone no longer here";
+      const when = flag.flagged_at ? new Date(flag.flagged_at).toLocaleString() : "";
+      item.append(
+        el("strong", `Chain ${flag.chain}`),
+        document.createTextNode(": "),
+        el("q", flag.flag_reason || "no reason given"),
+        el("span", ` flagged by ${who}${when ? `, ${when}` : ""} `, "muted"),
+      );
+      const button = el("button", "Put back in the queue", "button");
+      button.type = "button";
+      button.addEventListener("click", async () => {
+        button.disabled = true;
+        try {
+          await api(`${config.api.chain}${flag.chain}/unflag/`, { method: "POST", body: {} });
+          item.remove();
+          showMessage(`Chain ${flag.chain} is back in the queue.`, "ok");
+        } catch (error) {
+          button.disabled = false;
+          showMessage(`Could not clear the flag of chain ${flag.chain}.`, "error");
+        }
+      });
+      item.append(button);
+      return item;
+    });
+    $("db-flag-list").replaceChildren(...items);
+    $("db-flag-list").hidden = items.length === 0;
   }
 
   async function load() {

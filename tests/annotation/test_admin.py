@@ -88,3 +88,27 @@ def test_chains_cannot_be_deleted_and_a_labeled_project_neither(
     assert (chain_delete.status_code, project_delete.status_code) == (403, 403)
     assert Chain.objects.filter(pk=labeled_chain.pk).exists()
     assert Project.objects.filter(pk=labeled_chain.project_id).exists()
+
+
+def test_the_chain_flag_changes_only_through_actions_that_record_who() -> None:
+    # Given a staff user and a chain in the queue
+    staff = UserFactory(is_staff=True, is_superuser=True)
+    client = Client()
+    client.force_login(staff)
+    chain = ChainFactory(project=ProjectFactory())
+    changelist = "/admin/annotation/chain/"
+
+    # When they flag it, then clear it, with the changelist's actions
+    flagged = client.post(changelist, {"action": "flag_chains", "_selected_action": [chain.pk]})
+    chain.refresh_from_db()
+    flag = (chain.is_flagged, chain.flagged_by, chain.flag_reason, chain.flagged_at is not None)
+    cleared = client.post(changelist, {"action": "clear_flags", "_selected_action": [chain.pk]})
+
+    # Then each is recorded with who did it, and the change form cannot set the flag
+    assert (flagged.status_code, cleared.status_code) == (302, 302)
+    assert flag == (True, staff, "Flagged in the admin.", True)
+    chain.refresh_from_db()
+    assert (chain.is_flagged, chain.flag_cleared_by) == (False, staff)
+    assert chain.flag_cleared_at is not None and chain.flagged_by == staff
+    form = client.get(f"/admin/annotation/chain/{chain.pk}/change/").context["adminform"].form
+    assert "is_flagged" not in form.fields

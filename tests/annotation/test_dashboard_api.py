@@ -242,6 +242,9 @@ def test_lead_gets_the_dashboard_others_the_overview(
 
     assert 'id="dashboard"' in lead_html
     assert 'id="dashboard-config"' in lead_html
+    # where the page lists flagged chains (who flagged each, why) and clears a flag
+    assert f"/api/v1/projects/{project.pk}/flags/" in lead_html
+    assert 'id="db-flag-list"' in lead_html
     assert f"/projects/{project.pk}/review/" in lead_html
     assert f"/projects/{project.pk}/models/" in lead_html
     assert "vendor/chartjs/chart.umd.min.js" in lead_html

@@ -113,6 +113,8 @@ def test_a_lead_marks_lists_and_unmarks(project, labeled, make_member, client_fo
             "answer_key_source": "import",
             "step_count": 3,
             "is_flagged": False,
+            "flagged_by": None,
+            "flag_reason": "",
         }
     ]
     assert unmarked.json() == {"chain_ids": [labeled.pk], "count": 1}

@@ -167,16 +167,24 @@ def test_submit_answers_201_with_the_annotation(project, client) -> None:
     ]
 
 
-def test_a_repeated_submit_answers_200_with_the_same_body(project, client) -> None:
+@pytest.mark.parametrize("extras", [{}, {"comment": " a note ", "rewrite": " fixed "}])
+def test_a_repeated_submit_answers_as_the_first_did(project, client, extras) -> None:
+    # Given a leased chain and a submit body with a request_id (plain ints, which take the
+    # hand-written answer, or with a comment and a rewrite, which take the serializer)
     ChainFactory(project=project)
     leased = client.post(next_url(project)).json()
     url = lease_url(leased["assignment"]["id"], "submit")
     body = ratings_body(leased["chain"]["id"], request_id="same")
+    if extras:
+        body["ratings"][0] = {**body["ratings"][0], "rating": -1, "comment": extras["comment"]}
+        body["rewrite"] = extras["rewrite"]
 
+    # When it is sent twice (the first answer was lost on the way)
     first = client.post(url, body, format="json")
     again = client.post(url, body, format="json")
 
-    assert (first.status_code, again.status_code) == (201, 200)
+    # Then the repeat gets the first answer again, status and body, and writes nothing
+    assert (first.status_code, again.status_code) == (201, 201)
     assert again.json() == first.json()
     assert Annotation.objects.count() == 1
     assert StepRating.objects.count() == 3
@@ -366,7 +374,7 @@ def test_the_schema_documents_the_queue(client) -> None:
     next_op = paths["/api/v1/projects/{project_id}/assignments/next/"]["post"]
     assert set(next_op["responses"]) >= {"200", "204", "404"}
     submit_op = paths["/api/v1/assignments/{assignment_id}/submit/"]["post"]
-    assert set(submit_op["responses"]) >= {"200", "201", "400", "404", "409"}
+    assert set(submit_op["responses"]) >= {"201", "400", "404", "409"}
     assert "requestBody" in submit_op
     assert "/api/v1/assignments/{assignment_id}/renew/" in paths
     assert "/api/v1/assignments/{assignment_id}/skip/" in paths

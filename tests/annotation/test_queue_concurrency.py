@@ -17,6 +17,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection, connections
 from django.utils import timezone
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from annotation.models import (
@@ -35,6 +36,7 @@ from annotation.services.assignments import (
     assignment_skip,
     assignment_submit,
 )
+from annotation.services.workspace import FLAG_REASON_PREFIX
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
@@ -467,7 +469,8 @@ def test_many_annotators_over_http() -> None:
             outcome.add("created", annotation_id)
             if rng.random() < 0.3:
                 again = api.post(url, payload, format="json")
-                assert again.status_code == 200, again.content
+                assert again.status_code == 201, again.content
+                assert again.json() == submitted.json()
                 outcome.add("repeats", (annotation_id, again.json()["annotation"]["id"]))
             return True
 
@@ -513,3 +516,85 @@ def test_a_chain_locked_by_a_submit_in_flight_is_waited_for_not_reported_empty()
     # Then the claim waits for the lock and gets the chain instead of "nothing left"
     assert not outcome.errors, outcome.errors
     assert outcome.created == [chain.pk]
+
+
+SKIP_SUBMIT_TRIALS = 25
+
+
+@pytest.mark.parametrize("action", ["skip", "flag"])
+@pytest.mark.parametrize("way", ["drf", "token"])
+def test_a_skip_racing_a_submit_of_the_same_lease_has_exactly_one_winner(
+    way: str, action: str
+) -> None:
+    # Given an annotator with many chains, reaching the API through DRF's full cycle
+    # (forced authentication) or through an API token (submit then takes the lean way);
+    # a flag closes the lease as a skip does
+    project = ProjectFactory(overlap=1)
+    for _ in range(SKIP_SUBMIT_TRIALS):
+        ChainFactory(project=project, step_count=3)
+    user = MembershipFactory(project=project).user
+    key = Token.objects.create(user=user).key if way == "token" else None
+
+    def api() -> APIClient:
+        client = APIClient()
+        if key is None:
+            client.force_authenticate(user=user)
+        else:
+            client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+        return client
+
+    def post(
+        start: threading.Barrier, answers: dict, name: str, url: str, payload: dict
+    ) -> Callable[[], None]:
+        def run() -> None:
+            client = api()
+            start.wait()
+            response = client.post(url, payload, format="json")
+            answers[name] = (response.status_code, response.json())
+
+        return run
+
+    failures: list[str] = []
+    for trial in range(SKIP_SUBMIT_TRIALS):
+        lease = assignment_claim_next(project=project, user=user)
+        assert lease is not None
+        steps = Chain.objects.get(pk=lease.chain_id).steps.order_by("index")
+        body = {"ratings": [{"step": s.pk, "rating": 1} for s in steps], "request_id": f"r{trial}"}
+        answers: dict[str, tuple[int, dict]] = {}
+        start = threading.Barrier(2, timeout=BARRIER_TIMEOUT)
+        outcome = Outcome()
+
+        # When the skip (or flag) and the submit of that lease are sent at the same instant
+        skip_url = f"/api/v1/assignments/{lease.pk}/{action}/"
+        submit_url = f"/api/v1/assignments/{lease.pk}/submit/"
+        run_threads(
+            [
+                post(start, answers, "skip", skip_url, {"reason": "unsure"}),
+                post(start, answers, "submit", submit_url, body),
+            ],
+            outcome,
+        )
+
+        # Then exactly one wins, the other gets 409 with a reason, and the lease agrees
+        assert not outcome.errors, outcome.errors
+        codes = {name: status for name, (status, _) in answers.items()}
+        winners = [name for name, status in codes.items() if 200 <= status < 300]
+        losers = [name for name, status in codes.items() if status == 409]
+        if len(winners) != 1 or len(losers) != 1:
+            failures.append(f"trial {trial}: {codes}")
+            continue
+        loser_body = answers[losers[0]][1]
+        assert loser_body["code"] == "lease_closed" and loser_body["detail"], loser_body
+        stored = Assignment.objects.get(pk=lease.pk)
+        annotations = Annotation.objects.filter(assignment=lease.pk)
+        chain = Chain.objects.get(pk=lease.chain_id)
+        if winners == ["submit"]:
+            assert (stored.status, stored.skip_reason) == (AssignmentStatus.SUBMITTED, "")
+            assert annotations.count() == 1 and chain.finished_count == 1
+            assert not chain.is_flagged and chain.flagged_by is None
+        else:
+            reason = "unsure" if action == "skip" else f"{FLAG_REASON_PREFIX}unsure"
+            assert (stored.status, stored.skip_reason) == (AssignmentStatus.SKIPPED, reason)
+            assert not annotations.exists() and chain.finished_count == 0
+            assert chain.is_flagged == (action == "flag")
+    assert not failures, failures

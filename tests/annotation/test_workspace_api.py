@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -116,6 +116,149 @@ def test_flag_of_someone_elses_lease_is_404(
     assert not chain.is_flagged
 
 
+def test_flag_through_a_skipped_lease_is_refused_and_flags_nothing(
+    project: Project, annotator: Any, client: APIClient
+) -> None:
+    # Given: a lease the annotator skipped
+    chain = ChainFactory(project=project)
+    lease = assignment_claim_next(project=project, user=annotator)
+    client.post(lease_url(lease.pk, "skip"), {"reason": "too long"}, format="json")
+
+    # When: they flag the chain through that old lease
+    response = client.post(lease_url(lease.pk, "flag"), {"reason": "broken"}, format="json")
+
+    # Then: 409 with a reason, the chain stays in the queue, the skip reason is kept
+    assert response.status_code == 409
+    assert response.json()["code"] == "lease_closed" and response.json()["detail"]
+    chain.refresh_from_db()
+    lease.refresh_from_db()
+    assert not chain.is_flagged and chain.flagged_by is None
+    assert lease.skip_reason == "too long"
+
+
+@pytest.mark.parametrize("marked_expired", [False, True])
+def test_flag_through_an_expired_lease_is_refused_and_flags_nothing(
+    project: Project, annotator: Any, client: APIClient, marked_expired: bool
+) -> None:
+    # Given: a lease that ran out (still ACTIVE past its expiry, or marked EXPIRED by a
+    # claim that took its place)
+    chain = ChainFactory(project=project)
+    past = timezone.now() - project.lease_duration - timedelta(minutes=1)
+    lease = assignment_claim_next(project=project, user=annotator, now=past)
+    if marked_expired:
+        Assignment.objects.filter(pk=lease.pk).update(status=AssignmentStatus.EXPIRED)
+
+    # When: the annotator flags through it
+    response = client.post(lease_url(lease.pk, "flag"), {"reason": "broken"}, format="json")
+
+    # Then: 409 lease_lost, nothing flagged, the lease unchanged
+    assert response.status_code == 409
+    assert response.json()["code"] == "lease_lost"
+    chain.refresh_from_db()
+    assert not chain.is_flagged
+    lease.refresh_from_db()
+    assert lease.status == (AssignmentStatus.EXPIRED if marked_expired else AssignmentStatus.ACTIVE)
+
+
+def test_a_flag_keeps_its_author_reason_and_time_for_the_leads(
+    project: Project, annotator: Any, client: APIClient, make_member: Any, client_for: Any
+) -> None:
+    # Given: an annotator flags their leased chain
+    chain = ChainFactory(project=project)
+    lease = assignment_claim_next(project=project, user=annotator)
+    before = timezone.now()
+    client.post(lease_url(lease.pk, "flag"), {"reason": " steps merged "}, format="json")
+
+    # When: a lead lists the flagged chains and opens the chain's labels
+    lead = client_for(make_member(project, role=Role.LEAD))
+    flags = lead.get(f"/api/v1/projects/{project.pk}/flags/")
+    labels = lead.get(f"/api/v1/chains/{chain.pk}/labels/")
+
+    # Then: both show who flagged it, why and when
+    assert flags.status_code == 200, flags.content
+    (row,) = flags.json()["results"]
+    assert row["chain"] == chain.pk
+    assert (row["is_flagged"], row["flagged_by"], row["flag_reason"]) == (
+        True,
+        annotator.username,
+        "steps merged",
+    )
+    assert before <= datetime.fromisoformat(row["flagged_at"]) <= timezone.now()
+    assert (row["cleared_by"], row["cleared_at"]) == (None, None)
+    assert labels.status_code == 200
+    assert labels.json()["flag"] == row
+    chain.refresh_from_db()
+    assert (chain.flagged_by, chain.flag_reason) == (annotator, "steps merged")
+
+    # And: annotators see neither (only their own skip answer carries their reason)
+    other = client_for(make_member(project))
+    assert other.get(f"/api/v1/projects/{project.pk}/flags/").status_code == 403
+    assert other.get(f"/api/v1/chains/{chain.pk}/labels/").status_code == 403
+    assert client.get(f"/api/v1/projects/{project.pk}/flags/").status_code == 403
+
+
+def test_a_cleared_flag_records_the_lead_and_an_old_lease_cannot_flag_again(
+    project: Project, annotator: Any, client: APIClient, make_member: Any, client_for: Any
+) -> None:
+    # Given: a chain flagged through a lease, then cleared by a lead
+    chain = ChainFactory(project=project)
+    lease = assignment_claim_next(project=project, user=annotator)
+    client.post(lease_url(lease.pk, "flag"), {"reason": "garbled"}, format="json")
+    lead_user = make_member(project, role=Role.LEAD)
+    lead = client_for(lead_user)
+    cleared = lead.post(f"/api/v1/chains/{chain.pk}/unflag/")
+
+    # Then: the clearing is recorded, the author and reason stay, the chain is back
+    assert cleared.status_code == 200, cleared.content
+    body = cleared.json()
+    assert (body["is_flagged"], body["cleared_by"]) == (False, lead_user.username)
+    assert body["cleared_at"] is not None
+    assert (body["flagged_by"], body["flag_reason"]) == (annotator.username, "garbled")
+    assert lead.get(f"/api/v1/projects/{project.pk}/flags/").json()["results"] == []
+
+    # When: the annotator flags again through the old, closed lease
+    again = client.post(lease_url(lease.pk, "flag"), {"reason": "garbled"}, format="json")
+
+    # Then: refused, and the lead's decision stands
+    assert again.status_code == 409
+    assert again.json()["code"] == "lease_closed"
+    chain.refresh_from_db()
+    assert not chain.is_flagged
+    assert (chain.flag_cleared_by, chain.flagged_by) == (lead_user, annotator)
+    assert assignment_claim_next(project=project, user=make_member(project)).chain_id == chain.pk
+
+
+def test_only_leads_clear_a_flag(
+    project: Project, annotator: Any, client: APIClient, make_member: Any, client_for: Any
+) -> None:
+    # Given: a flagged chain
+    chain = ChainFactory(project=project)
+    lease = assignment_claim_next(project=project, user=annotator)
+    client.post(lease_url(lease.pk, "flag"), {"reason": "garbled"}, format="json")
+
+    # When: annotators (the author included) and ML staff try to clear it
+    tries = [
+        client.post(f"/api/v1/chains/{chain.pk}/unflag/"),
+        client_for(make_member(project, role=Role.ML)).post(f"/api/v1/chains/{chain.pk}/unflag/"),
+    ]
+
+    # Then: 403, and the chain stays flagged
+    assert [r.status_code for r in tries] == [403, 403]
+    chain.refresh_from_db()
+    assert chain.is_flagged and chain.flag_cleared_by is None
+
+
+def test_a_flag_reason_is_bounded(project: Project, annotator: Any, client: APIClient) -> None:
+    ChainFactory(project=project)
+    lease = assignment_claim_next(project=project, user=annotator)
+
+    response = client.post(lease_url(lease.pk, "flag"), {"reason": "x" * 2_001}, format="json")
+
+    assert response.status_code == 400
+    assert "reason" in response.json()
+    assert not Chain.objects.filter(is_flagged=True).exists()
+
+
 # --- my-stats ----------------------------------------------------------------------------
 
 
@@ -212,8 +355,10 @@ def test_submit_and_next_records_times_and_returns_the_next_chain(
     # When: the same request is repeated (a dropped answer)
     again = client.post(lease_url(lease.pk, "submit-and-next"), body, format="json")
 
-    # Then: nothing new is written and the same next lease is returned
-    assert again.status_code == 200
+    # Then: nothing new is written, the status is the first answer's and the same next
+    # lease is returned
+    assert again.status_code == 201
+    assert again.json()["annotation"] == data["annotation"]
     assert again.json()["next"]["assignment"]["id"] == data["next"]["assignment"]["id"]
     assert Annotation.objects.count() == 1
 
