@@ -37,6 +37,7 @@ NO_BODY = {
     "api-project-member",  # DELETE removes a member
     "api-model-version-activate",
     "api-gold-screening-reset",
+    "api-chain-unflag",
 }
 WRITE_METHODS = ("post", "put", "patch", "delete")
 
