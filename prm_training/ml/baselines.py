@@ -120,3 +120,41 @@ def baseline_step_probs(
             for chain in chains
         ]
     raise ValueError(f"unknown baseline {name!r}; choose from {', '.join(BASELINES)}")
+
+
+def graded_answers(examples: Sequence[ChainExample]) -> dict[int, bool | None]:
+    """chain_id -> the chain's final answer graded against its reference (None where
+    either is missing): what the outcome rule reads."""
+    from .answers import grade_answer
+
+    return {
+        example.chain_id: (
+            grade_answer(example.answer, example.reference_answer)
+            if example.answer and example.reference_answer
+            else None
+        )
+        for example in examples
+    }
+
+
+def baseline_metrics(
+    fitted_on: Sequence[ChainExample],
+    heldout: Sequence[ChainExample],
+    answers_correct: Mapping[int, bool | None],
+) -> dict[str, dict[str, float]]:
+    """{baseline: held-out metrics} for every baseline fitted on ``fitted_on``, with the
+    threshold rule a PRM gets (chosen on the chains it was fitted on)."""
+    from .metrics import choose_threshold, evaluate
+    from .score import ChainScores
+
+    results = {}
+    for name in BASELINES:
+        fitted = baseline_step_probs(name, fitted_on, fitted_on, answers_correct)
+        threshold = choose_threshold([example.labels for example in fitted_on], fitted)
+        probs = baseline_step_probs(name, fitted_on, heldout, answers_correct)
+        scores = [
+            ChainScores(chain_id=example.chain_id, step_probs=p, member_probs=None)
+            for example, p in zip(heldout, probs, strict=True)
+        ]
+        results[name] = evaluate(heldout, scores, threshold)
+    return results

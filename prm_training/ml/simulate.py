@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from .acquisition import STRATEGIES
-from .baselines import BASELINES, baseline_step_probs
+from .baselines import BASELINES, baseline_metrics
 from .config import PRMConfig
 from .data import ChainExample
 from .paired import Interval, interval
@@ -170,22 +170,11 @@ def _baseline_rows(
     heldout: Sequence[ChainExample],
     graded: Mapping[int, bool | None],
 ) -> list[SimulationRow]:
-    """The model-free baselines fitted on the whole pool, scored on ``heldout`` with the
-    threshold a PRM gets (chosen on the chains it was fitted on)."""
-    from .metrics import choose_threshold, evaluate
-    from .score import ChainScores
-
-    rows = []
-    for name in BASELINES:
-        fitted = baseline_step_probs(name, pool, pool, graded)
-        threshold = choose_threshold([c.labels for c in pool], fitted)
-        probs = baseline_step_probs(name, pool, heldout, graded)
-        scores = [
-            ChainScores(chain_id=c.chain_id, step_probs=p, member_probs=None)
-            for c, p in zip(heldout, probs, strict=True)
-        ]
-        rows.append(_row(name, seed, round_, pool, evaluate(heldout, scores, threshold)))
-    return rows
+    """The model-free baselines fitted on the whole pool, scored on ``heldout``."""
+    return [
+        _row(name, seed, round_, pool, metrics)
+        for name, metrics in baseline_metrics(pool, heldout, graded).items()
+    ]
 
 
 def simulate(

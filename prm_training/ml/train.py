@@ -54,6 +54,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .baselines import baseline_metrics, graded_answers
 from .config import PRMConfig
 from .data import ChainExample, Window, chains_to_windows, step_target
 from .features import (
@@ -384,6 +385,22 @@ def _training_threshold(
     return choose_threshold([example.labels for example in examples], probs)
 
 
+def _baseline_metrics(
+    train: Sequence[ChainExample], heldout: Sequence[ChainExample]
+) -> dict[str, float]:
+    """The model-free baselines fitted on the training chains and scored on the same
+    held-out chains (``baseline_<name>_<metric>``), so a version's metrics say whether
+    the PRM beats a rule that reads no step."""
+    graded = graded_answers([*train, *heldout])
+    labeled = [example for example in heldout if example.labels is not None]
+    return {
+        f"baseline_{name}_{metric}": value
+        for name, values in baseline_metrics(train, labeled, graded).items()
+        for metric, value in values.items()
+        if metric in ("processbench_f1", "step_auroc", "first_error_accuracy")
+    }
+
+
 def train_prm(
     config: PRMConfig,
     train: Sequence[ChainExample],
@@ -480,6 +497,7 @@ def train_prm(
     if heldout and config.heldout_metrics:
         scores = list(score_chains(prm, heldout, batch_size=32))
         metrics.update(evaluate(heldout, scores, threshold))
+        metrics.update(_baseline_metrics(examples, heldout))
     if should_stop is not None and should_stop():
         raise TrainingCancelled("training stopped on request")
 

@@ -94,6 +94,21 @@
     return runs.some((run) => BUSY.has(run.status));
   }
 
+  const RULES = [["outcome_rule", "the outcome rule"], ["position_prior", "the step-position prior"]];
+
+  // Says plainly whether the version's held-out F1 beats the best rule that reads no step
+  // (fitted on the same training chains, scored on the same held-out ones).
+  function againstRules(metrics) {
+    const f1 = metrics.processbench_f1;
+    const rules = RULES
+      .map(([key, name]) => [name, metrics[`baseline_${key}_processbench_f1`]])
+      .filter(([, value]) => typeof value === "number" && Number.isFinite(value));
+    if (typeof f1 !== "number" || !rules.length) return "—";
+    const [name, best] = rules.reduce((a, b) => (b[1] > a[1] ? b : a));
+    if (f1 > best) return el("span", `beats ${name} (F1 ${best.toFixed(3)})`, "rules-beaten");
+    return el("span", `does not beat ${name} (F1 ${best.toFixed(3)})`, "rules-not-beaten");
+  }
+
   function renderVersions(versions) {
     fillRows(document.getElementById("versions-table"), versions.map((v) => {
       const action = canManage && !v.is_active
@@ -101,8 +116,8 @@
         : "";
       return [`v${v.version}`, `v${v.snapshot_version}`, num(v.metrics.processbench_f1, 3),
         num(v.metrics.step_auroc, 3), num(v.metrics.first_error_accuracy, 3),
-        when(v.created_at), v.is_active ? "active" : "", action];
-    }), 8, "No model versions yet.");
+        againstRules(v.metrics), when(v.created_at), v.is_active ? "active" : "", action];
+    }), 9, "No model versions yet.");
     plot([...versions].reverse());
   }
 

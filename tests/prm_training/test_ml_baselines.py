@@ -1,0 +1,99 @@
+"""The model-free baselines a PRM must beat: the outcome-only rule and the step-position
+prior, and their place in a training run's metrics."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from prm_training.ml.baselines import (
+    baseline_metrics,
+    baseline_step_probs,
+    fit_outcome_rule,
+    graded_answers,
+)
+from prm_training.ml.config import PRMConfig
+from prm_training.ml.data import ChainExample
+from prm_training.ml.synthetic import synthetic_chains
+from prm_training.ml.train import train_prm
+from tests.prm_training.ml_tiny import tiny_backbone_dir
+
+
+def _chain(chain_id: int, n: int, error_at: int | None) -> ChainExample:
+    """A chain of ``n`` steps, wrong from ``error_at`` on (ProcessBench's labels: nothing
+    rated after the first error), whose final answer is right exactly when it has none."""
+    if error_at is None:
+        labels: tuple[int | None, ...] = (1,) * n
+    else:
+        labels = (1,) * error_at + (-1,) + (None,) * (n - error_at - 1)
+    return ChainExample(
+        chain_id,
+        f"problem {chain_id}",
+        tuple(f"step {i}" for i in range(n)),
+        labels,
+        answer="7" if error_at is None else "8",
+        reference_answer="7",
+    )
+
+
+def test_the_outcome_rule_is_exact_when_errors_sit_at_the_last_step() -> None:
+    # Given: chains whose only error is always their last step, and graded answers
+    chains = [_chain(i, 3 + i % 4, None if i % 2 else 2 + i % 4) for i in range(40)]
+    graded = graded_answers(chains)
+
+    # When fitted on half and scored on the other half
+    metrics = baseline_metrics(chains[:20], chains[20:], graded)
+
+    # Then the rule reading only the final answer is perfect, and the prior is not
+    assert fit_outcome_rule(chains[:20], graded).from_end is True
+    assert metrics["outcome_rule"]["processbench_f1"] == 1.0
+    assert metrics["position_prior"]["processbench_f1"] < 1.0
+
+
+def test_an_ungraded_chain_falls_back_on_the_position_prior() -> None:
+    chains = [_chain(i, 4, 3) for i in range(6)] + [_chain(9, 4, None)]
+    ungraded = replace(chains[0], chain_id=99, answer="")
+
+    probs = baseline_step_probs("outcome_rule", chains, [ungraded], graded_answers(chains))
+
+    assert probs == baseline_step_probs("position_prior", chains, [ungraded], {})
+
+
+def test_unknown_baseline_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown baseline 'oracle'"):
+        baseline_step_probs("oracle", [], [], {})
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_backbone_dir(tmp_path_factory.mktemp("baselines-backbone"), "bert")
+
+
+def test_a_training_run_reports_the_baselines_on_its_heldout_chains(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    # Given: synthetic chains split into training and held-out chains
+    chains = synthetic_chains(60, seed=4, steps=(2, 4), words_per_step=(3, 5))
+    train, heldout = chains[:45], chains[45:]
+    config = PRMConfig(
+        backbone=str(tiny_bert),
+        head_epochs=5,
+        head_hidden=16,
+        ensemble_size=2,
+        max_length=64,
+        device="cpu",
+        report_every_s=0.0,
+    )
+
+    # When trained
+    metrics = train_prm(config, train, heldout, tmp_path / "prm").metrics
+
+    # Then its metrics carry each baseline fitted on the same training chains
+    expected = baseline_metrics(train, heldout, graded_answers(chains))
+    for name, values in expected.items():
+        for metric in ("processbench_f1", "step_auroc", "first_error_accuracy"):
+            if metric in values:
+                assert metrics[f"baseline_{name}_{metric}"] == pytest.approx(values[metric])
+    assert "baseline_position_prior_step_auroc" in metrics
