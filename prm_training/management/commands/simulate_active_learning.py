@@ -2,7 +2,7 @@
 [--rounds N] [--batch K] [--seeds S] [--quick]`: replay labeled files as the oracle and
 compare acquisition strategies with random and the model-free baselines, paired by seed.
 
-The defaults (every strategy, 8 rounds of 40 chains after 20, 25 seeds) are sized for
+The defaults (every strategy, 8 rounds of 40 chains after 20, 50 seeds) are sized for
 ProcessBench's GSM8K and MATH files to resolve a 0.02 difference in F1; ``--quick`` is a
 small run for a smoke test, whose intervals resolve little.
 
@@ -21,11 +21,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.importers import FORMATS, LineError, detect_format, iter_chains
 from annotation.importers.formats import DETECT_HEAD_BYTES, FormatDetectionError
+from prm_training.ml.simulate import DEFAULT_SEEDS
 
 # How many rejected records a failed parse lists before "... and N more".
 SHOWN_ERRORS = 5
 # Run sizes: sized to resolve 0.02 F1 on ProcessBench, and a smoke test's.
-FULL = {"seeds": 25, "rounds": 8, "batch": 40, "seed_size": 20, "head_epochs": None}
+FULL = {"seeds": DEFAULT_SEEDS, "rounds": 8, "batch": 40, "seed_size": 20, "head_epochs": None}
 QUICK = {"seeds": 3, "rounds": 2, "batch": 8, "seed_size": 8, "head_epochs": 5}
 
 
@@ -115,7 +116,7 @@ class Command(BaseCommand):
             "--seeds",
             type=int,
             default=None,
-            help="number of seeds (0..N-1), default 25 (--quick 3)",
+            help=f"number of seeds (0..N-1), default {DEFAULT_SEEDS} (--quick 3)",
         )
         parser.add_argument(
             "--seed-size",
