@@ -13,6 +13,7 @@ correct chain); no labels are attached, the chains are for people to grade.
 >>> [c.answer == c.reference_answer for c in chains]
 [True, True, True]
 """
+
 from __future__ import annotations
 
 import ast
@@ -93,6 +94,7 @@ def evaluate(expr: str) -> float:
     >>> evaluate("2 \\\\times (12 + 9)")
     42
     """
+
     def walk(node: ast.AST) -> float:
         if isinstance(node, ast.Expression):
             return walk(node.body)
@@ -146,9 +148,7 @@ def _shopping(rng: random.Random) -> _Plan:
         givens[f"n{i}"] = rng.randint(2, 9)
         givens[f"p{i}"] = rng.randint(low, high)
         parts.append(f"{givens[f'n{i}']} {item} at {givens[f'p{i}']} dollars each")
-        ops.append(
-            _Op(f"c{i}", f"{{n{i}}} \\times {{p{i}}}", f"The {item} cost {{eq}} dollars.")
-        )
+        ops.append(_Op(f"c{i}", f"{{n{i}}} \\times {{p{i}}}", f"The {item} cost {{eq}} dollars."))
     subtotal = sum(givens[f"n{i}"] * givens[f"p{i}"] for i in range(len(items)))
     ops.append(
         _Op(
@@ -193,9 +193,7 @@ def _travel(rng: random.Random) -> _Plan:
         givens[f"s{i}"] = rng.choice((40, 50, 60, 70, 80, 90, 100, 120))
         givens[f"h{i}"] = rng.randint(1, 4)
         parts.append(f"{givens[f's{i}']} km/h for {givens[f'h{i}']} hours")
-        ops.append(
-            _Op(f"d{i}", f"{{s{i}}} \\times {{h{i}}}", f"Leg {i + 1} covers {{eq}} km.")
-        )
+        ops.append(_Op(f"d{i}", f"{{s{i}}} \\times {{h{i}}}", f"Leg {i + 1} covers {{eq}} km."))
     ops.append(
         _Op("dist", " + ".join(f"{{d{i}}}" for i in range(legs)), "The whole trip is {eq} km.")
     )

@@ -1,7 +1,10 @@
 """Read paths for projects with their progress and members. Shared by the API, the pages
 and the admin-free commands; access checks stay in ``annotation.selectors``."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -11,6 +14,7 @@ from django.db.models import (
     Count,
     F,
     IntegerField,
+    JSONField,
     OuterRef,
     Q,
     QuerySet,
@@ -20,6 +24,7 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Coalesce, Least
+from django.utils import timezone
 
 from annotation.models import Membership, Project, Role
 from annotation.selectors import project_get_for_member, project_list_for_user
@@ -55,10 +60,62 @@ def progress_annotations() -> dict[str, Any]:
     }
 
 
+PROGRESS_FIELDS = ("chains_total", "chains_finished", "chains_flagged", "annotations_finished")
+
+
+def progress_as_annotators_see_it(
+    projects: Iterable[Project], *, now: datetime | None = None
+) -> list[Project]:
+    """``projects`` (from ``project_list_with_progress``) with the progress each caller
+    may see: live for leads and ML staff; for an annotator, the project's progress as it
+    stood at the first reading of the day, the same all day for every annotator
+    (``progress_as_of`` is that day; None where the progress is live).
+
+    Why: progress leaves gold chains out, so were it live, reading it before and after a
+    submit would tell an annotator whether that chain was gold. Frozen for the day, it
+    moves once a day by the whole team's work, like the annotator's own gold score
+    (``annotator_stats_get``). The first reading of a day stores the day's figures on
+    its projects: one conditional UPDATE (a concurrent first reader's figures are kept,
+    so every annotator reads the same) and one read back, whatever the number of
+    projects; no query at all on the other readings."""
+    today = timezone.localdate(now).isoformat()
+    shown = list(projects)
+    frozen: dict[int, dict[str, Any]] = {}
+    stale: dict[int, dict[str, Any]] = {}
+    for project in shown:
+        project.progress_as_of = None  # type: ignore[attr-defined]
+        if project.my_role != Role.ANNOTATOR:  # type: ignore[attr-defined]
+            continue
+        if project.annotator_progress.get("day") == today:
+            frozen[project.pk] = project.annotator_progress
+        else:
+            stale[project.pk] = {"day": today, **{f: getattr(project, f) for f in PROGRESS_FIELDS}}
+    if stale:
+        # A missing key is SQL's NULL, which a bare ~Q(...) would leave out.
+        unset = Q(annotator_progress__day__isnull=True) | ~Q(annotator_progress__day=today)
+        Project.objects.filter(unset, pk__in=stale).update(
+            annotator_progress=Case(
+                *(When(pk=pk, then=Value(figures, JSONField())) for pk, figures in stale.items()),
+                output_field=JSONField(),
+            )
+        )
+        frozen.update(Project.objects.filter(pk__in=stale).values_list("pk", "annotator_progress"))
+    for project in shown:
+        figures = frozen.get(project.pk)
+        if figures is None:
+            continue
+        for name in PROGRESS_FIELDS:
+            setattr(project, name, figures[name])
+        project.annotations_needed = figures["chains_total"] * project.overlap  # type: ignore[attr-defined]
+        project.progress_as_of = figures["day"]  # type: ignore[attr-defined]
+    return shown
+
+
 def project_list_with_progress(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Project]:
     """The user's projects, each annotated in one query with ``progress_annotations``,
     ``annotations_needed`` = chains x overlap, and ``my_role``: the user's role (a
-    superuser without a membership counts as lead)."""
+    superuser without a membership counts as lead). Live figures: pass what is shown
+    through ``progress_as_annotators_see_it``."""
     role = Subquery(
         Membership.objects.filter(project=OuterRef("pk"), user_id=user.pk).values("role")[:1],
         output_field=CharField(),
@@ -76,10 +133,13 @@ def project_list_with_progress(*, user: AbstractBaseUser | AnonymousUser) -> Que
 def project_get_with_progress(
     *, user: AbstractBaseUser | AnonymousUser, project_id: int | str
 ) -> Project:
-    """One project with the annotations of ``project_list_with_progress``.
+    """One project with the annotations of ``project_list_with_progress``, its progress
+    as the caller may see it (``progress_as_annotators_see_it``).
     Raises Http404 when the user is not a member (see ``project_get_for_member``)."""
     project = project_get_for_member(user=user, project_id=project_id)
-    return project_list_with_progress(user=user).get(pk=project.pk)
+    live = project_list_with_progress(user=user).get(pk=project.pk)
+    (shown,) = progress_as_annotators_see_it([live])
+    return shown
 
 
 def membership_list(*, project: Project) -> QuerySet[Membership]:

@@ -17,6 +17,7 @@ from annotation.dataset_selectors import snapshot_get
 from annotation.models import ImportBatch, Role
 from annotation.project_selectors import (
     membership_list,
+    progress_as_annotators_see_it,
     project_get_with_progress,
     project_list_with_progress,
 )
@@ -33,7 +34,7 @@ class LoginView(auth_views.LoginView):
 @require_GET
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    projects = list(project_list_with_progress(user=request.user))
+    projects = progress_as_annotators_see_it(project_list_with_progress(user=request.user))
     return render(request, "annotation/home.html", {"projects": projects})
 
 

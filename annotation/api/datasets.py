@@ -5,6 +5,7 @@ selector, serialize or stream.
 - `POST` the same URL (leads) freezes the current consensus into a new one;
 - `GET /api/v1/projects/{id}/export/?format=...` (leads) streams a snapshot's export.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -199,6 +200,5 @@ def _filename(*, snapshot: Snapshot, fmt: str, split: str | None) -> str:
     part = f"-{split}" if split else ""
     suffix = f"{fmt}." if fmt in ("prm800k", "trl", "processbench") else ""
     return (
-        f"steplab-project{snapshot.project_id}-v{snapshot.version}{part}."
-        f"{suffix}{EXTENSIONS[fmt]}"
+        f"steplab-project{snapshot.project_id}-v{snapshot.version}{part}.{suffix}{EXTENSIONS[fmt]}"
     )

@@ -1,5 +1,6 @@
 """The data layer raises Django's ValidationError (it does not depend on DRF); this turns
 it into a 400 with field errors where an endpoint calls a service."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

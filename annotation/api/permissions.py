@@ -2,6 +2,7 @@
 ``project_for_request``, a thin wrapper over ``annotation.selectors.project_get_for_member``,
 so the API and the pages apply the same rule (invariant 6): a non-member gets 404, a member
 without the needed role 403."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable

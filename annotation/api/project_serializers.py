@@ -1,9 +1,11 @@
 """Input and output serializers of the projects and members endpoints."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -87,6 +89,14 @@ class ProjectProgressSerializer(serializers.Serializer):
         help_text="Finished human annotations, at most `overlap` counted per chain."
     )
     percent = serializers.SerializerMethodField()
+    as_of = serializers.SerializerMethodField(
+        help_text="For annotators: the day whose first reading these figures are, the same "
+        "all day (live figures would tell gold chains from real ones). Null: live."
+    )
+
+    @extend_schema_field(OpenApiTypes.DATE)
+    def get_as_of(self, project: Project) -> str | None:
+        return getattr(project, "progress_as_of", None)
 
     def get_percent(self, project: Project) -> float:
         needed = project.annotations_needed  # type: ignore[attr-defined]

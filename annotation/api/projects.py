@@ -1,4 +1,5 @@
 """Projects and members. Thin: validate, check access, call one service, serialize."""
+
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
@@ -24,6 +25,7 @@ from annotation.api.project_serializers import (
 from annotation.models import Membership, Project
 from annotation.project_selectors import (
     membership_list,
+    progress_as_annotators_see_it,
     project_get_with_progress,
     project_list_with_progress,
 )
@@ -58,7 +60,7 @@ class ProjectListCreateApi(GenericAPIView):
         responses=ProjectOutputSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
-        page = self.paginate_queryset(self.get_queryset())
+        page = progress_as_annotators_see_it(self.paginate_queryset(self.get_queryset()) or [])
         return self.get_paginated_response(ProjectOutputSerializer(page, many=True).data)
 
     @extend_schema(

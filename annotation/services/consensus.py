@@ -24,6 +24,7 @@ support of a tie is then 1/2 (or 1/3), which lets training down-weight it.
 The pure part (``step_consensus``, ``chain_consensus``) takes plain lists so it is tested
 without a database; ``consensus_for_chains`` loads the votes of many chains in one query.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -125,9 +126,17 @@ def current_votes(
     chain only the newest adjudication counts, whoever the lead."""
     # chain id -> voter key -> (created_at, annotation id, by, source, {index: rating})
     latest: dict[int, dict[object, tuple[datetime, int, str, str, dict[int, int]]]] = {}
-    for chain_id, annotation_id, source, source_name, user_id, username, created, index, rating in (
-        rows
-    ):
+    for (
+        chain_id,
+        annotation_id,
+        source,
+        source_name,
+        user_id,
+        username,
+        created,
+        index,
+        rating,
+    ) in rows:
         voters = latest.setdefault(chain_id, {})
         if source == AnnotationSource.HUMAN:
             key: object = ("human", user_id)
@@ -194,4 +203,3 @@ def consensus_for_chains(
         )
         for chain_id, step_count in chain_step_counts.items()
     }
-

@@ -7,6 +7,7 @@ a snapshot when nothing changed still makes a new version (numbers are cheap, an
 version then also records who froze the data and when); its ``content_hash`` equals the
 previous one's, which is how a lead or a training run tells that nothing changed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -85,9 +86,7 @@ def snapshot_create(
     if not 0 <= heldout_fraction < 1:
         raise ValidationError({"heldout_fraction": "Must be at least 0 and below 1."})
     if ambiguous not in AMBIGUOUS_CHOICES:
-        raise ValidationError(
-            {"ambiguous": f"Must be one of {', '.join(AMBIGUOUS_CHOICES)}."}
-        )
+        raise ValidationError({"ambiguous": f"Must be one of {', '.join(AMBIGUOUS_CHOICES)}."})
     with transaction.atomic():
         _snapshots_lock(project=project)
         latest = Snapshot.objects.filter(project=project).aggregate(latest=Max("version"))
@@ -145,9 +144,7 @@ def _write_rows(*, snapshot: Snapshot, project: Project) -> dict[str, Any]:
             Chain.objects.filter(project=project, content_hash__gt=last_hash)
             .filter(Exists(annotated))
             .order_by("content_hash")
-            .values_list("id", "content_hash", "step_count", "problem__content_hash")[
-                :CHUNK_CHAINS
-            ]
+            .values_list("id", "content_hash", "step_count", "problem__content_hash")[:CHUNK_CHAINS]
         )
         if not chunk:
             break

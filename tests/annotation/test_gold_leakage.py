@@ -6,6 +6,7 @@ must have exactly the shape of an ordinary one."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -210,3 +211,160 @@ def _project_routes() -> list[str]:
 
     walk(get_resolver(), "")
     return found
+
+
+# ------------------------------------------------------------------ before and after
+
+
+def _flat(value: Any, path: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {
+            k: v for key, item in value.items() for k, v in _flat(item, f"{path}.{key}").items()
+        }
+    if isinstance(value, list):
+        return {
+            k: v for i, item in enumerate(value) for k, v in _flat(item, f"{path}[{i}]").items()
+        }
+    return {path: value}
+
+
+_VOLATILE_HTML = re.compile(r'(csrfmiddlewaretoken" value="|nonce="|csrftoken=)[^"]*')
+
+
+def _numbers(html: str) -> list[int]:
+    return [int(n) for n in re.findall(r"\d+", _VOLATILE_HTML.sub("", html))]
+
+
+def _readable(api: Any, page: Client, project_id: int) -> dict[str, Any]:
+    """Everything the annotator can read that takes no chain or lease id: every GET
+    route of the project, the project list, and the pages."""
+    seen: dict[str, Any] = {"/api/v1/projects/": api.get("/api/v1/projects/").json()}
+    for pattern in _project_routes():
+        url = pattern.replace("<int:project_id>", str(project_id))
+        response = (page if not url.startswith("/api/") else api).get(url)
+        if response.status_code != 200:
+            continue
+        if "json" in response.get("Content-Type", ""):
+            seen[url] = response.json()
+        else:
+            seen[url] = _numbers(response.content.decode())
+    for url in ("/", f"/projects/{project_id}/", f"/projects/{project_id}/label/"):
+        seen[url] = _numbers(page.get(url).content.decode())
+    return seen
+
+
+def _moves(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What changed between two readings: for JSON, each changed path with its numeric
+    step (or "changed"); for a page, the steps of its numbers in order."""
+    moved: dict[str, Any] = {}
+    assert before.keys() == after.keys()
+    for url in before:
+        if isinstance(before[url], list) and all(isinstance(n, int) for n in before[url]):
+            a, b = before[url], after[url]
+            moved[url] = (
+                ("count", len(b) - len(a))
+                if len(a) != len(b)
+                else [y - x for x, y in zip(a, b, strict=True) if y != x]
+            )
+            continue
+        flat_a, flat_b = _flat(before[url]), _flat(after[url])
+        for path in flat_a.keys() | flat_b.keys():
+            x, y = flat_a.get(path), flat_b.get(path)
+            if x == y:
+                continue
+            number = isinstance(x, int | float) and isinstance(y, int | float)
+            moved[url + path] = (y - x) if number else "changed"
+    return moved
+
+
+@pytest.mark.parametrize("action", ["submit", "skip", "flag"])
+def test_what_an_annotator_reads_moves_alike_for_gold_and_real_chains(
+    project, make_member, client_for, action
+):
+    """Read everything, act on a gold chain, read again; then the same with a real chain:
+    the two readings must move the same way (the same fields by the same steps)."""
+    # Given: two gold chains served first (gold_rate 1), then two real ones, overlap 1 so
+    # a real chain finishes at its first submit
+    lead = make_member(project, "lead")
+    project.gold_rate, project.overlap = 1.0, 1
+    project.save()
+    gold = [ChainFactory(project=project) for _ in range(2)]
+    for chain in gold:
+        adjudication_create(
+            chain=chain,
+            lead=lead,
+            ratings=[AdjudicatedRating(step_id=s.pk, rating=1) for s in chain.steps.all()],
+            note="",
+        )
+    gold_mark(project=project, chain_ids=[chain.pk for chain in gold])
+    real = [ChainFactory(project=project) for _ in range(2)]
+    user = make_member(project)
+    api = client_for(user)
+    page = Client()
+    page.force_login(user)
+    base = f"/api/v1/projects/{project.pk}"
+
+    def act() -> tuple[int, dict[str, Any]]:
+        lease = api.post(f"{base}/assignments/next/").json()
+        before = _readable(api, page, project.pk)
+        lease_id = lease["assignment"]["id"]
+        if action == "submit":
+            done = api.post(
+                f"/api/v1/assignments/{lease_id}/submit/", rate_all(lease["chain"]), format="json"
+            )
+        else:
+            done = api.post(
+                f"/api/v1/assignments/{lease_id}/{action}/", {"reason": "unclear"}, format="json"
+            )
+        assert done.status_code in (200, 201), done.content
+        return lease["chain"]["id"], _moves(before, _readable(api, page, project.pk))
+
+    # When: the annotator acts on a gold chain, a second gold chain is served and handled
+    # the same way, and then a real chain
+    first_gold, gold_moves = act()
+    act()
+    first_real, real_moves = act()
+
+    # Then: the readings moved alike
+    assert first_gold in {c.pk for c in gold} and first_real in {c.pk for c in real}
+    assert gold_moves == real_moves
+
+
+def test_annotators_see_the_day_s_first_reading_and_leads_the_live_figures(
+    project, make_member, client_for
+):
+    # Given: a project with one finished chain of two, read by an annotator in the morning
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from annotation.project_selectors import (
+        progress_as_annotators_see_it,
+        project_list_with_progress,
+    )
+
+    project.overlap = 1
+    project.save()
+    done, later = ChainFactory(project=project), ChainFactory(project=project)
+    annotator, lead = make_member(project), make_member(project, "lead")
+    annotation_with_ratings(chain=done, annotator=lead, labels=[1, 1, 1])
+    Chain.objects.filter(pk=done.pk).update(finished_count=1, is_finished=True)
+    morning = client_for(annotator).get(f"/api/v1/projects/{project.pk}/").json()["progress"]
+
+    # When: the other chain is finished during the day
+    annotation_with_ratings(chain=later, annotator=lead, labels=[1, 1, 1])
+    Chain.objects.filter(pk=later.pk).update(finished_count=1, is_finished=True)
+
+    # Then: annotators still read the morning's figures, marked with their day; the lead
+    # reads the live ones
+    noon = client_for(annotator).get(f"/api/v1/projects/{project.pk}/").json()["progress"]
+    assert noon == morning
+    assert (noon["chains_finished"], noon["as_of"]) == (1, timezone.localdate().isoformat())
+    live = client_for(lead).get(f"/api/v1/projects/{project.pk}/").json()["progress"]
+    assert (live["chains_finished"], live["as_of"]) == (2, None)
+    # And the next day's first reading moves by the whole day's work
+    tomorrow = timezone.now() + timedelta(days=1)
+    (shown,) = progress_as_annotators_see_it(
+        project_list_with_progress(user=annotator).filter(pk=project.pk), now=tomorrow
+    )
+    assert shown.chains_finished == 2

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from annotation.models import LabelingMode, Membership, Project, Role
@@ -130,8 +131,10 @@ def test_list_shows_only_own_projects_with_role_and_progress(
         "annotations_needed": 6,
         "annotations_finished": 3,  # 0 + 1 + min(3, 2)
         "percent": 50.0,
+        "as_of": timezone.localdate().isoformat(),  # an annotator's: today's first reading
     }
     assert results["empty"]["role"] == "lead"
+    assert results["empty"]["progress"]["as_of"] is None  # a lead's: live
     assert results["empty"]["progress"]["annotations_finished"] == 0
     assert results["empty"]["progress"]["annotations_needed"] == 0
 
@@ -159,10 +162,13 @@ def test_list_query_count_does_not_grow_with_projects(
         ChainFactory(project=p)
         ChainFactory(project=p, finished_count=1, is_finished=True)
     client = client_for(user)
-    # When listing, then two queries: the page count and the annotated page
-    with django_assert_num_queries(2):
+    # When listing, then two queries: the page count and the annotated page, and on the
+    # day's first reading two more to freeze the annotators' figures (one UPDATE, one read)
+    with django_assert_num_queries(4):
         response = client.get("/api/v1/projects/")
     assert len(response.json()["results"]) == project_count
+    with django_assert_num_queries(2):
+        assert client.get("/api/v1/projects/").json() == response.json()
 
 
 def test_staff_creates_project_and_becomes_its_lead(client_for: Callable[..., APIClient]) -> None:

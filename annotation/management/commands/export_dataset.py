@@ -1,4 +1,5 @@
 """`manage.py export_dataset PROJECT --format ... --out PATH`: write a snapshot's labels."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -79,6 +80,5 @@ class Command(BaseCommand):
             f"exported {result.records:,} {noun} ({result.steps:,} labeled steps) "
             f'of "{project.name}" {made} v{snapshot.version} '
             f"({snapshot.content_hash[:12]}) as {result.format} to {out}; "
-            f"ambiguous={result.ambiguous}"
-            + (f", split={result.split}" if result.split else "")
+            f"ambiguous={result.ambiguous}" + (f", split={result.split}" if result.split else "")
         )

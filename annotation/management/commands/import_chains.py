@@ -1,4 +1,5 @@
 """`manage.py import_chains PROJECT FILE [--format ...]`: import a file of chains."""
+
 from __future__ import annotations
 
 import shutil

@@ -3,6 +3,7 @@
 Idempotent: users, projects and memberships are looked up before they are created, and
 the chains go through the import service, whose file hash makes a second import of the
 same (deterministic) file a no-op. A demo user's changed password is left alone."""
+
 from __future__ import annotations
 
 import tempfile
