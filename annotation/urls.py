@@ -10,7 +10,7 @@ urlpatterns = [
     path("login/", views.LoginView.as_view(), name="login"),
     # Django 5 only accepts POST here: a link or an <img> cannot log anyone out.
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("projects/<int:project_id>/", views.project_overview, name="project-overview"),
-    path("projects/<int:project_id>/label/", views.label_workspace, name="label-workspace"),
-    path("projects/<int:project_id>/review/", views.review_page, name="review-page"),
+    path("projects/<id:project_id>/", views.project_overview, name="project-overview"),
+    path("projects/<id:project_id>/label/", views.label_workspace, name="label-workspace"),
+    path("projects/<id:project_id>/review/", views.review_page, name="review-page"),
 ]

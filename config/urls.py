@@ -1,12 +1,16 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, register_converter
 from drf_spectacular.views import (
     SpectacularAPIView,
     SpectacularRedocView,
     SpectacularSwaggerSplitView,
 )
 
+from config.converters import IdConverter
 from config.health import healthz
+
+# Before the includes below: their routes name ids as <id:...>.
+register_converter(IdConverter, "id")
 
 urlpatterns = [
     path("admin/", admin.site.urls),

@@ -5,5 +5,5 @@ from django.urls import path
 from prm_training import views
 
 urlpatterns = [
-    path("projects/<int:project_id>/models/", views.models_page, name="project-models"),
+    path("projects/<id:project_id>/models/", views.models_page, name="project-models"),
 ]

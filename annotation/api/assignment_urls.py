@@ -12,27 +12,27 @@ from annotation.api.assignments import (
 
 urlpatterns = [
     path(
-        "projects/<int:project_id>/assignments/next/",
+        "projects/<id:project_id>/assignments/next/",
         AssignmentNextView.as_view(),
         name="assignment-next",
     ),
     path(
-        "projects/<int:project_id>/assignments/prefetch/",
+        "projects/<id:project_id>/assignments/prefetch/",
         AssignmentPrefetchView.as_view(),
         name="assignment-prefetch",
     ),
     path(
-        "assignments/<int:assignment_id>/submit/",
+        "assignments/<id:assignment_id>/submit/",
         AssignmentSubmitView.as_view(),
         name="assignment-submit",
     ),
     path(
-        "assignments/<int:assignment_id>/renew/",
+        "assignments/<id:assignment_id>/renew/",
         AssignmentRenewView.as_view(),
         name="assignment-renew",
     ),
     path(
-        "assignments/<int:assignment_id>/skip/",
+        "assignments/<id:assignment_id>/skip/",
         AssignmentSkipView.as_view(),
         name="assignment-skip",
     ),

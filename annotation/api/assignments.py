@@ -31,6 +31,7 @@ from rest_framework.views import APIView, exception_handler
 
 from annotation.api.authentication import token_key, user_for_token
 from annotation.api.errors import validation_error_detail
+from annotation.api.fields import BIGINT_MAX, INT32_MAX, INT32_MIN, IdField, RatingField
 from annotation.models import (
     Annotation,
     Assignment,
@@ -325,9 +326,9 @@ def lease_payload(*, assignment: Assignment, project: Project) -> dict[str, Any]
 
 
 class RatingInputSerializer(serializers.Serializer):
-    step = serializers.IntegerField(help_text="A step id of the leased chain.")
+    step = IdField(help_text="A step id of the leased chain.")
     # Range-checked by the service, whose message names the step.
-    rating = serializers.IntegerField(help_text="-1 (incorrect), 0 (ambiguous) or 1 (correct).")
+    rating = RatingField(help_text="-1 (incorrect), 0 (ambiguous) or 1 (correct).")
     comment = serializers.CharField(
         required=False, allow_blank=True, default="", max_length=10_000, trim_whitespace=True
     )
@@ -382,15 +383,12 @@ class SubmitInputSerializer(serializers.Serializer):
     )
 
 
-_INT32_MAX = 2**31 - 1
-
-
 def _plain_int(value: Any, *, low: int | None = None, high: int | None = None) -> bool:
     return type(value) is int and (low is None or value >= low) and (high is None or value <= high)
 
 
 def _plain_duration(value: Any) -> bool:
-    return value is None or _plain_int(value, low=0, high=_INT32_MAX)
+    return value is None or _plain_int(value, low=0, high=INT32_MAX)
 
 
 def _submit_input_fast(data: Any) -> dict[str, Any] | None:
@@ -408,7 +406,11 @@ def _submit_input_fast(data: Any) -> dict[str, Any] | None:
             return None
         step, rating = item.get("step"), item.get("rating")
         duration = item.get("duration_ms")
-        if not (_plain_int(step) and _plain_int(rating) and _plain_duration(duration)):
+        if not (
+            _plain_int(step, low=1, high=BIGINT_MAX)
+            and _plain_int(rating, low=INT32_MIN, high=INT32_MAX)
+            and _plain_duration(duration)
+        ):
             return None
         ratings.append({"step": step, "rating": rating, "comment": "", "duration_ms": duration})
     request_id = data.get("request_id", "")

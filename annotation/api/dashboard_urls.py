@@ -6,7 +6,7 @@ from annotation.api.dashboard import DashboardApi
 
 urlpatterns = [
     path(
-        "projects/<int:project_id>/dashboard/",
+        "projects/<id:project_id>/dashboard/",
         DashboardApi.as_view(),
         name="api-project-dashboard",
     ),

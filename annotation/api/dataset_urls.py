@@ -4,9 +4,9 @@ from annotation.api.datasets import ExportApi, SnapshotListCreateApi
 
 urlpatterns = [
     path(
-        "projects/<int:project_id>/snapshots/",
+        "projects/<id:project_id>/snapshots/",
         SnapshotListCreateApi.as_view(),
         name="api-project-snapshots",
     ),
-    path("projects/<int:project_id>/export/", ExportApi.as_view(), name="api-project-export"),
+    path("projects/<id:project_id>/export/", ExportApi.as_view(), name="api-project-export"),
 ]

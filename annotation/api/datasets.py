@@ -23,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from annotation.api.errors import service_errors_as_400
+from annotation.api.fields import INT32_MAX
 from annotation.api.permissions import LEADS, project_for_request
 from annotation.dataset_selectors import snapshot_get, snapshot_list
 from annotation.models import Role, Snapshot, SnapshotSplit
@@ -45,7 +46,9 @@ class SnapshotCreateInputSerializer(serializers.Serializer):
     heldout_fraction = serializers.FloatField(
         default=0.2, min_value=0.0, max_value=0.99, help_text="Share of problems held out."
     )
-    seed = serializers.IntegerField(default=0, help_text="Seed of the problem-level split.")
+    seed = serializers.IntegerField(
+        default=0, min_value=0, max_value=INT32_MAX, help_text="Seed of the problem-level split."
+    )
     ambiguous = serializers.ChoiceField(
         choices=AMBIGUOUS_CHOICES,
         default=DEFAULT_AMBIGUOUS,
@@ -70,7 +73,10 @@ class SnapshotOutputSerializer(serializers.Serializer):
 class ExportInputSerializer(serializers.Serializer):
     format = serializers.ChoiceField(choices=EXPORT_FORMATS)
     snapshot = serializers.IntegerField(
-        required=False, min_value=1, help_text="Snapshot version; the newest when omitted."
+        required=False,
+        min_value=1,
+        max_value=INT32_MAX,
+        help_text="Snapshot version; the newest when omitted.",
     )
     ambiguous = serializers.ChoiceField(
         choices=AMBIGUOUS_CHOICES,
@@ -145,7 +151,11 @@ class ExportApi(GenericAPIView):
         ),
         parameters=[
             OpenApiParameter("format", str, enum=EXPORT_FORMATS, required=True),
-            OpenApiParameter("snapshot", int, description="Version; newest when omitted."),
+            OpenApiParameter(
+                "snapshot",
+                {"type": "integer", "minimum": 1, "maximum": INT32_MAX},
+                description="Version; newest when omitted.",
+            ),
             OpenApiParameter("ambiguous", str, enum=AMBIGUOUS_CHOICES),
             OpenApiParameter("split", str, enum=SnapshotSplit.values),
         ],

@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.api.errors import service_errors_as_400
+from annotation.api.fields import IdField
 from annotation.api.permissions import LEADS, project_for_request
 from annotation.gold_selectors import gold_scores, screening_list
 from annotation.models import Chain, ImportBatch, Membership, Screening, ScreeningStatus
@@ -37,7 +38,7 @@ MAX_CHAINS_PER_REQUEST = 10_000
 
 class GoldMarkInputSerializer(serializers.Serializer):
     chain_ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=1),
+        child=IdField(),
         allow_empty=False,
         max_length=MAX_CHAINS_PER_REQUEST,
         help_text="Chains of this project.",
@@ -45,9 +46,7 @@ class GoldMarkInputSerializer(serializers.Serializer):
 
 
 class GoldFromImportInputSerializer(serializers.Serializer):
-    import_batch = serializers.IntegerField(
-        min_value=1, help_text="An import of this project that carried labels."
-    )
+    import_batch = IdField(help_text="An import of this project that carried labels.")
 
 
 class GoldMarkOutputSerializer(serializers.Serializer):

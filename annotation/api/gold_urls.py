@@ -12,17 +12,17 @@ from annotation.api.gold import (
 )
 
 urlpatterns = [
-    path("projects/<int:project_id>/gold/", GoldChainListApi.as_view(), name="api-gold-chains"),
-    path("projects/<int:project_id>/gold/mark/", GoldMarkApi.as_view(), name="api-gold-mark"),
-    path("projects/<int:project_id>/gold/unmark/", GoldUnmarkApi.as_view(), name="api-gold-unmark"),
+    path("projects/<id:project_id>/gold/", GoldChainListApi.as_view(), name="api-gold-chains"),
+    path("projects/<id:project_id>/gold/mark/", GoldMarkApi.as_view(), name="api-gold-mark"),
+    path("projects/<id:project_id>/gold/unmark/", GoldUnmarkApi.as_view(), name="api-gold-unmark"),
     path(
-        "projects/<int:project_id>/gold/from-import/",
+        "projects/<id:project_id>/gold/from-import/",
         GoldFromImportApi.as_view(),
         name="api-gold-from-import",
     ),
-    path("projects/<int:project_id>/gold/scores/", GoldScoresApi.as_view(), name="api-gold-scores"),
+    path("projects/<id:project_id>/gold/scores/", GoldScoresApi.as_view(), name="api-gold-scores"),
     path(
-        "projects/<int:project_id>/gold/screenings/<int:user_id>/reset/",
+        "projects/<id:project_id>/gold/screenings/<id:user_id>/reset/",
         ScreeningResetApi.as_view(),
         name="api-gold-screening-reset",
     ),

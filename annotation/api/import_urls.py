@@ -4,7 +4,7 @@ from annotation.api.imports import ImportCreateApi
 
 urlpatterns = [
     path(
-        "projects/<int:project_id>/imports/",
+        "projects/<id:project_id>/imports/",
         ImportCreateApi.as_view(),
         name="api-project-imports",
     ),

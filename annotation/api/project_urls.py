@@ -9,14 +9,14 @@ from annotation.api.projects import (
 
 urlpatterns = [
     path("projects/", ProjectListCreateApi.as_view(), name="api-projects"),
-    path("projects/<int:project_id>/", ProjectDetailApi.as_view(), name="api-project"),
+    path("projects/<id:project_id>/", ProjectDetailApi.as_view(), name="api-project"),
     path(
-        "projects/<int:project_id>/members/",
+        "projects/<id:project_id>/members/",
         MemberListCreateApi.as_view(),
         name="api-project-members",
     ),
     path(
-        "projects/<int:project_id>/members/<int:user_id>/",
+        "projects/<id:project_id>/members/<id:user_id>/",
         MemberDetailApi.as_view(),
         name="api-project-member",
     ),

@@ -26,6 +26,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from annotation.api.errors import service_errors_as_400
+from annotation.api.fields import IdField
 from annotation.api.permissions import LEADS, project_for_request
 from annotation.models import Annotation, Chain, Role
 from annotation.review_selectors import chain_disagreements, chain_flags, chain_labels
@@ -173,7 +174,7 @@ class ChainLabelsApi(GenericAPIView):
 
 
 class AdjudicatedRatingInputSerializer(serializers.Serializer):
-    step = serializers.IntegerField(help_text="Step id.")
+    step = IdField(help_text="Step id.")
     rating = serializers.ChoiceField(choices=[-1, 0, 1])
 
 

@@ -6,14 +6,14 @@ from annotation.api.workspace import AssignmentFlagView, AssignmentSubmitAndNext
 
 urlpatterns = [
     path(
-        "assignments/<int:assignment_id>/flag/",
+        "assignments/<id:assignment_id>/flag/",
         AssignmentFlagView.as_view(),
         name="assignment-flag",
     ),
     path(
-        "assignments/<int:assignment_id>/submit-and-next/",
+        "assignments/<id:assignment_id>/submit-and-next/",
         AssignmentSubmitAndNextView.as_view(),
         name="assignment-submit-and-next",
     ),
-    path("projects/<int:project_id>/my-stats/", MyStatsView.as_view(), name="project-my-stats"),
+    path("projects/<id:project_id>/my-stats/", MyStatsView.as_view(), name="project-my-stats"),
 ]

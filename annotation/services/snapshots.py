@@ -57,6 +57,9 @@ def problem_split(*, problem_hash: str, seed: int, heldout_fraction: float) -> s
     return SnapshotSplit.HELDOUT if position < heldout_fraction else SnapshotSplit.TRAIN
 
 
+SEED_MAX = 2**31 - 1  # Snapshot.seed is an integer column
+
+
 def snapshot_row_digest(*, chain_hash: str, split: str, labels: list[int | None]) -> bytes:
     """The canonical bytes of one snapshot row in the content hash."""
     return json.dumps([chain_hash, split, labels], separators=(",", ":")).encode() + b"\n"
@@ -79,12 +82,16 @@ def snapshot_create(
     rules in force and ``trl_ambiguous``, the default mapping of ambiguous steps for TRL
     exports.
 
-    Raises ValidationError for a held-out fraction outside [0, 1), an unknown
-    ``ambiguous`` or a project with no labeled step. Snapshots of one project are
+    Raises ValidationError for a held-out fraction outside [0, 1), a seed outside what
+    its column holds (0 .. 2**31 - 1: a larger one would not be stored as given, and the
+    stored seed would not reproduce the split), an unknown ``ambiguous`` or a project
+    with no labeled step. Snapshots of one project are
     serialised by an advisory lock, so versions are gapless and never collide; labeling
     goes on meanwhile (the snapshot sees what was committed when each chunk was read)."""
     if not 0 <= heldout_fraction < 1:
         raise ValidationError({"heldout_fraction": "Must be at least 0 and below 1."})
+    if not 0 <= seed <= SEED_MAX:
+        raise ValidationError({"seed": f"Must be between 0 and {SEED_MAX}."})
     if ambiguous not in AMBIGUOUS_CHOICES:
         raise ValidationError({"ambiguous": f"Must be one of {', '.join(AMBIGUOUS_CHOICES)}."})
     with transaction.atomic():

@@ -151,7 +151,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "DEFAULT_PAGINATION_CLASS": "annotation.api.fields.PageNumberPagination",
     "PAGE_SIZE": 50,
     # How many reverse proxies stand in front of gunicorn. DRF otherwise trusts the
     # client's own X-Forwarded-For header, so a password guesser could dodge the sign-in
@@ -199,6 +199,10 @@ CACHES = {
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Steplab API",
+    # config/converters.py: an id in a path is a bigint.
+    "PATH_CONVERTER_OVERRIDES": {
+        "id": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+    },
     "DESCRIPTION": "Step-level labeling of reasoning chains for process reward models.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,

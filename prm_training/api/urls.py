@@ -15,38 +15,38 @@ from prm_training.api.views import (
 
 urlpatterns = [
     path(
-        "projects/<int:project_id>/training-runs/",
+        "projects/<id:project_id>/training-runs/",
         ProjectTrainingRunsApi.as_view(),
         name="api-training-runs",
     ),
-    path("training-runs/<int:run_id>/", TrainingRunDetailApi.as_view(), name="api-training-run"),
+    path("training-runs/<id:run_id>/", TrainingRunDetailApi.as_view(), name="api-training-run"),
     path(
-        "training-runs/<int:run_id>/cancel/",
+        "training-runs/<id:run_id>/cancel/",
         TrainingRunCancelApi.as_view(),
         name="api-training-run-cancel",
     ),
     path(
-        "projects/<int:project_id>/model-versions/",
+        "projects/<id:project_id>/model-versions/",
         ProjectModelVersionsApi.as_view(),
         name="api-model-versions",
     ),
     path(
-        "model-versions/<int:version_id>/activate/",
+        "model-versions/<id:version_id>/activate/",
         ModelVersionActivateApi.as_view(),
         name="api-model-version-activate",
     ),
     path(
-        "projects/<int:project_id>/training-settings/",
+        "projects/<id:project_id>/training-settings/",
         ProjectTrainingSettingsApi.as_view(),
         name="api-training-settings",
     ),
     path(
-        "projects/<int:project_id>/scoring-runs/",
+        "projects/<id:project_id>/scoring-runs/",
         ProjectScoringRunsApi.as_view(),
         name="api-scoring-runs",
     ),
     path(
-        "scoring-runs/<int:scoring_run_id>/",
+        "scoring-runs/<id:scoring_run_id>/",
         ScoringRunDetailApi.as_view(),
         name="api-scoring-run",
     ),

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.api.errors import service_errors_as_400
+from annotation.api.fields import IdField
 from annotation.selectors import project_get_for_member
 from prm_training.models import (
     AcquisitionStrategy,
@@ -36,6 +37,7 @@ from prm_training.services.scoring import scoring_run_start
 from prm_training.services.training import (
     AMBIGUOUS_RULES,
     CLASS_WEIGHTS,
+    CONFIG_FIELDS,
     MODES,
     model_version_activate,
     project_training_settings_get,
@@ -52,6 +54,15 @@ RUN_LIST_LIMIT = 50
 # --- training runs -----------------------------------------------------------------------
 
 
+def _config_int(name: str, **kwargs: Any) -> serializers.IntegerField:
+    """An integer training setting, with the range ``training_config_clean`` enforces
+    (``CONFIG_FIELDS``), so the schema states it and a value past it is refused here."""
+    field = CONFIG_FIELDS[name]
+    return serializers.IntegerField(
+        required=False, min_value=field.low, max_value=field.high, **kwargs
+    )
+
+
 class TrainingRunInputSerializer(serializers.Serializer):
     """PRMConfig fields; any left out take the ML package's defaults."""
 
@@ -63,14 +74,14 @@ class TrainingRunInputSerializer(serializers.Serializer):
         "blank for the bundled all-MiniLM-L6-v2.",
     )
     mode = serializers.ChoiceField(choices=MODES, required=False)
-    epochs = serializers.IntegerField(required=False, help_text="Passes in 'full' mode.")
-    head_epochs = serializers.IntegerField(
-        required=False, help_text="Passes over cached features in 'frozen_head' mode."
+    epochs = _config_int("epochs", help_text="Passes in 'full' mode.")
+    head_epochs = _config_int(
+        "head_epochs", help_text="Passes over cached features in 'frozen_head' mode."
     )
     learning_rate = serializers.FloatField(required=False)
     head_learning_rate = serializers.FloatField(required=False)
-    batch_size = serializers.IntegerField(required=False)
-    max_length = serializers.IntegerField(required=False)
+    batch_size = _config_int("batch_size")
+    max_length = _config_int("max_length")
     ambiguous = serializers.ChoiceField(choices=AMBIGUOUS_RULES, required=False)
     class_weight = serializers.ChoiceField(
         choices=CLASS_WEIGHTS,
@@ -82,9 +93,9 @@ class TrainingRunInputSerializer(serializers.Serializer):
         allow_null=True,
         help_text="P(correct) below which a step is an error; null: chosen on the training chains.",
     )
-    ensemble_size = serializers.IntegerField(required=False)
-    head_hidden = serializers.IntegerField(required=False)
-    seed = serializers.IntegerField(required=False)
+    ensemble_size = _config_int("ensemble_size")
+    head_hidden = _config_int("head_hidden")
+    seed = _config_int("seed")
 
 
 class TrainingRunOutputSerializer(serializers.ModelSerializer):
@@ -255,9 +266,7 @@ class ScoringRunInputSerializer(serializers.Serializer):
     random_fraction = serializers.FloatField(
         required=False, min_value=0.0, max_value=1.0, help_text="Share of the queue at random."
     )
-    model_version = serializers.IntegerField(
-        required=False, help_text="Defaults to the active version."
-    )
+    model_version = IdField(required=False, help_text="Defaults to the active version.")
 
 
 class ScoringRunOutputSerializer(serializers.ModelSerializer):

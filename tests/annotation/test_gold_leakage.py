@@ -179,7 +179,7 @@ def test_no_project_endpoint_an_annotator_may_read_reveals_gold(
     api = client_for(user)
     readable = []
     for pattern in _project_routes():
-        response = api.get(pattern.replace("<int:project_id>", str(project.pk)))
+        response = api.get(pattern.replace("<id:project_id>", str(project.pk)))
         if response.status_code != 200:
             continue
         readable.append(pattern)
@@ -206,7 +206,7 @@ def _project_routes() -> list[str]:
             if isinstance(entry, URLResolver):
                 walk(entry, route)
             elif isinstance(entry, URLPattern) and "<" in route:
-                if route.count("<") == 1 and "<int:project_id>" in route:
+                if route.count("<") == 1 and "<id:project_id>" in route:
                     found.append("/" + route)
 
     walk(get_resolver(), "")
@@ -240,7 +240,7 @@ def _readable(api: Any, page: Client, project_id: int) -> dict[str, Any]:
     route of the project, the project list, and the pages."""
     seen: dict[str, Any] = {"/api/v1/projects/": api.get("/api/v1/projects/").json()}
     for pattern in _project_routes():
-        url = pattern.replace("<int:project_id>", str(project_id))
+        url = pattern.replace("<id:project_id>", str(project_id))
         response = (page if not url.startswith("/api/") else api).get(url)
         if response.status_code != 200:
             continue

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from annotation.api.fields import INT32_MAX, int_between
 from annotation.dataset_selectors import snapshot_get
 from annotation.models import Project, SnapshotSplit
 from annotation.selectors import project_resolve
@@ -26,7 +27,9 @@ class Command(BaseCommand):
         parser.add_argument("--format", required=True, choices=EXPORT_FORMATS)
         parser.add_argument("--out", required=True, type=Path, help="the file to write")
         parser.add_argument(
-            "--snapshot", type=int, help="the snapshot version to export (default: a new one)"
+            "--snapshot",
+            type=int_between(1, INT32_MAX),
+            help="the snapshot version to export (default: a new one)",
         )
         parser.add_argument(
             "--ambiguous",
@@ -38,7 +41,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--heldout-fraction", type=float, default=0.2, help="for a new snapshot"
         )
-        parser.add_argument("--seed", type=int, default=0, help="for a new snapshot")
+        parser.add_argument(
+            "--seed", type=int_between(0, INT32_MAX), default=0, help="for a new snapshot"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

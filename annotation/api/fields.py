@@ -1,0 +1,55 @@
+"""Bounds of integer inputs: what the column an input is stored in, or compared with,
+holds. An unbounded integer either fails deep in the database driver (psycopg refuses an
+int past 64 bits: a 500) or, sent as a wider type than its column and cast back, is not
+what was stored (a snapshot seed of 2**40 came back as 0). Every integer an endpoint
+reads carries its column's range, so a value past it is a 400 that says the range, and
+the OpenAPI schema states it (``tests/test_integer_bounds.py`` checks both)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from rest_framework import pagination, serializers
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # integer (and the positive types) in PostgreSQL
+BIGINT_MAX = 2**63 - 1  # bigint: every id (DEFAULT_AUTO_FIELD is BigAutoField)
+
+
+def IdField(**kwargs: Any) -> serializers.IntegerField:  # noqa: N802 (a field factory)
+    """An object id: 1 .. the largest bigint."""
+    return serializers.IntegerField(min_value=1, max_value=BIGINT_MAX, **kwargs)
+
+
+def RatingField(**kwargs: Any) -> serializers.IntegerField:  # noqa: N802
+    """A step rating, -1 (incorrect), 0 (ambiguous) or 1 (correct), as an integer column
+    holds it: the service checks the value itself, with a message naming the step."""
+    return serializers.IntegerField(min_value=INT32_MIN, max_value=INT32_MAX, **kwargs)
+
+
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type`` for a command's integer option, bounded like the fields above."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
+        return value
+
+    return parse
+
+
+class PageNumberPagination(pagination.PageNumberPagination):
+    """DRF's page-number pagination, its ``page`` parameter's range in the schema (a page
+    past the last one is DRF's 404 "Invalid page")."""
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1, "maximum": INT32_MAX}
+        return parameters
