@@ -23,6 +23,15 @@ def migrate(target: list[tuple[str, str]]):
     return executor.loader.project_state(target).apps
 
 
+@pytest.fixture(autouse=True)
+def back_to_the_latest_schema():
+    """The tests after this one need every migration applied, not just 0008."""
+    yield
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
 def test_earlier_flags_get_their_author_reason_and_time_from_the_flagging_lease() -> None:
     # Given, before the migration, a chain flagged twice through leases (the newer one
     # counts), a chain flagged by hand (no lease) and a chain skipped but not flagged
