@@ -31,8 +31,11 @@ class ProjectTrainingSettingsForm(forms.ModelForm):
         config = self.cleaned_data.get("default_config") or {}
         if not isinstance(config, dict):
             raise ValidationError("Must be a JSON object of training settings.")
+        project = self.cleaned_data.get("project")
+        if project is None:
+            raise ValidationError("Choose the project first.")
         try:
-            return training_config_clean(config=config)
+            return training_config_clean(config=config, project=project)
         except ValidationError as exc:
             raise ValidationError(
                 [f"{name}: {' '.join(messages)}" for name, messages in exc.message_dict.items()]

@@ -12,6 +12,7 @@ from annotation.models import Role
 from annotation.selectors import membership_role, project_get_for_member
 from prm_training.models import AcquisitionStrategy
 from prm_training.selectors import ML_AND_LEADS
+from prm_training.services.backbones import backbone_choices
 from prm_training.services.training import (
     AMBIGUOUS_RULES,
     CLASS_WEIGHTS,
@@ -35,5 +36,6 @@ def models_page(request: HttpRequest, project_id: int) -> HttpResponse:
         "class_weights": CLASS_WEIGHTS,
         "strategies": AcquisitionStrategy.choices,
         "loop": project_training_settings_get(project=project),
+        "backbones": backbone_choices(project=project) if can_manage else [],
     }
     return render(request, "prm_training/models.html", context)

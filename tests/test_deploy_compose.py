@@ -90,6 +90,14 @@ def test_workers_consume_their_queues_and_the_gpu_worker_reserves_a_gpu(
     targets = [v["target"] if isinstance(v, dict) else v.split(":")[1] for v in volumes]
     assert "/models" in targets
     assert services["gpu-worker"]["environment"]["STEPLAB_MODEL_DIR"] == "/models"
+    # The backbones a run may name: listed by the web (read-only), loaded by the worker
+    for name in ("web", "gpu-worker"):
+        assert services[name]["environment"]["STEPLAB_BACKBONE_DIR"] == "/models/backbones"
+    (web_volume,) = services["web"]["volumes"]
+    if isinstance(web_volume, dict):
+        assert (web_volume["target"], web_volume.get("read_only")) == ("/models", True)
+    else:
+        assert web_volume.split(":")[1:] == ["/models", "ro"]
     web = " ".join(services["web"]["command"])
     assert web.startswith("gunicorn config.wsgi:application")
 

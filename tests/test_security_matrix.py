@@ -107,6 +107,7 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "api-model-versions": {"get": API_ML_AND_LEADS},
     "api-model-version-activate": {"post": API_ML},
     "api-training-settings": {"get": API_ML_AND_LEADS, "patch": API_ML},
+    "api-backbones": {"get": API_ML_AND_LEADS},
     "api-scoring-runs": {"get": API_ML_AND_LEADS, "post": API_ML},
     "api-scoring-run": {"get": API_ML_AND_LEADS},
     # ---------------------------------------------------------------- API docs

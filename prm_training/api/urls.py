@@ -4,6 +4,7 @@ from django.urls import path
 
 from prm_training.api.views import (
     ModelVersionActivateApi,
+    ProjectBackbonesApi,
     ProjectModelVersionsApi,
     ProjectScoringRunsApi,
     ProjectTrainingRunsApi,
@@ -34,6 +35,11 @@ urlpatterns = [
         "model-versions/<id:version_id>/activate/",
         ModelVersionActivateApi.as_view(),
         name="api-model-version-activate",
+    ),
+    path(
+        "projects/<id:project_id>/backbones/",
+        ProjectBackbonesApi.as_view(),
+        name="api-backbones",
     ),
     path(
         "projects/<id:project_id>/training-settings/",

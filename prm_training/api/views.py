@@ -33,6 +33,7 @@ from prm_training.selectors import (
     training_run_get_for_member,
     training_run_list,
 )
+from prm_training.services.backbones import backbone_choices
 from prm_training.services.scoring import scoring_run_start
 from prm_training.services.training import (
     AMBIGUOUS_RULES,
@@ -70,8 +71,9 @@ class TrainingRunInputSerializer(serializers.Serializer):
         required=False,
         allow_blank=True,
         max_length=1000,
-        help_text="Absolute path of a local Hugging Face model directory on the worker; "
-        "blank for the bundled all-MiniLM-L6-v2.",
+        help_text="A backbone by name, as listed by the project's backbones endpoint: a "
+        "model directory under the backbone root, `version:<id>`, or blank for the bundled "
+        "all-MiniLM-L6-v2.",
     )
     mode = serializers.ChoiceField(choices=MODES, required=False)
     epochs = _config_int("epochs", help_text="Passes in 'full' mode.")
@@ -382,6 +384,30 @@ class TrainingSettingsOutputSerializer(serializers.ModelSerializer):
             "default_config",
             "updated_at",
         ]
+
+
+class BackboneOutputSerializer(serializers.Serializer):
+    name = serializers.CharField(
+        allow_blank=True, help_text="What a run's `backbone` setting takes; blank: bundled."
+    )
+    label = serializers.CharField()
+
+
+class ProjectBackbonesApi(APIView):
+    @extend_schema(
+        operation_id="backbones_list",
+        responses={200: BackboneOutputSerializer(many=True), 403: FORBIDDEN, 404: NOT_FOUND},
+        summary="The backbones a training run may start from (ML staff and leads)",
+        description="The bundled MiniLM, the model directories under the backbone root "
+        "(STEPLAB_BACKBONE_DIR) and this project's versions that saved their backbone. A "
+        "run or the loop settings naming anything else get a 400.",
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_get_for_member(
+            user=request.user, project_id=project_id, roles=ML_AND_LEADS
+        )
+        choices = backbone_choices(project=project)
+        return Response(BackboneOutputSerializer(choices, many=True).data)
 
 
 class ProjectTrainingSettingsApi(APIView):

@@ -50,6 +50,7 @@ from prm_training.models import (
     RunTrigger,
     TrainingRun,
 )
+from prm_training.services.backbones import backbone_path
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -108,9 +109,10 @@ CONFIG_FIELDS: dict[str, _Field] = {
 }
 
 
-def training_config_clean(*, config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` with only known PRMConfig fields, each of the right type and in range.
-    Raises ValidationError naming every bad field."""
+def training_config_clean(*, config: Mapping[str, Any], project: Project) -> dict[str, Any]:
+    """``config`` with only known PRMConfig fields, each of the right type and in range,
+    and a ``backbone`` that ``project``'s runs may name (``services.backbones``: a name,
+    never a path). Raises ValidationError naming every bad field."""
     errors: dict[str, list[str]] = {}
     cleaned: dict[str, Any] = {}
     for name, value in config.items():
@@ -139,8 +141,10 @@ def training_config_clean(*, config: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if name == "backbone":
             value = value.strip()
-            if value and not Path(value).is_absolute():
-                errors.setdefault(name, []).append("Must be an absolute directory path.")
+            try:
+                backbone_path(name=value, project=project)
+            except ValidationError as exc:
+                errors.setdefault(name, []).extend(exc.messages)
                 continue
         cleaned[name] = value
     if errors:
@@ -190,7 +194,7 @@ def project_training_settings_update(
             if not isinstance(config, Mapping):
                 raise ValidationError({"default_config": "Must be an object."})
             try:
-                loop.default_config = training_config_clean(config=config)
+                loop.default_config = training_config_clean(config=config, project=project)
             except ValidationError as exc:
                 raise ValidationError(
                     {"default_config": [f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items()]}
@@ -262,7 +266,7 @@ def training_run_start(
     """Create a QUEUED run and enqueue its task once the row is committed, so a worker
     never looks for a row that was rolled back. Without ``snapshot`` the worker takes a
     fresh one of the project's consensus labels when the run starts."""
-    config = training_config_clean(config=settings or {})
+    config = training_config_clean(config=settings or {}, project=project)
     if snapshot is not None and snapshot.project_id != project.pk:
         raise ValidationError({"snapshot": "The snapshot belongs to another project."})
     with transaction.atomic():
@@ -566,7 +570,11 @@ def training_run_execute(*, run_id: int, task_id: str = "", worker: str = "") ->
         if not heldout:
             raise ValidationError(f"Snapshot v{snapshot.version} has no held-out chains.")
         # Fields left out take the ML package's defaults (the bundled MiniLM backbone).
-        config = PRMConfig.from_dict({k: v for k, v in run.settings.items() if v != ""})
+        # The backbone is a name, resolved again here: gone since the run was queued, it
+        # fails the run with the message that refused it then.
+        settings = dict(run.settings)
+        settings["backbone"] = backbone_path(name=settings.get("backbone", ""), project=run.project)
+        config = PRMConfig.from_dict({k: v for k, v in settings.items() if v != ""})
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         reporter.beat(0.0)
         result = train_prm(

@@ -24,6 +24,14 @@ def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_backbone_dir(tmp_path_factory.mktemp("tiny-bert"), "bert")
 
 
+@pytest.fixture(autouse=True)
+def backbone_root(tiny_bert_dir: Path, monkeypatch: Any) -> Path:
+    """The backbone root of every PRM test: the directory holding the tiny BERT, so a run
+    names it "bert" (tiny_settings); the worker subprocesses inherit it."""
+    monkeypatch.setenv("STEPLAB_BACKBONE_DIR", str(tiny_bert_dir.parent))
+    return tiny_bert_dir.parent
+
+
 @pytest.fixture
 def model_dir(tmp_path: Path) -> Path:
     path = tmp_path / "models"

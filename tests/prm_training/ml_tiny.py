@@ -104,9 +104,11 @@ def tiny_backbone_dir(root: Path, model_type: str, *, seed: int = 0) -> Path:
 
 
 def tiny_settings(backbone: Path, **extra: Any) -> dict[str, Any]:
-    """Training settings that train in about a second on the tiny BERT."""
+    """Training settings that train in about a second on the tiny BERT. A run names its
+    backbone (prm_training/services/backbones.py): the directory's name, with the
+    backbone root pointing at its parent (tests/prm_training/conftest.py does)."""
     return {
-        "backbone": str(backbone),
+        "backbone": backbone.name,
         "mode": "frozen_head",
         "head_epochs": 3,
         "head_hidden": 8,

@@ -80,7 +80,7 @@ def test_bad_training_settings_are_a_400_naming_the_field(
     assert response.status_code == 400
     assert "epochs" in response.json()
     with pytest.raises(ValidationError) as caught:
-        training_config_clean(config={"backbone": "relative/dir", "nope": 1})
+        training_config_clean(config={"backbone": "relative/dir", "nope": 1}, project=project)
     assert set(caught.value.message_dict) == {"backbone", "nope"}
 
 

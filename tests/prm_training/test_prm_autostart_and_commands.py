@@ -115,7 +115,7 @@ def test_train_prm_and_score_chains_commands_run_on_the_worker(
         "--timeout",
         "240",
         "--backbone",
-        str(tiny_bert_dir),
+        tiny_bert_dir.name,
         "--mode",
         "frozen_head",
         "--head-epochs",
@@ -130,7 +130,7 @@ def test_train_prm_and_score_chains_commands_run_on_the_worker(
     # Then one line says the run succeeded and published the active v1
     run = TrainingRun.objects.get()
     assert run.status == RunStatus.SUCCEEDED
-    assert run.settings["backbone"] == str(tiny_bert_dir)
+    assert run.settings["backbone"] == tiny_bert_dir.name
     summary = out.getvalue().strip()
     assert summary.startswith(f"training run {run.pk} succeeded:")
     assert "v1 (active;" in summary

@@ -226,7 +226,7 @@ def test_saving_finished_labels_never_starts_training(
     [
         ("train_prm", ["no such project"], "no such project"),
         ("train_prm", ["{project}", "--epochs", "0"], "at least 1"),
-        ("train_prm", ["{project}", "--backbone", "relative/dir"], "absolute directory"),
+        ("train_prm", ["{project}", "--backbone", "/etc"], "Not an available backbone"),
         ("train_prm", ["{project}", "--user", "nobody"], "No user 'nobody'"),
         ("score_chains", ["no such project"], "no such project"),
         ("score_chains", ["{project}"], "no active model version"),

@@ -40,7 +40,11 @@ class Command(BaseCommand):
         parser.add_argument("--wait", action="store_true", help="wait for the run to finish")
         parser.add_argument("--timeout", type=float, default=None, help="seconds to wait at most")
         parser.add_argument("--user", help="username recorded as the run's starter")
-        parser.add_argument("--backbone", help="local Hugging Face model directory")
+        parser.add_argument(
+            "--backbone",
+            help="a backbone by name: a model directory under STEPLAB_BACKBONE_DIR, "
+            "version:<id> of this project, or blank for the bundled MiniLM",
+        )
         parser.add_argument("--mode", choices=MODES)
         parser.add_argument("--epochs", type=int, help="passes in full mode")
         parser.add_argument("--head-epochs", type=int, help="passes in frozen_head mode")
