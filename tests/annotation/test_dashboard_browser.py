@@ -121,3 +121,36 @@ def test_dashboard_draws_every_chart_and_exports(live_server: Any, page: Page) -
     assert page.get_by_role("link", name="Models").get_attribute("href") == (
         f"/projects/{project.pk}/models/"
     )
+
+
+def test_the_lead_sees_who_flagged_a_chain_and_puts_it_back(live_server: Any, page: Page) -> None:
+    # Given: a chain an annotator flagged through their lease, with a reason
+    from annotation.services.assignments import assignment_claim_next
+    from annotation.services.workspace import chain_flag
+
+    project = ProjectFactory()
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    ann = MembershipFactory(project=project, user__username="ann").user
+    chain = ChainFactory(project=project)
+    lease = assignment_claim_next(project=project, user=ann)
+    chain_flag(assignment_id=lease.pk, user=ann, reason="steps 2 and 3 are merged")
+    page_login(page=page, base_url=live_server.url, username=lead.username)
+
+    # When: the lead opens the project
+    page.goto(f"{live_server.url}/projects/{project.pk}/")
+    page.wait_for_selector("#db-flag-list li")
+
+    # Then: the flagged chain is listed with who flagged it and why
+    item = page.locator("#db-flag-list li").first.inner_text()
+    assert f"Chain {chain.pk}" in item and "steps 2 and 3 are merged" in item
+    assert "flagged by ann" in item
+    page.screenshot(path=str(ARTIFACTS / "dashboard_flagged.png"), full_page=True)
+
+    # When: they put it back in the queue
+    page.get_by_role("button", name="Put back in the queue").click()
+    page.wait_for_selector("#db-message.ok")
+
+    # Then: the chain is back, its flag cleared by the lead, and the list is empty
+    chain.refresh_from_db()
+    assert not chain.is_flagged and chain.flag_cleared_by == lead
+    assert page.locator("#db-flag-list li").count() == 0
