@@ -1,6 +1,6 @@
 """The ML page in a real browser (Debian's chromium, Playwright, under the site's
 Content-Security-Policy): each model version says plainly whether it beats the rules
-that read no step."""
+that read no step, and a run's backbone is chosen from the listed ones."""
 
 from __future__ import annotations
 
@@ -69,5 +69,8 @@ def test_each_version_says_whether_it_beats_the_rules(live_server: Any, page: Pa
         "v2": "beats the outcome rule (F1 0.262)",
         "v3": "—",
     }
+    # And the backbone is chosen from the listed ones (the backbone root holds "bert")
+    options = page.locator("#train-form select[name=backbone] option").all_inner_texts()
+    assert options == ["all-MiniLM-L6-v2 (bundled)", "bert"]
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "models-versions-against-rules.png"), full_page=True)
