@@ -390,12 +390,16 @@ def _baseline_metrics(
 ) -> dict[str, float]:
     """The model-free baselines fitted on the training chains and scored on the same
     held-out chains (``baseline_<name>_<metric>``), so a version's metrics say whether
-    the PRM beats a rule that reads no step."""
+    the PRM beats a rule that reads no step. The outcome rule only where some final
+    answer can be graded against a reference answer: without one it would be the
+    position prior under another name."""
     graded = graded_answers([*train, *heldout])
     labeled = [example for example in heldout if example.labels is not None]
+    can_grade = any(correct is not None for correct in graded.values())
     return {
         f"baseline_{name}_{metric}": value
         for name, values in baseline_metrics(train, labeled, graded).items()
+        if name != "outcome_rule" or can_grade
         for metric, value in values.items()
         if metric in ("processbench_f1", "step_auroc", "first_error_accuracy")
     }

@@ -90,10 +90,33 @@ def test_a_training_run_reports_the_baselines_on_its_heldout_chains(
     # When trained
     metrics = train_prm(config, train, heldout, tmp_path / "prm").metrics
 
-    # Then its metrics carry each baseline fitted on the same training chains
-    expected = baseline_metrics(train, heldout, graded_answers(chains))
-    for name, values in expected.items():
-        for metric in ("processbench_f1", "step_auroc", "first_error_accuracy"):
-            if metric in values:
-                assert metrics[f"baseline_{name}_{metric}"] == pytest.approx(values[metric])
+    # Then its metrics carry the position prior fitted on the same training chains, and
+    # not the outcome rule: no final answer here can be graded (no reference answers)
+    expected = baseline_metrics(train, heldout, graded_answers(chains))["position_prior"]
+    for metric in ("processbench_f1", "step_auroc", "first_error_accuracy"):
+        if metric in expected:
+            assert metrics[f"baseline_position_prior_{metric}"] == pytest.approx(expected[metric])
     assert "baseline_position_prior_step_auroc" in metrics
+    assert not [key for key in metrics if key.startswith("baseline_outcome_rule")]
+
+
+def test_a_training_run_with_graded_answers_reports_the_outcome_rule(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
+    # Given: chains whose final answers can be graded against their reference answers
+    chains = [_chain(i, 3 + i % 3, None if i % 2 else 2 + i % 3) for i in range(40)]
+    config = PRMConfig(
+        backbone=str(tiny_bert),
+        head_epochs=3,
+        head_hidden=16,
+        ensemble_size=2,
+        max_length=64,
+        device="cpu",
+        report_every_s=0.0,
+    )
+
+    # When trained
+    metrics = train_prm(config, chains[:30], chains[30:], tmp_path / "prm").metrics
+
+    # Then the outcome rule is there, and exact on these chains (errors at the last step)
+    assert metrics["baseline_outcome_rule_processbench_f1"] == 1.0
