@@ -107,6 +107,14 @@ SUITE: tuple[Bench, ...] = (
         "one active-learning round",
     ),
     Bench(
+        "prm_vs_rules",
+        "bench_prm_vs_rules.py",
+        (),
+        ("--seeds", "3", "--chains", "300"),
+        "prm_vs_rules.json",
+        "default PRM against the rules that read no step, 50 seeds",
+    ),
+    Bench(
         "ml_scoring",
         "bench_ml_scoring.py",
         (),

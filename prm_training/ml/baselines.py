@@ -23,6 +23,9 @@ from .data import ChainExample
 from .metrics import labeled_first_error
 
 BASELINES = ("outcome_rule", "position_prior")
+BASELINE_NAMES = {"outcome_rule": "the outcome rule", "position_prior": "the step-position prior"}
+# What a version must beat every rule on, held-out, to count as better than no model.
+VERDICT_METRICS = (("processbench_f1", "F1"), ("step_auroc", "AUROC"))
 
 
 @dataclass(frozen=True)
@@ -123,18 +126,11 @@ def baseline_step_probs(
 
 
 def graded_answers(examples: Sequence[ChainExample]) -> dict[int, bool | None]:
-    """chain_id -> the chain's final answer graded against its reference (None where
-    either is missing): what the outcome rule reads."""
-    from .answers import grade_answer
+    """chain_id -> the chain's final answer graded right/wrong (``inputs.answer_grade``;
+    None where it cannot be graded): what the outcome rule reads."""
+    from .inputs import answer_grade
 
-    return {
-        example.chain_id: (
-            grade_answer(example.answer, example.reference_answer)
-            if example.answer and example.reference_answer
-            else None
-        )
-        for example in examples
-    }
+    return {example.chain_id: answer_grade(example) for example in examples}
 
 
 def baseline_metrics(
@@ -158,3 +154,57 @@ def baseline_metrics(
         ]
         results[name] = evaluate(heldout, scores, threshold)
     return results
+
+
+@dataclass(frozen=True)
+class RulesVerdict:
+    beaten: bool | None  # None: the metrics hold no comparison with the rules
+    text: str
+
+
+def verdict_against_rules(metrics: Mapping[str, float]) -> RulesVerdict:
+    """Whether a version's held-out metrics beat every model-free rule scored on the same
+    chains (``baseline_<rule>_<metric>``, as ``train_prm`` stores them) on F1 and on
+    AUROC, said plainly: against the first rule it falls short of, or the strongest rule
+    (by F1) it beats.
+
+    >>> verdict_against_rules({"processbench_f1": 0.40, "step_auroc": 0.79,
+    ...     "baseline_outcome_rule_processbench_f1": 0.38,
+    ...     "baseline_outcome_rule_step_auroc": 0.77}).text
+    'beats the outcome rule (F1 0.400 vs 0.380, AUROC 0.790 vs 0.770)'
+    >>> verdict_against_rules({"processbench_f1": 0.40, "step_auroc": 0.70,
+    ...     "baseline_outcome_rule_processbench_f1": 0.38,
+    ...     "baseline_outcome_rule_step_auroc": 0.77}).text
+    'does not beat the outcome rule (AUROC 0.700 vs 0.770)'
+    """
+    shortfalls: list[tuple[str, str]] = []
+    compared: list[tuple[float, str, str]] = []  # (the rule's F1, rule, comparison)
+    for rule in BASELINES:
+        pairs = [
+            (label, metrics.get(key), metrics.get(f"baseline_{rule}_{key}"))
+            for key, label in VERDICT_METRICS
+        ]
+        pairs = [(label, ours, theirs) for label, ours, theirs in pairs if theirs is not None]
+        if not pairs:
+            continue
+        lost = [
+            f"{label} {ours:.3f} vs {theirs:.3f}" if ours is not None else f"no {label}"
+            for label, ours, theirs in pairs
+            if ours is None or ours <= theirs
+        ]
+        if lost:
+            shortfalls.append((rule, ", ".join(lost)))
+        compared.append(
+            (
+                metrics.get(f"baseline_{rule}_processbench_f1", 0.0),
+                rule,
+                ", ".join(f"{label} {ours:.3f} vs {theirs:.3f}" for label, ours, theirs in pairs),
+            )
+        )
+    if not compared:
+        return RulesVerdict(None, "no held-out comparison with the rules")
+    if shortfalls:
+        rule, detail = shortfalls[0]
+        return RulesVerdict(False, f"does not beat {BASELINE_NAMES[rule]} ({detail})")
+    _, strongest, detail = max(compared)
+    return RulesVerdict(True, f"beats {BASELINE_NAMES[strongest]} ({detail})")

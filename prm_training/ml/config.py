@@ -12,6 +12,8 @@ MODES = ("frozen_head", "full")
 AMBIGUOUS_RULES = ("positive", "negative", "ignore")
 BACKBONE_KINDS = ("auto", "encoder", "decoder")
 CLASS_WEIGHTS = ("balanced", "none")
+STEP_POOLINGS = ("mean", "separator")
+CONTEXTS = ("outcome", "prefix", "none")
 
 
 def default_backbone_dir() -> str:
@@ -79,6 +81,34 @@ class PRMConfig:
     head_batch_size: int = field(
         default=512,
         metadata={"help": "Steps per optimizer step when training heads on cached features."},
+    )
+    step_pooling: str = field(
+        default="mean",
+        metadata={
+            "help": "How a step is read from the backbone: 'mean' (the mean of the step's "
+            "own token states, which see the problem and earlier steps, beside the "
+            "state at its closing separator) or 'separator' (that state only, "
+            "TRL's convention; it carries little of what the step says)."
+        },
+    )
+    context: str = field(
+        default="outcome",
+        metadata={
+            "help": "What the heads read beside a step's representation: 'outcome' (its "
+            "place in the chain and the chain's final answer graded against the "
+            "reference, known before labeling: for scoring finished chains), "
+            "'prefix' (its index, and the grade on the last step only: a step's "
+            "score depends only on the problem and the steps up to it, for a PRM "
+            "that guides generation) or 'none'."
+        },
+    )
+    calibrate: bool = field(
+        default=True,
+        metadata={
+            "help": "Rescale the heads' logits after training (Platt scaling, fitted on "
+            "the training chains scored out-of-bag) so that P(correct) means what "
+            "it says: the class-balanced loss shifts it, and acquisition reads it."
+        },
     )
     max_length: int = field(
         default=512,
@@ -198,6 +228,12 @@ class PRMConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if self.step_pooling not in STEP_POOLINGS:
+            raise ValueError(
+                f"step_pooling must be one of {STEP_POOLINGS}, not {self.step_pooling!r}"
+            )
+        if self.context not in CONTEXTS:
+            raise ValueError(f"context must be one of {CONTEXTS}, not {self.context!r}")
         if self.max_length < 8:
             raise ValueError("max_length must be at least 8")
 
@@ -209,3 +245,18 @@ class PRMConfig:
         """Builds a config from stored JSON, ignoring keys this version does not know."""
         known = {f.name for f in fields(cls)}
         return cls(**{key: value for key, value in data.items() if key in known})
+
+    @classmethod
+    def from_checkpoint(cls, data: dict[str, Any]) -> PRMConfig:
+        """A checkpoint's stored config: one written before a field existed was trained
+        the way that field's old behaviour says (separator states, no context features,
+        no calibration), not as today's default."""
+        return cls.from_dict({**CHECKPOINT_DEFAULTS_BEFORE, **data})
+
+
+# How a checkpoint was trained when its config predates these fields (2026-11-25).
+CHECKPOINT_DEFAULTS_BEFORE: dict[str, Any] = {
+    "step_pooling": "separator",
+    "context": "none",
+    "calibrate": False,
+}

@@ -26,7 +26,9 @@ from typing import Any, Protocol
 class ChainExample:
     """One chain: ``labels[i]`` is step i's rating (+1, 0, -1), None where nobody rated it
     (for example after the first error in first_error labeling), or ``labels`` is None for
-    an unlabeled chain."""
+    an unlabeled chain. ``answer_correct`` is the source's own verdict on the final answer
+    where it gives one (ProcessBench's ``final_answer_correct``); otherwise ``answer`` is
+    graded against ``reference_answer`` (``inputs.answer_grade``)."""
 
     chain_id: int
     problem: str
@@ -34,6 +36,7 @@ class ChainExample:
     labels: tuple[int | None, ...] | None = None
     answer: str = ""
     reference_answer: str = ""
+    answer_correct: bool | None = None
 
     def __post_init__(self) -> None:
         if self.labels is not None and len(self.labels) != len(self.steps):
@@ -108,6 +111,55 @@ def encode_texts(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
 
+def problem_budget(max_length: int) -> int:
+    """Tokens a problem may keep in a window of ``max_length``: half of it."""
+    return max(1, max_length // 2)
+
+
+def clip_tokens(ids: Sequence[int], budget: int) -> list[int]:
+    """``ids`` cut to ``budget`` tokens keeping the head and the tail.
+
+    >>> clip_tokens([1, 2, 3, 4, 5], 3), clip_tokens([1, 2], 3)
+    ([1, 2, 5], [1, 2])
+    """
+    if len(ids) <= budget:
+        return list(ids)
+    tail = budget // 2
+    return [*ids[: budget - tail], *ids[len(ids) - tail :]] if tail else list(ids[:budget])
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What windows of ``max_length`` cut from a set of chains."""
+
+    problems: int  # chains whose problem was cut
+    steps: int  # steps cut
+    chains: int  # chains with any cut
+
+
+def truncation(
+    tokenizer: Tokenizer, examples: Sequence[ChainExample], max_length: int
+) -> Truncation:
+    """Counts the cuts ``chains_to_windows`` makes (see ``build_windows``).
+
+    >>> truncation(tok, [ChainExample(1, "a b c d e f", ("g h i j k l m n",))], 8)
+    Truncation(problems=1, steps=1, chains=1)
+    """
+    prefix, separator = special_ids(tokenizer)
+    texts = [text for example in examples for text in (example.problem, *example.steps)]
+    lengths = iter([len(ids) for ids in encode_texts(tokenizer, texts)])
+    problems = steps = chains = 0
+    for example in examples:
+        problem = next(lengths)
+        kept = min(problem, problem_budget(max_length))
+        budget = max_length - len(prefix) - kept - 2 * len(separator)
+        cut = sum(next(lengths) > budget for _ in example.steps)
+        problems += problem > kept
+        steps += cut
+        chains += problem > kept or cut > 0
+    return Truncation(problems=problems, steps=steps, chains=chains)
+
+
 def build_windows(
     *,
     chain_index: int,
@@ -119,8 +171,10 @@ def build_windows(
 ) -> list[Window]:
     """Packs a chain's already-tokenized parts into windows of at most ``max_length`` tokens.
 
-    The problem keeps at most half the window; a step longer than what is left is cut
-    (its head kept), so every step fits in a window of its own at least.
+    The problem keeps at most half the window; a step longer than what is left is cut,
+    so every step fits in a window of its own at least. A cut keeps the head and the tail
+    (a problem's question and a step's conclusion are at their ends) and is counted by
+    ``truncation``, which a training run reports.
 
     >>> [w.input_ids for w in build_windows(chain_index=0, problem_ids=[5, 6],
     ...     step_ids=[[7], [8, 9]], prefix=[1], separator=[2], max_length=16)]
@@ -133,7 +187,7 @@ def build_windows(
     ...     step_ids=[[7, 7], [8, 8], [9]], prefix=[1], separator=[2], max_length=8)]
     [(0, (1, 5, 2, 7, 7, 2)), (1, (1, 5, 2, 8, 8, 2, 9, 2))]
     """
-    head = [*prefix, *list(problem_ids)[: max(1, max_length // 2)], *separator]
+    head = [*prefix, *clip_tokens(problem_ids, problem_budget(max_length)), *separator]
     step_budget = max_length - len(head) - len(separator)
     if step_budget < 1:
         raise ValueError(f"max_length {max_length} leaves no room for a step")
@@ -143,7 +197,7 @@ def build_windows(
     ends: list[int] = []
     first_step = 0
     for index, ids in enumerate(step_ids):
-        piece = [*list(ids)[:step_budget], *separator]
+        piece = [*clip_tokens(ids, step_budget), *separator]
         if ends and len(input_ids) + len(piece) > max_length:
             windows.append(
                 Window(chain_index, first_step, tuple(input_ids), tuple(segments), tuple(ends))
@@ -188,6 +242,20 @@ def chains_to_windows(
     return windows
 
 
+def window_steps(windows: Sequence[Window], starts: Sequence[int]) -> list[int]:
+    """The steps of ``windows``, in batch order, as indices into their chains' steps laid
+    end to end (chain c's first step at ``starts[c]``).
+
+    >>> window_steps([Window(1, 2, (), (), (7, 9)), Window(0, 0, (), (), (4,))], [0, 3])
+    [5, 6, 0]
+    """
+    return [
+        int(starts[window.chain_index]) + window.first_step + i
+        for window in windows
+        for i in range(len(window.step_end_positions))
+    ]
+
+
 def tokenize_chain(tokenizer: Tokenizer, example: ChainExample, max_length: int) -> dict[str, Any]:
     """One chain as a single token sequence (TRL's ``tokenize_row`` for stepwise data):
     ``input_ids``, ``segment_ids``, ``step_end_positions`` (the separator closing each step,
@@ -208,7 +276,9 @@ def tokenize_chain(tokenizer: Tokenizer, example: ChainExample, max_length: int)
     labels = list(example.labels) if example.labels is not None else [None] * len(example.steps)
     if not windows:
         prefix, separator = special_ids(tokenizer)
-        problem = encode_texts(tokenizer, [example.problem])[0][: max(1, max_length // 2)]
+        problem = clip_tokens(
+            encode_texts(tokenizer, [example.problem])[0], problem_budget(max_length)
+        )
         ids = [*prefix, *problem, *separator]
         return {
             "input_ids": ids,

@@ -1,6 +1,7 @@
 """Step representations from a backbone, length-bucketed, and the cache that makes
 frozen-backbone rounds cheap: each chain goes through the backbone once per
-(backbone, max_length), after that a round only trains and applies the small heads.
+(backbone, max_length, step pooling), after that a round only trains and applies the
+small heads.
 
 Entries are keyed by ``chain_content_key`` (problem and steps), so a re-imported or
 re-split copy of the same text hits the cache. They are stored as float16 [steps, H]
@@ -24,7 +25,7 @@ import torch
 from torch import nn
 
 from .data import ChainExample, Window, chain_content_key, chains_to_windows
-from .model import collate_windows, encode_steps
+from .model import collate_windows, encode_steps, step_feature_width
 
 
 class StepFeatureCache:
@@ -70,14 +71,17 @@ class StepFeatureCache:
         os.replace(partial, final)
 
 
-_CACHES: dict[tuple[str, int, str | None], StepFeatureCache] = {}
+_CACHES: dict[tuple[str, int, str, str | None], StepFeatureCache] = {}
 
 
-def feature_cache(fingerprint: str, max_length: int, cache_dir: str | None) -> StepFeatureCache:
-    """The process-wide cache for one backbone and window length (one per disk folder)."""
-    key = (fingerprint, max_length, cache_dir)
+def feature_cache(
+    fingerprint: str, max_length: int, cache_dir: str | None, pooling: str = "mean"
+) -> StepFeatureCache:
+    """The process-wide cache for one backbone, window length and step pooling (one per
+    disk folder)."""
+    key = (fingerprint, max_length, pooling, cache_dir)
     if key not in _CACHES:
-        directory = Path(cache_dir) / f"{fingerprint}-{max_length}" if cache_dir else None
+        directory = Path(cache_dir) / f"{fingerprint}-{max_length}-{pooling}" if cache_dir else None
         _CACHES[key] = StepFeatureCache(directory)
     return _CACHES[key]
 
@@ -111,18 +115,19 @@ def compute_step_features(
     device: torch.device,
     batch_size: int,
     pad_id: int,
+    pooling: str = "mean",
     progress: Callable[[int], None] | None = None,
 ) -> list[np.ndarray]:
-    """Frozen-backbone step representations of each chain: float16 [steps, H], in order.
-    ``progress`` gets the number of windows done after each batch."""
+    """Frozen-backbone step representations of each chain: float16 [steps, width], in
+    order. ``progress`` gets the number of windows done after each batch."""
     windows = chains_to_windows(tokenizer, examples, max_length)
-    width = int(backbone.config.hidden_size)
+    width = step_feature_width(int(backbone.config.hidden_size), pooling)
     out = [np.zeros((len(example.steps), width), dtype=np.float16) for example in examples]
     backbone.eval()
     with torch.inference_mode(), autocast_for(device):
         for batch_windows in bucketed_batches(windows, batch_size):
             batch = collate_windows(batch_windows, pad_id, device)
-            features = encode_steps(backbone, kind, batch).float().cpu().numpy()
+            features = encode_steps(backbone, kind, batch, pooling).float().cpu().numpy()
             row = 0
             for window in batch_windows:
                 n = len(window.step_end_positions)
@@ -146,6 +151,7 @@ def cached_step_features(
     device: torch.device,
     batch_size: int,
     pad_id: int,
+    pooling: str = "mean",
 ) -> list[np.ndarray]:
     """Like ``compute_step_features`` but runs the backbone only on chains the cache lacks."""
     keys = [chain_content_key(example) for example in examples]
@@ -162,6 +168,7 @@ def cached_step_features(
             device=device,
             batch_size=batch_size,
             pad_id=pad_id,
+            pooling=pooling,
         )
         cache.put_many(dict(zip(missing, fresh, strict=True)))
     return [cache.entries[key] for key in keys]

@@ -6,6 +6,8 @@
   P(correct) < threshold, or "none") equals the labeled one (the first -1, or "none").
 * ``processbench_f1``: ProcessBench's F1, the harmonic mean of that accuracy on chains with
   an error and on chains without.
+* ``calibration_error``: expected calibration error of P(correct) over the labeled +1/-1
+  steps (10 equal-width bins): how far "0.8" is from being right 80% of the time.
 
 A chain counts for the chain-level metrics only when its labels settle the first error:
 every step up to the first -1 (or every step, if there is none) is rated. A metric that is
@@ -78,6 +80,66 @@ def predicted_first_error(step_probs: Sequence[float], threshold: float = 0.5) -
         if prob < threshold:
             return index
     return -1
+
+
+def fit_platt(logits: Sequence[float], targets: Sequence[float]) -> tuple[float, float]:
+    """(scale, bias) minimising the log loss of sigmoid(scale * logit + bias) against the
+    0/1 ``targets`` (Platt scaling; Newton steps on a two-parameter convex problem, with a
+    small ridge so separable data stays finite). Identity with one class or no data.
+
+    >>> scale, bias = fit_platt([-2.0, -1.0, 1.0, 2.0, 3.0, -3.0], [0, 1, 1, 1, 0, 0])
+    >>> round(scale, 2), round(bias, 2)
+    (0.3, 0.0)
+    """
+    z = np.asarray(logits, dtype=np.float64)
+    y = np.asarray(targets, dtype=np.float64)
+    if z.size == 0 or y.min() == y.max():
+        return 1.0, 0.0
+    x = np.stack([z, np.ones_like(z)], axis=1)  # [S, 2]
+    prior = np.array([1.0, 0.0])
+    ridge = 1e-3 * len(z)
+
+    def loss(theta: np.ndarray) -> float:
+        margin = x @ theta
+        return float(
+            np.sum(np.logaddexp(0.0, margin) - y * margin)
+            + ridge / 2 * np.sum((theta - prior) ** 2)
+        )
+
+    theta = prior.copy()
+    current = loss(theta)
+    for _ in range(100):
+        p = 1 / (1 + np.exp(-np.clip(x @ theta, -50, 50)))
+        gradient = x.T @ (p - y) + ridge * (theta - prior)
+        hessian = (x * (p * (1 - p))[:, None]).T @ x + ridge * np.eye(2)
+        step = np.linalg.solve(hessian, gradient)
+        size = 1.0
+        while size > 1e-6 and loss(theta - size * step) > current:  # damped Newton
+            size /= 2
+        theta = theta - size * step
+        previous, current = current, loss(theta)
+        if previous - current < 1e-10 * max(1.0, abs(current)):
+            break
+    return float(theta[0]), float(theta[1])
+
+
+def calibration_error(
+    labels: Sequence[int] | np.ndarray, probs: Sequence[float] | np.ndarray, bins: int = 10
+) -> float:
+    """Expected calibration error: the mean |P - observed share| over equal-width bins of
+    P, weighted by the bin's size.
+
+    >>> calibration_error([1, 0, 1, 1], [0.75, 0.75, 0.75, 0.75])
+    0.0
+    """
+    y = np.asarray(labels, dtype=np.float64)
+    p = np.asarray(probs, dtype=np.float64)
+    which = np.minimum((p * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in np.unique(which):
+        inside = which == b
+        total += inside.sum() * abs(p[inside].mean() - y[inside].mean())
+    return float(total / len(p))
 
 
 THRESHOLD_GRID = tuple(round(0.01 * i, 2) for i in range(1, 100))
@@ -163,6 +225,7 @@ def evaluate(
     if step_labels:
         predicted_correct = np.asarray(step_probs) >= threshold
         metrics["step_accuracy"] = float(np.mean(predicted_correct == np.asarray(step_labels)))
+        metrics["calibration_error"] = calibration_error(step_labels, step_probs)
         if 0 < sum(step_labels) < len(step_labels):
             metrics["step_auroc"] = roc_auc(step_labels, step_probs)
     if hits_error or hits_correct:

@@ -1,7 +1,19 @@
 """The PRM network: a Hugging Face backbone (encoder or decoder) and an ensemble of small
-MLP heads reading the hidden state at the separator that closes each step.
+MLP heads reading each step's representation.
 
-Shapes: B windows, L tokens, H backbone width, E heads, N steps in the batch.
+A step's representation (``PRMConfig.step_pooling``):
+
+* ``mean`` (the default): the mean of the hidden states of the step's own tokens, then
+  the hidden state at the separator that closes it, [2H]. The tokens see the problem and
+  the steps before (the prefix-only mask), so the mean carries what the step says in its
+  context. The separator alone carries little of it: with the bundled MiniLM "So the
+  answer is 5." and "So the answer is 7." after the same problem give separator states
+  with cosine 0.99.
+* ``separator``: the separator's hidden state only, [H] (TRL's stepwise convention and
+  this project's checkpoints before 2026-11-25).
+
+Shapes: B windows, L tokens, H backbone width, E heads, N steps in the batch, C context
+features per step (``context``).
 """
 
 from __future__ import annotations
@@ -13,9 +25,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from .config import STEP_POOLINGS
 from .data import Window
 
 # Bidirectional model types: they need the step-level mask to stay prefix-only.
@@ -107,12 +121,20 @@ def step_attention_mask(segment_ids: torch.Tensor) -> torch.Tensor:
     return allowed[:, None, :, :]
 
 
+def step_feature_width(hidden_size: int, pooling: str) -> int:
+    """Width of one step's cached representation under ``pooling``."""
+    if pooling not in STEP_POOLINGS:
+        raise ValueError(f"step_pooling must be one of {STEP_POOLINGS}, not {pooling!r}")
+    return 2 * hidden_size if pooling == "mean" else hidden_size
+
+
 @dataclass
 class WindowBatch:
     input_ids: torch.Tensor  # [B, L]
     segment_ids: torch.Tensor  # [B, L], -1 on padding
     step_rows: torch.Tensor  # [N] window row of each step
     step_cols: torch.Tensor  # [N] position of each step's closing separator
+    step_of_token: torch.Tensor  # [B, L] the batch's step index a token belongs to, else -1
     tokens: int  # real (non-padding) tokens
 
 
@@ -129,35 +151,61 @@ def collate_windows(windows: list[Window], pad_id: int, device: torch.device) ->
         segment_ids[row, :n] = torch.tensor(window.segment_ids)
         rows.extend([row] * len(window.step_end_positions))
         cols.extend(window.step_end_positions)
+    # Segment s >= 1 of a window is its chain's step s - 1, listed at the batch index
+    # (steps of earlier windows) + (s - 1 - first_step).
+    base = torch.tensor(
+        np.cumsum([0, *(len(window.step_end_positions) for window in windows[:-1])])
+        - np.array([window.first_step + 1 for window in windows]),
+        dtype=torch.long,
+    )  # [B]
+    step_of_token = torch.where(segment_ids > 0, segment_ids + base[:, None], -1)
     return WindowBatch(
         input_ids=input_ids.to(device),
         segment_ids=segment_ids.to(device),
         step_rows=torch.tensor(rows, dtype=torch.long, device=device),
         step_cols=torch.tensor(cols, dtype=torch.long, device=device),
+        step_of_token=step_of_token.to(device),
         tokens=sum(len(window.input_ids) for window in windows),
     )
 
 
-def encode_steps(backbone: nn.Module, kind: str, batch: WindowBatch) -> torch.Tensor:
-    """Hidden state at every step's closing separator: [N, H]."""
+def encode_steps(
+    backbone: nn.Module, kind: str, batch: WindowBatch, pooling: str = "mean"
+) -> torch.Tensor:
+    """Every step's representation (module docstring): [N, 2H] for 'mean', [N, H] for
+    'separator'."""
     if kind == "encoder":
         mask = step_attention_mask(batch.segment_ids)  # [B, 1, L, L]
     else:
         mask = (batch.segment_ids >= 0).long()  # [B, L]; causal attention does the rest
     hidden = backbone(input_ids=batch.input_ids, attention_mask=mask).last_hidden_state
-    return hidden[batch.step_rows, batch.step_cols]  # [N, H]
+    at_separator = hidden[batch.step_rows, batch.step_cols]  # [N, H]
+    if pooling == "separator":
+        return at_separator
+    steps = batch.step_rows.shape[0]
+    inside = batch.step_of_token >= 0  # [B, L]
+    index = batch.step_of_token[inside]  # [T] step of each step token
+    sums = hidden.new_zeros((steps, hidden.shape[-1])).index_add_(0, index, hidden[inside])
+    counts = torch.bincount(index, minlength=steps).clamp_min(1).to(hidden.dtype)  # [N]
+    return torch.cat([sums / counts[:, None], at_separator], dim=-1)  # [N, 2H]
 
 
 class EnsembleHead(nn.Module):
-    """E independent two-layer MLPs evaluated together: [N, H] -> [E, N] logits.
+    """E independent two-layer MLPs evaluated together: [N, H] (and [N, C] context) ->
+    [E, N] logits.
 
-    The first layers of all members are one [H, E*Hh] matrix, so the expensive part is a
-    single well-shaped GEMM rather than E small ones (3-5x faster on a CPU)."""
+    The step representation is layer-normed; the context features (a step's place in its
+    chain, the final answer's grade: ``inputs.step_context``) join it after the norm, so a
+    few 0/1 inputs are not drowned by hundreds of hidden units. The first layers of all
+    members are one [H + C, E*Hh] matrix, so the expensive part is a single well-shaped
+    GEMM rather than E small ones (3-5x faster on a CPU)."""
 
-    def __init__(self, width: int, hidden: int, members: int, dropout: float = 0.0) -> None:
+    def __init__(
+        self, width: int, hidden: int, members: int, dropout: float = 0.0, context: int = 0
+    ) -> None:
         super().__init__()
-        self.width, self.hidden, self.members = width, hidden, members
-        self.w1 = nn.Parameter(torch.empty(width, members * hidden))  # [H, E*Hh]
+        self.width, self.hidden, self.members, self.context = width, hidden, members, context
+        self.w1 = nn.Parameter(torch.empty(width + context, members * hidden))  # [H+C, E*Hh]
         self.b1 = nn.Parameter(torch.zeros(members * hidden))  # [E*Hh]
         self.w2 = nn.Parameter(torch.empty(members, hidden))  # [E, Hh]
         self.b2 = nn.Parameter(torch.zeros(members))  # [E]
@@ -167,14 +215,23 @@ class EnsembleHead(nn.Module):
         nn.init.uniform_(self.w1, -bound1, bound1)
         nn.init.uniform_(self.w2, -bound2, bound2)
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
+    def forward(self, features: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
         x = self.norm(features.float())  # [N, H]
+        if self.context:
+            if context is None:
+                raise ValueError(f"this head reads {self.context} context features per step")
+            x = torch.cat([x, context.to(x.dtype)], dim=-1)  # [N, H+C]
         h = torch.addmm(self.b1, x, self.w1)  # [N, E*Hh]
         h = self.dropout(nn.functional.gelu(h)).view(-1, self.members, self.hidden)  # [N, E, Hh]
         return torch.einsum("neh,eh->en", h, self.w2) + self.b2[:, None]  # [E, N]
 
     def describe(self) -> dict[str, Any]:
-        return {"width": self.width, "hidden": self.hidden, "members": self.members}
+        return {
+            "width": self.width,
+            "hidden": self.hidden,
+            "members": self.members,
+            "context": self.context,
+        }
 
 
 def save_json(path: Path, data: dict[str, Any]) -> None:

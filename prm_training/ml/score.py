@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .config import PRMConfig
-from .data import ChainExample, chains_to_windows
+from .data import ChainExample, chains_to_windows, window_steps
 from .features import (
     StepFeatureCache,
     autocast_for,
@@ -28,6 +28,7 @@ from .features import (
     feature_cache,
     pad_token_id,
 )
+from .inputs import CONTEXT_WIDTH, chain_contexts
 from .model import (
     EnsembleHead,
     backbone_fingerprint,
@@ -62,17 +63,33 @@ class LoadedPRM:
     # P(correct) below which a step is called an error (chosen at training time; 0.5 for a
     # checkpoint written before thresholds were stored).
     threshold: float = 0.5
+    # Platt scaling of every member's logits, P = sigmoid(scale * logit + bias) (fitted at
+    # training time; identity for a checkpoint written before it was).
+    calibration: tuple[float, float] = (1.0, 0.0)
 
     @property
     def cache(self) -> StepFeatureCache:
-        return feature_cache(self.fingerprint, self.config.max_length, self.config.cache_dir)
+        return feature_cache(
+            self.fingerprint,
+            self.config.max_length,
+            self.config.cache_dir,
+            self.config.step_pooling,
+        )
+
+    def member_probs(self, features: torch.Tensor, context: np.ndarray | None) -> np.ndarray:
+        """[E, N] calibrated P(correct) of every member for [N, width] step features and
+        their [N, C] context (ignored by a head without context)."""
+        extra = torch.from_numpy(context).to(self.device) if self.head.context else None
+        logits = self.head(features, extra).float()  # [E, N]
+        scale, bias = self.calibration
+        return torch.sigmoid(logits * scale + bias).cpu().numpy()
 
 
 def load_prm(checkpoint_dir: str | Path, *, device: str | None = None) -> LoadedPRM:
     """Loads a checkpoint written by ``train_prm`` (layout in ``train``'s docstring)."""
     root = Path(checkpoint_dir)
     meta = json.loads((root / "config.json").read_text())
-    config = PRMConfig.from_dict(meta["prm_config"])
+    config = PRMConfig.from_checkpoint(meta["prm_config"])
     torch_device = resolve_device(device or config.device)
     backbone_dir = root / "backbone"
     if backbone_dir.is_dir():
@@ -90,7 +107,13 @@ def load_prm(checkpoint_dir: str | Path, *, device: str | None = None) -> Loaded
             config.backbone, meta["backbone_kind"], tokenizer_path=root / "tokenizer"
         )
     shape = meta["head"]
-    head = EnsembleHead(shape["width"], shape["hidden"], shape["members"], config.head_dropout)
+    head = EnsembleHead(
+        shape["width"],
+        shape["hidden"],
+        shape["members"],
+        config.head_dropout,
+        context=shape.get("context", 0),
+    )
     from safetensors.torch import load_file
 
     head.load_state_dict(load_file(str(root / "head.safetensors")))
@@ -104,6 +127,7 @@ def load_prm(checkpoint_dir: str | Path, *, device: str | None = None) -> Loaded
         fingerprint=meta["backbone_fingerprint"],
         checkpoint_dir=root,
         threshold=float(meta.get("threshold", 0.5)),
+        calibration=tuple(meta.get("calibration", (1.0, 0.0))),  # type: ignore[arg-type]
     )
 
 
@@ -150,12 +174,20 @@ def _member_probs(prm: LoadedPRM, chunk: Sequence[ChainExample], batch_size: int
             device=prm.device,
             batch_size=batch_size,
             pad_id=pad_token_id(prm.tokenizer),
+            pooling=prm.config.step_pooling,
         )
         stacked = np.concatenate(features) if features else np.zeros((0, prm.head.width))
         with torch.inference_mode():
-            logits = prm.head(torch.from_numpy(stacked).to(prm.device))  # [E, N]
-        return torch.sigmoid(logits.float()).cpu().numpy()
+            return prm.member_probs(
+                torch.from_numpy(stacked).to(prm.device), _context(chunk, prm.config.context)
+            )
     return _full_member_probs(prm, chunk, batch_size)
+
+
+def _context(chunk: Sequence[ChainExample], context: str) -> np.ndarray:
+    """[total steps, C] context features of a chunk's steps, in chain order."""
+    contexts = chain_contexts(chunk, context)
+    return np.concatenate(contexts) if contexts else np.zeros((0, CONTEXT_WIDTH), np.float32)
 
 
 def _full_member_probs(
@@ -165,12 +197,13 @@ def _full_member_probs(
     out = np.zeros((prm.head.members, int(starts[-1])), dtype=np.float32)
     windows = chains_to_windows(prm.tokenizer, chunk, prm.config.max_length)
     pad_id = pad_token_id(prm.tokenizer)
+    context = _context(chunk, prm.config.context)
     prm.backbone.eval()
     with torch.inference_mode(), autocast_for(prm.device):
         for batch_windows in bucketed_batches(windows, batch_size):
             batch = collate_windows(batch_windows, pad_id, prm.device)
-            probs = torch.sigmoid(prm.head(encode_steps(prm.backbone, prm.kind, batch)).float())
-            probs_np = probs.cpu().numpy()  # [E, N]
+            features = encode_steps(prm.backbone, prm.kind, batch, prm.config.step_pooling)
+            probs_np = prm.member_probs(features, context[window_steps(batch_windows, starts)])
             column = 0
             for window in batch_windows:
                 n = len(window.step_end_positions)

@@ -2,10 +2,12 @@
 
 Two modes (``PRMConfig.mode``):
 
-* ``frozen_head``: the backbone never changes, so each chain's step representations (the
-  hidden state at the separator closing each step, prefix-only) are computed once and
-  cached (``features``); a round then only trains an ensemble of small MLP heads on them,
-  each on its own bootstrap resample of the chains (Poisson(1) weights per chain).
+* ``frozen_head``: the backbone never changes, so each chain's step representations
+  (``model``: the mean of each step's token states and its closing separator's state,
+  prefix-only) are computed once and cached (``features``); a round then only trains an
+  ensemble of small MLP heads on them and the context features (``inputs``: the step's
+  place, the final answer's grade), each head on its own bootstrap resample of the
+  chains (Poisson(1) weights per chain).
 * ``full``: backbone and heads are fine-tuned together, AdamW with separate learning
   rates, linear warm-up and decay, bf16 autocast on CUDA, float32 on the CPU.
 
@@ -18,8 +20,10 @@ every P(correct) lands above 0.5: first-error prediction then says "no error" ev
 ProcessBench F1 is ~0 however well the steps are ranked. Two documented remedies, both on
 by default: the loss weighs the classes equally (``PRMConfig.class_weight``), and the
 threshold that turns P(correct) into "first error here" is chosen on the training chains
-(``PRMConfig.threshold``; out-of-bag, see ``_training_threshold``), stored in the
-checkpoint and used for the held-out metrics.
+(``PRMConfig.threshold``; out-of-bag, see ``_calibrate_and_threshold``), stored in the
+checkpoint and used for the held-out metrics. The balanced loss moves P(correct) off the
+true frequencies; Platt scaling fitted out-of-bag puts them back (``PRMConfig.calibrate``),
+so acquisition reads probabilities that mean what they say.
 
 Checkpoint layout (a directory; written beside ``out_dir`` under a temporary name and
 renamed into place only when complete, so a crash or cancellation never leaves a partial
@@ -28,6 +32,7 @@ checkpoint at ``out_dir``; an existing ``out_dir`` is replaced)::
     out_dir/
       config.json        {"format", "prm_config" (PRMConfig as JSON), "seed", "mode",
                           "backbone_kind", "backbone_fingerprint", "head" (shape),
+                          "threshold", "calibration" ([scale, bias]),
                           "train_chains", "heldout_chains"}
       head.safetensors   the ensemble heads' weights
       tokenizer/         the tokenizer (save_pretrained)
@@ -39,6 +44,7 @@ checkpoint at ``out_dir``; an existing ``out_dir`` is replaced)::
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import random
@@ -56,14 +62,22 @@ from torch import nn
 
 from .baselines import baseline_metrics, graded_answers
 from .config import PRMConfig
-from .data import ChainExample, Window, chains_to_windows, step_target
+from .data import (
+    ChainExample,
+    Window,
+    chains_to_windows,
+    step_target,
+    truncation,
+    window_steps,
+)
 from .features import (
     autocast_for,
     cached_step_features,
     feature_cache,
     pad_token_id,
 )
-from .metrics import choose_threshold, evaluate
+from .inputs import CONTEXT_WIDTH, chain_contexts
+from .metrics import choose_threshold, evaluate, fit_platt
 from .model import (
     EnsembleHead,
     backbone_fingerprint,
@@ -72,10 +86,12 @@ from .model import (
     load_backbone,
     resolve_device,
     save_json,
+    step_feature_width,
 )
 from .score import LoadedPRM, score_chains
 
 CHECKPOINT_FORMAT = "steplab-prm/1"
+logger = logging.getLogger(__name__)
 
 
 class TrainingCancelled(Exception):
@@ -173,6 +189,7 @@ def _train_frozen_head(
     config: PRMConfig,
     head: EnsembleHead,
     features: list[np.ndarray],
+    contexts: list[np.ndarray],
     targets: list[list[float | None]],
     chain_weights: np.ndarray,
     weight_by_class: tuple[float, float],
@@ -180,15 +197,18 @@ def _train_frozen_head(
     report: _Reporter,
 ) -> float:
     rows: list[np.ndarray] = []
+    context_rows: list[np.ndarray] = []
     ys: list[float] = []
     chain_of_row: list[int] = []
     for chain, (chain_features, chain_targets) in enumerate(zip(features, targets, strict=True)):
         keep = [i for i, target in enumerate(chain_targets) if target is not None]
         if keep:
             rows.append(chain_features[keep])
+            context_rows.append(contexts[chain][keep])
             ys.extend(chain_targets[i] for i in keep)  # type: ignore[misc]
             chain_of_row.extend([chain] * len(keep))
     x = torch.from_numpy(np.concatenate(rows).astype(np.float32)).to(device)  # [S, H]
+    c = torch.from_numpy(np.concatenate(context_rows)).to(device)  # [S, C]
     y = torch.tensor(ys, dtype=torch.float32, device=device)  # [S]
     by_class = torch.where(y >= 0.5, weight_by_class[1], weight_by_class[0])  # [S]
     w = torch.from_numpy(chain_weights[:, chain_of_row]).to(device) * by_class  # [E, S]
@@ -206,7 +226,7 @@ def _train_frozen_head(
         running, batches = 0.0, 0
         for start in range(0, len(y), config.head_batch_size):
             index = order[start : start + config.head_batch_size]
-            loss = _weighted_bce(head(x[index]), y[index], w[:, index])
+            loss = _weighted_bce(head(x[index], c[index]), y[index], w[:, index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -242,12 +262,15 @@ def _train_full(
     head: EnsembleHead,
     tokenizer: Any,
     examples: list[ChainExample],
+    contexts: list[np.ndarray],
     targets: list[list[float | None]],
     chain_weights: np.ndarray,
     weight_by_class: tuple[float, float],
     device: torch.device,
     report: _Reporter,
 ) -> float:
+    context = torch.from_numpy(np.concatenate(contexts)).to(device)  # [all steps, C]
+    starts = np.cumsum([0, *(len(example.steps) for example in examples)])
     windows = [
         window
         for window in chains_to_windows(tokenizer, examples, config.max_length)
@@ -290,9 +313,11 @@ def _train_full(
                     if target is not None:
                         step_targets.append(target)
                         chains.append(window.chain_index)
+            labeled = torch.tensor(flags, device=device)
+            steps = torch.tensor(window_steps(batch_windows, starts), device=device)  # [N]
             with autocast_for(device):
-                hidden = encode_steps(backbone, kind, batch)  # [N, H]
-                logits = head(hidden[torch.tensor(flags, device=device)])  # [E, N_labeled]
+                hidden = encode_steps(backbone, kind, batch, config.step_pooling)  # [N, H]
+                logits = head(hidden[labeled], context[steps[labeled]])  # [E, N_labeled]
             y = torch.tensor(step_targets, dtype=torch.float32, device=device)
             by_class = torch.where(y >= 0.5, weight_by_class[1], weight_by_class[0])
             weights = torch.from_numpy(chain_weights[:, chains]).to(device) * by_class
@@ -341,6 +366,7 @@ def _write_checkpoint(
                 "backbone_fingerprint": fingerprint,
                 "head": head.describe(),
                 "threshold": metrics["threshold"],
+                "calibration": [metrics["calibration_scale"], metrics["calibration_bias"]],
                 "train_chains": train_chains,
                 "heldout_chains": heldout_chains,
             },
@@ -366,23 +392,47 @@ def _write_checkpoint(
         raise
 
 
-def _training_threshold(
-    prm: LoadedPRM, examples: list[ChainExample], chain_weights: np.ndarray
-) -> float:
-    """``choose_threshold`` on the training chains, each scored by the members whose
-    bootstrap left it out (weight 0; about 37% of them with Poisson(1) weights), so the
-    threshold is not fitted to scores the heads memorised; a chain every member saw, or a
-    single head, falls back to all members. In frozen_head mode the scoring reads the
-    feature cache just filled; in full mode it costs one forward pass over the chains."""
-    probs: list[np.ndarray] = []
+def _calibrate_and_threshold(
+    prm: LoadedPRM,
+    examples: list[ChainExample],
+    targets: list[list[float | None]],
+    chain_weights: np.ndarray,
+) -> tuple[tuple[float, float], float]:
+    """(calibration, threshold) from the training chains, each scored by the members whose
+    bootstrap left it out (weight 0; about 37% of them with Poisson(1) weights), so
+    neither is fitted to scores the heads memorised; a chain every member saw, or a single
+    head, falls back to all members.
+
+    The calibration (``PRMConfig.calibrate``) is Platt scaling of the out-of-bag mean
+    logit against the step targets; the threshold (unless ``PRMConfig.threshold`` is set)
+    is ``choose_threshold`` on the calibrated probabilities. In frozen_head mode the scoring
+    reads the feature cache just filled; in full mode it costs one forward pass."""
+    prm.calibration = (1.0, 0.0)
+    logits: list[np.ndarray] = []
     for index, chain_scores in enumerate(score_chains(prm, examples, batch_size=32)):
-        if chain_scores.member_probs is None:
-            probs.append(np.asarray(chain_scores.step_probs))
-            continue
-        members = np.asarray(chain_scores.member_probs)  # [E, n]
+        members = np.asarray(chain_scores.member_probs or [chain_scores.step_probs])  # [E, n]
         out_of_bag = chain_weights[:, index] == 0
-        probs.append(members[out_of_bag].mean(axis=0) if out_of_bag.any() else members.mean(0))
-    return choose_threshold([example.labels for example in examples], probs)
+        if members.shape[0] > 1 and out_of_bag.any():
+            members = members[out_of_bag]
+        clipped = np.clip(members, 1e-6, 1 - 1e-6)
+        logits.append(np.log(clipped / (1 - clipped)).mean(axis=0))
+    calibration = (1.0, 0.0)
+    if prm.config.calibrate:
+        pairs = [
+            (logit, target)
+            for chain_logits, chain_targets in zip(logits, targets, strict=True)
+            for logit, target in zip(chain_logits, chain_targets, strict=True)
+            if target is not None
+        ]
+        calibration = fit_platt([logit for logit, _ in pairs], [target for _, target in pairs])
+    scale, bias = calibration
+    probs = [1 / (1 + np.exp(-(scale * chain_logits + bias))) for chain_logits in logits]
+    threshold = (
+        prm.config.threshold
+        if prm.config.threshold is not None
+        else choose_threshold([example.labels for example in examples], probs)
+    )
+    return calibration, threshold
 
 
 def _baseline_metrics(
@@ -402,6 +452,29 @@ def _baseline_metrics(
         if name != "outcome_rule" or can_grade
         for metric, value in values.items()
         if metric in ("processbench_f1", "step_auroc", "first_error_accuracy")
+    }
+
+
+def _truncation_metrics(
+    tokenizer: Any, examples: Sequence[ChainExample], max_length: int
+) -> dict[str, float]:
+    """``truncated_chains``/``_problems``/``_steps``: what windows of ``max_length`` cut
+    from the run's chains (training and held-out), logged as a warning when anything."""
+    cut = truncation(tokenizer, examples, max_length)
+    if cut.chains:
+        logger.warning(
+            "max_length %d cuts %d of %d chains (%d problems, %d steps keep only their "
+            "head and tail)",
+            max_length,
+            cut.chains,
+            len(examples),
+            cut.problems,
+            cut.steps,
+        )
+    return {
+        "truncated_chains": float(cut.chains),
+        "truncated_problems": float(cut.problems),
+        "truncated_steps": float(cut.steps),
     }
 
 
@@ -434,11 +507,24 @@ def train_prm(
         raise TrainingCancelled("training stopped on request")
 
     tokenizer, backbone, kind = load_backbone(config.backbone, config.backbone_kind)
+    positions = getattr(backbone.config, "max_position_embeddings", None)
+    if isinstance(positions, int) and config.max_length > positions:
+        raise ValueError(
+            f"max_length {config.max_length} is longer than the backbone's {positions} "
+            "positions; choose at most that"
+        )
     backbone.to(device)
     fingerprint = backbone_fingerprint(config.backbone)
-    width = int(backbone.config.hidden_size)
-    head = EnsembleHead(width, config.head_hidden, config.ensemble_size, config.head_dropout)
+    width = step_feature_width(int(backbone.config.hidden_size), config.step_pooling)
+    head = EnsembleHead(
+        width,
+        config.head_hidden,
+        config.ensemble_size,
+        config.head_dropout,
+        context=CONTEXT_WIDTH if config.context != "none" else 0,
+    )
     head.to(device)
+    contexts = chain_contexts(examples, config.context)
     chain_weights = _bootstrap_weights(
         len(examples), config.ensemble_size, np.random.default_rng(config.seed)
     )
@@ -447,7 +533,9 @@ def train_prm(
     if config.mode == "frozen_head":
         backbone.requires_grad_(False)
         features = cached_step_features(
-            cache=feature_cache(fingerprint, config.max_length, config.cache_dir),
+            cache=feature_cache(
+                fingerprint, config.max_length, config.cache_dir, config.step_pooling
+            ),
             backbone=backbone,
             kind=kind,
             tokenizer=tokenizer,
@@ -456,11 +544,13 @@ def train_prm(
             device=device,
             batch_size=32,
             pad_id=pad_token_id(tokenizer),
+            pooling=config.step_pooling,
         )
         train_loss = _train_frozen_head(
             config=config,
             head=head,
             features=features,
+            contexts=contexts,
             targets=targets,
             chain_weights=chain_weights,
             weight_by_class=weight_by_class,
@@ -475,6 +565,7 @@ def train_prm(
             head=head,
             tokenizer=tokenizer,
             examples=examples,
+            contexts=contexts,
             targets=targets,
             chain_weights=chain_weights,
             weight_by_class=weight_by_class,
@@ -491,13 +582,15 @@ def train_prm(
         device=device,
         fingerprint=fingerprint,
     )
-    threshold = (
-        config.threshold
-        if config.threshold is not None
-        else _training_threshold(prm, examples, chain_weights)
-    )
-    prm.threshold = threshold
-    metrics: dict[str, float] = {"train_loss": float(train_loss), "threshold": threshold}
+    calibration, threshold = _calibrate_and_threshold(prm, examples, targets, chain_weights)
+    prm.calibration, prm.threshold = calibration, threshold
+    metrics: dict[str, float] = {
+        "train_loss": float(train_loss),
+        "threshold": threshold,
+        "calibration_scale": calibration[0],
+        "calibration_bias": calibration[1],
+        **_truncation_metrics(tokenizer, [*examples, *heldout], config.max_length),
+    }
     if heldout and config.heldout_metrics:
         scores = list(score_chains(prm, heldout, batch_size=32))
         metrics.update(evaluate(heldout, scores, threshold))

@@ -410,6 +410,13 @@ def snapshot_chain_examples(*, snapshot: Snapshot, split: str | None = None) -> 
     return chain_examples_build(chains=[(row.chain, tuple(row.labels)) for row in rows])
 
 
+def _stated_verdict(meta: dict[str, Any]) -> bool | None:
+    """The import's own verdict on the final answer (ProcessBench's final_answer_correct,
+    kept in the chain's meta), if it gave one."""
+    verdict = meta.get("final_answer_correct") if isinstance(meta, dict) else None
+    return verdict if isinstance(verdict, bool) else None
+
+
 def chain_examples_build(
     *, chains: list[tuple[Chain, tuple[int | None, ...] | None]]
 ) -> list[ChainExample]:
@@ -433,6 +440,7 @@ def chain_examples_build(
             labels=labels,
             answer=chain.final_answer,
             reference_answer=chain.problem.reference_answer,
+            answer_correct=_stated_verdict(chain.meta),
         )
         for chain, labels in chains
     ]

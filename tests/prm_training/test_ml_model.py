@@ -14,6 +14,7 @@ import torch
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import ChainExample
 from prm_training.ml.features import clear_feature_caches
+from prm_training.ml.inputs import CONTEXT_WIDTH
 from prm_training.ml.model import (
     EnsembleHead,
     backbone_fingerprint,
@@ -21,6 +22,7 @@ from prm_training.ml.model import (
     encode_steps,
     load_backbone,
     step_attention_mask,
+    step_feature_width,
 )
 from prm_training.ml.score import LoadedPRM, load_prm, score_chains
 from prm_training.ml.synthetic import synthetic_chains
@@ -34,11 +36,27 @@ def backbones(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: tiny_backbone_dir(root, name) for name in ("bert", "gpt2", "llama")}
 
 
-def _untrained_prm(directory: Path, *, max_length: int = 128, mode: str = "full") -> LoadedPRM:
+def _untrained_prm(
+    directory: Path,
+    *,
+    max_length: int = 128,
+    mode: str = "full",
+    step_pooling: str = "mean",
+    context: str = "prefix",
+) -> LoadedPRM:
     tokenizer, backbone, kind = load_backbone(directory)
     torch.manual_seed(0)
-    head = EnsembleHead(int(backbone.config.hidden_size), 16, 3, dropout=0.0)
-    config = PRMConfig(backbone=str(directory), mode=mode, max_length=max_length)
+    width = step_feature_width(int(backbone.config.hidden_size), step_pooling)
+    head = EnsembleHead(
+        width, 16, 3, dropout=0.0, context=0 if context == "none" else CONTEXT_WIDTH
+    )
+    config = PRMConfig(
+        backbone=str(directory),
+        mode=mode,
+        max_length=max_length,
+        step_pooling=step_pooling,
+        context=context,
+    )
     return LoadedPRM(
         config=config,
         tokenizer=tokenizer,
@@ -80,11 +98,13 @@ def test_step_mask_lets_a_token_see_the_problem_and_steps_up_to_its_own() -> Non
 
 @pytest.mark.parametrize("model_type", ["bert", "gpt2", "llama"])
 @pytest.mark.parametrize("max_length", [128, 16])
+@pytest.mark.parametrize("step_pooling", ["mean", "separator"])
 def test_changing_a_later_step_leaves_earlier_scores_unchanged(
-    backbones: dict[str, Path], model_type: str, max_length: int
+    backbones: dict[str, Path], model_type: str, max_length: int, step_pooling: str
 ) -> None:
-    # Given: a PRM and two chains that share the problem and the first two steps
-    prm = _untrained_prm(backbones[model_type], max_length=max_length)
+    # Given: a prefix-only PRM (DESIGN.md's invariant 3) and two chains that share the
+    # problem and the first two steps
+    prm = _untrained_prm(backbones[model_type], max_length=max_length, step_pooling=step_pooling)
 
     # When: both are scored in one padded batch next to an unrelated longer chain
     base, changed, _ = list(score_chains(prm, [BASE, CHANGED, OTHER], batch_size=8))
@@ -114,6 +134,52 @@ def test_without_the_step_mask_an_encoder_would_see_later_steps(
         leaky = encode_steps(prm.backbone, "decoder", batch)  # 2-D mask, bidirectional model
     assert torch.allclose(masked[0], masked[4], atol=1e-5)  # step 1 of BASE vs of CHANGED
     assert not torch.allclose(leaky[0], leaky[4], atol=1e-3)
+
+
+def test_a_step_is_read_from_its_own_tokens_as_well_as_its_separator(
+    backbones: dict[str, Path],
+) -> None:
+    # Given: the batch of the test above
+    from prm_training.ml.data import chains_to_windows
+
+    prm = _untrained_prm(backbones["bert"])
+    windows = chains_to_windows(prm.tokenizer, [BASE, OTHER], 128)
+    batch = collate_windows(windows, 0, prm.device)
+
+    # When
+    with torch.no_grad():
+        hidden = prm.backbone(
+            input_ids=batch.input_ids, attention_mask=step_attention_mask(batch.segment_ids)
+        ).last_hidden_state
+        pooled = encode_steps(prm.backbone, "encoder", batch, "mean")
+        separator = encode_steps(prm.backbone, "encoder", batch, "separator")
+
+    # Then: [mean of the step's tokens (its separator included), its separator's state]
+    width = hidden.shape[-1]
+    assert pooled.shape == (len(BASE.steps) + len(OTHER.steps), 2 * width)
+    torch.testing.assert_close(pooled[:, width:], separator)
+    for step, end in enumerate(windows[0].step_end_positions):
+        start = windows[0].segment_ids.index(step + 1)
+        torch.testing.assert_close(pooled[step, :width], hidden[0, start : end + 1].mean(0))
+
+
+def test_the_outcome_context_reads_the_final_answer_and_the_prefix_context_only_at_the_end(
+    backbones: dict[str, Path],
+) -> None:
+    # Given: one chain graded right and the same chain graded wrong
+    right, wrong = replace(BASE, answer_correct=True), replace(BASE, answer_correct=False)
+
+    # When: scored with each context
+    outcome = _untrained_prm(backbones["bert"], context="outcome")
+    prefix = _untrained_prm(backbones["bert"], context="prefix")
+    by_outcome = [item.step_probs for item in score_chains(outcome, [right, wrong])]
+    by_prefix = [item.step_probs for item in score_chains(prefix, [right, wrong])]
+
+    # Then: with 'outcome' every step moves with the grade; with 'prefix' only the last
+    # (the step that states the answer)
+    assert all(abs(a - b) > 1e-6 for a, b in zip(*by_outcome, strict=True))
+    np.testing.assert_allclose(by_prefix[0][:-1], by_prefix[1][:-1], atol=1e-6)
+    assert abs(by_prefix[0][-1] - by_prefix[1][-1]) > 1e-6
 
 
 def _tiny_config(directory: Path, **overrides: object) -> PRMConfig:
@@ -182,6 +248,67 @@ def test_checkpoint_round_trip_scores_the_same(
         assert recomputed[key] == pytest.approx(result.metrics[key], abs=1e-6)
     assert all(item.member_probs is not None and len(item.member_probs) == 3 for item in scores)
     assert prm.config == config
+    assert prm.calibration == (
+        result.metrics["calibration_scale"],
+        result.metrics["calibration_bias"],
+    )
+
+
+def test_a_checkpoint_from_before_pooling_and_context_loads_as_it_was_trained(
+    backbones: dict[str, Path], tmp_path: Path
+) -> None:
+    # Given: a checkpoint trained the old way, its stored config stripped of the new keys
+    # (as one written before 2026-11-25 is)
+    chains = synthetic_chains(30, seed=9)
+    config = _tiny_config(
+        backbones["bert"],
+        mode="frozen_head",
+        head_epochs=2,
+        step_pooling="separator",
+        context="none",
+        calibrate=False,
+    )
+    result = train_prm(config, chains[:24], chains[24:], tmp_path / "old")
+    expected = [item.step_probs for item in score_chains(load_prm(result.checkpoint_dir), chains)]
+    meta_path = Path(result.checkpoint_dir) / "config.json"
+    meta = json.loads(meta_path.read_text())
+    for key in ("step_pooling", "context", "calibrate"):
+        del meta["prm_config"][key]
+    del meta["calibration"], meta["head"]["context"]
+    meta_path.write_text(json.dumps(meta))
+
+    # When
+    clear_feature_caches()
+    prm = load_prm(result.checkpoint_dir)
+
+    # Then: it reads separator states without context, as trained, and scores the same
+    assert (prm.config.step_pooling, prm.config.context) == ("separator", "none")
+    assert prm.calibration == (1.0, 0.0)
+    scores = [item.step_probs for item in score_chains(prm, chains)]
+    for got, want in zip(scores, expected, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_calibration_makes_probabilities_match_frequencies(
+    backbones: dict[str, Path], tmp_path: Path
+) -> None:
+    # Given: mostly-correct steps, which the balanced loss pushes towards 0.5
+    chains = synthetic_chains(240, seed=10)
+    train, heldout = chains[:180], chains[180:]
+    settings = dict(mode="frozen_head", head_epochs=30, context="none")
+
+    # When: trained with and without calibration
+    raw = train_prm(
+        _tiny_config(backbones["bert"], calibrate=False, **settings), train, heldout, tmp_path / "a"
+    ).metrics
+    calibrated = train_prm(
+        _tiny_config(backbones["bert"], **settings), train, heldout, tmp_path / "b"
+    ).metrics
+
+    # Then: the held-out calibration error falls; the ranking barely moves (each member is
+    # rescaled, so only the mean over members can reorder steps)
+    assert calibrated["calibration_error"] < raw["calibration_error"], (calibrated, raw)
+    assert calibrated["step_auroc"] == pytest.approx(raw["step_auroc"], abs=0.01)
 
 
 def test_frozen_checkpoint_refuses_a_different_backbone(
@@ -238,3 +365,11 @@ def test_training_without_usable_labels_is_refused(
     chains = [ChainExample(1, "a", ("b",), (0,)), ChainExample(2, "a", ("c",))]
     with pytest.raises(ValueError, match="usable label"):
         train_prm(_tiny_config(backbones["bert"], ambiguous="ignore"), chains, [], tmp_path / "x")
+
+
+def test_a_window_longer_than_the_backbone_s_positions_is_refused_before_training(
+    backbones: dict[str, Path], tmp_path: Path
+) -> None:
+    config = _tiny_config(backbones["bert"], max_length=4096)
+    with pytest.raises(ValueError, match="longer than the backbone's 128 positions"):
+        train_prm(config, synthetic_chains(10, seed=1), [], tmp_path / "x")

@@ -337,3 +337,35 @@ def test_training_and_scoring_go_to_the_gpu_queue_and_the_check_to_default() -> 
     assert queue("prm_training.train") == "gpu"
     assert queue("prm_training.score") == "gpu"
     assert queue("prm_training.autostart_check") == "default"
+
+
+def test_the_prm_reads_the_final_answer_s_grade_from_the_reference_or_the_import_s_verdict(
+    project: Any,
+) -> None:
+    # Given: a chain whose answer matches the problem's reference, one whose import stated
+    # its answer wrong (ProcessBench's final_answer_correct), and one that cannot be graded
+    from prm_training.ml.inputs import answer_grade
+    from prm_training.services.training import chain_examples_build
+
+    graded = ChainFactory(
+        project=project,
+        final_answer="42",
+        problem=ProblemFactory(project=project, reference_answer="42"),
+    )
+    stated = ChainFactory(project=project, meta={"final_answer_correct": False})
+    unknown = ChainFactory(project=project, final_answer="")
+    chains = Chain.objects.select_related("problem").filter(
+        pk__in=[graded.pk, stated.pk, unknown.pk]
+    )
+
+    # When
+    examples = {
+        example.chain_id: example
+        for example in chain_examples_build(chains=[(chain, None) for chain in chains])
+    }
+
+    # Then
+    assert answer_grade(examples[graded.pk]) is True
+    assert examples[stated.pk].answer_correct is False
+    assert answer_grade(examples[stated.pk]) is False
+    assert answer_grade(examples[unknown.pk]) is None

@@ -60,6 +60,10 @@ def _read_chains(paths: list[Path], fmt: str) -> tuple[list[Any], dict[int, bool
                     errors.append(f"{path}:{item.line}: {item.reason}")
                     continue
                 chain_id = len(examples) + 1
+                if item.answer and item.reference_answer:
+                    graded[chain_id] = grade_answer(item.answer, item.reference_answer)
+                elif isinstance(item.meta.get("final_answer_correct"), bool):
+                    graded[chain_id] = item.meta["final_answer_correct"]
                 examples.append(
                     ChainExample(
                         chain_id=chain_id,
@@ -68,12 +72,9 @@ def _read_chains(paths: list[Path], fmt: str) -> tuple[list[Any], dict[int, bool
                         labels=item.labels,
                         answer=item.answer,
                         reference_answer=item.reference_answer,
+                        answer_correct=graded.get(chain_id),
                     )
                 )
-                if item.answer and item.reference_answer:
-                    graded[chain_id] = grade_answer(item.answer, item.reference_answer)
-                elif isinstance(item.meta.get("final_answer_correct"), bool):
-                    graded[chain_id] = item.meta["final_answer_correct"]
     if errors:
         more = len(errors) - SHOWN_ERRORS
         listed = "; ".join(errors[:SHOWN_ERRORS]) + (f"; ... and {more} more" if more > 0 else "")
