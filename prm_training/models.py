@@ -190,6 +190,14 @@ class ScoringRun(models.Model):
     )
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     strategy = models.CharField(max_length=30, choices=AcquisitionStrategy.choices)
+    applied_strategy = models.CharField(
+        max_length=30,
+        choices=AcquisitionStrategy.choices,
+        blank=True,
+        help_text="The strategy the run used: 'random' while the version does not beat the "
+        "rules that read no step (the cold-start rule), else ``strategy``.",
+    )
+    strategy_note = models.TextField(blank=True, help_text="Why, when it differs.")
     random_fraction = models.FloatField(default=0.2)
     seed = models.IntegerField(default=0)
     started_by = models.ForeignKey(

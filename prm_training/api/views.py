@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from annotation.api.errors import service_errors_as_400
 from annotation.api.fields import IdField
 from annotation.selectors import project_get_for_member
+from prm_training.ml.baselines import verdict_against_rules
 from prm_training.models import (
     AcquisitionStrategy,
     ModelVersion,
@@ -205,9 +206,25 @@ class TrainingRunCancelApi(APIView):
 # --- model versions ----------------------------------------------------------------------
 
 
+class RulesVerdictSerializer(serializers.Serializer):
+    beaten = serializers.BooleanField(
+        allow_null=True, help_text="None: no held-out comparison with the rules."
+    )
+    text = serializers.CharField()
+
+
 class ModelVersionOutputSerializer(serializers.ModelSerializer):
     snapshot_version = serializers.IntegerField(source="snapshot.version", read_only=True)
     activated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    against_rules = serializers.SerializerMethodField(
+        help_text="Whether the held-out F1 and AUROC beat every rule that reads no step "
+        "(the outcome rule, the step-position prior), scored on the same chains."
+    )
+
+    @extend_schema_field(RulesVerdictSerializer)
+    def get_against_rules(self, version: ModelVersion) -> dict[str, Any]:
+        verdict = verdict_against_rules(version.metrics)
+        return {"beaten": verdict.beaten, "text": verdict.text}
 
     class Meta:
         model = ModelVersion
@@ -219,6 +236,7 @@ class ModelVersionOutputSerializer(serializers.ModelSerializer):
             "snapshot",
             "snapshot_version",
             "metrics",
+            "against_rules",
             "is_active",
             "created_at",
             "activated_at",
@@ -283,6 +301,8 @@ class ScoringRunOutputSerializer(serializers.ModelSerializer):
             "model_version_number",
             "status",
             "strategy",
+            "applied_strategy",
+            "strategy_note",
             "random_fraction",
             "created_at",
             "started_at",

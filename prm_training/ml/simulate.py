@@ -19,6 +19,8 @@ The protocol, per seed:
 
 Cost is counted twice: labeled chains, and labeled steps (the ratings annotators gave;
 in first-error labeling, the steps up to the first error), which is what an hour buys.
+When the oracle's labels stop at the first error (``stops_at_first_error``), acquisition
+counts only the steps that would be rated (``acquisition``).
 
 In ``frozen_head`` mode the backbone runs once per chain (the feature cache), so a round
 costs a head training and two cache look-ups; the first pass over the chains is the cost.
@@ -139,6 +141,26 @@ def split_by_problem(
     return pool, heldout
 
 
+def stops_at_first_error(examples: Sequence[ChainExample]) -> bool:
+    """Whether the oracle's labels come from first-error labeling: some chain has an
+    error and none rates a step after its first one (ProcessBench), so acquisition
+    counts only the steps that would be rated.
+
+    >>> stops_at_first_error([ChainExample(1, "p", ("a", "b"), (-1, None))])
+    True
+    >>> stops_at_first_error([ChainExample(1, "p", ("a", "b"), (-1, 1))])
+    False
+    """
+    errors = False
+    for example in examples:
+        labels = example.labels or ()
+        if -1 in labels:
+            errors = True
+            if any(rating is not None for rating in labels[labels.index(-1) + 1 :]):
+                return False
+    return errors
+
+
 def labeled_steps(example: ChainExample) -> int:
     """The ratings an annotator gave this chain (its labeling cost).
 
@@ -242,6 +264,7 @@ def _simulate_seed(
         return result.metrics
 
     rows: list[SimulationRow] = []
+    first_error_labeling = stops_at_first_error(pool)
     rng = np.random.default_rng(seed)
     seed_set = sorted(int(i) for i in rng.choice(len(pool), sim.seed_size, replace=False))
     # Round 0 is the same model for every strategy of this seed: train it once.
@@ -266,6 +289,7 @@ def _simulate_seed(
                 sim.batch,
                 random_fraction=sim.random_fraction,
                 answers_correct=correct,
+                first_error_labeling=first_error_labeling,
                 rng=strategy_rng,
             )
             labeled.extend(unlabeled[i] for i in picked)

@@ -27,7 +27,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from annotation.models import Annotation, AnnotationSource, Chain, Project
+from annotation.models import Annotation, AnnotationSource, Chain, LabelingMode, Project
 from prm_training.models import (
     FINISHED_STATUSES,
     AcquisitionStrategy,
@@ -216,10 +216,16 @@ def chain_priorities_write(*, project: Project, priorities: dict[int, float]) ->
 
 
 def _acquisition_values(
-    *, strategy: str, rows: list[ChainScore], answers: dict[int, tuple[str, str]], seed: int
+    *,
+    strategy: str,
+    rows: list[ChainScore],
+    answers: dict[int, tuple[str, str]],
+    seed: int,
+    first_error_labeling: bool,
 ) -> list[float]:
     """One acquisition value per row (higher = more worth a human's time), from the ML
-    package. ``convincing_wrong`` grades each final answer against the reference."""
+    package, per step an annotator of this project would rate. ``convincing_wrong``
+    grades each final answer against the reference."""
     import numpy as np
 
     from prm_training.ml.acquisition import acquisition_scores
@@ -239,9 +245,36 @@ def _acquisition_values(
             for row in rows
         ]
     values = acquisition_scores(
-        strategy, scores, answers_correct=correct, rng=np.random.default_rng(seed)
+        strategy,
+        scores,
+        answers_correct=correct,
+        first_error_labeling=first_error_labeling,
+        rng=np.random.default_rng(seed),
     )
     return [float(v) for v in values]
+
+
+def cold_start_strategy(*, strategy: str, version: ModelVersion) -> tuple[str, str]:
+    """(the strategy a scoring run applies, why when it is not ``strategy``).
+
+    The cold-start rule: a model-driven strategy steers the queue only once the version
+    beats the rules that read no step on its held-out chains (F1 and AUROC, see
+    ``verdict_against_rules``). Before that its uncertainty is no better informed than a
+    coin: on ProcessBench (BENCHMARKS.md, issue #15) no strategy driven by a version
+    below the outcome rule beat random picks, and some lost to them. So the run picks at
+    random and says why; the chosen strategy takes over by itself with a better version."""
+    from prm_training.ml.baselines import verdict_against_rules
+
+    if strategy == AcquisitionStrategy.RANDOM:
+        return strategy, ""
+    verdict = verdict_against_rules(version.metrics)
+    if verdict.beaten:
+        return strategy, ""
+    label = AcquisitionStrategy(strategy).label
+    return AcquisitionStrategy.RANDOM, (
+        f"Random picks instead of {label}: v{version.version} {verdict.text}. "
+        f"{label} takes over once a version beats the rules."
+    )
 
 
 def scoring_run_execute(*, scoring_run_id: int, task_id: str = "") -> ScoringRun | None:
@@ -311,8 +344,16 @@ def _score(run: ScoringRun) -> None:
             pk__in=[row.chain_id for row in rows]
         ).values_list("id", "final_answer", "problem__reference_answer")
     }
+    applied, note = cold_start_strategy(strategy=run.strategy, version=version)
+    ScoringRun.objects.filter(pk=run.pk).update(applied_strategy=applied, strategy_note=note)
     values = (
-        _acquisition_values(strategy=run.strategy, rows=rows, answers=answers, seed=run.seed)
+        _acquisition_values(
+            strategy=applied,
+            rows=rows,
+            answers=answers,
+            seed=run.seed,
+            first_error_labeling=project.labeling_mode == LabelingMode.FIRST_ERROR,
+        )
         if rows
         else []
     )

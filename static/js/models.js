@@ -94,19 +94,26 @@
     return runs.some((run) => BUSY.has(run.status));
   }
 
-  const RULES = [["outcome_rule", "the outcome rule"], ["position_prior", "the step-position prior"]];
+  // Says plainly whether the version's held-out F1 and AUROC beat every rule that reads no
+  // step (fitted on the same training chains, scored on the same held-out ones); the
+  // server words it (``verdict_against_rules``).
+  function againstRules(verdict) {
+    if (!verdict || verdict.beaten === null) return "—";
+    return el("span", verdict.text, verdict.beaten ? "rules-beaten" : "rules-not-beaten");
+  }
 
-  // Says plainly whether the version's held-out F1 beats the best rule that reads no step
-  // (fitted on the same training chains, scored on the same held-out ones).
-  function againstRules(metrics) {
-    const f1 = metrics.processbench_f1;
-    const rules = RULES
-      .map(([key, name]) => [name, metrics[`baseline_${key}_processbench_f1`]])
-      .filter(([, value]) => typeof value === "number" && Number.isFinite(value));
-    if (typeof f1 !== "number" || !rules.length) return "—";
-    const [name, best] = rules.reduce((a, b) => (b[1] > a[1] ? b : a));
-    if (f1 > best) return el("span", `beats ${name} (F1 ${best.toFixed(3)})`, "rules-beaten");
-    return el("span", `does not beat ${name} (F1 ${best.toFixed(3)})`, "rules-not-beaten");
+  // The verdict against the rules, and a warning when windows cut some chains' text
+  // (the run kept their head and tail; a longer max_length or backbone would read it all).
+  function verdictCell(version) {
+    const metrics = version.metrics;
+    const cell = el("div");
+    cell.append(againstRules(version.against_rules));
+    const cut = metrics.truncated_chains;
+    if (typeof cut === "number" && cut > 0) {
+      const chains = cut === 1 ? "1 chain" : `${cut} chains`;
+      cell.append(el("div", `${chains} cut to fit max_length`, "muted truncated"));
+    }
+    return cell;
   }
 
   function renderVersions(versions) {
@@ -116,7 +123,7 @@
         : "";
       return [`v${v.version}`, `v${v.snapshot_version}`, num(v.metrics.processbench_f1, 3),
         num(v.metrics.step_auroc, 3), num(v.metrics.first_error_accuracy, 3),
-        againstRules(v.metrics), when(v.created_at), v.is_active ? "active" : "", action];
+        verdictCell(v), when(v.created_at), v.is_active ? "active" : "", action];
     }), 9, "No model versions yet.");
     plot([...versions].reverse());
   }
@@ -165,11 +172,21 @@
 
   function renderScoring(runs) {
     fillRows(document.getElementById("scoring-table"), runs.map((run) => [
-      `#${run.id}`, `v${run.model_version_number}`, run.strategy,
+      `#${run.id}`, `v${run.model_version_number}`, strategyCell(run),
       el("span", run.error ? `${run.status}: ${run.error}` : run.status, `status-${run.status}`),
       `${run.chains_scored} / ${run.chains_total}`, run.priorities_updated, when(run.finished_at),
     ]), 7, "No scoring runs yet.");
     return runs.some((run) => BUSY.has(run.status));
+  }
+
+  // The strategy asked for, and the one applied with the reason when they differ (the
+  // cold-start rule: random picks while the version does not beat the rules).
+  function strategyCell(run) {
+    if (!run.applied_strategy || run.applied_strategy === run.strategy) return run.strategy;
+    const cell = el("div");
+    cell.append(el("span", `${run.strategy} → ${run.applied_strategy}`));
+    cell.append(el("div", run.strategy_note, "muted strategy-note"));
+    return cell;
   }
 
   async function refresh() {

@@ -37,9 +37,40 @@ def test_first_error_distribution_sums_to_one_and_entropy_matches_by_hand() -> N
     scores = acquisition_scores(
         "first_error_entropy", [UNSURE, CONFIDENT], rng=np.random.default_rng(0)
     )
+    # per rated step: all three under all-steps labeling
     expected = -sum(p * math.log(p) for p in dist)
-    assert scores[0] == pytest.approx(expected)
+    assert scores[0] == pytest.approx(expected / 3)
     assert scores[1] < scores[0]
+    # under first-error labeling 1 + 0.5 + 0.25 steps are rated on average
+    [first_error] = acquisition_scores(
+        "first_error_entropy", [UNSURE], first_error_labeling=True, rng=np.random.default_rng(0)
+    )
+    assert first_error == pytest.approx(expected / 1.75)
+
+
+@pytest.mark.parametrize("strategy", ["entropy", "disagreement"])
+def test_under_first_error_labeling_steps_nobody_will_rate_do_not_count(strategy: str) -> None:
+    # Given: two chains alike in their first step, which the PRM calls wrong; after it one
+    # chain has three steps the PRM is unsure of, the other one sure step
+    members = [[0.02, 0.9, 0.1, 0.9], [0.02, 0.1, 0.9, 0.1]]
+    doubtful_tail = _s(1, [0.02, 0.5, 0.5, 0.5], members)
+    sure_tail = _s(2, [0.02, 0.99], [[0.02, 0.99], [0.02, 0.99]])
+
+    # When
+    def priority(first_error_labeling: bool) -> np.ndarray:
+        return acquisition_scores(
+            strategy,
+            [doubtful_tail, sure_tail],
+            first_error_labeling=first_error_labeling,
+            rng=np.random.default_rng(0),
+        )
+
+    # Then: counting every step prefers the doubtful tail by far; counting the steps an
+    # annotator stopping at the first error would rate, the gap is under a tenth of that
+    every_step = priority(False)
+    rated = priority(True)
+    assert every_step[0] > 3 * every_step[1]
+    assert 0 <= rated[0] - rated[1] < 0.1 * (every_step[0] - every_step[1])
 
 
 def test_disagreement_separates_members_that_disagree_from_members_that_agree() -> None:

@@ -1,6 +1,7 @@
 """The ML page in a real browser (Debian's chromium, Playwright, under the site's
 Content-Security-Policy): each model version says plainly whether it beats the rules
-that read no step, and a run's backbone is chosen from the listed ones."""
+that read no step, a scoring run says when the cold-start rule picked at random instead,
+and a run's backbone is chosen from the listed ones."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from annotation.models import Role, Snapshot
-from prm_training.models import ModelVersion, RunStatus, TrainingRun
+from prm_training.models import ModelVersion, RunStatus, ScoringRun, TrainingRun
 from tests.browser import ARTIFACTS, chromium_running, page_login, page_watched
 from tests.factories import MembershipFactory, ProjectFactory
 
@@ -43,32 +44,53 @@ def _version(project: Any, number: int, metrics: dict[str, float]) -> ModelVersi
 
 
 def test_each_version_says_whether_it_beats_the_rules(live_server: Any, page: Page) -> None:
-    # Given: v1 below the outcome rule, v2 above both rules, v3 trained without them
+    # Given: v1 below the outcome rule, v2 above both rules and with chains cut to fit its
+    # windows, v3 trained without them
     project = ProjectFactory()
     ml = MembershipFactory(project=project, role=Role.ML).user
     rules = {
         "baseline_outcome_rule_processbench_f1": 0.262,
+        "baseline_outcome_rule_step_auroc": 0.70,
         "baseline_position_prior_processbench_f1": 0.118,
+        "baseline_position_prior_step_auroc": 0.55,
     }
-    _version(project, 1, {"processbench_f1": 0.231, "step_auroc": 0.63, **rules})
-    _version(project, 2, {"processbench_f1": 0.301, "step_auroc": 0.71, **rules})
+    first = _version(project, 1, {"processbench_f1": 0.231, "step_auroc": 0.63, **rules})
+    _version(
+        project, 2, {"processbench_f1": 0.301, "step_auroc": 0.71, "truncated_chains": 67, **rules}
+    )
     _version(project, 3, {"processbench_f1": 0.25})
+    # ...and v1 scored the queue by entropy, which the cold-start rule turned to random
+    ScoringRun.objects.create(
+        project=project,
+        model_version=first,
+        status=RunStatus.SUCCEEDED,
+        strategy="entropy",
+        applied_strategy="random",
+        strategy_note="Random picks instead of Step uncertainty (entropy): v1 does not beat "
+        "the outcome rule (F1 0.231 vs 0.262, AUROC 0.630 vs 0.700). Step uncertainty "
+        "(entropy) takes over once a version beats the rules.",
+    )
     page_login(page=page, base_url=live_server.url, username=ml.username)
 
     # When: ML staff open the ML page
     page.goto(f"{live_server.url}/projects/{project.pk}/models/")
     page.wait_for_selector("#versions-table tbody tr:nth-child(3)")
 
-    # Then: each version's row says it, against the best rule, with that rule's F1
+    # Then: each version's row says it, against the best rule, with that rule's F1, and
+    # warns when text was cut
     cells = {
         row.query_selector("td").inner_text(): row.query_selector("td:nth-child(6)").inner_text()
         for row in page.query_selector_all("#versions-table tbody tr")
     }
     assert cells == {
-        "v1": "does not beat the outcome rule (F1 0.262)",
-        "v2": "beats the outcome rule (F1 0.262)",
+        "v1": "does not beat the outcome rule (F1 0.231 vs 0.262, AUROC 0.630 vs 0.700)",
+        "v2": "beats the outcome rule (F1 0.301 vs 0.262, AUROC 0.710 vs 0.700)"
+        "\n67 chains cut to fit max_length",
         "v3": "—",
     }
+    # And the scoring run says what it applied and why
+    strategy = page.locator("#scoring-table tbody tr td:nth-child(3)").inner_text()
+    assert strategy.startswith("entropy → random\nRandom picks instead of Step uncertainty")
     # And the backbone is chosen from the listed ones (the backbone root holds "bert")
     options = page.locator("#train-form select[name=backbone] option").all_inner_texts()
     assert options == ["all-MiniLM-L6-v2 (bundled)", "bert"]

@@ -219,3 +219,52 @@ def test_priorities_are_written_in_bulk_only_to_the_projects_chains(
         chain.refresh_from_db()
     assert [c.priority for c in chains] == [0.5, 0.0, 0.9]
     assert stranger.priority == 0.0
+
+
+RULES = {
+    "baseline_outcome_rule_processbench_f1": 0.38,
+    "baseline_outcome_rule_step_auroc": 0.77,
+    "baseline_position_prior_processbench_f1": 0.01,
+    "baseline_position_prior_step_auroc": 0.56,
+}
+
+
+@pytest.mark.parametrize(
+    ("metrics", "applied"),
+    [
+        ({"processbench_f1": 0.40, "step_auroc": 0.79, **RULES}, "entropy"),
+        ({"processbench_f1": 0.40, "step_auroc": 0.70, **RULES}, "random"),  # AUROC below
+        ({"processbench_f1": 0.30, "step_auroc": 0.79, **RULES}, "random"),  # F1 below
+        ({"processbench_f1": 0.40, "step_auroc": 0.79}, "random"),  # never compared
+    ],
+)
+def test_cold_start_picks_at_random_until_the_version_beats_the_rules(
+    project: Any, metrics: dict[str, float], applied: str
+) -> None:
+    from prm_training.services.scoring import cold_start_strategy
+
+    version = _version(project, 1, active=True)
+    version.metrics = metrics
+    strategy, note = cold_start_strategy(strategy="entropy", version=version)
+    assert strategy == applied
+    assert (note == "") == (applied == "entropy")
+    if note:
+        assert note.startswith("Random picks instead of Step uncertainty (entropy): v1 ")
+    # random is random whatever the version
+    assert cold_start_strategy(strategy="random", version=version) == ("random", "")
+
+
+def test_the_versions_api_says_whether_each_version_beats_the_rules(project: Any) -> None:
+    from tests.factories import MembershipFactory
+
+    version = _version(project, 1, active=True)
+    version.metrics = {"processbench_f1": 0.30, "step_auroc": 0.79, **RULES}
+    version.save()
+    ml = MembershipFactory(project=project, role="ml").user
+    client = Client()
+    client.force_login(ml)
+    [row] = client.get(f"/api/v1/projects/{project.pk}/model-versions/").json()
+    assert row["against_rules"] == {
+        "beaten": False,
+        "text": "does not beat the outcome rule (F1 0.300 vs 0.380)",
+    }
