@@ -16,7 +16,6 @@ from rest_framework.views import APIView
 from annotation.api.errors import service_errors_as_400
 from annotation.api.fields import IdField
 from annotation.selectors import project_get_for_member
-from prm_training.ml.baselines import verdict_against_rules
 from prm_training.models import (
     AcquisitionStrategy,
     ModelVersion,
@@ -223,6 +222,9 @@ class ModelVersionOutputSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(RulesVerdictSerializer)
     def get_against_rules(self, version: ModelVersion) -> dict[str, Any]:
+        # Lazily, as everything from the ML package: the web process does not load it.
+        from prm_training.ml.baselines import verdict_against_rules
+
         verdict = verdict_against_rules(version.metrics)
         return {"beaten": verdict.beaten, "text": verdict.text}
 
