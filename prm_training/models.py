@@ -33,6 +33,15 @@ class AcquisitionStrategy(models.TextChoices):
     CONVINCING_WRONG = "convincing_wrong", "Convincing wrong answer"
 
 
+# The loop settings' strategy may also be 'auto': the one the evidence on the project's
+# own labels supports, random until then (``services.strategy``).
+AUTO_STRATEGY = "auto"
+STRATEGY_SETTINGS = [
+    (AUTO_STRATEGY, "Chosen from evidence (random until a strategy beats it)"),
+    *AcquisitionStrategy.choices,
+]
+
+
 class RunTrigger(models.TextChoices):
     MANUAL = "manual", "Started by hand"
     AUTO = "auto", "Started after N finished chains"
@@ -45,7 +54,13 @@ class ProjectTrainingSettings(models.Model):
         Project, on_delete=models.CASCADE, related_name="training_settings"
     )
     acquisition_strategy = models.CharField(
-        max_length=30, choices=AcquisitionStrategy.choices, default=AcquisitionStrategy.ENTROPY
+        max_length=30, choices=STRATEGY_SETTINGS, default=AUTO_STRATEGY
+    )
+    strategy_evidence = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The last paired simulation on the project's labels (simulate_active_"
+        "learning --project ID --save): what 'auto' chooses from.",
     )
     random_fraction = models.FloatField(
         default=0.2,
@@ -68,7 +83,7 @@ class ProjectTrainingSettings(models.Model):
                 name="training_settings_random_fraction_range",
             ),
             models.CheckConstraint(
-                condition=Q(acquisition_strategy__in=AcquisitionStrategy.values),
+                condition=Q(acquisition_strategy__in=[value for value, _ in STRATEGY_SETTINGS]),
                 name="training_settings_strategy_valid",
             ),
         ]
@@ -197,7 +212,10 @@ class ScoringRun(models.Model):
         help_text="The strategy the run used: 'random' while the version does not beat the "
         "rules that read no step (the cold-start rule), else ``strategy``.",
     )
-    strategy_note = models.TextField(blank=True, help_text="Why, when it differs.")
+    strategy_note = models.TextField(
+        blank=True,
+        help_text="Why the run applies its strategy (the 'auto' choice, the cold-start rule).",
+    )
     random_fraction = models.FloatField(default=0.2)
     seed = models.IntegerField(default=0)
     started_by = models.ForeignKey(

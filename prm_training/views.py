@@ -10,9 +10,10 @@ from django.views.decorators.http import require_GET
 
 from annotation.models import Role
 from annotation.selectors import membership_role, project_get_for_member
-from prm_training.models import AcquisitionStrategy
+from prm_training.models import STRATEGY_SETTINGS, AcquisitionStrategy
 from prm_training.selectors import ML_AND_LEADS
 from prm_training.services.backbones import backbone_choices
+from prm_training.services.strategy import acquisition_strategy_resolve
 from prm_training.services.training import (
     AMBIGUOUS_RULES,
     CLASS_WEIGHTS,
@@ -28,6 +29,8 @@ def models_page(request: HttpRequest, project_id: int) -> HttpResponse:
     project = project_get_for_member(user=request.user, project_id=project_id, roles=ML_AND_LEADS)
     role = membership_role(user=request.user, project=project)
     can_manage = role == Role.ML or request.user.is_superuser
+    loop = project_training_settings_get(project=project)
+    applied, why = acquisition_strategy_resolve(loop=loop)
     context = {
         "project": project,
         "can_manage": can_manage,
@@ -35,7 +38,10 @@ def models_page(request: HttpRequest, project_id: int) -> HttpResponse:
         "ambiguous_rules": AMBIGUOUS_RULES,
         "class_weights": CLASS_WEIGHTS,
         "strategies": AcquisitionStrategy.choices,
-        "loop": project_training_settings_get(project=project),
+        "strategy_settings": STRATEGY_SETTINGS,
+        "loop": loop,
+        "applied_strategy": applied,
+        "applied_why": why,
         "backbones": backbone_choices(project=project) if can_manage else [],
     }
     return render(request, "prm_training/models.html", context)

@@ -17,6 +17,7 @@ from annotation.api.errors import service_errors_as_400
 from annotation.api.fields import IdField
 from annotation.selectors import project_get_for_member
 from prm_training.models import (
+    STRATEGY_SETTINGS,
     AcquisitionStrategy,
     ModelVersion,
     ProjectTrainingSettings,
@@ -35,6 +36,7 @@ from prm_training.selectors import (
 )
 from prm_training.services.backbones import backbone_choices
 from prm_training.services.scoring import scoring_run_start
+from prm_training.services.strategy import acquisition_strategy_resolve
 from prm_training.services.training import (
     AMBIGUOUS_RULES,
     CLASS_WEIGHTS,
@@ -379,7 +381,10 @@ class TrainingSettingsInputSerializer(serializers.Serializer):
     """Any subset; fields left out keep their values."""
 
     acquisition_strategy = serializers.ChoiceField(
-        choices=AcquisitionStrategy.choices, required=False
+        choices=STRATEGY_SETTINGS,
+        required=False,
+        help_text="'auto': the strategy the evidence on the project's labels supports, "
+        "random until one beats it.",
     )
     random_fraction = serializers.FloatField(
         required=False, min_value=0.0, max_value=1.0, help_text="Share of the queue at random."
@@ -395,12 +400,28 @@ class TrainingSettingsInputSerializer(serializers.Serializer):
     )
 
 
+class StrategyChoiceSerializer(serializers.Serializer):
+    strategy = serializers.ChoiceField(choices=AcquisitionStrategy.choices)
+    why = serializers.CharField()
+
+
 class TrainingSettingsOutputSerializer(serializers.ModelSerializer):
+    applied_strategy = serializers.SerializerMethodField(
+        help_text="The strategy a scoring run applies by default, and why."
+    )
+
+    @extend_schema_field(StrategyChoiceSerializer)
+    def get_applied_strategy(self, loop: ProjectTrainingSettings) -> dict[str, str]:
+        strategy, why = acquisition_strategy_resolve(loop=loop)
+        return {"strategy": strategy, "why": why}
+
     class Meta:
         model = ProjectTrainingSettings
         fields = [
             "project",
             "acquisition_strategy",
+            "applied_strategy",
+            "strategy_evidence",
             "random_fraction",
             "retrain_every_n_finished",
             "default_config",

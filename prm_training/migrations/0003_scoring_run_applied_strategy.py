@@ -18,6 +18,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='scoringrun',
             name='strategy_note',
-            field=models.TextField(blank=True, help_text='Why, when it differs.'),
+            field=models.TextField(blank=True, help_text="Why the run applies its strategy (the 'auto' choice, the cold-start rule)."),
         ),
     ]

@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from annotation.models import Annotation, AnnotationSource, Chain, LabelingMode, Project
 from prm_training.models import (
+    AUTO_STRATEGY,
     FINISHED_STATUSES,
     AcquisitionStrategy,
     ChainScore,
@@ -36,6 +37,7 @@ from prm_training.models import (
     RunStatus,
     ScoringRun,
 )
+from prm_training.services.strategy import acquisition_strategy_resolve
 from prm_training.services.training import (
     MAX_ATTEMPTS,
     chain_examples_build,
@@ -91,9 +93,15 @@ def scoring_run_start(
     seed: int = 0,
 ) -> ScoringRun:
     """Create a QUEUED scoring run with ``model_version`` (default: the active one) and the
-    project's acquisition settings unless given; enqueue it once committed."""
+    project's acquisition settings unless given (its strategy resolved as 'auto' says,
+    ``acquisition_strategy_resolve``, the reason kept in the run's note); enqueue it once
+    committed."""
     loop = project_training_settings_get(project=project)
-    strategy = strategy or loop.acquisition_strategy
+    note = ""
+    if not strategy:
+        strategy, why = acquisition_strategy_resolve(loop=loop)
+        if loop.acquisition_strategy == AUTO_STRATEGY:
+            note = f"Chosen from evidence: {strategy}, {why}."
     if strategy not in AcquisitionStrategy.values:
         raise ValidationError({"strategy": f"Unknown acquisition strategy {strategy!r}."})
     fraction = loop.random_fraction if random_fraction is None else float(random_fraction)
@@ -110,6 +118,7 @@ def scoring_run_start(
             project=project,
             model_version=model_version,
             strategy=strategy,
+            strategy_note=note,
             random_fraction=fraction,
             seed=seed,
             started_by=user if user is not None and user.is_authenticated else None,
@@ -344,7 +353,8 @@ def _score(run: ScoringRun) -> None:
             pk__in=[row.chain_id for row in rows]
         ).values_list("id", "final_answer", "problem__reference_answer")
     }
-    applied, note = cold_start_strategy(strategy=run.strategy, version=version)
+    applied, cold = cold_start_strategy(strategy=run.strategy, version=version)
+    note = " ".join(filter(None, [run.strategy_note, cold]))
     ScoringRun.objects.filter(pk=run.pk).update(applied_strategy=applied, strategy_note=note)
     values = (
         _acquisition_values(

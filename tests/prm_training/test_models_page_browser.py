@@ -96,3 +96,48 @@ def test_each_version_says_whether_it_beats_the_rules(live_server: Any, page: Pa
     assert options == ["all-MiniLM-L6-v2 (bundled)", "bert"]
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "models-versions-against-rules.png"), full_page=True)
+
+
+def test_the_page_says_which_strategy_auto_applies_and_shows_its_evidence(
+    live_server: Any, page: Page
+) -> None:
+    # Given: a project whose stored simulation found no strategy beating random
+    from prm_training.models import ProjectTrainingSettings
+    from prm_training.services.strategy import strategy_from_evidence
+
+    project = ProjectFactory()
+    ml = MembershipFactory(project=project, role=Role.ML).user
+    gap = {"mean": -0.022, "low": -0.038, "high": -0.006, "text": "-0.022 ± 0.016"}
+    evidence = {
+        "chains": 1400,
+        "snapshot": 3,
+        "seeds": 50,
+        "rounds": 8,
+        "batch": 40,
+        "lines": [
+            {
+                "strategy": "entropy",
+                "labeled_steps": 1444,
+                "processbench_f1": gap,
+                "step_auroc": gap,
+                "first_error_accuracy": gap,
+            }
+        ],
+    }
+    evidence["chosen"], evidence["why"] = strategy_from_evidence(evidence)
+    ProjectTrainingSettings.objects.create(project=project, strategy_evidence=evidence)
+    page_login(page=page, base_url=live_server.url, username=ml.username)
+
+    # When
+    page.goto(f"{live_server.url}/projects/{project.pk}/models/")
+
+    # Then: 'auto' applies random, says why, and the evidence is a table
+    applied = page.locator("#applied-strategy").inner_text()
+    assert "Chosen from evidence" in applied and "now random (no strategy beats random" in applied
+    rows = page.locator("#evidence-table tbody tr td").all_inner_texts()
+    assert rows == ["entropy", "-0.022 ± 0.016", "-0.022 ± 0.016", "-0.022 ± 0.016", "1444"]
+    assert page.locator("#score-form select[name=strategy] option").first.inner_text() == (
+        "The loop's: random"
+    )
+    page.locator("#evidence-table").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "models-strategy-evidence.png"), full_page=True)

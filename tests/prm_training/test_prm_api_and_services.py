@@ -268,3 +268,19 @@ def test_the_versions_api_says_whether_each_version_beats_the_rules(project: Any
         "beaten": False,
         "text": "does not beat the outcome rule (F1 0.300 vs 0.380)",
     }
+
+
+def test_a_scoring_run_without_a_strategy_takes_the_loop_s_and_notes_auto_s_reason(
+    project: Any,
+) -> None:
+    from prm_training.services.scoring import scoring_run_start
+
+    _version(project, 1, active=True)
+    run = scoring_run_start(project=project, user=None)
+    assert run.strategy == "random"
+    assert run.strategy_note.startswith(
+        "Chosen from evidence: random, no comparison on this project's labels yet"
+    )
+    # a strategy given by hand is taken as is, without a note
+    by_hand = scoring_run_start(project=project, user=None, strategy="entropy")
+    assert (by_hand.strategy, by_hand.strategy_note) == ("entropy", "")

@@ -68,7 +68,8 @@ def test_ml_staff_change_loop_settings_leads_read_them_others_do_not_see_them(
     assert got.status_code == read
     assert changed.status_code == write, changed.content
     if read == 200:
-        assert got.json()["acquisition_strategy"] == "entropy"  # the default, no row yet
+        assert got.json()["acquisition_strategy"] == "auto"  # the default, no row yet
+        assert got.json()["applied_strategy"]["strategy"] == "random"  # no evidence yet
         assert got.json()["retrain_every_n_finished"] == 0
     loop = ProjectTrainingSettings.objects.filter(project=project).first()
     if write == 200:

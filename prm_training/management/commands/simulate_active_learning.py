@@ -1,17 +1,22 @@
-"""`manage.py simulate_active_learning FILE [FILE ...] --out DIR [--strategy NAME[,NAME]]
-[--rounds N] [--batch K] [--seeds S] [--quick]`: replay labeled files as the oracle and
-compare acquisition strategies with random and the model-free baselines, paired by seed.
+"""`manage.py simulate_active_learning (FILE [FILE ...] | --project ID [--save]) --out DIR
+[--strategy NAME[,NAME]] [--rounds N] [--batch K] [--seeds S] [--quick]`: replay labeled
+chains as the oracle and compare acquisition strategies with random and the model-free
+baselines, paired by seed.
 
 The defaults (every strategy, 8 rounds of 40 chains after 20, 50 seeds) are sized for
 ProcessBench's GSM8K and MATH files to resolve a 0.02 difference in F1; ``--quick`` is a
 small run for a smoke test, whose intervals resolve little.
 
-Works on files alone: it never touches the database. The loop is
-``prm_training.ml.simulate``; this command parses, checks input and writes the outputs.
+With files it never touches the database. With ``--project`` it replays the labels of the
+project's newest snapshot, and ``--save`` stores the paired result on the project's loop
+settings, where the 'auto' strategy reads it (``prm_training.services.strategy``; too
+few labels are stored as such: 'auto' stays random). The loop is
+``prm_training.ml.simulate``; this command reads, checks input and writes the outputs.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -82,6 +87,33 @@ def _read_chains(paths: list[Path], fmt: str) -> tuple[list[Any], dict[int, bool
     return examples, graded
 
 
+def _read_project(project_id: int) -> tuple[list[Any], dict[int, bool | None], int]:
+    """(ChainExamples of the project's newest snapshot, their graded answers, its version)."""
+    from annotation.models import Project, Snapshot
+    from prm_training.ml.inputs import answer_grade
+    from prm_training.services.training import snapshot_chain_examples
+
+    if not Project.objects.filter(pk=project_id).exists():
+        raise CommandError(f"no project {project_id}")
+    snapshot = Snapshot.objects.filter(project_id=project_id).order_by("-version").first()
+    if snapshot is None:
+        raise CommandError(f"project {project_id} has no snapshot: take one first")
+    examples = snapshot_chain_examples(snapshot=snapshot)
+    graded = {example.chain_id: answer_grade(example) for example in examples}
+    return examples, graded, snapshot.version
+
+
+def _save(project_id: int, evidence: dict[str, Any]) -> None:
+    from annotation.models import Project
+    from prm_training.models import ProjectTrainingSettings
+    from prm_training.services.strategy import strategy_evidence_save
+
+    loop, _ = ProjectTrainingSettings.objects.get_or_create(
+        project=Project.objects.get(pk=project_id)
+    )
+    strategy_evidence_save(loop=loop, evidence=evidence)
+
+
 class Command(BaseCommand):
     help = (
         "Replay labeled chains as the oracle: from a random seed set, each round every "
@@ -89,18 +121,30 @@ class Command(BaseCommand):
         "on a held-out part split by problem (a different split per seed). Prints each "
         "strategy's and the model-free baselines' paired differences with random (95% "
         "intervals over seeds) and cost in labeled steps; writes DIR/results.csv, "
-        "DIR/summary.txt and DIR/learning_curve.png."
+        "DIR/summary.txt and DIR/learning_curve.png. --project ID replays a project's "
+        "newest snapshot; --save stores the result for the loop's 'auto' strategy."
     )
-    # Files in, files out: no database, so no migration or system check needs one.
+    # Files in, files out (or one project's snapshot): no system check needs more.
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "files",
-            nargs="+",
+            nargs="*",
             type=Path,
             metavar="FILE",
             help="labeled files in any import format (several are joined)",
+        )
+        parser.add_argument(
+            "--project",
+            type=int,
+            default=None,
+            help="replay the labels of this project's newest snapshot instead of files",
+        )
+        parser.add_argument(
+            "--save",
+            action="store_true",
+            help="with --project: store the result where the loop's 'auto' strategy reads it",
         )
         parser.add_argument(
             "--strategy",
@@ -143,6 +187,12 @@ class Command(BaseCommand):
             "--backbone", default=None, help="local model directory (default: the bundled MiniLM)"
         )
         parser.add_argument("--head-epochs", type=int, default=None)
+        parser.add_argument(
+            "--max-length",
+            type=int,
+            default=None,
+            help="tokens per window (default 512; at most the backbone's positions)",
+        )
         parser.add_argument("--epochs", type=int, default=None, help="full mode only")
         parser.add_argument(
             "--cache-dir",
@@ -188,13 +238,34 @@ class Command(BaseCommand):
         if options["backbone"] is not None and not Path(options["backbone"]).is_dir():
             raise CommandError(f"--backbone {options['backbone']} is not a directory")
 
-        examples, graded = _read_chains(options["files"], options["format"])
+        if bool(options["files"]) == (options["project"] is not None):
+            raise CommandError("give labeled files or --project ID, not both or neither")
+        if options["save"] and options["project"] is None:
+            raise CommandError("--save stores a project's result: give --project ID")
+        snapshot_version = None
+        if options["project"] is not None:
+            examples, graded, snapshot_version = _read_project(options["project"])
+            source = f"project {options['project']}'s snapshot v{snapshot_version}"
+        else:
+            examples, graded = _read_chains(options["files"], options["format"])
+            source = ", ".join(map(str, options["files"]))
         labeled = oracle_chains(examples)
         if not labeled:
             raise CommandError(
-                f"no step labels in {', '.join(map(str, options['files']))}: the simulation "
-                "replays labeled chains as the oracle"
+                f"no step labels in {source}: the simulation replays labeled chains as the oracle"
             )
+        needed = math.ceil((sim.seed_size + sim.rounds * sim.batch) / (1 - sim.heldout_fraction))
+        if options["save"] and len(labeled) < needed:
+            from prm_training.services.strategy import strategy_evidence_too_few
+
+            evidence = strategy_evidence_too_few(
+                chains=len(labeled), needed=needed, snapshot_version=snapshot_version
+            )
+            _save(options["project"], evidence)
+            self.stdout.write(
+                f"saved for project {options['project']}: {evidence['chosen']}, {evidence['why']}"
+            )
+            return
         if "convincing_wrong" in strategies and not any(v is not None for v in graded.values()):
             self.stderr.write(
                 "warning: no final answer can be graded (no reference answers); "
@@ -210,7 +281,7 @@ class Command(BaseCommand):
         }
         if options["backbone"] is not None:
             overrides["backbone"] = str(options["backbone"])
-        for name in ("head_epochs", "epochs"):
+        for name in ("head_epochs", "epochs", "max_length"):
             if options[name] is not None:
                 overrides[name] = options[name]
         try:
@@ -239,6 +310,16 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from None
         elapsed = time.monotonic() - started
 
+        if options["save"]:
+            from prm_training.services.strategy import strategy_evidence_build
+
+            evidence = strategy_evidence_build(
+                rows, sim=sim, chains=len(labeled), snapshot_version=snapshot_version
+            )
+            _save(options["project"], evidence)
+            self.stdout.write(
+                f"saved for project {options['project']}: {evidence['chosen']}, {evidence['why']}"
+            )
         write_csv(rows, out / "results.csv")
         plot_learning_curves(rows, out / "learning_curve.png")
         table = summary_table(rows)

@@ -1,0 +1,151 @@
+"""The 'auto' acquisition strategy: random until the paired simulation on the project's
+own labels shows a strategy that beats it, and the reason every time."""
+
+from __future__ import annotations
+
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from annotation.services.snapshots import snapshot_create
+from prm_training.models import ProjectTrainingSettings
+from prm_training.services.strategy import (
+    acquisition_strategy_resolve,
+    strategy_from_evidence,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def _gap(mean: float, half: float) -> dict[str, Any]:
+    return {"mean": mean, "low": mean - half, "high": mean + half, "text": f"{mean:+.3f} ± {half}"}
+
+
+def _line(name: str, f1: float, auroc: float = 0.0, fe: float = 0.0) -> dict[str, Any]:
+    return {
+        "strategy": name,
+        "labeled_steps": 900,
+        "processbench_f1": _gap(f1, 0.02),
+        "step_auroc": _gap(auroc, 0.01),
+        "first_error_accuracy": _gap(fe, 0.01),
+    }
+
+
+def _evidence(*lines: dict[str, Any]) -> dict[str, Any]:
+    return {"chains": 1400, "seeds": 50, "rounds": 8, "batch": 40, "lines": list(lines)}
+
+
+@pytest.mark.parametrize(
+    ("lines", "chosen", "why"),
+    [
+        # no strategy's F1 interval is above zero: random, naming the best
+        (
+            [_line("entropy", -0.022), _line("first_error_entropy", 0.004)],
+            "random",
+            "no strategy beats random over 50 seeds on the project's 1400 labeled chains "
+            "(the best, first_error_entropy, F1 +0.004 ± 0.02)",
+        ),
+        # one is above, but significantly worse on first-error accuracy: still random
+        ([_line("convincing_wrong", 0.05, fe=-0.1)], "random", None),
+        # two are above: the one with the larger F1 gain
+        (
+            [_line("entropy", 0.03), _line("disagreement", 0.05, auroc=0.01)],
+            "disagreement",
+            "F1 +0.050 ± 0.02 against random over 50 seeds on the project's 1400 labeled chains",
+        ),
+    ],
+)
+def test_auto_takes_a_strategy_only_when_its_interval_beats_random(
+    lines: list[dict[str, Any]], chosen: str, why: str | None
+) -> None:
+    strategy, reason = strategy_from_evidence(_evidence(*lines))
+    assert strategy == chosen
+    if why is not None:
+        assert reason == why
+
+
+def test_auto_is_random_without_evidence_and_a_set_strategy_is_kept(project: Any) -> None:
+    loop = ProjectTrainingSettings(project=project)
+    assert loop.acquisition_strategy == "auto"
+    strategy, why = acquisition_strategy_resolve(loop=loop)
+    assert strategy == "random"
+    assert f"simulate_active_learning --project {project.pk} --save" in why
+    loop.acquisition_strategy = "entropy"
+    assert acquisition_strategy_resolve(loop=loop) == ("entropy", "set in the loop settings")
+
+
+def test_the_command_stores_too_few_labels_as_such(
+    arithmetic_project: Any, tiny_bert_dir: Path, tmp_path: Path
+) -> None:
+    # Given: 30 labeled chains in a snapshot, far fewer than the full-size simulation needs
+    snapshot_create(project=arithmetic_project)
+    stdout = StringIO()
+
+    # When
+    call_command(
+        "simulate_active_learning",
+        "--project",
+        str(arithmetic_project.pk),
+        "--save",
+        "--out",
+        str(tmp_path / "sim"),
+        stdout=stdout,
+    )
+
+    # Then: 'auto' stays random and says why
+    loop = ProjectTrainingSettings.objects.get(project=arithmetic_project)
+    strategy, why = acquisition_strategy_resolve(loop=loop)
+    assert strategy == "random"
+    assert why == (
+        "30 labeled chains are too few for a paired comparison (the simulation needs 425)"
+    )
+    assert why in stdout.getvalue()
+
+
+def test_the_command_replays_the_project_s_labels_and_auto_reads_the_result(
+    arithmetic_project: Any, tiny_bert_dir: Path, tmp_path: Path, client_for: Any, make_member: Any
+) -> None:
+    # Given: the project's 30 labeled chains in a snapshot
+    snapshot = snapshot_create(project=arithmetic_project)
+
+    # When: ML staff run the quick simulation on them and save it
+    stdout = StringIO()
+    call_command(
+        "simulate_active_learning",
+        "--project",
+        str(arithmetic_project.pk),
+        "--save",
+        "--quick",
+        "--strategy",
+        "entropy",
+        "--backbone",
+        str(tiny_bert_dir),
+        "--max-length",
+        "128",
+        "--out",
+        str(tmp_path / "sim"),
+        stdout=stdout,
+        stderr=StringIO(),
+    )
+
+    # Then: the evidence is stored with its paired lines, and 'auto' follows it
+    loop = ProjectTrainingSettings.objects.get(project=arithmetic_project)
+    evidence = loop.strategy_evidence
+    assert (evidence["chains"], evidence["snapshot"], evidence["seeds"]) == (
+        30,
+        snapshot.version,
+        3,
+    )
+    assert [line["strategy"] for line in evidence["lines"]] == ["entropy"]
+    assert acquisition_strategy_resolve(loop=loop) == (evidence["chosen"], evidence["why"])
+    assert "saved for project" in stdout.getvalue()
+    # ...and the settings API says what a scoring run applies and why
+    ml = make_member(arithmetic_project, "ml")
+    body = client_for(ml).get(f"/api/v1/projects/{arithmetic_project.pk}/training-settings/")
+    assert body.json()["applied_strategy"] == {
+        "strategy": evidence["chosen"],
+        "why": evidence["why"],
+    }
