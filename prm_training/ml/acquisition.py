@@ -19,6 +19,11 @@ every step is rated.
 * ``disagreement``: BALD's mutual information between a step's label and the ensemble
   member, H(mean p) - mean H(p_m), averaged over the steps that would be rated; needs
   ``member_probs``.
+Diversity (``spread_over_groups``): chains of the same problem are near-duplicates to a
+PRM (the same question, often the same first steps), so a batch of the top scores tends
+to spend its labels on a few problems. Ranked model-driven picks therefore take every
+problem's best chain before any problem's second one.
+
 * ``convincing_wrong`` (PRM800K): chains whose final answer is graded wrong against the
   reference, ranked by how highly the PRM rates them (its lowest step probability), come
   first; chains with an ungraded answer next, then graded-right ones, both ranked by step
@@ -27,7 +32,7 @@ every step is rated.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -159,6 +164,33 @@ def acquisition_scores(
     return out
 
 
+def spread_over_groups(
+    priority: np.ndarray, groups: Sequence[Hashable], tiebreak: np.ndarray | None = None
+) -> np.ndarray:
+    """Priorities re-ranked round-robin over groups (problems): every group's best chain
+    first, in ``priority`` order, then every group's second best, and so on. Returns new
+    priorities, higher sooner (n for the first, 1 for the last); NaN ranks last; equal
+    priorities go by ``tiebreak`` (ascending; default: input order).
+
+    >>> spread_over_groups(np.array([0.9, 0.8, 0.1, 0.5]), ["a", "a", "b", "c"]).tolist()
+    [4.0, 1.0, 2.0, 3.0]
+    """
+    value = np.where(np.isnan(priority), -np.inf, priority)
+    ties = np.arange(len(value)) if tiebreak is None else tiebreak
+    order = np.lexsort((ties, -value))  # best first
+    position = np.empty(len(value), dtype=np.int64)
+    position[order] = np.arange(len(value))
+    seen: dict[Hashable, int] = {}
+    rank = np.empty(len(value), dtype=np.int64)
+    for index in order:
+        rank[index] = seen.get(groups[index], 0)
+        seen[groups[index]] = rank[index] + 1
+    spread = np.lexsort((position, rank))  # rank first, then the order above
+    out = np.empty(len(value), dtype=np.float64)
+    out[spread] = np.arange(len(value), 0, -1, dtype=np.float64)
+    return out
+
+
 def select_batch(
     strategy: str,
     scores: Sequence[ChainScores],
@@ -167,10 +199,12 @@ def select_batch(
     random_fraction: float = 0.2,
     answers_correct: Sequence[bool | None] | None = None,
     first_error_labeling: bool = False,
+    groups: Sequence[Hashable] | None = None,
     rng: np.random.Generator,
 ) -> list[int]:
     """Indices of ``k`` chains to label next: ``round(k * (1 - random_fraction))`` by highest
-    acquisition score (ties broken at random), the rest uniformly from the remainder."""
+    acquisition score (ties broken at random; spread over ``groups``, the chains' problems,
+    when given), the rest uniformly from the remainder."""
     if not 0.0 <= random_fraction <= 1.0:
         raise ValueError("random_fraction must be within [0, 1]")
     n = len(scores)
@@ -187,8 +221,11 @@ def select_batch(
             first_error_labeling=first_error_labeling,
             rng=rng,
         )
+        tiebreak = rng.random(n)
+        if groups is not None:
+            priority = spread_over_groups(priority, groups, tiebreak)
         # lexsort's last key is the primary one: priority descending, random tie-break.
-        order = np.lexsort((rng.random(n), -priority))
+        order = np.lexsort((tiebreak, -priority))
         chosen = [int(i) for i in order[:by_score]]
     taken = set(chosen)
     rest = np.array([i for i in range(n) if i not in taken], dtype=np.int64)

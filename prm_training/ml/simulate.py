@@ -290,6 +290,7 @@ def _simulate_seed(
                 random_fraction=sim.random_fraction,
                 answers_correct=correct,
                 first_error_labeling=first_error_labeling,
+                groups=[pool[i].problem.strip() for i in unlabeled],
                 rng=strategy_rng,
             )
             labeled.extend(unlabeled[i] for i in picked)

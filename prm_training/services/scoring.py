@@ -347,12 +347,13 @@ def _score(run: ScoringRun) -> None:
         ScoringRun.objects.filter(pk=run.pk).update(**fields)
 
     rows = list(ChainScore.objects.filter(scoring_run=run).order_by("chain_id"))
-    answers = {
-        chain_id: (answer, reference)
-        for chain_id, answer, reference in Chain.objects.filter(
+    facts = {
+        chain_id: (answer, reference, problem_id)
+        for chain_id, answer, reference, problem_id in Chain.objects.filter(
             pk__in=[row.chain_id for row in rows]
-        ).values_list("id", "final_answer", "problem__reference_answer")
+        ).values_list("id", "final_answer", "problem__reference_answer", "problem_id")
     }
+    answers = {chain_id: (answer, reference) for chain_id, (answer, reference, _) in facts.items()}
     applied, cold = cold_start_strategy(strategy=run.strategy, version=version)
     note = " ".join(filter(None, [run.strategy_note, cold]))
     ScoringRun.objects.filter(pk=run.pk).update(applied_strategy=applied, strategy_note=note)
@@ -367,9 +368,18 @@ def _score(run: ScoringRun) -> None:
         if rows
         else []
     )
+    ranked = values
+    if applied != AcquisitionStrategy.RANDOM and values:
+        # Every problem's best chain before any problem's second (near-duplicates).
+        import numpy as np
+
+        from prm_training.ml.acquisition import spread_over_groups
+
+        groups = [facts[row.chain_id][2] for row in rows]
+        ranked = [float(v) for v in spread_over_groups(np.asarray(values), groups)]
     priorities = mixed_priorities(
         chain_ids=[row.chain_id for row in rows],
-        acquisition=values,
+        acquisition=ranked,
         random_fraction=run.random_fraction,
         seed=run.seed,
     )

@@ -131,3 +131,22 @@ def test_select_batch_is_reproducible_with_the_same_seed() -> None:
     a = select_batch("random", chains, 5, rng=np.random.default_rng(3))
     b = select_batch("random", chains, 5, rng=np.random.default_rng(3))
     assert a == b and len(set(a)) == 5
+
+
+def test_a_batch_takes_every_problem_s_best_chain_before_a_second_one() -> None:
+    # Given: three unsure chains of problem A, a less unsure one of B and a sure one of C
+    scores = [_s(1, [0.5] * 3), _s(2, [0.5] * 3), _s(3, [0.45] * 3), _s(4, [0.8] * 3)]
+    scores.append(_s(5, [0.99] * 3))
+    problems = ["A", "A", "A", "B", "C"]
+
+    # When: three are picked by entropy, with and without the problems
+    def pick(groups: list[str] | None) -> list[int]:
+        return select_batch(
+            "entropy", scores, 3, random_fraction=0.0, groups=groups, rng=np.random.default_rng(1)
+        )
+
+    # Then: without them A takes the whole batch; with them A, B and C each give one
+    assert sorted(pick(None)) == [0, 1, 2]
+    chosen = pick(problems)
+    assert sorted(problems[i] for i in chosen) == ["A", "B", "C"]
+    assert chosen[0] in (0, 1)  # A's best first: the two at 0.5 tie, broken at random
