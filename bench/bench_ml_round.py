@@ -63,7 +63,9 @@ def main() -> int:
 
     started = time.perf_counter()
     tokenizer, backbone, kind = load_backbone(config.backbone)
-    cache = feature_cache(backbone_fingerprint(config.backbone), config.max_length, None)
+    cache = feature_cache(
+        backbone_fingerprint(config.backbone), config.max_length, None, config.step_pooling
+    )
     cached_step_features(
         cache=cache,
         backbone=backbone,
@@ -74,6 +76,7 @@ def main() -> int:
         device=torch.device("cpu"),
         batch_size=64,
         pad_id=pad_token_id(tokenizer),
+        pooling=config.step_pooling,
     )
     first_pass = time.perf_counter() - started
     steps = sum(len(c.steps) for c in chains)

@@ -39,11 +39,13 @@ def main() -> int:
     from prm_training.ml.config import PRMConfig
     from prm_training.ml.data import chains_to_windows
     from prm_training.ml.features import bucketed_batches, pad_token_id
+    from prm_training.ml.inputs import CONTEXT_WIDTH
     from prm_training.ml.model import (
         EnsembleHead,
         backbone_fingerprint,
         collate_windows,
         load_backbone,
+        step_feature_width,
     )
     from prm_training.ml.score import LoadedPRM, score_chains
     from prm_training.ml.synthetic import synthetic_chains
@@ -55,7 +57,10 @@ def main() -> int:
     backbone.eval()
     device = torch.device("cpu")
     head = EnsembleHead(
-        int(backbone.config.hidden_size), config.head_hidden, config.ensemble_size
+        step_feature_width(int(backbone.config.hidden_size), config.step_pooling),
+        config.head_hidden,
+        config.ensemble_size,
+        context=CONTEXT_WIDTH,
     ).eval()
     prm = LoadedPRM(
         config=config,
