@@ -51,6 +51,27 @@ class PRMConfig:
             "fine-tune backbone and heads together."
         },
     )
+    lora_r: int = field(
+        default=0,
+        metadata={
+            "help": "In 'full' mode: 0 fine-tunes every backbone weight; r > 0 trains LoRA "
+            "adapters of rank r on every linear layer of the backbone instead (peft), "
+            "the rest frozen: what fits a 7B backbone on one GPU. The adapters are "
+            "merged into the saved backbone, so a checkpoint loads the same either way."
+        },
+    )
+    lora_alpha: float = field(
+        default=16.0,
+        metadata={"help": "LoRA's scaling numerator (the update is scaled by alpha / r)."},
+    )
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata={
+            "help": "In 'full' mode: recompute the backbone's activations in the backward "
+            "pass instead of storing them (less memory for long windows, about a "
+            "third more compute)."
+        },
+    )
     epochs: int = field(
         default=3,
         metadata={"help": "Passes over the training chains in 'full' mode."},
@@ -234,6 +255,10 @@ class PRMConfig:
             )
         if self.context not in CONTEXTS:
             raise ValueError(f"context must be one of {CONTEXTS}, not {self.context!r}")
+        if self.lora_r < 0:
+            raise ValueError("lora_r must be 0 (off) or a positive rank")
+        if self.lora_alpha <= 0:
+            raise ValueError("lora_alpha must be positive")
         if self.max_length < 8:
             raise ValueError("max_length must be at least 8")
 
@@ -259,4 +284,6 @@ CHECKPOINT_DEFAULTS_BEFORE: dict[str, Any] = {
     "step_pooling": "separator",
     "context": "none",
     "calibrate": False,
+    "lora_r": 0,
+    "gradient_checkpointing": False,
 }

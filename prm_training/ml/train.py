@@ -9,7 +9,10 @@ Two modes (``PRMConfig.mode``):
   place, the final answer's grade), each head on its own bootstrap resample of the
   chains (Poisson(1) weights per chain).
 * ``full``: backbone and heads are fine-tuned together, AdamW with separate learning
-  rates, linear warm-up and decay, bf16 autocast on CUDA, float32 on the CPU.
+  rates, linear warm-up and decay, bf16 autocast on CUDA, float32 on the CPU. With
+  ``lora_r`` > 0 the backbone trains LoRA adapters (peft) on every linear layer instead of
+  every weight, merged into it at the end; ``gradient_checkpointing`` trades compute for
+  activation memory.
 
 Targets follow TRL's stepwise convention, one per step on its closing separator; 0
 ratings become 1, 0 or no loss by ``PRMConfig.ambiguous``; unrated steps get no loss.
@@ -268,7 +271,9 @@ def _train_full(
     weight_by_class: tuple[float, float],
     device: torch.device,
     report: _Reporter,
-) -> float:
+) -> tuple[float, nn.Module]:
+    """(last epoch's loss, the trained backbone: with LoRA, the adapters merged in)."""
+    backbone = _prepare_for_fine_tuning(backbone, config)
     context = torch.from_numpy(np.concatenate(contexts)).to(device)  # [all steps, C]
     starts = np.cumsum([0, *(len(example.steps) for example in examples)])
     windows = [
@@ -279,9 +284,10 @@ def _train_full(
             for i in range(len(window.step_end_positions))
         )
     ]
+    trainable = [parameter for parameter in backbone.parameters() if parameter.requires_grad]
     optimizer = torch.optim.AdamW(
         [
-            {"params": list(backbone.parameters()), "lr": config.learning_rate},
+            {"params": trainable, "lr": config.learning_rate},
             {"params": list(head.parameters()), "lr": config.head_learning_rate},
         ],
         weight_decay=config.weight_decay,
@@ -324,16 +330,43 @@ def _train_full(
             loss = _weighted_bce(logits, y, weights)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            nn.utils.clip_grad_norm_([*backbone.parameters(), *head.parameters()], 1.0)
+            nn.utils.clip_grad_norm_([*trainable, *head.parameters()], 1.0)
             optimizer.step()
             scheduler.step()
             step += 1
             running, batches = running + loss.item(), batches + 1
             epoch_loss = running / batches
             report(TrainProgress(epoch, step, total, epoch_loss), force=step % per_epoch == 0)
-    backbone.eval()
     head.eval()
-    return epoch_loss
+    return epoch_loss, _finish_fine_tuning(backbone, config)
+
+
+def _prepare_for_fine_tuning(backbone: nn.Module, config: PRMConfig) -> nn.Module:
+    """The backbone as 'full' mode trains it: with LoRA adapters on every linear layer
+    (``lora_r`` > 0, the other weights frozen) and with gradient checkpointing when asked."""
+    if config.gradient_checkpointing:
+        # Non-reentrant checkpointing works with frozen inputs (LoRA's frozen embeddings).
+        backbone.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False}
+        )
+    if config.lora_r == 0:
+        return backbone
+    from peft import LoraConfig, get_peft_model
+
+    adapters = LoraConfig(
+        r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0, target_modules="all-linear"
+    )
+    return get_peft_model(backbone, adapters)
+
+
+def _finish_fine_tuning(backbone: nn.Module, config: PRMConfig) -> nn.Module:
+    """The trained backbone as a plain transformers model in eval mode: LoRA adapters
+    merged into the weights (so saving and loading need no peft), checkpointing off."""
+    if config.lora_r:
+        backbone = backbone.merge_and_unload()  # type: ignore[operator]
+    if config.gradient_checkpointing:
+        backbone.activation_checkpointing_disable()
+    return backbone.eval()
 
 
 def _write_checkpoint(
@@ -558,7 +591,7 @@ def train_prm(
             report=report,
         )
     else:
-        train_loss = _train_full(
+        train_loss, backbone = _train_full(
             config=config,
             backbone=backbone,
             kind=kind,

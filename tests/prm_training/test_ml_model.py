@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -373,3 +375,49 @@ def test_a_window_longer_than_the_backbone_s_positions_is_refused_before_trainin
     config = _tiny_config(backbones["bert"], max_length=4096)
     with pytest.raises(ValueError, match="longer than the backbone's 128 positions"):
         train_prm(config, synthetic_chains(10, seed=1), [], tmp_path / "x")
+
+
+@pytest.mark.parametrize("model_type", ["bert", "llama"])
+def test_lora_trains_adapters_only_and_saves_a_merged_backbone_that_scores_the_same(
+    backbones: dict[str, Path], tmp_path: Path, model_type: str
+) -> None:
+    # Given: a decoder and an encoder, LoRA of rank 4 with gradient checkpointing
+    import peft
+
+    chains = synthetic_chains(60, seed=11)
+    config = _tiny_config(
+        backbones[model_type],
+        epochs=3,
+        learning_rate=5e-3,
+        lora_r=4,
+        lora_alpha=8.0,
+        gradient_checkpointing=True,
+    )
+    seen: dict[str, int] = {}
+    original = peft.get_peft_model
+
+    def counting(model: Any, adapters: Any) -> Any:
+        wrapped = original(model, adapters)
+        seen["trainable"], seen["total"] = wrapped.get_nb_trainable_parameters()
+        return wrapped
+
+    # When
+    with patch("peft.get_peft_model", counting):
+        result = train_prm(config, chains[:48], chains[48:], tmp_path / "lora")
+
+    # Then: only the adapters trained, and the weights moved
+    assert 0 < seen["trainable"] < seen["total"] / 4, seen
+    _, before, _ = load_backbone(backbones[model_type])
+    prm = load_prm(result.checkpoint_dir)
+    moved = [
+        name
+        for name, weight in prm.backbone.state_dict().items()
+        if not torch.allclose(weight, before.state_dict()[name])
+    ]
+    assert moved and not any("lora" in name for name in prm.backbone.state_dict())
+    # ...and the saved (merged) backbone reproduces the run's held-out metrics
+    from prm_training.ml.metrics import evaluate
+
+    scores = list(score_chains(prm, chains[48:]))
+    recomputed = evaluate(chains[48:], scores, prm.threshold)
+    assert recomputed["step_auroc"] == pytest.approx(result.metrics["step_auroc"], abs=1e-5)
