@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .data import DEFAULT_SYSTEM_PROMPT
+
+if TYPE_CHECKING:
+    from .data import TextLayout
 
 MODES = ("frozen_head", "full")
 AMBIGUOUS_RULES = ("positive", "negative", "ignore")
@@ -130,6 +135,27 @@ class PRMConfig:
             "the training chains scored out-of-bag) so that P(correct) means what "
             "it says: the class-balanced loss shifts it, and acquisition reads it."
         },
+    )
+    step_separator: str = field(
+        default="",
+        metadata={
+            "help": "Text that closes each step, as the backbone was trained with it "
+            "(Qwen2.5-Math-PRM: '<extra_0>'); blank: [SEP] for BERT-likes, a blank "
+            "line for decoders."
+        },
+    )
+    chat_template: bool = field(
+        default=False,
+        metadata={
+            "help": "Put the problem through the tokenizer's chat template (system_prompt, "
+            "the problem as the user's turn, the assistant's turn opened), as "
+            "instruction-tuned LLMs and open math PRMs read it; the steps follow as "
+            "the assistant's answer."
+        },
+    )
+    system_prompt: str = field(
+        default=DEFAULT_SYSTEM_PROMPT,
+        metadata={"help": "The system turn with chat_template (Qwen2.5-Math's by default)."},
     )
     max_length: int = field(
         default=512,
@@ -261,6 +287,11 @@ class PRMConfig:
             raise ValueError("lora_alpha must be positive")
         if self.max_length < 8:
             raise ValueError("max_length must be at least 8")
+
+    def text_layout(self) -> TextLayout:
+        from .data import TextLayout
+
+        return TextLayout(self.step_separator, self.chat_template, self.system_prompt)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

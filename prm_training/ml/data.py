@@ -87,13 +87,49 @@ def step_target(rating: int | None, ambiguous: str) -> float | None:
     raise ValueError(f"rating must be -1, 0 or 1, not {rating!r}")
 
 
-def special_ids(tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
+# Qwen2.5-Math's system prompt, which open math PRMs built on it were trained with.
+DEFAULT_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+@dataclass(frozen=True)
+class TextLayout:
+    """How a chain is laid out for a backbone beyond its tokens: the text that closes each
+    step, and whether the problem goes through the tokenizer's chat template (a system
+    turn, the problem as the user's turn, the assistant's turn opened), as instruction-tuned
+    LLMs and open math PRMs such as Qwen2.5-Math-PRM read it (their step separator:
+    ``<extra_0>``). The default is the plain layout of the module docstring."""
+
+    separator: str = ""  # blank: [SEP] for BERT-likes, a blank line (or EOS) for decoders
+    chat_template: bool = False
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+
+    def key(self) -> str:
+        """A short digest naming a non-default layout in cache keys ('' for the default)."""
+        if self == TextLayout():  # the plain layout
+            return ""
+        import hashlib
+
+        text = f"{self.separator}\x1f{self.chat_template}\x1f{self.system_prompt}"
+        return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
+
+PLAIN = TextLayout()
+
+
+def special_ids(tokenizer: Tokenizer, layout: TextLayout = PLAIN) -> tuple[list[int], list[int]]:
     """(prefix ids, separator ids) for a tokenizer: [CLS] and [SEP] for BERT-likes; BOS (if
-    any) and the encoding of a blank line for decoders, EOS when that encodes to nothing."""
+    any) and the encoding of a blank line for decoders, EOS when that encodes to nothing.
+    ``layout.separator`` replaces the separator; with the chat template there is no prefix
+    (the template writes its own)."""
     prefix_id = tokenizer.cls_token_id
     if prefix_id is None:
         prefix_id = tokenizer.bos_token_id
-    prefix = [prefix_id] if prefix_id is not None else []
+    prefix = [prefix_id] if prefix_id is not None and not layout.chat_template else []
+    if layout.separator:
+        separator = list(tokenizer(layout.separator, add_special_tokens=False)["input_ids"])
+        if not separator:
+            raise ValueError(f"the step separator {layout.separator!r} encodes to no token")
+        return prefix, separator
     if tokenizer.sep_token_id is not None:
         return prefix, [tokenizer.sep_token_id]
     separator = list(tokenizer("\n\n", add_special_tokens=False)["input_ids"])
@@ -102,6 +138,18 @@ def special_ids(tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
             raise ValueError("tokenizer has no SEP or EOS token and encodes '\\n\\n' to nothing")
         separator = [tokenizer.eos_token_id]
     return prefix, separator
+
+
+def problem_text(tokenizer: Any, problem: str, layout: TextLayout = PLAIN) -> str:
+    """The problem as the backbone reads it: as is, or through the chat template."""
+    if not layout.chat_template:
+        return problem
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the tokenizer has no chat template; turn chat_template off")
+    messages = [{"role": "user", "content": problem}]
+    if layout.system_prompt:
+        messages.insert(0, {"role": "system", "content": layout.system_prompt})
+    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 
 
 def encode_texts(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
@@ -138,21 +186,29 @@ class Truncation:
 
 
 def truncation(
-    tokenizer: Tokenizer, examples: Sequence[ChainExample], max_length: int
+    tokenizer: Tokenizer,
+    examples: Sequence[ChainExample],
+    max_length: int,
+    layout: TextLayout = PLAIN,
 ) -> Truncation:
     """Counts the cuts ``chains_to_windows`` makes (see ``build_windows``).
 
     >>> truncation(tok, [ChainExample(1, "a b c d e f", ("g h i j k l m n",))], 8)
     Truncation(problems=1, steps=1, chains=1)
     """
-    prefix, separator = special_ids(tokenizer)
-    texts = [text for example in examples for text in (example.problem, *example.steps)]
+    prefix, separator = special_ids(tokenizer, layout)
+    closing = [] if layout.chat_template else separator
+    texts = [
+        text
+        for example in examples
+        for text in (problem_text(tokenizer, example.problem, layout), *example.steps)
+    ]
     lengths = iter([len(ids) for ids in encode_texts(tokenizer, texts)])
     problems = steps = chains = 0
     for example in examples:
         problem = next(lengths)
         kept = min(problem, problem_budget(max_length))
-        budget = max_length - len(prefix) - kept - 2 * len(separator)
+        budget = max_length - len(prefix) - kept - len(closing) - len(separator)
         cut = sum(next(lengths) > budget for _ in example.steps)
         problems += problem > kept
         steps += cut
@@ -168,8 +224,11 @@ def build_windows(
     prefix: Sequence[int],
     separator: Sequence[int],
     max_length: int,
+    problem_end: Sequence[int] | None = None,
 ) -> list[Window]:
     """Packs a chain's already-tokenized parts into windows of at most ``max_length`` tokens.
+    The problem is closed by ``problem_end`` (default: the separator; a chat template
+    ends its prompt with the assistant's turn, so nothing more).
 
     The problem keeps at most half the window; a step longer than what is left is cut,
     so every step fits in a window of its own at least. A cut keeps the head and the tail
@@ -187,7 +246,8 @@ def build_windows(
     ...     step_ids=[[7, 7], [8, 8], [9]], prefix=[1], separator=[2], max_length=8)]
     [(0, (1, 5, 2, 7, 7, 2)), (1, (1, 5, 2, 8, 8, 2, 9, 2))]
     """
-    head = [*prefix, *clip_tokens(problem_ids, problem_budget(max_length)), *separator]
+    closing = separator if problem_end is None else problem_end
+    head = [*prefix, *clip_tokens(problem_ids, problem_budget(max_length)), *closing]
     step_budget = max_length - len(head) - len(separator)
     if step_budget < 1:
         raise ValueError(f"max_length {max_length} leaves no room for a step")
@@ -215,14 +275,17 @@ def build_windows(
 
 
 def chains_to_windows(
-    tokenizer: Tokenizer, examples: Sequence[ChainExample], max_length: int
+    tokenizer: Tokenizer,
+    examples: Sequence[ChainExample],
+    max_length: int,
+    layout: TextLayout = PLAIN,
 ) -> list[Window]:
     """Windows of many chains with one batched tokenizer call; ``chain_index`` is the
     position in ``examples``."""
-    prefix, separator = special_ids(tokenizer)
+    prefix, separator = special_ids(tokenizer, layout)
     texts: list[str] = []
     for example in examples:
-        texts.append(example.problem)
+        texts.append(problem_text(tokenizer, example.problem, layout))
         texts.extend(example.steps)
     encoded = iter(encode_texts(tokenizer, texts))
     windows: list[Window] = []
@@ -237,6 +300,7 @@ def chains_to_windows(
                 prefix=prefix,
                 separator=separator,
                 max_length=max_length,
+                problem_end=[] if layout.chat_template else None,
             )
         )
     return windows
@@ -256,7 +320,9 @@ def window_steps(windows: Sequence[Window], starts: Sequence[int]) -> list[int]:
     ]
 
 
-def tokenize_chain(tokenizer: Tokenizer, example: ChainExample, max_length: int) -> dict[str, Any]:
+def tokenize_chain(
+    tokenizer: Tokenizer, example: ChainExample, max_length: int, layout: TextLayout = PLAIN
+) -> dict[str, Any]:
     """One chain as a single token sequence (TRL's ``tokenize_row`` for stepwise data):
     ``input_ids``, ``segment_ids``, ``step_end_positions`` (the separator closing each step,
     where its label sits) and ``step_labels`` (the raw ratings, None where unrated).
@@ -270,16 +336,17 @@ def tokenize_chain(tokenizer: Tokenizer, example: ChainExample, max_length: int)
     >>> row["segment_ids"], row["step_end_positions"], row["step_labels"]
     ([0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1], [11], [1])
     """
-    windows = chains_to_windows(tokenizer, [example], max_length)
+    windows = chains_to_windows(tokenizer, [example], max_length, layout)
     if len(windows) > 1:
         raise ValueError(f"chain {example.chain_id} needs {len(windows)} windows of {max_length}")
     labels = list(example.labels) if example.labels is not None else [None] * len(example.steps)
     if not windows:
-        prefix, separator = special_ids(tokenizer)
+        prefix, separator = special_ids(tokenizer, layout)
         problem = clip_tokens(
-            encode_texts(tokenizer, [example.problem])[0], problem_budget(max_length)
+            encode_texts(tokenizer, [problem_text(tokenizer, example.problem, layout)])[0],
+            problem_budget(max_length),
         )
-        ids = [*prefix, *problem, *separator]
+        ids = [*prefix, *problem, *([] if layout.chat_template else separator)]
         return {
             "input_ids": ids,
             "segment_ids": [0] * len(ids),

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .data import ChainExample, Window, chain_content_key, chains_to_windows
+from .data import PLAIN, ChainExample, TextLayout, Window, chain_content_key, chains_to_windows
 from .model import collate_windows, encode_steps, step_feature_width
 
 
@@ -71,17 +71,22 @@ class StepFeatureCache:
         os.replace(partial, final)
 
 
-_CACHES: dict[tuple[str, int, str, str | None], StepFeatureCache] = {}
+_CACHES: dict[tuple[str, str, str | None], StepFeatureCache] = {}
 
 
 def feature_cache(
-    fingerprint: str, max_length: int, cache_dir: str | None, pooling: str = "mean"
+    fingerprint: str,
+    max_length: int,
+    cache_dir: str | None,
+    pooling: str = "mean",
+    layout: TextLayout = PLAIN,
 ) -> StepFeatureCache:
-    """The process-wide cache for one backbone, window length and step pooling (one per
-    disk folder)."""
-    key = (fingerprint, max_length, pooling, cache_dir)
+    """The process-wide cache for one backbone, window length, step pooling and text
+    layout (one per disk folder)."""
+    name = "-".join(filter(None, [fingerprint, str(max_length), pooling, layout.key()]))
+    key = (name, pooling, cache_dir)
     if key not in _CACHES:
-        directory = Path(cache_dir) / f"{fingerprint}-{max_length}-{pooling}" if cache_dir else None
+        directory = Path(cache_dir) / name if cache_dir else None
         _CACHES[key] = StepFeatureCache(directory)
     return _CACHES[key]
 
@@ -116,11 +121,12 @@ def compute_step_features(
     batch_size: int,
     pad_id: int,
     pooling: str = "mean",
+    layout: TextLayout = PLAIN,
     progress: Callable[[int], None] | None = None,
 ) -> list[np.ndarray]:
     """Frozen-backbone step representations of each chain: float16 [steps, width], in
     order. ``progress`` gets the number of windows done after each batch."""
-    windows = chains_to_windows(tokenizer, examples, max_length)
+    windows = chains_to_windows(tokenizer, examples, max_length, layout)
     width = step_feature_width(int(backbone.config.hidden_size), pooling)
     out = [np.zeros((len(example.steps), width), dtype=np.float16) for example in examples]
     backbone.eval()
@@ -152,6 +158,7 @@ def cached_step_features(
     batch_size: int,
     pad_id: int,
     pooling: str = "mean",
+    layout: TextLayout = PLAIN,
 ) -> list[np.ndarray]:
     """Like ``compute_step_features`` but runs the backbone only on chains the cache lacks."""
     keys = [chain_content_key(example) for example in examples]
@@ -169,6 +176,7 @@ def cached_step_features(
             batch_size=batch_size,
             pad_id=pad_id,
             pooling=pooling,
+            layout=layout,
         )
         cache.put_many(dict(zip(missing, fresh, strict=True)))
     return [cache.entries[key] for key in keys]

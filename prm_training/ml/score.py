@@ -175,6 +175,7 @@ def _member_probs(prm: LoadedPRM, chunk: Sequence[ChainExample], batch_size: int
             batch_size=batch_size,
             pad_id=pad_token_id(prm.tokenizer),
             pooling=prm.config.step_pooling,
+            layout=prm.config.text_layout(),
         )
         stacked = np.concatenate(features) if features else np.zeros((0, prm.head.width))
         with torch.inference_mode():
@@ -195,7 +196,9 @@ def _full_member_probs(
 ) -> np.ndarray:
     starts = np.cumsum([0, *(len(example.steps) for example in chunk)])
     out = np.zeros((prm.head.members, int(starts[-1])), dtype=np.float32)
-    windows = chains_to_windows(prm.tokenizer, chunk, prm.config.max_length)
+    windows = chains_to_windows(
+        prm.tokenizer, chunk, prm.config.max_length, prm.config.text_layout()
+    )
     pad_id = pad_token_id(prm.tokenizer)
     context = _context(chunk, prm.config.context)
     prm.backbone.eval()

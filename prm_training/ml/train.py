@@ -278,7 +278,9 @@ def _train_full(
     starts = np.cumsum([0, *(len(example.steps) for example in examples)])
     windows = [
         window
-        for window in chains_to_windows(tokenizer, examples, config.max_length)
+        for window in chains_to_windows(
+            tokenizer, examples, config.max_length, config.text_layout()
+        )
         if any(
             targets[window.chain_index][window.first_step + i] is not None
             for i in range(len(window.step_end_positions))
@@ -489,11 +491,12 @@ def _baseline_metrics(
 
 
 def _truncation_metrics(
-    tokenizer: Any, examples: Sequence[ChainExample], max_length: int
+    tokenizer: Any, examples: Sequence[ChainExample], config: PRMConfig
 ) -> dict[str, float]:
     """``truncated_chains``/``_problems``/``_steps``: what windows of ``max_length`` cut
     from the run's chains (training and held-out), logged as a warning when anything."""
-    cut = truncation(tokenizer, examples, max_length)
+    max_length = config.max_length
+    cut = truncation(tokenizer, examples, max_length, config.text_layout())
     if cut.chains:
         logger.warning(
             "max_length %d cuts %d of %d chains (%d problems, %d steps keep only their "
@@ -567,7 +570,11 @@ def train_prm(
         backbone.requires_grad_(False)
         features = cached_step_features(
             cache=feature_cache(
-                fingerprint, config.max_length, config.cache_dir, config.step_pooling
+                fingerprint,
+                config.max_length,
+                config.cache_dir,
+                config.step_pooling,
+                config.text_layout(),
             ),
             backbone=backbone,
             kind=kind,
@@ -578,6 +585,7 @@ def train_prm(
             batch_size=32,
             pad_id=pad_token_id(tokenizer),
             pooling=config.step_pooling,
+            layout=config.text_layout(),
         )
         train_loss = _train_frozen_head(
             config=config,
@@ -622,7 +630,7 @@ def train_prm(
         "threshold": threshold,
         "calibration_scale": calibration[0],
         "calibration_bias": calibration[1],
-        **_truncation_metrics(tokenizer, [*examples, *heldout], config.max_length),
+        **_truncation_metrics(tokenizer, [*examples, *heldout], config),
     }
     if heldout and config.heldout_metrics:
         scores = list(score_chains(prm, heldout, batch_size=32))

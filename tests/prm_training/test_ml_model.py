@@ -421,3 +421,66 @@ def test_lora_trains_adapters_only_and_saves_a_merged_backbone_that_scores_the_s
     scores = list(score_chains(prm, chains[48:]))
     recomputed = evaluate(chains[48:], scores, prm.threshold)
     assert recomputed["step_auroc"] == pytest.approx(result.metrics["step_auroc"], abs=1e-5)
+
+
+def test_a_chat_template_and_a_step_separator_lay_out_the_chain_as_an_open_prm_reads_it(
+    backbones: dict[str, Path], tmp_path: Path
+) -> None:
+    # Given: a decoder whose tokenizer has a chat template, and "e" as the step separator
+    # (Qwen2.5-Math-PRM's is "<extra_0>"; the tiny vocabulary has words only)
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from prm_training.ml.data import TextLayout, chains_to_windows
+
+    directory = tmp_path / "chat-llama"
+    shutil.copytree(backbones["llama"], directory)
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
+        "{% if add_generation_prompt %}b {% endif %}"
+    )
+    tokenizer.save_pretrained(str(directory))
+    layout = TextLayout(separator="e", chat_template=True, system_prompt="c d")
+
+    # When: a chain is laid out
+    [window] = chains_to_windows(tokenizer, [BASE], 128, layout)
+
+    # Then: the template's turns come first (no BOS of ours), each step closes with "e"
+    words = tokenizer.convert_ids_to_tokens(list(window.input_ids))
+    assert words[:9] == ["[UNK]", "c", "d", "[UNK]", "what", "is", "a", "b", "add"]
+    assert [words[end] for end in window.step_end_positions] == ["e"] * len(BASE.steps)
+
+    # And: a PRM trained with that layout stores it, and its checkpoint scores the same
+    config = _tiny_config(
+        directory,
+        mode="frozen_head",
+        head_epochs=2,
+        step_separator="e",
+        chat_template=True,
+        system_prompt="c d",
+    )
+    chains = synthetic_chains(30, seed=12)
+    result = train_prm(config, chains[:24], chains[24:], tmp_path / "ckpt")
+    clear_feature_caches()
+    prm = load_prm(result.checkpoint_dir)
+    assert prm.config.text_layout() == layout
+    from prm_training.ml.metrics import evaluate
+
+    scores = list(score_chains(prm, chains[24:]))
+    assert evaluate(chains[24:], scores, prm.threshold)["step_auroc"] == pytest.approx(
+        result.metrics["step_auroc"], abs=1e-6
+    )
+
+
+def test_a_step_separator_that_encodes_to_nothing_is_refused(backbones: dict[str, Path]) -> None:
+    from transformers import AutoTokenizer
+
+    from prm_training.ml.data import TextLayout, chains_to_windows
+
+    tokenizer = AutoTokenizer.from_pretrained(str(backbones["llama"]))
+    with pytest.raises(ValueError, match="encodes to no token"):
+        chains_to_windows(tokenizer, [BASE], 128, TextLayout(separator=" "))
+    with pytest.raises(ValueError, match="no chat template"):
+        chains_to_windows(tokenizer, [BASE], 128, TextLayout(chat_template=True))
