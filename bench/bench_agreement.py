@@ -19,6 +19,7 @@ The database's own time for the single query is not included (it is one indexed 
 over the ratings; measure it with EXPLAIN ANALYZE on a real project). Figures go to
 stdout and bench/out/agreement.json. A measurement, not a test.
 """
+
 from __future__ import annotations
 
 import argparse

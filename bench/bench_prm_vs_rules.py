@@ -14,8 +14,9 @@ and is scored on the held-out chains, and the baselines are fitted on the pool. 
 gives the mean over seeds and the paired difference with the outcome rule and with the
 position prior, with 95% intervals (Student's t over seeds): an interval holding 0 is no
 difference. The default variants are the settings before 2026-11-25 (the separator's
-state, no context, no calibration), the prefix-only model (DESIGN.md's invariant 3) and
-today's default.
+state, no context, no calibration, one threshold), the prefix-only model (DESIGN.md's
+invariant 3), today's default read with one threshold for every chain, and today's
+default. The rules are scored with the default's readout.
 
 The bundled MiniLM runs once per chain and step pooling (the feature cache); after that a
 seed costs one head training per variant.
@@ -37,8 +38,9 @@ sys.path.insert(0, str(REPO_ROOT))
 
 SHARED = REPO_ROOT.parent / "shared" / "data" / "processbench"
 DEFAULT_VARIANTS = (
-    "before=step_pooling:separator,context:none,calibrate:false",
+    "before=step_pooling:separator,context:none,calibrate:false,outcome_readout:false",
     "prefix-only=context:prefix",
+    "one-threshold=outcome_readout:false",
     "default=",
 )
 METRICS = ("processbench_f1", "step_auroc", "first_error_accuracy")

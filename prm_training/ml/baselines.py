@@ -2,7 +2,8 @@
 
 Both are fitted on labeled chains (the simulation's pool, a run's training chains) and
 give step probabilities, so they are scored by ``metrics.evaluate`` exactly as a PRM is,
-threshold included:
+readout included (with the answer-aware readout the position prior places a wrong
+answer's error where errors are most likely; the outcome rule reads the same either way):
 
 * ``outcome_rule``: reads only the final answer. A chain graded right has no error; a
   chain graded wrong has its first error at step k, the k (counted from the chain's end,
@@ -137,22 +138,25 @@ def baseline_metrics(
     fitted_on: Sequence[ChainExample],
     heldout: Sequence[ChainExample],
     answers_correct: Mapping[int, bool | None],
+    *,
+    answer_aware: bool = True,
 ) -> dict[str, dict[str, float]]:
-    """{baseline: held-out metrics} for every baseline fitted on ``fitted_on``, with the
-    threshold rule a PRM gets (chosen on the chains it was fitted on)."""
-    from .metrics import choose_threshold, evaluate
+    """{baseline: held-out metrics} for every baseline fitted on ``fitted_on``, read as a
+    PRM's probabilities are (``metrics.choose_readout`` on the chains it was fitted on;
+    ``answer_aware`` as ``PRMConfig.outcome_readout``)."""
+    from .metrics import choose_readout, evaluate
     from .score import ChainScores
 
     results = {}
     for name in BASELINES:
         fitted = baseline_step_probs(name, fitted_on, fitted_on, answers_correct)
-        threshold = choose_threshold([example.labels for example in fitted_on], fitted)
+        readout = choose_readout(fitted_on, fitted, answer_aware=answer_aware)
         probs = baseline_step_probs(name, fitted_on, heldout, answers_correct)
         scores = [
             ChainScores(chain_id=example.chain_id, step_probs=p, member_probs=None)
             for example, p in zip(heldout, probs, strict=True)
         ]
-        results[name] = evaluate(heldout, scores, threshold)
+        results[name] = evaluate(heldout, scores, readout)
     return results
 
 

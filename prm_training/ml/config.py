@@ -192,6 +192,15 @@ class PRMConfig:
             "chain out of a member; stored in the checkpoint."
         },
     )
+    outcome_readout: bool = field(
+        default=True,
+        metadata={
+            "help": "Read the first error with the final answer's grade where it is known: "
+            "a chain graded wrong has one, at the step the PRM finds most likely; a "
+            "chain graded right has its own threshold (chosen after training, like "
+            "'threshold'). Off: one threshold for every chain."
+        },
+    )
     ensemble_size: int = field(
         default=5,
         metadata={
@@ -316,5 +325,6 @@ CHECKPOINT_DEFAULTS_BEFORE: dict[str, Any] = {
     "context": "none",
     "calibrate": False,
     "lora_r": 0,
+    "outcome_readout": False,
     "gradient_checkpointing": False,
 }

@@ -2,8 +2,10 @@
 
 * ``step_auroc``: ROC AUC of P(correct) over labeled steps, +1 positive, -1 negative;
   ambiguous (0) and unrated steps are left out (no right answer to rank them against).
-* ``first_error_accuracy``: share of chains whose predicted first error (the first step with
-  P(correct) < threshold, or "none") equals the labeled one (the first -1, or "none").
+* ``first_error_accuracy``: share of chains whose predicted first error (``Readout``: the
+  first step with P(correct) < threshold, or "none"; with the final answer's grade, the
+  most likely error of a chain graded wrong) equals the labeled one (the first -1, or
+  "none").
 * ``processbench_f1``: ProcessBench's F1, the harmonic mean of that accuracy on chains with
   an error and on chains without.
 * ``calibration_error``: expected calibration error of P(correct) over the labeled +1/-1
@@ -18,6 +20,7 @@ reported as NaN, so a caller should use ``.get``; the counts are always there.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -162,8 +165,23 @@ def choose_threshold(
     0.71
     """
     grid_array = np.asarray(grid, dtype=np.float64)
-    hits_error = np.zeros(len(grid_array))
-    hits_correct = np.zeros(len(grid_array))
+    hits_error, hits_correct, n_error, n_correct = _hits_by_threshold(
+        labels, step_probs, grid_array
+    )
+    if n_error == 0 or n_correct == 0:
+        return 0.5
+    return _best_for_f1(grid_array, hits_error / n_error, hits_correct / n_correct)
+
+
+def _hits_by_threshold(
+    labels: Sequence[Sequence[int | None] | None],
+    step_probs: Sequence[Sequence[float]],
+    grid: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """For every threshold of ``grid``: the chains with an error whose first error the
+    threshold rule predicts, the same for chains without, and the two counts."""
+    hits_error = np.zeros(len(grid))
+    hits_correct = np.zeros(len(grid))
     n_error = n_correct = 0
     for chain_labels, probs in zip(labels, step_probs, strict=True):
         truth = labeled_first_error(chain_labels)
@@ -176,23 +194,124 @@ def choose_threshold(
         ceiling = before.min() if before.size else np.inf
         if truth >= 0:
             n_error += 1
-            hits_error += (grid_array <= ceiling) & (grid_array > p[truth])
+            hits_error += (grid <= ceiling) & (grid > p[truth])
         else:
             n_correct += 1
-            hits_correct += grid_array <= ceiling
-    if n_error == 0 or n_correct == 0:
-        return 0.5
-    a, b = hits_error / n_error, hits_correct / n_correct
+            hits_correct += grid <= ceiling
+    return hits_error, hits_correct, n_error, n_correct
+
+
+def _best_for_f1(
+    grid: np.ndarray, error_accuracy: np.ndarray, correct_accuracy: np.ndarray
+) -> float:
+    """The grid value with the highest F1 of the two accuracies (ties: nearest 0.5)."""
+    a, b = error_accuracy, correct_accuracy
     with np.errstate(invalid="ignore", divide="ignore"):
         f1 = np.where(a + b > 0, 2 * a * b / (a + b), 0.0)
     best = np.flatnonzero(f1 >= f1.max() - 1e-12)
-    return float(grid_array[best[np.argmin(np.abs(grid_array[best] - 0.5))]])
+    return float(grid[best[np.argmin(np.abs(grid[best] - 0.5))]])
+
+
+@dataclass(frozen=True)
+class Readout:
+    """How a chain's step probabilities become its predicted first error.
+
+    With ``threshold_right`` None, the first step with P(correct) < ``threshold`` (or "no
+    error"), whatever the chain. Otherwise the readout also reads the final answer's grade
+    (known before labeling, like the reference answer it comes from): a chain graded
+    wrong has an error somewhere, so its first error is the most likely one given that
+    there is one, argmax_i p_1 ... p_(i-1) (1 - p_i); a chain graded right uses
+    ``threshold_right`` (chosen apart: a right answer makes an error less likely); an
+    ungraded chain ``threshold``. On ProcessBench (BENCHMARKS.md) this gains about 0.07
+    F1 over the threshold alone with the same step probabilities.
+
+    >>> Readout(0.5, 0.2).first_error([0.9, 0.4, 0.6], False), Readout(0.5, 0.2).first_error(
+    ...     [0.9, 0.4, 0.6], True), Readout(0.5).first_error([0.9, 0.4, 0.6], True)
+    (1, -1, 1)
+    """
+
+    threshold: float = 0.5
+    threshold_right: float | None = None
+
+    def first_error(self, step_probs: Sequence[float], answer_correct: bool | None) -> int:
+        if self.threshold_right is None or answer_correct is None:
+            return predicted_first_error(step_probs, self.threshold)
+        if answer_correct:
+            return predicted_first_error(step_probs, self.threshold_right)
+        return most_likely_first_error(step_probs)
+
+
+def most_likely_first_error(step_probs: Sequence[float]) -> int:
+    """The step most likely to be the first error given that the chain has one:
+    argmax_i p_1 ... p_(i-1) (1 - p_i) (-1 for a chain without steps).
+
+    >>> most_likely_first_error([0.9, 0.6, 0.1]), most_likely_first_error([0.3, 0.5])
+    (2, 0)
+    """
+    p = np.asarray(step_probs, dtype=np.float64)
+    if p.size == 0:
+        return -1
+    reached = np.concatenate([[1.0], np.cumprod(p)[:-1]])
+    return int(np.argmax(reached * (1 - p)))
+
+
+def choose_readout(
+    examples: Sequence[ChainExample],
+    step_probs: Sequence[Sequence[float]],
+    *,
+    answer_aware: bool = True,
+    threshold: float | None = None,
+    grid: Sequence[float] = THRESHOLD_GRID,
+) -> Readout:
+    """The readout with the highest ProcessBench F1 on ``examples`` (training chains):
+    ``threshold`` (given, or ``choose_threshold`` over every chain, the rule for ungraded
+    ones), then, when ``answer_aware`` and some chain is graded, ``threshold_right``: the
+    grid value that maximises the F1 of the whole readout, the other chains read as the
+    readout reads them."""
+    from .inputs import answer_grade
+
+    labels = [example.labels for example in examples]
+    if threshold is None:
+        threshold = choose_threshold(labels, step_probs, grid)
+    grades = [answer_grade(example) for example in examples]
+    if not answer_aware or not any(grade is True for grade in grades):
+        return Readout(threshold)
+    fixed = Readout(threshold, threshold_right=0.5)
+    grid_array = np.asarray(grid, dtype=np.float64)
+    right = [i for i, grade in enumerate(grades) if grade is True]
+    hits_error, hits_correct, n_error, n_correct = _hits_by_threshold(
+        [labels[i] for i in right], [step_probs[i] for i in right], grid_array
+    )
+    for chain_labels, probs, grade in zip(labels, step_probs, grades, strict=True):
+        truth = labeled_first_error(chain_labels)
+        if grade is True or truth is None:
+            continue
+        hit = fixed.first_error(probs, grade) == truth
+        if truth >= 0:
+            n_error += 1
+            hits_error += hit
+        else:
+            n_correct += 1
+            hits_correct += hit
+    if n_error == 0 or n_correct == 0:
+        return Readout(threshold)
+    return Readout(
+        threshold, _best_for_f1(grid_array, hits_error / n_error, hits_correct / n_correct)
+    )
 
 
 def evaluate(
-    examples: Sequence[ChainExample], scores: Sequence[ChainScores], threshold: float = 0.5
+    examples: Sequence[ChainExample],
+    scores: Sequence[ChainScores],
+    readout: Readout | float = 0.5,
 ) -> dict[str, float]:
-    """Metrics of ``scores`` (in the same order as ``examples``) against the labels."""
+    """Metrics of ``scores`` (in the same order as ``examples``) against the labels; the
+    first error predicted by ``readout`` (a bare number: the threshold alone)."""
+    from .inputs import answer_grade
+
+    if not isinstance(readout, Readout):
+        readout = Readout(float(readout))
+    threshold = readout.threshold
     if len(examples) != len(scores):
         raise ValueError(f"{len(examples)} examples but {len(scores)} scores")
     step_labels: list[int] = []
@@ -213,7 +332,8 @@ def evaluate(
         truth = labeled_first_error(example.labels)
         if truth is None:
             continue
-        predicted = predicted_first_error(chain_scores.step_probs, threshold)
+        grade = answer_grade(example) if readout.threshold_right is not None else None
+        predicted = readout.first_error(chain_scores.step_probs, grade)
         (hits_error if truth >= 0 else hits_correct).append(predicted == truth)
 
     metrics: dict[str, float] = {

@@ -29,6 +29,7 @@ from .features import (
     pad_token_id,
 )
 from .inputs import CONTEXT_WIDTH, chain_contexts
+from .metrics import Readout
 from .model import (
     EnsembleHead,
     backbone_fingerprint,
@@ -63,6 +64,9 @@ class LoadedPRM:
     # P(correct) below which a step is called an error (chosen at training time; 0.5 for a
     # checkpoint written before thresholds were stored).
     threshold: float = 0.5
+    # The threshold of chains graded right (``metrics.Readout``); None: ``threshold`` reads
+    # every chain (outcome_readout off, or a checkpoint from before it).
+    threshold_right: float | None = None
     # Platt scaling of every member's logits, P = sigmoid(scale * logit + bias) (fitted at
     # training time; identity for a checkpoint written before it was).
     calibration: tuple[float, float] = (1.0, 0.0)
@@ -75,6 +79,10 @@ class LoadedPRM:
             self.config.cache_dir,
             self.config.step_pooling,
         )
+
+    @property
+    def readout(self) -> Readout:
+        return Readout(self.threshold, self.threshold_right)
 
     def member_probs(self, features: torch.Tensor, context: np.ndarray | None) -> np.ndarray:
         """[E, N] calibrated P(correct) of every member for [N, width] step features and
@@ -127,6 +135,7 @@ def load_prm(checkpoint_dir: str | Path, *, device: str | None = None) -> Loaded
         fingerprint=meta["backbone_fingerprint"],
         checkpoint_dir=root,
         threshold=float(meta.get("threshold", 0.5)),
+        threshold_right=meta.get("threshold_right"),
         calibration=tuple(meta.get("calibration", (1.0, 0.0))),  # type: ignore[arg-type]
     )
 

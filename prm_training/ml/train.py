@@ -23,10 +23,12 @@ every P(correct) lands above 0.5: first-error prediction then says "no error" ev
 ProcessBench F1 is ~0 however well the steps are ranked. Two documented remedies, both on
 by default: the loss weighs the classes equally (``PRMConfig.class_weight``), and the
 threshold that turns P(correct) into "first error here" is chosen on the training chains
-(``PRMConfig.threshold``; out-of-bag, see ``_calibrate_and_threshold``), stored in the
-checkpoint and used for the held-out metrics. The balanced loss moves P(correct) off the
-true frequencies; Platt scaling fitted out-of-bag puts them back (``PRMConfig.calibrate``),
-so acquisition reads probabilities that mean what they say.
+(``PRMConfig.threshold``; out-of-bag, see ``_calibrate_and_readout``), stored in the
+checkpoint and used for the held-out metrics; with ``PRMConfig.outcome_readout`` a chain
+whose final answer is graded reads its first error with the grade (``metrics.Readout``).
+The balanced loss moves P(correct) off the true frequencies; Platt scaling fitted
+out-of-bag puts them back (``PRMConfig.calibrate``), so acquisition reads probabilities
+that mean what they say.
 
 Checkpoint layout (a directory; written beside ``out_dir`` under a temporary name and
 renamed into place only when complete, so a crash or cancellation never leaves a partial
@@ -35,7 +37,8 @@ checkpoint at ``out_dir``; an existing ``out_dir`` is replaced)::
     out_dir/
       config.json        {"format", "prm_config" (PRMConfig as JSON), "seed", "mode",
                           "backbone_kind", "backbone_fingerprint", "head" (shape),
-                          "threshold", "calibration" ([scale, bias]),
+                          "threshold", "threshold_right" (null: the readout
+                          ignores answers), "calibration" ([scale, bias]),
                           "train_chains", "heldout_chains"}
       head.safetensors   the ensemble heads' weights
       tokenizer/         the tokenizer (save_pretrained)
@@ -80,7 +83,7 @@ from .features import (
     pad_token_id,
 )
 from .inputs import CONTEXT_WIDTH, chain_contexts
-from .metrics import choose_threshold, evaluate, fit_platt
+from .metrics import Readout, choose_readout, evaluate, fit_platt
 from .model import (
     EnsembleHead,
     backbone_fingerprint,
@@ -401,6 +404,7 @@ def _write_checkpoint(
                 "backbone_fingerprint": fingerprint,
                 "head": head.describe(),
                 "threshold": metrics["threshold"],
+                "threshold_right": metrics.get("threshold_right"),
                 "calibration": [metrics["calibration_scale"], metrics["calibration_bias"]],
                 "train_chains": train_chains,
                 "heldout_chains": heldout_chains,
@@ -427,20 +431,21 @@ def _write_checkpoint(
         raise
 
 
-def _calibrate_and_threshold(
+def _calibrate_and_readout(
     prm: LoadedPRM,
     examples: list[ChainExample],
     targets: list[list[float | None]],
     chain_weights: np.ndarray,
-) -> tuple[tuple[float, float], float]:
-    """(calibration, threshold) from the training chains, each scored by the members whose
+) -> tuple[tuple[float, float], Readout]:
+    """(calibration, readout) from the training chains, each scored by the members whose
     bootstrap left it out (weight 0; about 37% of them with Poisson(1) weights), so
     neither is fitted to scores the heads memorised; a chain every member saw, or a single
     head, falls back to all members.
 
     The calibration (``PRMConfig.calibrate``) is Platt scaling of the out-of-bag mean
-    logit against the step targets; the threshold (unless ``PRMConfig.threshold`` is set)
-    is ``choose_threshold`` on the calibrated probabilities. In frozen_head mode the scoring
+    logit against the step targets; the readout is ``choose_readout`` on the calibrated
+    probabilities (its threshold ``PRMConfig.threshold`` when set). In frozen_head mode the
+    scoring
     reads the feature cache just filled; in full mode it costs one forward pass."""
     prm.calibration = (1.0, 0.0)
     logits: list[np.ndarray] = []
@@ -462,16 +467,14 @@ def _calibrate_and_threshold(
         calibration = fit_platt([logit for logit, _ in pairs], [target for _, target in pairs])
     scale, bias = calibration
     probs = [1 / (1 + np.exp(-(scale * chain_logits + bias))) for chain_logits in logits]
-    threshold = (
-        prm.config.threshold
-        if prm.config.threshold is not None
-        else choose_threshold([example.labels for example in examples], probs)
+    readout = choose_readout(
+        examples, probs, answer_aware=prm.config.outcome_readout, threshold=prm.config.threshold
     )
-    return calibration, threshold
+    return calibration, readout
 
 
 def _baseline_metrics(
-    train: Sequence[ChainExample], heldout: Sequence[ChainExample]
+    train: Sequence[ChainExample], heldout: Sequence[ChainExample], *, answer_aware: bool
 ) -> dict[str, float]:
     """The model-free baselines fitted on the training chains and scored on the same
     held-out chains (``baseline_<name>_<metric>``), so a version's metrics say whether
@@ -483,7 +486,9 @@ def _baseline_metrics(
     can_grade = any(correct is not None for correct in graded.values())
     return {
         f"baseline_{name}_{metric}": value
-        for name, values in baseline_metrics(train, labeled, graded).items()
+        for name, values in baseline_metrics(
+            train, labeled, graded, answer_aware=answer_aware
+        ).items()
         if name != "outcome_rule" or can_grade
         for metric, value in values.items()
         if metric in ("processbench_f1", "step_auroc", "first_error_accuracy")
@@ -623,19 +628,24 @@ def train_prm(
         device=device,
         fingerprint=fingerprint,
     )
-    calibration, threshold = _calibrate_and_threshold(prm, examples, targets, chain_weights)
-    prm.calibration, prm.threshold = calibration, threshold
+    calibration, readout = _calibrate_and_readout(prm, examples, targets, chain_weights)
+    prm.calibration, prm.threshold, prm.threshold_right = (
+        calibration,
+        readout.threshold,
+        readout.threshold_right,
+    )
     metrics: dict[str, float] = {
         "train_loss": float(train_loss),
-        "threshold": threshold,
+        "threshold": readout.threshold,
+        **({"threshold_right": readout.threshold_right} if readout.threshold_right else {}),
         "calibration_scale": calibration[0],
         "calibration_bias": calibration[1],
         **_truncation_metrics(tokenizer, [*examples, *heldout], config),
     }
     if heldout and config.heldout_metrics:
         scores = list(score_chains(prm, heldout, batch_size=32))
-        metrics.update(evaluate(heldout, scores, threshold))
-        metrics.update(_baseline_metrics(examples, heldout))
+        metrics.update(evaluate(heldout, scores, readout))
+        metrics.update(_baseline_metrics(examples, heldout, answer_aware=config.outcome_readout))
     if should_stop is not None and should_stop():
         raise TrainingCancelled("training stopped on request")
 

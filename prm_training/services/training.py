@@ -553,8 +553,8 @@ def _evaluate_version(
     for item in score_chains(prm, heldout):
         scores.append(item)
         reporter.beat()
-    # The version's own threshold, chosen on its own training chains.
-    return dict(evaluate(heldout, scores, prm.threshold))
+    # The version's own readout, chosen on its own training chains.
+    return dict(evaluate(heldout, scores, prm.readout))
 
 
 def training_run_execute(*, run_id: int, task_id: str = "", worker: str = "") -> TrainingRun | None:

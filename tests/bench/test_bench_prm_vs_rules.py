@@ -34,7 +34,7 @@ def test_the_rules_benchmark_pairs_each_variant_with_both_rules(tmp_path: Path) 
             "--backbone",
             str(backbone),
             "--variant",
-            "before=step_pooling:separator,context:none,calibrate:false,max_length:128",
+            "before=step_pooling:separator,context:none,calibrate:false,max_length:128,outcome_readout:false",
             "--variant",
             "default=head_epochs:3,max_length:128",
             "--out",

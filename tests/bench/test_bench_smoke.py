@@ -3,6 +3,7 @@
 It checks that the script completes, prints its table and got no non-2xx answer. It never
 asserts a speed: timings on a shared CI machine are noise, and the figures are for people.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,15 +30,27 @@ def test_bench_quick_run_completes_and_reports_no_failures(tmp_path: Path) -> No
     # Given: a small benchmark (200 chains, 1 s, 2 clients) on its own database
     out = tmp_path / "foundation.json"
     command = [
-        sys.executable, str(SCRIPT), "--quick", "--chains", "200", "--steps", "4",
-        "--clients", "2", "--seconds", "1", "--warmup", "0.3",
-        "--database-url", _smoke_database_url(), "--out", str(out),
+        sys.executable,
+        str(SCRIPT),
+        "--quick",
+        "--chains",
+        "200",
+        "--steps",
+        "4",
+        "--clients",
+        "2",
+        "--seconds",
+        "1",
+        "--warmup",
+        "0.3",
+        "--database-url",
+        _smoke_database_url(),
+        "--out",
+        str(out),
     ]
 
     # When: it runs
-    result = subprocess.run(
-        command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
-    )
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
 
     # Then: it completed, printed the table and stored every submit it was told about
     assert result.returncode == 0, result.stdout + result.stderr

@@ -43,13 +43,19 @@ def test_the_outcome_rule_is_exact_when_errors_sit_at_the_last_step() -> None:
     chains = [_chain(i, 3 + i % 4, None if i % 2 else 2 + i % 4) for i in range(40)]
     graded = graded_answers(chains)
 
-    # When fitted on half and scored on the other half
+    # When fitted on half and scored on the other half, read with the final answer's grade
+    # and without it
     metrics = baseline_metrics(chains[:20], chains[20:], graded)
+    blind = baseline_metrics(chains[:20], chains[20:], graded, answer_aware=False)
 
-    # Then the rule reading only the final answer is perfect, and the prior is not
+    # Then the rule reading only the final answer is perfect either way; the prior is
+    # not without the grade, and is with it (a wrong answer's error goes where errors
+    # are most likely, here the last step)
     assert fit_outcome_rule(chains[:20], graded).from_end is True
     assert metrics["outcome_rule"]["processbench_f1"] == 1.0
-    assert metrics["position_prior"]["processbench_f1"] < 1.0
+    assert blind["outcome_rule"]["processbench_f1"] == 1.0
+    assert blind["position_prior"]["processbench_f1"] < 1.0
+    assert metrics["position_prior"]["processbench_f1"] == 1.0
 
 
 def test_an_ungraded_chain_falls_back_on_the_position_prior() -> None:

@@ -81,3 +81,36 @@ def test_roc_auc_agrees_with_sklearn_including_ties(seed: int) -> None:
 def test_roc_auc_needs_both_classes() -> None:
     with pytest.raises(ValueError):
         roc_auc([1, 1], [0.2, 0.3])
+
+
+def test_the_answer_aware_readout_is_chosen_on_training_chains_and_read_per_grade() -> None:
+    # Given: chains whose step probabilities dip everywhere before the error, so one
+    # threshold cannot both find the error of wrong answers and leave right answers be
+    from prm_training.ml.data import ChainExample
+    from prm_training.ml.metrics import Readout, choose_readout
+
+    def chain(i: int, labels: tuple, correct: bool) -> ChainExample:
+        return ChainExample(i, "p", ("a",) * len(labels), labels, answer_correct=correct)
+
+    examples = [chain(i, (1, 1, -1), False) for i in range(10)]
+    examples += [chain(10 + i, (1, 1, 1), True) for i in range(10)]
+    probs = [(0.9, 0.8, 0.2)] * 10 + [(0.9, 0.8, 0.15)] * 10
+
+    # When
+    blind = choose_readout(examples, probs, answer_aware=False)
+    aware = choose_readout(examples, probs)
+
+    # Then: the blind threshold must trade one class for the other; the aware readout
+    # reads each wrong chain's most likely error and right chains with their own threshold
+    assert aware.threshold == blind.threshold and aware.threshold_right is not None
+    assert [
+        aware.first_error(p, e.answer_correct) for p, e in zip(probs, examples, strict=True)
+    ] == ([2] * 10 + [-1] * 10)
+    assert (
+        sum(
+            blind.first_error(p, e.answer_correct) == (2 if i < 10 else -1)
+            for i, (p, e) in enumerate(zip(probs, examples, strict=True))
+        )
+        < 20
+    )
+    assert Readout(0.5).first_error((0.9, 0.4), False) == 1  # blind: the threshold alone

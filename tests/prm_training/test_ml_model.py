@@ -224,8 +224,12 @@ def test_full_mode_learns_a_learnable_signal(backbones: dict[str, Path], tmp_pat
 def test_checkpoint_round_trip_scores_the_same(
     backbones: dict[str, Path], tmp_path: Path, mode: str
 ) -> None:
-    # Given: a trained checkpoint (decoder backbone, to cover that path end to end)
-    chains = synthetic_chains(50, seed=5)
+    # Given: a trained checkpoint (decoder backbone, to cover that path end to end) on
+    # chains whose final answers are graded, so its readout has a threshold for right ones
+    chains = [
+        replace(chain, answer_correct=-1 not in (chain.labels or ()))
+        for chain in synthetic_chains(50, seed=5)
+    ]
     config = _tiny_config(backbones["llama"], mode=mode, epochs=1, head_epochs=3)
     result = train_prm(config, chains[:40], chains[40:], tmp_path / "ckpt")
     root = Path(result.checkpoint_dir)
@@ -244,9 +248,10 @@ def test_checkpoint_round_trip_scores_the_same(
     from prm_training.ml.metrics import evaluate
 
     assert prm.threshold == result.metrics["threshold"]
+    assert prm.threshold_right == result.metrics["threshold_right"]
     assert json.loads((root / "config.json").read_text())["threshold"] == prm.threshold
-    recomputed = evaluate(chains[40:], scores, prm.threshold)
-    for key in ("step_auroc", "first_error_accuracy"):
+    recomputed = evaluate(chains[40:], scores, prm.readout)
+    for key in ("step_auroc", "first_error_accuracy", "processbench_f1"):
         assert recomputed[key] == pytest.approx(result.metrics[key], abs=1e-6)
     assert all(item.member_probs is not None and len(item.member_probs) == 3 for item in scores)
     assert prm.config == config
