@@ -78,6 +78,7 @@ class LoadedPRM:
             self.config.max_length,
             self.config.cache_dir,
             self.config.step_pooling,
+            self.config.text_layout(),
         )
 
     @property

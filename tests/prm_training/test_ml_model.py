@@ -467,9 +467,12 @@ def test_a_chat_template_and_a_step_separator_lay_out_the_chain_as_an_open_prm_r
         system_prompt="c d",
     )
     chains = synthetic_chains(30, seed=12)
+    # (the plain layout's features of the same chains already cached in this process)
+    plain = replace(config, step_separator="", chat_template=False)
+    train_prm(plain, chains[:24], chains[24:], tmp_path / "plain")
     result = train_prm(config, chains[:24], chains[24:], tmp_path / "ckpt")
-    clear_feature_caches()
     prm = load_prm(result.checkpoint_dir)
+    assert prm.cache is not load_prm(tmp_path / "plain").cache
     assert prm.config.text_layout() == layout
     from prm_training.ml.metrics import evaluate
 
