@@ -300,6 +300,87 @@ def choose_readout(
     )
 
 
+def first_error_hits(
+    examples: Sequence[ChainExample], scores: Sequence[ChainScores], readout: Readout
+) -> dict[int, tuple[bool, bool]]:
+    """chain_id -> (the chain has an error, the readout finds its first error exactly), for
+    every chain whose labels settle the first error: what F1 is computed from."""
+    from .inputs import answer_grade
+
+    hits: dict[int, tuple[bool, bool]] = {}
+    for example, chain_scores in zip(examples, scores, strict=True):
+        truth = labeled_first_error(example.labels)
+        if truth is None:
+            continue
+        grade = answer_grade(example) if readout.threshold_right is not None else None
+        hits[example.chain_id] = (
+            truth >= 0,
+            readout.first_error(chain_scores.step_probs, grade) == truth,
+        )
+    return hits
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """A paired difference over the same chains with its 95% bootstrap interval."""
+
+    mean: float
+    low: float
+    high: float
+    chains: int
+
+    @property
+    def verdict(self) -> str:
+        return "better" if self.low > 0 else "worse" if self.high < 0 else "no difference"
+
+    def __str__(self) -> str:
+        return (
+            f"{self.mean:+.3f}, 95% interval {self.low:+.3f} to {self.high:+.3f} over "
+            f"{self.chains} chains: {self.verdict}"
+        )
+
+
+def _f1_of(has_error: np.ndarray, hit: np.ndarray) -> np.ndarray:
+    """F1 of each resample: has_error, hit [R, N] bool."""
+    errors, correct = has_error.sum(1), (~has_error).sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a = (hit & has_error).sum(1) / errors
+        b = (hit & ~has_error).sum(1) / correct
+        return np.where(a + b > 0, 2 * a * b / (a + b), 0.0)
+
+
+def paired_f1_difference(
+    new: dict[int, tuple[bool, bool]],
+    old: dict[int, tuple[bool, bool]],
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> PairedDifference | None:
+    """F1(new) - F1(old) on the chains both settle, with a paired bootstrap over chains
+    (the same resampled chains for both, 2.5th and 97.5th percentiles); None when F1 is
+    undefined (no chain with an error, or none without).
+
+    >>> new = {i: (i % 2 == 0, True) for i in range(40)}
+    >>> old = {i: (i % 2 == 0, i % 4 != 0) for i in range(40)}
+    >>> paired_f1_difference(new, old).verdict
+    'better'
+    """
+    chains = sorted(set(new) & set(old))
+    has_error = np.array([new[c][0] for c in chains], dtype=bool)
+    if not has_error.any() or has_error.all():
+        return None
+    hit_new = np.array([new[c][1] for c in chains], dtype=bool)
+    hit_old = np.array([old[c][1] for c in chains], dtype=bool)
+    point = float(
+        _f1_of(has_error[None], hit_new[None])[0] - _f1_of(has_error[None], hit_old[None])[0]
+    )
+    rng = np.random.default_rng(seed)
+    index = rng.integers(0, len(chains), size=(resamples, len(chains)))
+    diffs = _f1_of(has_error[index], hit_new[index]) - _f1_of(has_error[index], hit_old[index])
+    low, high = np.nanpercentile(diffs, [2.5, 97.5])
+    return PairedDifference(point, float(low), float(high), len(chains))
+
+
 def evaluate(
     examples: Sequence[ChainExample],
     scores: Sequence[ChainScores],

@@ -58,7 +58,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +94,7 @@ from .model import (
     save_json,
     step_feature_width,
 )
-from .score import LoadedPRM, score_chains
+from .score import ChainScores, LoadedPRM, score_chains
 
 CHECKPOINT_FORMAT = "steplab-prm/1"
 logger = logging.getLogger(__name__)
@@ -120,6 +120,10 @@ class TrainResult:
     seed: int
     train_chains: int
     heldout_chains: int
+    # The held-out chains' scores (empty without held-out metrics): what a comparison with
+    # another version on the same chains pairs (``metrics.paired_f1_difference``).
+    heldout_scores: list[ChainScores] = field(default_factory=list)
+    readout: Readout = field(default_factory=Readout)
 
 
 class _Reporter:
@@ -642,6 +646,7 @@ def train_prm(
         "calibration_bias": calibration[1],
         **_truncation_metrics(tokenizer, [*examples, *heldout], config),
     }
+    scores: list[ChainScores] = []
     if heldout and config.heldout_metrics:
         scores = list(score_chains(prm, heldout, batch_size=32))
         metrics.update(evaluate(heldout, scores, readout))
@@ -669,4 +674,6 @@ def train_prm(
         seed=config.seed,
         train_chains=len(examples),
         heldout_chains=len(heldout),
+        heldout_scores=scores,
+        readout=readout,
     )

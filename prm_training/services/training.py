@@ -542,10 +542,11 @@ def _beats(new: Mapping[str, float], old: Mapping[str, float]) -> bool:
 
 def _evaluate_version(
     *, version: ModelVersion, heldout: list[ChainExample], reporter: _RunReporter
-) -> dict[str, float]:
+) -> tuple[dict[str, float], dict[int, tuple[bool, bool]]]:
     """The held-out metrics of an existing version on this run's held-out chains, so the
-    two versions are compared on the same chains."""
-    from prm_training.ml.metrics import evaluate
+    two versions are compared on the same chains, and its per-chain first-error hits (for
+    the paired interval)."""
+    from prm_training.ml.metrics import evaluate, first_error_hits
     from prm_training.ml.score import load_prm, score_chains
 
     prm = load_prm(version.checkpoint_dir)
@@ -554,7 +555,10 @@ def _evaluate_version(
         scores.append(item)
         reporter.beat()
     # The version's own readout, chosen on its own training chains.
-    return dict(evaluate(heldout, scores, prm.readout))
+    return (
+        dict(evaluate(heldout, scores, prm.readout)),
+        first_error_hits(heldout, scores, prm.readout),
+    )
 
 
 def training_run_execute(*, run_id: int, task_id: str = "", worker: str = "") -> TrainingRun | None:
@@ -606,6 +610,19 @@ def training_run_execute(*, run_id: int, task_id: str = "", worker: str = "") ->
     return run
 
 
+def _paired_with(
+    result: Any, heldout: list[ChainExample], previous_hits: dict[int, tuple[bool, bool]]
+) -> Any:
+    """The new version's F1 minus the active one's on the same held-out chains, with its
+    paired bootstrap interval (``metrics.paired_f1_difference``), or None."""
+    from prm_training.ml.metrics import first_error_hits, paired_f1_difference
+
+    if not result.heldout_scores:
+        return None
+    hits = first_error_hits(heldout, result.heldout_scores, result.readout)
+    return paired_f1_difference(hits, previous_hits)
+
+
 def _publish(
     *, run: TrainingRun, result: Any, heldout: list[ChainExample], reporter: _RunReporter
 ) -> TrainingRun:
@@ -617,7 +634,9 @@ def _publish(
     activate = compared is None
     if compared is not None:
         try:
-            previous = _evaluate_version(version=compared, heldout=heldout, reporter=reporter)
+            previous, previous_hits = _evaluate_version(
+                version=compared, heldout=heldout, reporter=reporter
+            )
         except Exception as exc:  # noqa: BLE001 - a broken old checkpoint must not sink the run
             logger.exception("Could not evaluate active version %s", compared.pk)
             previous = None
@@ -630,6 +649,11 @@ def _publish(
                 f"{metrics.get('step_auroc', float('nan')):.4f} vs "
                 f"{previous.get('step_auroc', float('nan')):.4f} on the same held-out chains"
             )
+            paired = _paired_with(result, heldout, previous_hits)
+            if paired is not None:
+                summary += f"; F1 difference {paired}"
+                metrics["vs_active_f1_low"] = paired.low
+                metrics["vs_active_f1_high"] = paired.high
             note = (
                 f"Beats active v{compared.version} ({summary}): made active."
                 if activate

@@ -114,3 +114,21 @@ def test_the_answer_aware_readout_is_chosen_on_training_chains_and_read_per_grad
         < 20
     )
     assert Readout(0.5).first_error((0.9, 0.4), False) == 1  # blind: the threshold alone
+
+
+def test_the_paired_f1_difference_says_no_difference_when_its_interval_holds_zero() -> None:
+    from prm_training.ml.metrics import paired_f1_difference
+
+    # Given: two versions that differ on 2 of 200 chains, and two that differ on 60
+    base = {i: (i % 2 == 0, i % 3 == 0) for i in range(200)}
+    close = {**base, 0: (True, not base[0][1]), 1: (False, not base[1][1])}
+    better = {i: (has_error, hit or i < 120) for i, (has_error, hit) in base.items()}
+
+    # When / Then
+    near = paired_f1_difference(close, base)
+    assert near is not None and near.verdict == "no difference" and near.chains == 200
+    far = paired_f1_difference(better, base)
+    assert far is not None and far.verdict == "better" and far.low > 0
+    assert "over 200 chains: better" in str(far)
+    # F1 is undefined without chains of both kinds
+    assert paired_f1_difference({1: (True, True)}, {1: (True, False)}) is None

@@ -370,3 +370,38 @@ def test_the_prm_reads_the_final_answer_s_grade_from_the_reference_or_the_import
     assert examples[stated.pk].answer_correct is False
     assert answer_grade(examples[stated.pk]) is False
     assert answer_grade(examples[unknown.pk]) is None
+
+
+def test_a_new_version_is_compared_with_the_active_one_by_a_paired_interval(
+    arithmetic_project: Any, tiny_bert_dir: Path, model_dir: Path, monkeypatch: Any
+) -> None:
+    # Given an active version trained on a snapshot that holds half the chains out (so the
+    # held-out chains have errors and not), by the project's labeled chains
+    from annotation.services.snapshots import snapshot_create
+
+    monkeypatch.setenv("STEPLAB_MODEL_DIR", str(model_dir))
+    project = arithmetic_project
+    snapshot = snapshot_create(project=project, heldout_fraction=0.5)
+    first = training_run_start(
+        project=project, user=None, settings=tiny_settings(tiny_bert_dir), snapshot=snapshot
+    )
+    first = training_run_execute(run_id=first.pk)
+    assert first is not None and first.status == RunStatus.SUCCEEDED, first.error
+
+    # When a second run is compared with it on the same held-out chains
+    second = training_run_start(
+        project=project,
+        user=None,
+        settings=tiny_settings(tiny_bert_dir, seed=1),
+        snapshot=snapshot,
+    )
+    second = training_run_execute(run_id=second.pk)
+
+    # Then the note gives the F1 difference with its paired 95% interval, and the version
+    # keeps the interval's ends
+    assert second is not None and second.status == RunStatus.SUCCEEDED, second.error
+    assert "on the same held-out chains; F1 difference " in second.activation_note
+    assert "95% interval" in second.activation_note
+    version = ModelVersion.objects.get(training_run=second)
+    low, high = version.metrics["vs_active_f1_low"], version.metrics["vs_active_f1_high"]
+    assert -1.0 <= low <= high <= 1.0
