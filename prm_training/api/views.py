@@ -100,6 +100,51 @@ class TrainingRunInputSerializer(serializers.Serializer):
     ensemble_size = _config_int("ensemble_size")
     head_hidden = _config_int("head_hidden")
     seed = _config_int("seed")
+    step_pooling = serializers.ChoiceField(
+        choices=CONFIG_FIELDS["step_pooling"].choices or (),
+        required=False,
+        help_text="'mean': a step is read from its own tokens and its separator; "
+        "'separator': from the separator only.",
+    )
+    context = serializers.ChoiceField(
+        choices=CONFIG_FIELDS["context"].choices or (),
+        required=False,
+        help_text="'outcome': the heads also read the step's place and the final answer's "
+        "grade; 'prefix': only what precedes the step; 'none'.",
+    )
+    calibrate = serializers.BooleanField(required=False, help_text="Platt-scale P(correct).")
+    outcome_readout = serializers.BooleanField(
+        required=False, help_text="Read the first error with the final answer's grade."
+    )
+    lora_r = _config_int("lora_r", help_text="'full' mode: LoRA rank (0: every weight trains).")
+    lora_alpha = serializers.FloatField(required=False, min_value=1e-6, max_value=1e6)
+    gradient_checkpointing = serializers.BooleanField(required=False)
+    step_separator = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=64,
+        trim_whitespace=False,
+        help_text="Text closing each step, as the backbone was trained with it "
+        "(Qwen2.5-Math-PRM: `<extra_0>`).",
+    )
+    chat_template = serializers.BooleanField(
+        required=False, help_text="Put the problem through the tokenizer's chat template."
+    )
+    system_prompt = serializers.CharField(
+        required=False, allow_blank=True, max_length=4000, trim_whitespace=False
+    )
+    dtype = serializers.ChoiceField(
+        choices=CONFIG_FIELDS["dtype"].choices or (),
+        required=False,
+        help_text="The backbone's weights; 'auto': bfloat16 on CUDA where they do not train.",
+    )
+    step_prior = serializers.BooleanField(
+        required=False,
+        help_text="The backbone is a PRM with its own step head: start from its scores.",
+    )
+    processes = _config_int(
+        "processes", help_text="'full' mode: train data-parallel over this many GPUs."
+    )
 
 
 class TrainingRunOutputSerializer(serializers.ModelSerializer):

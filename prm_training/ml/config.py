@@ -19,6 +19,7 @@ BACKBONE_KINDS = ("auto", "encoder", "decoder")
 CLASS_WEIGHTS = ("balanced", "none")
 STEP_POOLINGS = ("mean", "separator")
 CONTEXTS = ("outcome", "prefix", "none")
+DTYPES = ("auto", "float32", "bfloat16")
 
 
 def default_backbone_dir() -> str:
@@ -45,6 +46,26 @@ class PRMConfig:
             "help": "'encoder' (BERT-like: a step-level 4-D attention mask keeps each "
             "step's score prefix-only), 'decoder' (causal attention does it), "
             "or 'auto' to decide from the model config."
+        },
+    )
+    dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "The backbone's weights: 'bfloat16' (half the memory: a 7B backbone in "
+            "15 GB), 'float32', or 'auto': bfloat16 on CUDA where the backbone's own "
+            "weights do not train (frozen_head, or LoRA), float32 otherwise."
+        },
+    )
+    step_prior: bool = field(
+        default=False,
+        metadata={
+            "help": "The backbone is a PRM with its own step head (a two-label token "
+            "classifier read at each step's separator, label 1 = correct, as "
+            "Qwen2.5-Math-PRM's): its log-odds are read beside the hidden states and "
+            "added to every head's logit with a learned weight that starts at 1, so a "
+            "version starts from the backbone's judgement; alone they are the zero-shot "
+            "prior, a third baseline in the run's metrics. frozen_head mode only. A "
+            "directory that ships its own modeling code (auto_map) runs it."
         },
     )
     mode: str = field(
@@ -75,6 +96,14 @@ class PRMConfig:
             "help": "In 'full' mode: recompute the backbone's activations in the backward "
             "pass instead of storing them (less memory for long windows, about a "
             "third more compute)."
+        },
+    )
+    processes: int = field(
+        default=1,
+        metadata={
+            "help": "In 'full' mode: train data-parallel in this many processes, one per GPU "
+            "of the node (NCCL; gloo on the CPU), each on its share of the batches, "
+            "gradients averaged (PyTorch DDP). 1: this process alone."
         },
     )
     epochs: int = field(
@@ -290,12 +319,43 @@ class PRMConfig:
             )
         if self.context not in CONTEXTS:
             raise ValueError(f"context must be one of {CONTEXTS}, not {self.context!r}")
+        if self.processes < 1:
+            raise ValueError("processes must be at least 1")
+        if self.processes > 1 and self.mode != "full":
+            raise ValueError(
+                "processes > 1 spreads the backbone's fine-tuning: frozen_head trains small "
+                "heads on cached features, which one process does best"
+            )
         if self.lora_r < 0:
             raise ValueError("lora_r must be 0 (off) or a positive rank")
         if self.lora_alpha <= 0:
             raise ValueError("lora_alpha must be positive")
         if self.max_length < 8:
             raise ValueError("max_length must be at least 8")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, not {self.dtype!r}")
+        if self.dtype == "bfloat16" and self.mode == "full" and self.lora_r == 0:
+            raise ValueError(
+                "full fine-tuning keeps float32 weights (AdamW's updates vanish in bfloat16): "
+                "use dtype 'float32' or 'auto', or LoRA (lora_r > 0)"
+            )
+        if self.step_prior and self.mode != "frozen_head":
+            raise ValueError(
+                "step_prior reads the backbone's own step head, which full mode would "
+                "change: use mode 'frozen_head'"
+            )
+        if self.step_prior and self.save_backbone:
+            raise ValueError(
+                "with step_prior a checkpoint reads the PRM's own directory (its step head "
+                "with it): save_backbone would copy the backbone without its head"
+            )
+
+    def weights_dtype(self, device_type: str) -> str:
+        """'float32' or 'bfloat16': the backbone's weights on a device of this type."""
+        if self.dtype != "auto":
+            return self.dtype
+        frozen = self.mode == "frozen_head" or self.lora_r > 0
+        return "bfloat16" if device_type == "cuda" and frozen else "float32"
 
     def text_layout(self) -> TextLayout:
         from .data import TextLayout
@@ -327,4 +387,7 @@ CHECKPOINT_DEFAULTS_BEFORE: dict[str, Any] = {
     "lora_r": 0,
     "outcome_readout": False,
     "gradient_checkpointing": False,
+    "dtype": "float32",
+    "step_prior": False,
+    "processes": 1,
 }

@@ -80,10 +80,15 @@ def feature_cache(
     cache_dir: str | None,
     pooling: str = "mean",
     layout: TextLayout = PLAIN,
+    *,
+    dtype: str = "float32",
+    step_prior: bool = False,
 ) -> StepFeatureCache:
-    """The process-wide cache for one backbone, window length, step pooling and text
-    layout (one per disk folder)."""
-    name = "-".join(filter(None, [fingerprint, str(max_length), pooling, layout.key()]))
+    """The process-wide cache for one backbone, window length, step pooling, text layout,
+    weights' dtype and step prior (one per disk folder)."""
+    parts = [fingerprint, str(max_length), pooling, layout.key()]
+    parts += [dtype if dtype != "float32" else "", "prior" if step_prior else ""]
+    name = "-".join(filter(None, parts))
     key = (name, pooling, cache_dir)
     if key not in _CACHES:
         directory = Path(cache_dir) / name if cache_dir else None
@@ -122,18 +127,22 @@ def compute_step_features(
     pad_id: int,
     pooling: str = "mean",
     layout: TextLayout = PLAIN,
+    step_head: nn.Module | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> list[np.ndarray]:
     """Frozen-backbone step representations of each chain: float16 [steps, width], in
-    order. ``progress`` gets the number of windows done after each batch."""
+    order (with a ``step_head``, its log-odds as the last column). ``progress`` gets the
+    number of windows done after each batch."""
     windows = chains_to_windows(tokenizer, examples, max_length, layout)
     width = step_feature_width(int(backbone.config.hidden_size), pooling)
+    width += int(step_head is not None)
     out = [np.zeros((len(example.steps), width), dtype=np.float16) for example in examples]
     backbone.eval()
     with torch.inference_mode(), autocast_for(device):
         for batch_windows in bucketed_batches(windows, batch_size):
             batch = collate_windows(batch_windows, pad_id, device)
-            features = encode_steps(backbone, kind, batch, pooling).float().cpu().numpy()
+            features = encode_steps(backbone, kind, batch, pooling, step_head)
+            features = features.float().cpu().numpy()
             row = 0
             for window in batch_windows:
                 n = len(window.step_end_positions)
@@ -159,6 +168,7 @@ def cached_step_features(
     pad_id: int,
     pooling: str = "mean",
     layout: TextLayout = PLAIN,
+    step_head: nn.Module | None = None,
 ) -> list[np.ndarray]:
     """Like ``compute_step_features`` but runs the backbone only on chains the cache lacks."""
     keys = [chain_content_key(example) for example in examples]
@@ -177,6 +187,7 @@ def cached_step_features(
             pad_id=pad_id,
             pooling=pooling,
             layout=layout,
+            step_head=step_head,
         )
         cache.put_many(dict(zip(missing, fresh, strict=True)))
     return [cache.entries[key] for key in keys]

@@ -55,7 +55,7 @@ def step_context(n_steps: int, answer_correct: bool | None, context: str = "outc
     """[n_steps, CONTEXT_WIDTH] float32 context of a chain's steps (zeros where ``context``
     hides a feature).
 
-    >>> step_context(2, False).round(2).tolist()  # doctest: +NORMALIZE_WHITESPACE
+    >>> step_context(2, False).astype(float).round(2).tolist()  # doctest: +NORMALIZE_WHITESPACE
     [[0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.26],
      [0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.26]]
     >>> step_context(2, False, "prefix").tolist()  # doctest: +NORMALIZE_WHITESPACE

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import STEP_POOLINGS
+from .config import STEP_POOLINGS, PRMConfig
 from .data import Window
 
 # Bidirectional model types: they need the step-level mask to stay prefix-only.
@@ -101,14 +101,82 @@ def backbone_fingerprint(path: str | Path) -> str:
 
 
 def load_backbone(
-    path: str | Path, requested_kind: str = "auto", *, tokenizer_path: str | Path | None = None
+    path: str | Path,
+    requested_kind: str = "auto",
+    *,
+    tokenizer_path: str | Path | None = None,
+    dtype: str = "float32",
 ) -> tuple[Any, nn.Module, str]:
     """(tokenizer, bare backbone, kind) from local directories; never touches a hub."""
     from transformers import AutoModel, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or path), local_files_only=True)
-    backbone = AutoModel.from_pretrained(str(path), local_files_only=True)
+    backbone = AutoModel.from_pretrained(
+        str(path), local_files_only=True, dtype=getattr(torch, dtype)
+    )
     return tokenizer, backbone, backbone_kind(backbone.config, requested_kind)
+
+
+def load_backbone_with_step_head(
+    path: str | Path,
+    requested_kind: str = "auto",
+    *,
+    tokenizer_path: str | Path | None = None,
+    dtype: str = "float32",
+) -> tuple[Any, nn.Module, str, nn.Module]:
+    """(tokenizer, bare backbone, kind, step head) of a PRM that scores steps itself: a
+    two-label token classifier (``...ForTokenClassification``, or a class of the
+    directory's own code named in its ``auto_map``, as Qwen2.5-Math-PRM's
+    ``Qwen2ForProcessRewardModel``). The head maps a separator's hidden state to the two
+    logits (label 1 = correct)."""
+    from transformers import AutoModel, AutoModelForTokenClassification, AutoTokenizer
+
+    declared = json.loads((Path(path) / "config.json").read_text())
+    architectures = declared.get("architectures") or []
+    options: dict[str, Any] = {"local_files_only": True, "dtype": getattr(torch, dtype)}
+    if any(name.endswith("ForTokenClassification") for name in architectures):
+        model = AutoModelForTokenClassification.from_pretrained(str(path), **options)
+    elif "AutoModel" in (declared.get("auto_map") or {}):
+        model = AutoModel.from_pretrained(str(path), trust_remote_code=True, **options)
+    else:
+        raise ValueError(
+            f"{path} has no step head (architectures {architectures}): step_prior needs a "
+            "PRM whose model scores tokens, such as a ...ForTokenClassification"
+        )
+    head = getattr(model, "score", None) or getattr(model, "classifier", None)
+    linears = [
+        module for module in (head.modules() if head else ()) if isinstance(module, nn.Linear)
+    ]
+    if not linears or linears[-1].out_features != 2 or model.base_model is model:
+        raise ValueError(f"{path}'s model has no two-label step head to read")
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or path), local_files_only=True)
+    base = model.base_model
+    return tokenizer, base, backbone_kind(base.config, requested_kind), head
+
+
+def load_configured_backbone(
+    config: PRMConfig,
+    device: torch.device,
+    *,
+    path: str | Path | None = None,
+    requested_kind: str | None = None,
+    tokenizer_path: str | Path | None = None,
+) -> tuple[Any, nn.Module, str, nn.Module | None]:
+    """(tokenizer, bare backbone, kind, step head or None) as ``config`` reads them: the
+    weights in ``config.weights_dtype`` for ``device``, the step head when
+    ``config.step_prior`` (frozen, like the backbone in frozen_head mode)."""
+    source = path or config.backbone
+    kind = requested_kind or config.backbone_kind
+    dtype = config.weights_dtype(device.type)
+    if config.step_prior:
+        tokenizer, backbone, kind, head = load_backbone_with_step_head(
+            source, kind, tokenizer_path=tokenizer_path, dtype=dtype
+        )
+        return tokenizer, backbone, kind, head.requires_grad_(False).eval()
+    tokenizer, backbone, kind = load_backbone(
+        source, kind, tokenizer_path=tokenizer_path, dtype=dtype
+    )
+    return tokenizer, backbone, kind, None
 
 
 def step_attention_mask(segment_ids: torch.Tensor) -> torch.Tensor:
@@ -122,7 +190,8 @@ def step_attention_mask(segment_ids: torch.Tensor) -> torch.Tensor:
 
 
 def step_feature_width(hidden_size: int, pooling: str) -> int:
-    """Width of one step's cached representation under ``pooling``."""
+    """Width of one step's representation under ``pooling`` (without a step prior's
+    column)."""
     if pooling not in STEP_POOLINGS:
         raise ValueError(f"step_pooling must be one of {STEP_POOLINGS}, not {pooling!r}")
     return 2 * hidden_size if pooling == "mean" else hidden_size
@@ -170,24 +239,33 @@ def collate_windows(windows: list[Window], pad_id: int, device: torch.device) ->
 
 
 def encode_steps(
-    backbone: nn.Module, kind: str, batch: WindowBatch, pooling: str = "mean"
+    backbone: nn.Module,
+    kind: str,
+    batch: WindowBatch,
+    pooling: str = "mean",
+    step_head: nn.Module | None = None,
 ) -> torch.Tensor:
     """Every step's representation (module docstring): [N, 2H] for 'mean', [N, H] for
-    'separator'."""
+    'separator'; with a ``step_head`` one more column, the backbone's own log-odds that
+    the step is correct."""
     if kind == "encoder":
         mask = step_attention_mask(batch.segment_ids)  # [B, 1, L, L]
     else:
         mask = (batch.segment_ids >= 0).long()  # [B, L]; causal attention does the rest
     hidden = backbone(input_ids=batch.input_ids, attention_mask=mask).last_hidden_state
     at_separator = hidden[batch.step_rows, batch.step_cols]  # [N, H]
-    if pooling == "separator":
-        return at_separator
-    steps = batch.step_rows.shape[0]
-    inside = batch.step_of_token >= 0  # [B, L]
-    index = batch.step_of_token[inside]  # [T] step of each step token
-    sums = hidden.new_zeros((steps, hidden.shape[-1])).index_add_(0, index, hidden[inside])
-    counts = torch.bincount(index, minlength=steps).clamp_min(1).to(hidden.dtype)  # [N]
-    return torch.cat([sums / counts[:, None], at_separator], dim=-1)  # [N, 2H]
+    parts = [at_separator]
+    if pooling == "mean":
+        steps = batch.step_rows.shape[0]
+        inside = batch.step_of_token >= 0  # [B, L]
+        index = batch.step_of_token[inside]  # [T] step of each step token
+        sums = hidden.new_zeros((steps, hidden.shape[-1])).index_add_(0, index, hidden[inside])
+        counts = torch.bincount(index, minlength=steps).clamp_min(1).to(hidden.dtype)  # [N]
+        parts.insert(0, sums / counts[:, None])
+    if step_head is not None:
+        logits = step_head(at_separator).float()  # [N, 2]
+        parts.append((logits[:, 1:] - logits[:, :1]).to(hidden.dtype))  # [N, 1]
+    return torch.cat(parts, dim=-1) if len(parts) > 1 else at_separator
 
 
 class EnsembleHead(nn.Module):
@@ -196,34 +274,59 @@ class EnsembleHead(nn.Module):
 
     The step representation is layer-normed; the context features (a step's place in its
     chain, the final answer's grade: ``inputs.step_context``) join it after the norm, so a
-    few 0/1 inputs are not drowned by hundreds of hidden units. The first layers of all
-    members are one [H + C, E*Hh] matrix, so the expensive part is a single well-shaped
-    GEMM rather than E small ones (3-5x faster on a CPU)."""
+    few 0/1 inputs are not drowned by hundreds of hidden units. With ``prior`` the
+    representation's last column is the backbone's own log-odds (``encode_steps``' step
+    head): it joins the context and is also added to every member's logit with a learned
+    weight that starts at 1, so an untrained head already scores like the backbone. The
+    first layers of all members are one [H + C, E*Hh] matrix, so the expensive part is a
+    single well-shaped GEMM rather than E small ones (3-5x faster on a CPU)."""
 
     def __init__(
-        self, width: int, hidden: int, members: int, dropout: float = 0.0, context: int = 0
+        self,
+        width: int,
+        hidden: int,
+        members: int,
+        dropout: float = 0.0,
+        context: int = 0,
+        prior: bool = False,
     ) -> None:
         super().__init__()
         self.width, self.hidden, self.members, self.context = width, hidden, members, context
-        self.w1 = nn.Parameter(torch.empty(width + context, members * hidden))  # [H+C, E*Hh]
+        self.prior = prior
+        inputs = width + context + int(prior)
+        self.w1 = nn.Parameter(torch.empty(inputs, members * hidden))  # [H+C, E*Hh]
         self.b1 = nn.Parameter(torch.zeros(members * hidden))  # [E*Hh]
         self.w2 = nn.Parameter(torch.empty(members, hidden))  # [E, Hh]
         self.b2 = nn.Parameter(torch.zeros(members))  # [E]
+        if prior:
+            self.prior_weight = nn.Parameter(torch.ones(members))  # [E]
         self.norm = nn.LayerNorm(width)
         self.dropout = nn.Dropout(dropout)
         bound1, bound2 = 1 / width**0.5, 1 / hidden**0.5
         nn.init.uniform_(self.w1, -bound1, bound1)
         nn.init.uniform_(self.w2, -bound2, bound2)
 
+    @property
+    def input_width(self) -> int:
+        """Columns of the step features it reads (the representation and the prior)."""
+        return self.width + int(self.prior)
+
     def forward(self, features: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.norm(features.float())  # [N, H]
+        features = features.float()
+        parts = [self.norm(features[:, : self.width])]  # [N, H]
         if self.context:
             if context is None:
                 raise ValueError(f"this head reads {self.context} context features per step")
-            x = torch.cat([x, context.to(x.dtype)], dim=-1)  # [N, H+C]
+            parts.append(context.float())
+        if self.prior:
+            parts.append(features[:, self.width :])  # [N, 1]
+        x = torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]  # [N, H+C(+1)]
         h = torch.addmm(self.b1, x, self.w1)  # [N, E*Hh]
         h = self.dropout(nn.functional.gelu(h)).view(-1, self.members, self.hidden)  # [N, E, Hh]
-        return torch.einsum("neh,eh->en", h, self.w2) + self.b2[:, None]  # [E, N]
+        logits = torch.einsum("neh,eh->en", h, self.w2) + self.b2[:, None]  # [E, N]
+        if self.prior:
+            logits = logits + self.prior_weight[:, None] * features[:, self.width]
+        return logits
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -231,6 +334,7 @@ class EnsembleHead(nn.Module):
             "hidden": self.hidden,
             "members": self.members,
             "context": self.context,
+            "prior": self.prior,
         }
 
 

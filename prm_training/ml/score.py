@@ -35,7 +35,7 @@ from .model import (
     backbone_fingerprint,
     collate_windows,
     encode_steps,
-    load_backbone,
+    load_configured_backbone,
     resolve_device,
 )
 
@@ -70,6 +70,8 @@ class LoadedPRM:
     # Platt scaling of every member's logits, P = sigmoid(scale * logit + bias) (fitted at
     # training time; identity for a checkpoint written before it was).
     calibration: tuple[float, float] = (1.0, 0.0)
+    # The backbone's own step head (``PRMConfig.step_prior``), else None.
+    step_head: nn.Module | None = None
 
     @property
     def cache(self) -> StepFeatureCache:
@@ -79,6 +81,28 @@ class LoadedPRM:
             self.config.cache_dir,
             self.config.step_pooling,
             self.config.text_layout(),
+            dtype=self.config.weights_dtype(self.device.type),
+            step_prior=self.config.step_prior,
+        )
+
+    def frozen_features(
+        self, chains: Sequence[ChainExample], batch_size: int = 32
+    ) -> list[np.ndarray]:
+        """Each chain's cached step features (frozen_head mode; the backbone runs on the
+        chains the cache lacks)."""
+        return cached_step_features(
+            cache=self.cache,
+            backbone=self.backbone,
+            kind=self.kind,
+            tokenizer=self.tokenizer,
+            examples=chains,
+            max_length=self.config.max_length,
+            device=self.device,
+            batch_size=batch_size,
+            pad_id=pad_token_id(self.tokenizer),
+            pooling=self.config.step_pooling,
+            layout=self.config.text_layout(),
+            step_head=self.step_head,
         )
 
     @property
@@ -101,10 +125,8 @@ def load_prm(checkpoint_dir: str | Path, *, device: str | None = None) -> Loaded
     config = PRMConfig.from_checkpoint(meta["prm_config"])
     torch_device = resolve_device(device or config.device)
     backbone_dir = root / "backbone"
-    if backbone_dir.is_dir():
-        tokenizer, backbone, kind = load_backbone(
-            backbone_dir, meta["backbone_kind"], tokenizer_path=root / "tokenizer"
-        )
+    if backbone_dir.is_dir() and not config.step_prior:
+        path = backbone_dir
     else:
         fingerprint = backbone_fingerprint(config.backbone)
         if fingerprint != meta["backbone_fingerprint"]:
@@ -112,9 +134,14 @@ def load_prm(checkpoint_dir: str | Path, *, device: str | None = None) -> Loaded
                 f"{config.backbone} is not the backbone this checkpoint was trained on "
                 f"(fingerprint {fingerprint}, expected {meta['backbone_fingerprint']})"
             )
-        tokenizer, backbone, kind = load_backbone(
-            config.backbone, meta["backbone_kind"], tokenizer_path=root / "tokenizer"
-        )
+        path = Path(config.backbone)
+    tokenizer, backbone, kind, step_head = load_configured_backbone(
+        config,
+        torch_device,
+        path=path,
+        requested_kind=meta["backbone_kind"],
+        tokenizer_path=root / "tokenizer",
+    )
     shape = meta["head"]
     head = EnsembleHead(
         shape["width"],
@@ -122,6 +149,7 @@ def load_prm(checkpoint_dir: str | Path, *, device: str | None = None) -> Loaded
         shape["members"],
         config.head_dropout,
         context=shape.get("context", 0),
+        prior=shape.get("prior", False),
     )
     from safetensors.torch import load_file
 
@@ -138,6 +166,7 @@ def load_prm(checkpoint_dir: str | Path, *, device: str | None = None) -> Loaded
         threshold=float(meta.get("threshold", 0.5)),
         threshold_right=meta.get("threshold_right"),
         calibration=tuple(meta.get("calibration", (1.0, 0.0))),  # type: ignore[arg-type]
+        step_head=step_head.to(torch_device) if step_head is not None else None,
     )
 
 
@@ -170,24 +199,62 @@ def score_chains(
             progress(done)
 
 
+def zero_shot_scores(
+    config: PRMConfig, chains: Sequence[ChainExample], *, batch_size: int = 32
+) -> list[ChainScores]:
+    """The backbone's own step scores (``PRMConfig.step_prior``), no head trained: P(step
+    correct) from its step head, for every chain in order. What a project can score with
+    before it has a label, and the baseline a trained version must beat."""
+    if not config.step_prior:
+        raise ValueError("zero-shot scores need a backbone with its own step head (step_prior)")
+    device = resolve_device(config.device)
+    tokenizer, backbone, kind, step_head = load_configured_backbone(config, device)
+    cache = feature_cache(
+        backbone_fingerprint(config.backbone),
+        config.max_length,
+        config.cache_dir,
+        config.step_pooling,
+        config.text_layout(),
+        dtype=config.weights_dtype(device.type),
+        step_prior=True,
+    )
+    features = cached_step_features(
+        cache=cache,
+        backbone=backbone.to(device),
+        kind=kind,
+        tokenizer=tokenizer,
+        examples=chains,
+        max_length=config.max_length,
+        device=device,
+        batch_size=batch_size,
+        pad_id=pad_token_id(tokenizer),
+        pooling=config.step_pooling,
+        layout=config.text_layout(),
+        step_head=step_head.to(device) if step_head is not None else None,
+    )
+    return prior_scores(chains, features)
+
+
+def prior_scores(
+    chains: Sequence[ChainExample], features: Sequence[np.ndarray]
+) -> list[ChainScores]:
+    """Chain scores read from the step prior, the last column of each chain's features."""
+    return [
+        ChainScores(
+            chain_id=example.chain_id,
+            step_probs=(1 / (1 + np.exp(-rows[:, -1].astype(np.float64)))).tolist(),
+            member_probs=None,
+        )
+        for example, rows in zip(chains, features, strict=True)
+    ]
+
+
 def _member_probs(prm: LoadedPRM, chunk: Sequence[ChainExample], batch_size: int) -> np.ndarray:
     """[E, total steps of the chunk] probabilities, steps in chain order."""
     prm.head.eval()
     if prm.config.mode == "frozen_head":
-        features = cached_step_features(
-            cache=prm.cache,
-            backbone=prm.backbone,
-            kind=prm.kind,
-            tokenizer=prm.tokenizer,
-            examples=chunk,
-            max_length=prm.config.max_length,
-            device=prm.device,
-            batch_size=batch_size,
-            pad_id=pad_token_id(prm.tokenizer),
-            pooling=prm.config.step_pooling,
-            layout=prm.config.text_layout(),
-        )
-        stacked = np.concatenate(features) if features else np.zeros((0, prm.head.width))
+        features = prm.frozen_features(chunk, batch_size)
+        stacked = np.concatenate(features) if features else np.zeros((0, prm.head.input_width))
         with torch.inference_mode():
             return prm.member_probs(
                 torch.from_numpy(stacked).to(prm.device), _context(chunk, prm.config.context)

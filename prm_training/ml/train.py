@@ -7,12 +7,15 @@ Two modes (``PRMConfig.mode``):
   prefix-only) are computed once and cached (``features``); a round then only trains an
   ensemble of small MLP heads on them and the context features (``inputs``: the step's
   place, the final answer's grade), each head on its own bootstrap resample of the
-  chains (Poisson(1) weights per chain).
+  chains (Poisson(1) weights per chain). With ``step_prior`` the backbone is a PRM whose
+  own step head's log-odds join the features, and the heads start from them
+  (``model.EnsembleHead``); the held-out metrics then include the zero-shot prior's.
 * ``full``: backbone and heads are fine-tuned together, AdamW with separate learning
   rates, linear warm-up and decay, bf16 autocast on CUDA, float32 on the CPU. With
   ``lora_r`` > 0 the backbone trains LoRA adapters (peft) on every linear layer instead of
   every weight, merged into it at the end; ``gradient_checkpointing`` trades compute for
-  activation memory.
+  activation memory; ``processes`` > 1 trains data-parallel over that many GPUs
+  (``distributed``). The backbone's weights load in ``PRMConfig.weights_dtype``.
 
 Targets follow TRL's stepwise convention, one per step on its closing separator; 0
 ratings become 1, 0 or no loss by ``PRMConfig.ambiguous``; unrated steps get no loss.
@@ -76,6 +79,7 @@ from .data import (
     truncation,
     window_steps,
 )
+from .distributed import barrier, process_group, rank_share, train_prm_processes
 from .features import (
     autocast_for,
     cached_step_features,
@@ -86,15 +90,16 @@ from .inputs import CONTEXT_WIDTH, chain_contexts
 from .metrics import Readout, choose_readout, evaluate, fit_platt
 from .model import (
     EnsembleHead,
+    WindowBatch,
     backbone_fingerprint,
     collate_windows,
     encode_steps,
-    load_backbone,
+    load_configured_backbone,
     resolve_device,
     save_json,
     step_feature_width,
 )
-from .score import ChainScores, LoadedPRM, score_chains
+from .score import ChainScores, LoadedPRM, prior_scores, score_chains
 
 CHECKPOINT_FORMAT = "steplab-prm/1"
 logger = logging.getLogger(__name__)
@@ -294,6 +299,17 @@ def _train_full(
         )
     ]
     trainable = [parameter for parameter in backbone.parameters() if parameter.requires_grad]
+    rank, world = process_group()
+    scorer: nn.Module = _StepScorer(backbone, head, kind, config.step_pooling)
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        # Some backbone weights get no gradient (BERT's pooler): DDP must not wait for them.
+        scorer = DistributedDataParallel(
+            scorer,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=True,
+        )
     optimizer = torch.optim.AdamW(
         [
             {"params": trainable, "lr": config.learning_rate},
@@ -301,7 +317,7 @@ def _train_full(
         ],
         weight_decay=config.weight_decay,
     )
-    per_epoch = math.ceil(len(windows) / config.batch_size)
+    per_epoch = math.ceil(math.ceil(len(windows) / config.batch_size) / world)
     total = per_epoch * config.epochs
     warmup = max(1, total // 10)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -316,7 +332,8 @@ def _train_full(
     head.train()
     for epoch in range(1, config.epochs + 1):
         running, batches = 0.0, 0
-        for batch_windows in _training_batches(windows, config.batch_size, generator):
+        epoch_batches = _training_batches(windows, config.batch_size, generator)
+        for batch_windows in rank_share(epoch_batches, rank, world):
             batch = collate_windows(batch_windows, pad_id, device)
             flags: list[bool] = []
             step_targets: list[float] = []
@@ -331,8 +348,7 @@ def _train_full(
             labeled = torch.tensor(flags, device=device)
             steps = torch.tensor(window_steps(batch_windows, starts), device=device)  # [N]
             with autocast_for(device):
-                hidden = encode_steps(backbone, kind, batch, config.step_pooling)  # [N, H]
-                logits = head(hidden[labeled], context[steps[labeled]])  # [E, N_labeled]
+                logits = scorer(batch, labeled, context[steps[labeled]])  # [E, N_labeled]
             y = torch.tensor(step_targets, dtype=torch.float32, device=device)
             by_class = torch.where(y >= 0.5, weight_by_class[1], weight_by_class[0])
             weights = torch.from_numpy(chain_weights[:, chains]).to(device) * by_class
@@ -348,6 +364,21 @@ def _train_full(
             report(TrainProgress(epoch, step, total, epoch_loss), force=step % per_epoch == 0)
     head.eval()
     return epoch_loss, _finish_fine_tuning(backbone, config)
+
+
+class _StepScorer(nn.Module):
+    """Backbone and heads as one module, the unit DistributedDataParallel wraps:
+    a batch of windows -> [E, N] logits of its labeled steps."""
+
+    def __init__(self, backbone: nn.Module, head: EnsembleHead, kind: str, pooling: str) -> None:
+        super().__init__()
+        self.backbone, self.head, self.kind, self.pooling = backbone, head, kind, pooling
+
+    def forward(
+        self, batch: WindowBatch, labeled: torch.Tensor, context: torch.Tensor
+    ) -> torch.Tensor:
+        hidden = encode_steps(self.backbone, self.kind, batch, self.pooling)  # [N, H]
+        return self.head(hidden[labeled], context)  # [E, N_labeled]
 
 
 def _prepare_for_fine_tuning(backbone: nn.Module, config: PRMConfig) -> nn.Module:
@@ -499,6 +530,28 @@ def _baseline_metrics(
     }
 
 
+def _zero_shot_metrics(
+    prm: LoadedPRM, train: Sequence[ChainExample], heldout: Sequence[ChainExample]
+) -> dict[str, float]:
+    """``zero_shot_<metric>``: the backbone's own step scores (``PRMConfig.step_prior``)
+    on the held-out chains, read with the readout they score best with on the training
+    chains, as the rules are: what the trained heads add to the PRM they start from.
+    Both sets' features are in the cache by now."""
+    train_scores, heldout_scores = (
+        prior_scores(chains, prm.frozen_features(chains)) for chains in (train, heldout)
+    )
+    readout = choose_readout(
+        list(train),
+        [scores.step_probs for scores in train_scores],
+        answer_aware=prm.config.outcome_readout,
+    )
+    return {
+        f"zero_shot_{metric}": value
+        for metric, value in evaluate(heldout, heldout_scores, readout).items()
+        if metric in ("processbench_f1", "step_auroc", "first_error_accuracy")
+    }
+
+
 def _truncation_metrics(
     tokenizer: Any, examples: Sequence[ChainExample], config: PRMConfig
 ) -> dict[str, float]:
@@ -537,7 +590,12 @@ def train_prm(
 
     Raises TrainingCancelled as soon as ``should_stop()`` returns true (checked with
     progress, see ``PRMConfig.report_every_s``), and ValueError when no training step
-    carries a usable label."""
+    carries a usable label. With ``config.processes`` > 1 and no process group yet, the
+    training runs in that many processes (``distributed``)."""
+    if config.processes > 1 and process_group()[1] == 1:
+        return train_prm_processes(  # type: ignore[no-any-return]
+            config, train, heldout, out_dir, progress=progress, should_stop=should_stop
+        )
     _seed_everything(config.seed)
     device = resolve_device(config.device)
     report = _Reporter(config.report_every_s, progress, should_stop)
@@ -551,7 +609,7 @@ def train_prm(
     if should_stop is not None and should_stop():
         raise TrainingCancelled("training stopped on request")
 
-    tokenizer, backbone, kind = load_backbone(config.backbone, config.backbone_kind)
+    tokenizer, backbone, kind, step_head = load_configured_backbone(config, device)
     positions = getattr(backbone.config, "max_position_embeddings", None)
     if isinstance(positions, int) and config.max_length > positions:
         raise ValueError(
@@ -559,6 +617,8 @@ def train_prm(
             "positions; choose at most that"
         )
     backbone.to(device)
+    if step_head is not None:
+        step_head.to(device)
     fingerprint = backbone_fingerprint(config.backbone)
     width = step_feature_width(int(backbone.config.hidden_size), config.step_pooling)
     head = EnsembleHead(
@@ -567,6 +627,7 @@ def train_prm(
         config.ensemble_size,
         config.head_dropout,
         context=CONTEXT_WIDTH if config.context != "none" else 0,
+        prior=config.step_prior,
     )
     head.to(device)
     contexts = chain_contexts(examples, config.context)
@@ -584,6 +645,8 @@ def train_prm(
                 config.cache_dir,
                 config.step_pooling,
                 config.text_layout(),
+                dtype=config.weights_dtype(device.type),
+                step_prior=config.step_prior,
             ),
             backbone=backbone,
             kind=kind,
@@ -595,6 +658,7 @@ def train_prm(
             pad_id=pad_token_id(tokenizer),
             pooling=config.step_pooling,
             layout=config.text_layout(),
+            step_head=step_head,
         )
         train_loss = _train_frozen_head(
             config=config,
@@ -631,6 +695,7 @@ def train_prm(
         kind=kind,
         device=device,
         fingerprint=fingerprint,
+        step_head=step_head,
     )
     calibration, readout = _calibrate_and_readout(prm, examples, targets, chain_weights)
     prm.calibration, prm.threshold, prm.threshold_right = (
@@ -651,22 +716,26 @@ def train_prm(
         scores = list(score_chains(prm, heldout, batch_size=32))
         metrics.update(evaluate(heldout, scores, readout))
         metrics.update(_baseline_metrics(examples, heldout, answer_aware=config.outcome_readout))
+        if config.step_prior:
+            metrics.update(_zero_shot_metrics(prm, examples, heldout))
     if should_stop is not None and should_stop():
         raise TrainingCancelled("training stopped on request")
 
     out = Path(out_dir)
-    _write_checkpoint(
-        out_dir=out,
-        config=config,
-        kind=kind,
-        fingerprint=fingerprint,
-        head=head,
-        backbone=backbone,
-        tokenizer=tokenizer,
-        metrics=metrics,
-        train_chains=len(examples),
-        heldout_chains=len(heldout),
-    )
+    if process_group()[0] == 0:
+        _write_checkpoint(
+            out_dir=out,
+            config=config,
+            kind=kind,
+            fingerprint=fingerprint,
+            head=head,
+            backbone=backbone,
+            tokenizer=tokenizer,
+            metrics=metrics,
+            train_chains=len(examples),
+            heldout_chains=len(heldout),
+        )
+    barrier()  # the other ranks return once the checkpoint is in place
     return TrainResult(
         checkpoint_dir=str(out),
         metrics=metrics,

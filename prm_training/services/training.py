@@ -106,6 +106,19 @@ CONFIG_FIELDS: dict[str, _Field] = {
     "seed": _Field(int, 0, 2**31 - 1),
     "device": _Field(str, choices=("auto", "cpu", "cuda", *(f"cuda:{i}" for i in range(16)))),
     "save_backbone": _Field(bool),
+    "step_pooling": _Field(str, choices=("mean", "separator")),
+    "context": _Field(str, choices=("outcome", "prefix", "none")),
+    "calibrate": _Field(bool),
+    "outcome_readout": _Field(bool),
+    "lora_r": _Field(int, 0, 1024),
+    "lora_alpha": _Field(float, 1e-6, 1e6),
+    "gradient_checkpointing": _Field(bool),
+    "step_separator": _Field(str),
+    "chat_template": _Field(bool),
+    "system_prompt": _Field(str),
+    "dtype": _Field(str, choices=("auto", "float32", "bfloat16")),
+    "step_prior": _Field(bool),
+    "processes": _Field(int, 1, 64),
 }
 
 

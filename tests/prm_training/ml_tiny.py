@@ -117,3 +117,56 @@ def tiny_settings(backbone: Path, **extra: Any) -> dict[str, Any]:
         "device": "cpu",
         **extra,
     }
+
+
+def tiny_step_prm_dir(root: Path, *, steps: int = 150, seed: int = 0) -> Path:
+    """A tiny Llama PRM with its own step head (``LlamaForTokenClassification``, two
+    labels, label 1 = correct, as Qwen2.5-Math-PRM's), taught on synthetic chains to
+    score each step at its separator, saved under ``root / "llama-prm"``: a backbone
+    whose zero-shot step scores already find the synthetic errors."""
+    import torch
+    from transformers import LlamaConfig, LlamaForTokenClassification
+
+    from prm_training.ml.data import chains_to_windows
+    from prm_training.ml.model import collate_windows
+    from prm_training.ml.synthetic import synthetic_chains
+
+    torch.manual_seed(seed)
+    tokenizer = tiny_tokenizer("decoder")
+    model = LlamaForTokenClassification(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            num_labels=2,
+        )
+    )
+    chains = synthetic_chains(64, seed=seed + 100)
+    windows = chains_to_windows(tokenizer, chains, 128)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for step in range(steps):
+        batch_windows = [windows[(step * 16 + i) % len(windows)] for i in range(16)]
+        batch = collate_windows(batch_windows, int(tokenizer.eos_token_id), torch.device("cpu"))
+        labels = torch.tensor(
+            [
+                int(chains[window.chain_index].labels[window.first_step + i] > 0)
+                for window in batch_windows
+                for i in range(len(window.step_end_positions))
+            ]
+        )
+        logits = model(
+            input_ids=batch.input_ids, attention_mask=(batch.segment_ids >= 0).long()
+        ).logits[batch.step_rows, batch.step_cols]
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    directory = root / "llama-prm"
+    model.eval().save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    return directory

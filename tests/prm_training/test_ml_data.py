@@ -6,7 +6,17 @@ import doctest
 
 import pytest
 
-from prm_training.ml import acquisition, answers, baselines, data, metrics, paired, simulate
+from prm_training.ml import (
+    acquisition,
+    answers,
+    baselines,
+    data,
+    distributed,
+    inputs,
+    metrics,
+    paired,
+    simulate,
+)
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import (
     ChainExample,
@@ -139,7 +149,18 @@ def test_docstring_examples_hold() -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(PRMConfig().backbone)
-    for module in (data, metrics, acquisition, answers, baselines, paired, simulate):
+    modules = (
+        data,
+        metrics,
+        acquisition,
+        answers,
+        baselines,
+        paired,
+        simulate,
+        inputs,
+        distributed,
+    )
+    for module in modules:
         result = doctest.testmod(module, extraglobs={"tok": tok})
         assert result.failed == 0, module.__name__
         assert result.attempted > 0, module.__name__

@@ -84,6 +84,33 @@ def test_bad_training_settings_are_a_400_naming_the_field(
     assert set(caught.value.message_dict) == {"backbone", "nope"}
 
 
+def test_the_real_prm_settings_reach_the_run(
+    project: Any, make_member: Any, client_for: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # Given: ML staff setting up an open PRM on the GPU node (its step token and chat
+    # template, bf16 weights, its own step scores as the prior)
+    client = client_for(make_member(project, "ml"))
+    settings = {
+        "step_separator": "<extra_0>",
+        "chat_template": True,
+        "dtype": "bfloat16",
+        "step_prior": True,
+        "context": "prefix",
+        "outcome_readout": False,
+    }
+    # When / Then: they are stored as sent, for the worker's PRMConfig
+    with django_capture_on_commit_callbacks(execute=False):
+        response = client.post(
+            f"/api/v1/projects/{project.pk}/training-runs/", settings, format="json"
+        )
+    assert response.status_code == 201, response.content
+    assert TrainingRun.objects.get(pk=response.json()["id"]).settings == settings
+    # ...and LoRA and several GPUs for fine-tuning, out-of-range values named
+    for bad in ({"lora_r": -1}, {"processes": 0}, {"dtype": "float16"}, {"context": "all"}):
+        response = client.post(f"/api/v1/projects/{project.pk}/training-runs/", bad, format="json")
+        assert response.status_code == 400 and set(response.json()) == set(bad), bad
+
+
 @pytest.mark.parametrize(
     ("role", "expected"), [("ml", 200), ("lead", 200), ("annotator", 403), (None, 404)]
 )

@@ -1,0 +1,148 @@
+"""Training over several processes of one node (``PRMConfig.processes``): one process per
+GPU (NCCL), or per CPU slot (gloo, which the tests use), data-parallel with PyTorch's
+DistributedDataParallel.
+
+Every process builds the same windows and the same shuffled batches from the same seed and
+trains on every ``world``-th batch, so an optimizer step sees ``world`` batches and DDP
+averages their gradients; the weights start equal (DDP broadcasts rank 0's) and stay
+equal. Rank 0 writes the checkpoint, the others wait for it.
+
+``train_prm_processes`` starts the processes from a caller that has no process group (the
+Celery worker): it relays rank 0's progress back to the caller and polls its
+``should_stop``; a stop, or a failure of any rank, ends every process. Under ``torchrun``
+the launcher's group is used as it is and ``train_prm`` runs in each process.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import distributed as dist
+
+from .config import PRMConfig
+from .data import ChainExample
+
+# How often the launching process looks at its children, the progress queue and
+# should_stop.
+POLL_S = 0.2
+
+
+def process_group() -> tuple[int, int]:
+    """(rank, world size) of the process group this process trains in; (0, 1) alone."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def rank_share(batches: list[Any], rank: int, world: int) -> list[Any]:
+    """This rank's batches: every ``world``-th, wrapped round so that every rank takes the
+    same number of steps (a rank that stopped early would leave the others waiting in an
+    all-reduce).
+
+    >>> rank_share(list("abcde"), 1, 2)
+    ['b', 'd', 'a']
+    """
+    if world == 1:
+        return batches
+    per_rank = -(-len(batches) // world)
+    return [batches[(rank + world * i) % len(batches)] for i in range(per_rank)]
+
+
+def barrier() -> None:
+    if process_group()[1] > 1:
+        dist.barrier()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _worker(
+    rank: int,
+    world: int,
+    port: int,
+    config: PRMConfig,
+    train: Sequence[ChainExample],
+    heldout: Sequence[ChainExample],
+    out_dir: str,
+    events: Any,
+) -> None:
+    from dataclasses import replace
+
+    from .train import train_prm
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    cuda = config.device != "cpu" and torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(rank)
+        config = replace(config, device=f"cuda:{rank}")
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+    try:
+        progress = (lambda event: events.put(("progress", event))) if rank == 0 else None
+        result = train_prm(config, train, heldout, out_dir, progress=progress)
+        if rank == 0:
+            events.put(("result", result))
+    finally:
+        dist.destroy_process_group()
+
+
+def train_prm_processes(
+    config: PRMConfig,
+    train: Sequence[ChainExample],
+    heldout: Sequence[ChainExample],
+    out_dir: str | Path,
+    *,
+    progress: Callable[[Any], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Any:
+    """``train_prm`` in ``config.processes`` processes (module docstring); returns rank 0's
+    TrainResult. Raises TrainingCancelled when ``should_stop()`` turns true, RuntimeError
+    when a process fails."""
+    from torch import multiprocessing
+
+    from .train import TrainingCancelled
+
+    world = config.processes
+    if config.device != "cpu" and torch.cuda.is_available() and torch.cuda.device_count() < world:
+        raise ValueError(f"processes={world} but this node has {torch.cuda.device_count()} GPUs")
+    spawn = multiprocessing.get_context("spawn")
+    events = spawn.Queue()
+    context = multiprocessing.start_processes(
+        _worker,
+        args=(world, _free_port(), config, list(train), list(heldout), str(out_dir), events),
+        nprocs=world,
+        join=False,
+        start_method="spawn",
+    )
+    result = None
+    try:
+        while result is None:
+            if should_stop is not None and should_stop():
+                raise TrainingCancelled("training stopped on request")
+            try:
+                kind, payload = events.get(timeout=POLL_S)
+            except queue.Empty:
+                # join() raises ProcessRaisedException when a rank failed.
+                if context.join(timeout=0) and result is None:
+                    raise RuntimeError("the training processes ended without a result") from None
+                continue
+            if kind == "progress" and progress is not None:
+                progress(payload)
+            elif kind == "result":
+                result = payload
+        while not context.join(timeout=POLL_S):
+            time.sleep(POLL_S)
+        return result
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.terminate()
