@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -118,11 +118,16 @@ class LoadedPRM:
         return torch.sigmoid(logits * scale + bias).cpu().numpy()
 
 
-def load_prm(checkpoint_dir: str | Path, *, device: str | None = None) -> LoadedPRM:
-    """Loads a checkpoint written by ``train_prm`` (layout in ``train``'s docstring)."""
+def load_prm(
+    checkpoint_dir: str | Path, *, device: str | None = None, cache_dir: str | None = None
+) -> LoadedPRM:
+    """Loads a checkpoint written by ``train_prm`` (layout in ``train``'s docstring);
+    ``cache_dir`` replaces the feature cache folder it was trained with (this machine's)."""
     root = Path(checkpoint_dir)
     meta = json.loads((root / "config.json").read_text())
     config = PRMConfig.from_checkpoint(meta["prm_config"])
+    if cache_dir is not None:
+        config = replace(config, cache_dir=cache_dir)
     torch_device = resolve_device(device or config.device)
     backbone_dir = root / "backbone"
     if backbone_dir.is_dir() and not config.step_prior:

@@ -41,6 +41,7 @@ from prm_training.services.strategy import acquisition_strategy_resolve
 from prm_training.services.training import (
     MAX_ATTEMPTS,
     chain_examples_build,
+    feature_cache_dir,
     project_training_settings_get,
     stale_after,
 )
@@ -308,7 +309,7 @@ def _score(run: ScoringRun) -> None:
 
     project = run.project
     version = run.model_version
-    prm = load_prm(version.checkpoint_dir)
+    prm = load_prm(version.checkpoint_dir, cache_dir=str(feature_cache_dir()))
     chain_ids = list(chains_to_score(project=project).order_by("id").values_list("id", flat=True))
     ScoringRun.objects.filter(pk=run.pk).update(chains_total=len(chain_ids), chains_scored=0)
     last_beat = time.monotonic()

@@ -277,6 +277,8 @@ def test_undefined_metrics_are_left_out_of_a_published_version_not_stored_as_nan
     assert first is not None and first.status == RunStatus.SUCCEEDED, first.error
     active = ModelVersion.objects.get(training_run=first)
     assert active.is_active
+    # (the backbone's step features went to disk, for the next round and worker restarts)
+    assert list((model_dir / "feature-cache").glob("*/*.npz"))
     assert "processbench_f1" not in active.metrics and "step_auroc" not in active.metrics
 
     # When a second run is compared with it on the same held-out chains
