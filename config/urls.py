@@ -16,6 +16,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     path("api/v1/", include("annotation.api.urls")),
+    path("api/v1/", include("prm_training.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its start-up script as a file, so the page has no inline
     # script and works under a strict Content-Security-Policy.

@@ -5,3 +5,11 @@ class PrmTrainingConfig(AppConfig):
     name = "prm_training"
     verbose_name = "PRM training"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # The annotation app calls this when a submit finishes a chain; it never imports
+        # the training app.
+        from annotation.services.chain_events import chain_finished_register
+        from prm_training.services.training import training_autostart_enqueue
+
+        chain_finished_register(training_autostart_enqueue)

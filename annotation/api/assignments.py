@@ -53,7 +53,7 @@ from annotation.services.assignments import (
     assignment_skip,
     assignment_submit,
 )
-from prm_training.services.training import training_autostart_enqueue
+from annotation.services.chain_events import chain_finished_notify
 
 
 class Conflict(APIException):
@@ -358,8 +358,9 @@ def ratings_from_payload(data: dict[str, Any]) -> list[RatingInput]:
 def after_submit(annotation: Any) -> None:
     """What every submit endpoint does once a new annotation is recorded."""
     if annotation.created and annotation.chain.is_finished:
-        # Auto-retraining counts finished chains; a worker checks, never this request.
-        training_autostart_enqueue(project_id=annotation.chain.project_id)
+        # Auto-retraining counts finished chains (the training app's hook); a worker
+        # checks, never this request.
+        chain_finished_notify(project_id=annotation.chain.project_id)
 
 
 class SubmitInputSerializer(serializers.Serializer):

@@ -9,7 +9,6 @@ urlpatterns = [
     path("", include("annotation.api.project_urls")),
     path("", include("annotation.api.import_urls")),
     path("", include("annotation.api.dataset_urls")),
-    path("", include("prm_training.api.urls")),
     path("", include("annotation.api.workspace_urls")),
     path("", include("annotation.api.review_urls")),
     path("", include("annotation.api.gold_urls")),
