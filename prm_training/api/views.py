@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from annotation.api.errors import service_errors_as_400
 from annotation.api.fields import IdField
 from annotation.selectors import project_get_for_member
+from prm_training.ml.config import RunSetting
 from prm_training.models import (
     STRATEGY_SETTINGS,
     AcquisitionStrategy,
@@ -38,10 +39,7 @@ from prm_training.services.backbones import backbone_choices
 from prm_training.services.scoring import scoring_run_start
 from prm_training.services.strategy import acquisition_strategy_resolve
 from prm_training.services.training import (
-    AMBIGUOUS_RULES,
-    CLASS_WEIGHTS,
     CONFIG_FIELDS,
-    MODES,
     model_version_activate,
     project_training_settings_get,
     project_training_settings_update,
@@ -57,94 +55,45 @@ RUN_LIST_LIMIT = 50
 # --- training runs -----------------------------------------------------------------------
 
 
-def _config_int(name: str, **kwargs: Any) -> serializers.IntegerField:
-    """An integer training setting, with the range ``training_config_clean`` enforces
-    (``CONFIG_FIELDS``), so the schema states it and a value past it is refused here."""
-    field = CONFIG_FIELDS[name]
-    return serializers.IntegerField(
-        required=False, min_value=field.low, max_value=field.high, **kwargs
+# What the API says of ``backbone`` (PRMConfig's help speaks of directories, the API of names).
+BACKBONE_HELP = (
+    "A backbone by name, as listed by the project's backbones endpoint: a model directory "
+    "under the backbone root, `version:<id>`, or blank for the bundled all-MiniLM-L6-v2."
+)
+
+
+def _setting_field(setting: RunSetting) -> serializers.Field:
+    """The DRF field of one training setting, with the bounds ``training_config_clean``
+    enforces, so the schema states them and a value past them is refused here."""
+    common: dict[str, Any] = {"required": False, "help_text": setting.help}
+    if setting.name == "backbone":
+        common["help_text"] = BACKBONE_HELP
+    if setting.choices is not None:
+        return serializers.ChoiceField(choices=setting.choices, **common)
+    if setting.kind is bool:
+        return serializers.BooleanField(**common)
+    if setting.kind is int:
+        return serializers.IntegerField(min_value=setting.low, max_value=setting.high, **common)
+    if setting.kind is float:
+        return serializers.FloatField(
+            min_value=setting.low, max_value=setting.high, allow_null=setting.nullable, **common
+        )
+    return serializers.CharField(
+        allow_blank=True, max_length=setting.max_length, trim_whitespace=False, **common
     )
 
 
-class TrainingRunInputSerializer(serializers.Serializer):
-    """PRMConfig fields; any left out take the ML package's defaults."""
-
-    backbone = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        max_length=1000,
-        help_text="A backbone by name, as listed by the project's backbones endpoint: a "
-        "model directory under the backbone root, `version:<id>`, or blank for the bundled "
-        "all-MiniLM-L6-v2.",
-    )
-    mode = serializers.ChoiceField(choices=MODES, required=False)
-    epochs = _config_int("epochs", help_text="Passes in 'full' mode.")
-    head_epochs = _config_int(
-        "head_epochs", help_text="Passes over cached features in 'frozen_head' mode."
-    )
-    learning_rate = serializers.FloatField(required=False)
-    head_learning_rate = serializers.FloatField(required=False)
-    batch_size = _config_int("batch_size")
-    max_length = _config_int("max_length")
-    ambiguous = serializers.ChoiceField(choices=AMBIGUOUS_RULES, required=False)
-    class_weight = serializers.ChoiceField(
-        choices=CLASS_WEIGHTS,
-        required=False,
-        help_text="'balanced' weighs correct and incorrect steps equally in the loss.",
-    )
-    threshold = serializers.FloatField(
-        required=False,
-        allow_null=True,
-        help_text="P(correct) below which a step is an error; null: chosen on the training chains.",
-    )
-    ensemble_size = _config_int("ensemble_size")
-    head_hidden = _config_int("head_hidden")
-    seed = _config_int("seed")
-    step_pooling = serializers.ChoiceField(
-        choices=CONFIG_FIELDS["step_pooling"].choices or (),
-        required=False,
-        help_text="'mean': a step is read from its own tokens and its separator; "
-        "'separator': from the separator only.",
-    )
-    context = serializers.ChoiceField(
-        choices=CONFIG_FIELDS["context"].choices or (),
-        required=False,
-        help_text="'outcome': the heads also read the step's place and the final answer's "
-        "grade; 'prefix': only what precedes the step; 'none'.",
-    )
-    calibrate = serializers.BooleanField(required=False, help_text="Platt-scale P(correct).")
-    outcome_readout = serializers.BooleanField(
-        required=False, help_text="Read the first error with the final answer's grade."
-    )
-    lora_r = _config_int("lora_r", help_text="'full' mode: LoRA rank (0: every weight trains).")
-    lora_alpha = serializers.FloatField(required=False, min_value=1e-6, max_value=1e6)
-    gradient_checkpointing = serializers.BooleanField(required=False)
-    step_separator = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        max_length=64,
-        trim_whitespace=False,
-        help_text="Text closing each step, as the backbone was trained with it "
-        "(Qwen2.5-Math-PRM: `<extra_0>`).",
-    )
-    chat_template = serializers.BooleanField(
-        required=False, help_text="Put the problem through the tokenizer's chat template."
-    )
-    system_prompt = serializers.CharField(
-        required=False, allow_blank=True, max_length=4000, trim_whitespace=False
-    )
-    dtype = serializers.ChoiceField(
-        choices=CONFIG_FIELDS["dtype"].choices or (),
-        required=False,
-        help_text="The backbone's weights; 'auto': bfloat16 on CUDA where they do not train.",
-    )
-    step_prior = serializers.BooleanField(
-        required=False,
-        help_text="The backbone is a PRM with its own step head: start from its scores.",
-    )
-    processes = _config_int(
-        "processes", help_text="'full' mode: train data-parallel over this many GPUs."
-    )
+# PRMConfig's run settings (``ml.config.run_settings``), one field each; any left out take
+# the ML package's defaults.
+TrainingRunInputSerializer = type(
+    "TrainingRunInputSerializer",
+    (serializers.Serializer,),
+    {
+        "__doc__": "PRMConfig fields a run may set; any left out take the ML package's defaults.",
+        "__module__": __name__,
+        **{name: _setting_field(setting) for name, setting in CONFIG_FIELDS.items()},
+    },
+)
 
 
 class TrainingRunOutputSerializer(serializers.ModelSerializer):

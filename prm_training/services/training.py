@@ -30,7 +30,6 @@ import shutil
 import time
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +41,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from annotation.models import Chain, Project, Snapshot, SnapshotChain, SnapshotSplit
+from prm_training.ml.config import run_settings
 from prm_training.models import (
     FINISHED_STATUSES,
     ModelVersion,
@@ -66,60 +66,10 @@ MAX_ATTEMPTS = 2
 PROGRESS_WRITE_SECONDS = 1.0
 LOSS_HISTORY_MAX = 500
 
-MODES = ("frozen_head", "full")
-AMBIGUOUS_RULES = ("positive", "negative", "ignore")
-CLASS_WEIGHTS = ("balanced", "none")
-
-
-# --- settings ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Field:
-    kind: type
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[str, ...] | None = None
-
-
-# The PRMConfig fields a run may set. Checked here, in the web process, without importing
-# the ML package (which would pull in torch); the worker builds the PRMConfig from them and
+# The PRMConfig fields a run may set, with their bounds, from the fields' metadata. The
+# config module is torch-free; the worker builds the PRMConfig from the checked settings and
 # the ML package's defaults fill in the rest.
-CONFIG_FIELDS: dict[str, _Field] = {
-    "backbone": _Field(str),
-    "backbone_kind": _Field(str, choices=("auto", "encoder", "decoder")),
-    "mode": _Field(str, choices=MODES),
-    "epochs": _Field(int, 1, 10_000),
-    "head_epochs": _Field(int, 1, 1_000_000),
-    "learning_rate": _Field(float, 1e-9, 1.0),
-    "head_learning_rate": _Field(float, 1e-9, 10.0),
-    "weight_decay": _Field(float, 0.0, 10.0),
-    "batch_size": _Field(int, 1, 4096),
-    "head_batch_size": _Field(int, 1, 1_000_000),
-    "max_length": _Field(int, 8, 32_768),
-    "ambiguous": _Field(str, choices=AMBIGUOUS_RULES),
-    "class_weight": _Field(str, choices=CLASS_WEIGHTS),
-    "threshold": _Field(float, 0.01, 0.99),
-    "ensemble_size": _Field(int, 1, 64),
-    "head_hidden": _Field(int, 1, 65_536),
-    "head_dropout": _Field(float, 0.0, 0.9),
-    "seed": _Field(int, 0, 2**31 - 1),
-    "device": _Field(str, choices=("auto", "cpu", "cuda", *(f"cuda:{i}" for i in range(16)))),
-    "save_backbone": _Field(bool),
-    "step_pooling": _Field(str, choices=("mean", "separator")),
-    "context": _Field(str, choices=("outcome", "prefix", "none")),
-    "calibrate": _Field(bool),
-    "outcome_readout": _Field(bool),
-    "lora_r": _Field(int, 0, 1024),
-    "lora_alpha": _Field(float, 1e-6, 1e6),
-    "gradient_checkpointing": _Field(bool),
-    "step_separator": _Field(str),
-    "chat_template": _Field(bool),
-    "system_prompt": _Field(str),
-    "dtype": _Field(str, choices=("auto", "float32", "bfloat16")),
-    "step_prior": _Field(bool),
-    "processes": _Field(int, 1, 64),
-}
+CONFIG_FIELDS = run_settings()
 
 
 def training_config_clean(*, config: Mapping[str, Any], project: Project) -> dict[str, Any]:
@@ -151,6 +101,9 @@ def training_config_clean(*, config: Mapping[str, Any], project: Project) -> dic
             continue
         if spec.high is not None and value > spec.high:
             errors.setdefault(name, []).append(f"Must be at most {spec.high:g}.")
+            continue
+        if spec.max_length is not None and len(value) > spec.max_length:
+            errors.setdefault(name, []).append(f"At most {spec.max_length} characters.")
             continue
         if name == "backbone":
             value = value.strip()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -311,3 +313,23 @@ def test_a_scoring_run_without_a_strategy_takes_the_loop_s_and_notes_auto_s_reas
     # a strategy given by hand is taken as is, without a note
     by_hand = scoring_run_start(project=project, user=None, strategy="entropy")
     assert (by_hand.strategy, by_hand.strategy_note) == ("entropy", "")
+
+
+def test_the_api_states_every_run_setting_from_the_config_s_own_metadata(
+    api_client: Any,
+) -> None:
+    # One list: PRMConfig's fields marked for runs are the API's inputs, with their bounds
+    from prm_training.ml.config import PRMConfig, run_settings
+
+    schema = api_client.get("/api/schema/", {"format": "json"}).json()
+    inputs = schema["components"]["schemas"]["TrainingRunInput"]["properties"]
+    settings = run_settings()
+    assert set(inputs) == set(settings)
+    assert (inputs["lora_r"]["minimum"], inputs["lora_r"]["maximum"]) == (0, 1024)
+    [ref] = re.findall(r"#/components/schemas/(\w+)", json.dumps(inputs["dtype"]))
+    assert set(schema["components"]["schemas"][ref]["enum"]) == {"auto", "float32", "bfloat16"}
+    assert inputs["step_prior"]["description"] == settings["step_prior"].help
+    # ...and what a run may not set (where features go, how often it reports) is not there
+    assert {"cache_dir", "report_every_s", "heldout_metrics"} <= {
+        field for field in PRMConfig.__dataclass_fields__
+    } - set(inputs)

@@ -11,8 +11,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from annotation.models import Project
 from annotation.selectors import project_resolve
 from prm_training.management.commands._wait import wait_for_run
+from prm_training.ml.config import AMBIGUOUS_RULES, MODES
 from prm_training.models import ModelVersion, RunStatus, TrainingRun
-from prm_training.services.training import AMBIGUOUS_RULES, MODES, training_run_start
+from prm_training.services.training import training_run_start
 
 # Command-line option -> PRMConfig field.
 CONFIG_OPTIONS = (
