@@ -47,7 +47,6 @@ def tiny_backbone_dir(root: Path, model_type: str, *, seed: int = 0) -> Path:
         BertModel,
         GPT2Config,
         GPT2Model,
-        LlamaConfig,
         LlamaModel,
     )
 
@@ -84,23 +83,28 @@ def tiny_backbone_dir(root: Path, model_type: str, *, seed: int = 0) -> Path:
             )
         )
     elif model_type == "llama":
-        model = LlamaModel(
-            LlamaConfig(
-                vocab_size=vocab_size,
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                num_key_value_heads=2,
-                max_position_embeddings=128,
-            )
-        )
+        model = LlamaModel(tiny_llama_config(vocab_size))
     else:
         raise ValueError(model_type)
     directory = root / model_type
     model.save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
     return directory
+
+
+def tiny_llama_config(vocab_size: int, **extra: Any):  # noqa: ANN201 - a LlamaConfig
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        **extra,
+    )
 
 
 def tiny_settings(backbone: Path, **extra: Any) -> dict[str, Any]:
@@ -125,7 +129,7 @@ def tiny_step_prm_dir(root: Path, *, steps: int = 150, seed: int = 0) -> Path:
     score each step at its separator, saved under ``root / "llama-prm"``: a backbone
     whose zero-shot step scores already find the synthetic errors."""
     import torch
-    from transformers import LlamaConfig, LlamaForTokenClassification
+    from transformers import LlamaForTokenClassification
 
     from prm_training.ml.data import chains_to_windows
     from prm_training.ml.model import collate_windows
@@ -133,18 +137,7 @@ def tiny_step_prm_dir(root: Path, *, steps: int = 150, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     tokenizer = tiny_tokenizer("decoder")
-    model = LlamaForTokenClassification(
-        LlamaConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=128,
-            num_labels=2,
-        )
-    )
+    model = LlamaForTokenClassification(tiny_llama_config(len(tokenizer), num_labels=2))
     chains = synthetic_chains(64, seed=seed + 100)
     windows = chains_to_windows(tokenizer, chains, 128)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)

@@ -31,6 +31,7 @@ def prm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _frozen(directory: Path, **overrides: object) -> PRMConfig:
+    """Small settings on a tiny backbone: frozen_head unless ``overrides`` say 'full'."""
     settings: dict[str, object] = dict(
         backbone=str(directory),
         mode="frozen_head",
@@ -174,8 +175,8 @@ def test_full_mode_trains_data_parallel_in_two_processes(llama_dir: Path, tmp_pa
     # Given: LoRA on the tiny Llama, spread over two processes (gloo on the CPU; NCCL and
     # one GPU each on a node)
     chains = synthetic_chains(160, seed=25)
-    config = PRMConfig(
-        backbone=str(llama_dir),
+    config = _frozen(
+        llama_dir,
         mode="full",
         processes=2,
         lora_r=4,
@@ -184,11 +185,6 @@ def test_full_mode_trains_data_parallel_in_two_processes(llama_dir: Path, tmp_pa
         batch_size=8,
         learning_rate=5e-3,
         head_learning_rate=5e-3,
-        head_hidden=16,
-        ensemble_size=2,
-        max_length=64,
-        device="cpu",
-        report_every_s=0.0,
     )
     events: list[TrainProgress] = []
 
@@ -212,15 +208,7 @@ def test_a_stop_ends_every_training_process_and_writes_nothing(
 ) -> None:
     from prm_training.ml.train import TrainingCancelled
 
-    config = PRMConfig(
-        backbone=str(llama_dir),
-        mode="full",
-        processes=2,
-        epochs=50,
-        max_length=64,
-        device="cpu",
-        report_every_s=0.0,
-    )
+    config = _frozen(llama_dir, mode="full", processes=2, epochs=50)
     seen: list[object] = []
     with pytest.raises(TrainingCancelled):
         train_prm(
