@@ -113,11 +113,18 @@
             data: days.map(() => progress.annotations_needed),
             borderColor: COLORS.muted,
             borderDash: [6, 4],
-            pointRadius: 0,
+            // No markers on the target line, unless one day has no line to draw.
+            pointRadius: days.length === 1 ? 3 : 0,
           },
         ],
       },
-      { scales: { y: { beginAtZero: true, ticks: { precision: 0 } } } },
+      {
+        scales: {
+          // One day: centre its point rather than leave it on the axis.
+          x: { offset: days.length === 1 },
+          y: { beginAtZero: true, ticks: { precision: 0 } },
+        },
+      },
     );
 
     chart(

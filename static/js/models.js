@@ -153,12 +153,21 @@
       const points = versions
         .map((v, i) => [i, v.metrics[key]])
         .filter(([, value]) => typeof value === "number" && Number.isFinite(value))
-        .map(([i, value]) => `${x(i)},${y(value)}`);
+        .map(([i, value]) => [x(i), y(value)]);
       if (!points.length) return;
       const line = document.createElementNS(ns, "polyline");
-      line.setAttribute("points", points.join(" "));
+      line.setAttribute("points", points.map(([px, py]) => `${px},${py}`).join(" "));
       line.setAttribute("class", cls);
       svg.append(line);
+      // A marker on every version, so one version (no line yet) still shows its point.
+      points.forEach(([px, py]) => {
+        const dot = document.createElementNS(ns, "circle");
+        dot.setAttribute("cx", px);
+        dot.setAttribute("cy", py);
+        dot.setAttribute("r", 3.5);
+        dot.setAttribute("class", `${cls} point`);
+        svg.append(dot);
+      });
     });
     versions.forEach((v, i) => {
       const label = document.createElementNS(ns, "text");

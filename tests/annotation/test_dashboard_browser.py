@@ -154,3 +154,27 @@ def test_the_lead_sees_who_flagged_a_chain_and_puts_it_back(live_server: Any, pa
     chain.refresh_from_db()
     assert not chain.is_flagged and chain.flag_cleared_by == lead
     assert page.locator("#db-flag-list li").count() == 0
+
+
+def test_one_day_of_work_still_shows_its_points(live_server: Any, page: Page) -> None:
+    # Given: a project whose only labels are from today (one point per time series)
+    project = ProjectFactory()
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    ann = MembershipFactory(project=project, user__username="ann").user
+    annotation_with_ratings(chain=ChainFactory(project=project), annotator=ann, labels=[1, -1])
+    page_login(page=page, base_url=live_server.url, username=lead.username)
+
+    # When
+    page.goto(f"{live_server.url}/projects/{project.pk}/")
+    page.wait_for_selector("#dashboard[data-state=ready]")
+
+    # Then: both progress series (done and needed) draw a visible marker for the day
+    radii = page.evaluate(
+        """() => {
+          const chart = window.Chart.getChart(document.getElementById('chart-progress'));
+          return chart.data.datasets.map((_, i) =>
+            chart.getDatasetMeta(i).data.map((point) => point.options.radius));
+        }"""
+    )
+    assert len(radii) == 2 and all(len(series) == 1 and series[0] > 0 for series in radii), radii
+    page.locator("#chart-progress").screenshot(path=str(ARTIFACTS / "dashboard-one-day.png"))

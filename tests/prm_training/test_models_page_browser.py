@@ -98,6 +98,28 @@ def test_each_version_says_whether_it_beats_the_rules(live_server: Any, page: Pa
     page.screenshot(path=str(ARTIFACTS / "models-versions-against-rules.png"), full_page=True)
 
 
+def test_one_version_shows_its_point_on_the_plot(live_server: Any, page: Page) -> None:
+    # Given: a project with its first version only (nothing to draw a line between)
+    project = ProjectFactory()
+    ml = MembershipFactory(project=project, role=Role.ML).user
+    _version(project, 1, {"processbench_f1": 0.42, "step_auroc": 0.78})
+    page_login(page=page, base_url=live_server.url, username=ml.username)
+
+    # When
+    page.goto(f"{live_server.url}/projects/{project.pk}/models/")
+    page.wait_for_selector("#versions-plot circle")
+
+    # Then: F1 and AUROC each show a visible marker, AUROC's above F1's
+    dots = {
+        dot.get_attribute("class"): dot.bounding_box()
+        for dot in page.query_selector_all("#versions-plot circle")
+    }
+    assert set(dots) == {"line-f1 point", "line-auroc point"}
+    assert all(box and box["width"] > 4 for box in dots.values())
+    assert dots["line-auroc point"]["y"] < dots["line-f1 point"]["y"]  # type: ignore[index]
+    page.locator("#versions-plot").screenshot(path=str(ARTIFACTS / "models-one-version-plot.png"))
+
+
 def test_the_page_says_which_strategy_auto_applies_and_shows_its_evidence(
     live_server: Any, page: Page
 ) -> None:
