@@ -286,7 +286,7 @@
     const items = page.results.map((flag) => {
       const item = el("li");
       const who = flag.flagged_by || "someone no longer here";
-      const when = flag.flagged_at ? new Date(flag.flagged_at).toLocaleString() : "";
+      const when = flag.flagged_at ? window.Steplab.formatWhen(flag.flagged_at) : "";
       item.append(
         el("strong", `Chain ${flag.chain}`),
         document.createTextNode(": "),

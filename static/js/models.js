@@ -19,9 +19,7 @@
     return node;
   }
 
-  function when(value) {
-    return value ? new Date(value).toLocaleString() : "—";
-  }
+  const when = window.Steplab.formatWhen;
 
   function num(value, digits) {
     return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : "—";

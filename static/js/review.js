@@ -58,10 +58,7 @@
     if (!sticky) messageTimer = setTimeout(() => (els.message.hidden = true), 6000);
   }
 
-  function when(iso) {
-    const date = new Date(iso);
-    return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
-  }
+  const when = window.Steplab.formatWhen;
 
   // --- the list of disputed chains ----------------------------------------------------------
 

@@ -29,6 +29,17 @@
     }
   }
 
+  // One date format on every page, as the server's templates write it ("Y-m-d H:i"):
+  // 2026-11-25 08:33, in the browser's time zone. Unparseable input comes back as it is.
+  function formatWhen(iso) {
+    if (!iso) return "—";
+    const date = new Date(iso);
+    if (Number.isNaN(date.getTime())) return String(iso);
+    const two = (n) => String(n).padStart(2, "0");
+    return `${date.getFullYear()}-${two(date.getMonth() + 1)}-${two(date.getDate())} ` +
+      `${two(date.getHours())}:${two(date.getMinutes())}`;
+  }
+
   function csrfToken() {
     const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
     return match ? decodeURIComponent(match[1]) : "";
@@ -59,5 +70,5 @@
     return data;
   }
 
-  window.Steplab = Object.freeze({ api, csrfToken, renderMath, RATING_KEYS });
+  window.Steplab = Object.freeze({ api, csrfToken, formatWhen, renderMath, RATING_KEYS });
 })();

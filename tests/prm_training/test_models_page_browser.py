@@ -5,6 +5,7 @@ and a run's backbone is chosen from the listed ones."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -118,6 +119,9 @@ def test_one_version_shows_its_point_on_the_plot(live_server: Any, page: Page) -
     assert all(box and box["width"] > 4 for box in dots.values())
     assert dots["line-auroc point"]["y"] < dots["line-f1 point"]["y"]  # type: ignore[index]
     page.locator("#versions-plot").screenshot(path=str(ARTIFACTS / "models-one-version-plot.png"))
+    # And its date is written as every page writes dates (the templates' "Y-m-d H:i")
+    created = page.locator("#versions-table tbody tr td:nth-child(7)").inner_text()
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}", created), created
 
 
 def test_the_page_says_which_strategy_auto_applies_and_shows_its_evidence(
