@@ -10,6 +10,17 @@ urlpatterns = [
     path("login/", views.LoginView.as_view(), name="login"),
     # Django 5 only accepts POST here: a link or an <img> cannot log anyone out.
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Every user changes their own password (the old one first; Django's validators).
+    path(
+        "password/",
+        auth_views.PasswordChangeView.as_view(success_url="/password/done/"),
+        name="password_change",
+    ),
+    path(
+        "password/done/",
+        auth_views.PasswordChangeDoneView.as_view(),
+        name="password_change_done",
+    ),
     path("projects/<id:project_id>/", views.project_overview, name="project-overview"),
     path("projects/<id:project_id>/label/", views.label_workspace, name="label-workspace"),
     path("projects/<id:project_id>/review/", views.review_page, name="review-page"),

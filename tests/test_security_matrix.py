@@ -65,6 +65,13 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
         "put": (200, 302, 302, 302, 302),
     },
     "logout": {"post": (302, 302, 302, 302, 302)},
+    # Every signed-in user's own password (an empty form is a 200 with its errors).
+    "password_change": {
+        "get": (302, 200, 200, 200, 200),
+        "post": (302, 200, 200, 200, 200),
+        "put": (302, 200, 200, 200, 200),
+    },
+    "password_change_done": {"get": (302, 200, 200, 200, 200)},
     # ---------------------------------------------------------------- projects
     # Creating a project is for site staff; none of these callers is staff.
     "api-projects": {"get": (401, 200, 200, 200, 200), "post": (401, 403, 403, 403, 403)},
