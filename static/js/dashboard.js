@@ -68,6 +68,11 @@
   const charts = {};
   function chart(id, type, data, options = {}) {
     if (charts[id]) charts[id].destroy();
+    if (type === "line" && data.labels.length === 1) {
+      // One day has no line to draw: centre its point and give every series a marker.
+      options = { ...options, scales: { ...options.scales, x: { offset: true } } };
+      data.datasets.forEach((dataset) => (dataset.pointRadius = 3));
+    }
     charts[id] = new window.Chart($(id), {
       type,
       data,
@@ -113,18 +118,11 @@
             data: days.map(() => progress.annotations_needed),
             borderColor: COLORS.muted,
             borderDash: [6, 4],
-            // No markers on the target line, unless one day has no line to draw.
-            pointRadius: days.length === 1 ? 3 : 0,
+            pointRadius: 0,
           },
         ],
       },
-      {
-        scales: {
-          // One day: centre its point rather than leave it on the axis.
-          x: { offset: days.length === 1 },
-          y: { beginAtZero: true, ticks: { precision: 0 } },
-        },
-      },
+      { scales: { y: { beginAtZero: true, ticks: { precision: 0 } } } },
     );
 
     chart(

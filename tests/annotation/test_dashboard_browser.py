@@ -169,12 +169,17 @@ def test_one_day_of_work_still_shows_its_points(live_server: Any, page: Page) ->
     page.wait_for_selector("#dashboard[data-state=ready]")
 
     # Then: both progress series (done and needed) draw a visible marker for the day
-    radii = page.evaluate(
-        """() => {
-          const chart = window.Chart.getChart(document.getElementById('chart-progress'));
-          return chart.data.datasets.map((_, i) =>
-            chart.getDatasetMeta(i).data.map((point) => point.options.radius));
-        }"""
-    )
-    assert len(radii) == 2 and all(len(series) == 1 and series[0] > 0 for series in radii), radii
+    # (and so do the agreement and time series), centred rather than on the axis
+    for chart_id in ("chart-progress", "chart-agreement", "chart-time"):
+        points = page.evaluate(
+            """(id) => {
+              const chart = window.Chart.getChart(document.getElementById(id));
+              return chart.data.datasets.map((_, i) => chart.getDatasetMeta(i).data.map(
+                (point) => [point.options.radius, point.x - chart.chartArea.left]));
+            }""",
+            chart_id,
+        )
+        assert points and all(
+            len(series) == 1 and series[0][0] > 0 and series[0][1] > 20 for series in points
+        ), (chart_id, points)
     page.locator("#chart-progress").screenshot(path=str(ARTIFACTS / "dashboard-one-day.png"))
