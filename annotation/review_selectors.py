@@ -182,6 +182,7 @@ class StepLabels:
     ratings: list[int | None]
     consensus: int | None
     support: float | None
+    tied: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +217,7 @@ def chain_labels(*, chain: Chain) -> ChainLabels:
                 ratings=[column.ratings.get(index) for column in columns],
                 consensus=consensus.labels[position],
                 support=consensus.support[position],
+                tied=consensus.tied[position],
             )
             for position, (step_id, index, text) in enumerate(steps)
         ],

@@ -117,8 +117,14 @@ class StepLabelsOutputSerializer(serializers.Serializer):
         child=serializers.IntegerField(allow_null=True),
         help_text="One per entry of `columns`, null where that voter did not rate the step.",
     )
-    consensus = serializers.IntegerField(allow_null=True)
+    consensus = serializers.IntegerField(
+        allow_null=True,
+        help_text="The label training uses; on a tie, the tie rule's pick (the lowest).",
+    )
     support = serializers.FloatField(allow_null=True)
+    tied = serializers.BooleanField(
+        help_text="The votes tie: there is no consensus to take, a lead rules."
+    )
 
 
 class ChainFlagOutputSerializer(serializers.Serializer):

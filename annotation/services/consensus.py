@@ -52,6 +52,9 @@ class ChainConsensus:
     labels: list[Label]
     support: list[float | None]
     votes: list[Vote] = field(default_factory=list)
+    # Per step: the votes tie (no ruling): ``labels`` holds the tie rule's pick, which the
+    # pages show as a tie, never as a consensus. Empty for a consensus built without it.
+    tied: list[bool] = field(default_factory=list)
 
     @property
     def has_label(self) -> bool:
@@ -68,13 +71,25 @@ def step_consensus(ratings: Iterable[int]) -> tuple[Label, float | None]:
     >>> step_consensus([])
     (None, None)
     """
+    winner, share, _ = step_tally(ratings)
+    return winner, share
+
+
+def step_tally(ratings: Iterable[int]) -> tuple[Label, float | None, bool]:
+    """``step_consensus`` and whether the top count is shared (a tie).
+
+    >>> step_tally([1, -1, 0])
+    (-1, 0.3333333333333333, True)
+    >>> step_tally([1, 1, -1])
+    (1, 0.6666666666666666, False)
+    """
     counts = Counter(ratings)
     total = sum(counts.values())
     if not total:
-        return None, None
+        return None, None, False
     top = max(counts.values())
-    winner = min(rating for rating, count in counts.items() if count == top)
-    return winner, top / total
+    tied = [rating for rating, count in counts.items() if count == top]
+    return min(tied), top / total, len(tied) > 1
 
 
 def chain_consensus(
@@ -97,20 +112,23 @@ def chain_consensus(
         counted = human
     labels: list[Label] = []
     support: list[float | None] = []
+    tied: list[bool] = []
     for index in range(step_count):
         if ruling is not None and index < len(ruling.labels) and ruling.labels[index] is not None:
             labels.append(ruling.labels[index])
             support.append(1.0)
+            tied.append(False)
             continue
-        label, share = step_consensus(
+        label, share, tie = step_tally(
             vote.labels[index]
             for vote in counted
             if index < len(vote.labels) and vote.labels[index] is not None
         )
         labels.append(label)
         support.append(share)
+        tied.append(tie)
     behind = [*counted, ruling] if ruling is not None else list(counted)
-    return ChainConsensus(labels=labels, support=support, votes=behind)
+    return ChainConsensus(labels=labels, support=support, votes=behind, tied=tied)
 
 
 def current_votes(

@@ -172,14 +172,21 @@
         if (comment) td.append(el("span", comment, "rv-comment"));
         tr.append(td);
       });
+      // A tie is shown as one, never as a consensus: the lead rules on it.
+      const counts = new Map();
+      step.ratings.forEach((r) => r !== null && counts.set(r, (counts.get(r) || 0) + 1));
+      const top = Math.max(0, ...counts.values());
+      const tiedRatings = [...counts].filter(([, n]) => n === top).map(([r]) => r).sort((a, b) => b - a);
       const consensus = el(
         "td",
-        step.consensus === null
-          ? "–"
-          : `${SYMBOL[step.consensus]} (${Math.round((step.support || 0) * 100)} %)`,
-        "rv-rating",
+        step.tied
+          ? `tie (${tiedRatings.map((r) => SYMBOL[r]).join(" / ")})`
+          : step.consensus === null
+            ? "–"
+            : `${SYMBOL[step.consensus]} (${Math.round((step.support || 0) * 100)} %)`,
+        step.tied ? "rv-rating rv-tie" : "rv-rating",
       );
-      consensus.dataset.rating = step.consensus === null ? "" : String(step.consensus);
+      consensus.dataset.rating = step.tied || step.consensus === null ? "" : String(step.consensus);
       const choiceCell = el("td");
       const group = el("span", undefined, "rv-choice");
       const buttons = {};
@@ -266,7 +273,8 @@
 
   function takeConsensus() {
     for (const row of rows) {
-      if (choices[row.step.step] === undefined && row.step.consensus !== null) {
+      // Tied steps have no consensus to take: they wait for the lead's ruling.
+      if (choices[row.step.step] === undefined && row.step.consensus !== null && !row.step.tied) {
         choices[row.step.step] = row.step.consensus;
       }
     }

@@ -65,6 +65,11 @@ def test_lead_adjudicates_a_disputed_chain_by_keyboard_then_mouse(
     assert page.evaluate("() => typeof window.__xss") == "undefined"
     # The cursor starts on the disputed step
     assert page.locator("#rv-grid tbody tr.is-current").get_attribute("data-index") == "1"
+    # ...whose 1-1 split is shown as a tie, not as a consensus to take
+    assert page.locator("#rv-grid tbody tr").nth(1).locator("td.rv-tie").inner_text() == (
+        "tie (+1 / −1)"
+    )
+    assert page.locator("#rv-grid td.rv-tie").count() == 1
 
     # When: keyboard only: step 2 incorrect, the rest from consensus, a note, Enter
     page.keyboard.press("3")
@@ -120,3 +125,29 @@ def test_review_page_says_so_when_nobody_disagrees(live_server: Any, page: Page)
     page.goto(f"{live_server.url}/projects/{project.pk}/review/")
     page.wait_for_selector("#review[data-state=empty]")
     assert page.locator("#rv-empty").is_visible()
+
+
+def test_taking_the_consensus_leaves_a_tie_for_the_lead(live_server: Any, page: Page) -> None:
+    # Given: two annotators split 1-1 on step 2 and agree elsewhere
+    project = ProjectFactory(overlap=2)
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    ann = MembershipFactory(project=project, user__username="ann").user
+    bob = MembershipFactory(project=project, user__username="bob").user
+    chain = ChainFactory(project=project, step_count=3)
+    annotation_with_ratings(chain=chain, annotator=ann, labels=[1, 1, 1])
+    annotation_with_ratings(chain=chain, annotator=bob, labels=[1, -1, 1])
+    page_login(page=page, base_url=live_server.url, username=lead.username)
+    page.goto(f"{live_server.url}/projects/{project.pk}/review/")
+    page.wait_for_selector("#review[data-state=ready]")
+
+    # When: the lead takes the consensus and saves
+    page.keyboard.press("a")
+    page.keyboard.press("Enter")
+
+    # Then: the ruling covers the agreed steps only; the tie waits for a ruling
+    page.wait_for_selector("#rv-message.ok")
+    ruling = Annotation.objects.get(chain=chain, source=AnnotationSource.ADJUDICATION)
+    assert list(ruling.ratings.order_by("step__index").values_list("step__index", "rating")) == [
+        (0, 1),
+        (2, 1),
+    ]
