@@ -155,6 +155,9 @@ class ChainLabelsOutputSerializer(serializers.Serializer):
     project = serializers.IntegerField(source="chain.project_id")
     problem = serializers.CharField(source="chain.problem.text")
     final_answer = serializers.CharField(source="chain.final_answer")
+    reference_answer = serializers.CharField(
+        source="chain.problem.reference_answer", help_text="The problem's answer, when known."
+    )
     columns = RevisionOutputSerializer(many=True, help_text="The current revisions.")
     steps = StepLabelsOutputSerializer(many=True)
     history = RevisionOutputSerializer(many=True, help_text="Every revision, oldest first.")

@@ -25,6 +25,8 @@
     problem: $("rv-problem"),
     finalWrap: $("rv-final-wrap"),
     final: $("rv-final"),
+    referenceWrap: $("rv-reference-wrap"),
+    reference: $("rv-reference"),
     form: $("rv-form"),
     grid: $("rv-grid"),
     note: $("rv-note"),
@@ -147,6 +149,8 @@
     renderMath(els.problem, labels.problem);
     els.finalWrap.hidden = !labels.final_answer;
     if (labels.final_answer) renderMath(els.final, labels.final_answer);
+    els.referenceWrap.hidden = !labels.reference_answer;
+    if (labels.reference_answer) renderMath(els.reference, labels.reference_answer);
 
     const head = el("tr");
     head.append(el("th", "#"), el("th", "Step"));
@@ -301,7 +305,10 @@
       if (selected >= 0) items[selected].adjudicated = true;
       renderList();
       busy = false;
-      await loadChain(labels.chain);
+      // On to the next disagreement not ruled yet; the last one stays open.
+      const next = items.findIndex((item, i) => i > selected && !item.adjudicated);
+      if (next >= 0) await select(next);
+      else await loadChain(labels.chain);
     } catch (error) {
       busy = false;
       const detail =

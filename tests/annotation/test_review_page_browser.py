@@ -151,3 +151,42 @@ def test_taking_the_consensus_leaves_a_tie_for_the_lead(live_server: Any, page: 
         (0, 1),
         (2, 1),
     ]
+
+
+def test_after_a_ruling_the_page_moves_to_the_next_disagreement(
+    live_server: Any, page: Page
+) -> None:
+    # Given: two disputed chains, on problems with a reference answer
+    project = ProjectFactory(overlap=2)
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    ann = MembershipFactory(project=project, user__username="ann").user
+    bob = MembershipFactory(project=project, user__username="bob").user
+    chains = []
+    for n in range(2):
+        problem = ProblemFactory(
+            project=project, text=f"What is {n} + 1?", reference_answer=str(n + 1)
+        )
+        chain = ChainFactory(project=project, problem=problem, step_count=2)
+        annotation_with_ratings(chain=chain, annotator=ann, labels=[1, 1])
+        annotation_with_ratings(chain=chain, annotator=bob, labels=[1, -1])
+        chains.append(chain)
+    page_login(page=page, base_url=live_server.url, username=lead.username)
+    page.goto(f"{live_server.url}/projects/{project.pk}/review/")
+    page.wait_for_selector("#review[data-state=ready]")
+    first = int(page.locator("#review").get_attribute("data-chain") or 0)
+    # The problem's reference answer is beside the chain's own
+    assert page.locator("#rv-reference-wrap").is_visible()
+    expected = next(c for c in chains if c.pk == first).problem.reference_answer
+    assert page.locator("#rv-reference").inner_text() == expected
+
+    # When: the lead rules on step 2 and saves
+    page.keyboard.press("3")
+    page.keyboard.press("a")
+    page.keyboard.press("Enter")
+
+    # Then: the next disagreement opens
+    expect(page.locator("#review")).not_to_have_attribute("data-chain", str(first))
+    assert {int(page.locator("#review").get_attribute("data-chain") or 0), first} == {
+        chain.pk for chain in chains
+    }
+    assert Annotation.objects.filter(chain_id=first, source=AnnotationSource.ADJUDICATION).exists()
