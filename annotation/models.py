@@ -64,6 +64,11 @@ class Project(models.Model):
         default=30, validators=[MinValueValidator(1), MaxValueValidator(24 * 60)]
     )
     show_reference_answer = models.BooleanField(default=True)
+    leads_rule_own_labels = models.BooleanField(
+        default=False,
+        help_text="A lead may rule on a disagreement they labeled themselves (off: another "
+        "lead rules, so nobody settles a dispute in their own favour).",
+    )
     import_labels = models.CharField(
         max_length=20,
         choices=ImportLabels.choices,

@@ -56,6 +56,10 @@ class _ProjectSettingsInputSerializer(_RejectUnknownFieldsMixin, serializers.Ser
         max_value=1.0,
         help_text="Step accuracy on the screening chains needed to pass.",
     )
+    leads_rule_own_labels = serializers.BooleanField(
+        required=False,
+        help_text="A lead may rule on a disagreement they labeled themselves.",
+    )
 
 
 class ProjectCreateInputSerializer(_ProjectSettingsInputSerializer):
@@ -123,6 +127,7 @@ class ProjectOutputSerializer(serializers.ModelSerializer):
             "step_split",
             "lease_minutes",
             "show_reference_answer",
+            "leads_rule_own_labels",
             "import_labels",
             "gold_rate",
             "screening_chains",

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
 from annotation.models import Annotation, AnnotationSource, Chain, Rating, Step, StepRating
@@ -44,10 +44,22 @@ def adjudication_create(
     majority label. A new ruling replaces the previous one whole (it does not merge with
     it), so the reviewer re-states every step they still want to decide.
 
-    The caller checks that ``lead`` leads the chain's project. Raises ValidationError for
-    no ratings, a step of another chain, a step rated twice or a rating outside -1..1.
+    The caller checks that ``lead`` leads the chain's project. Raises PermissionDenied when
+    ``lead`` labeled the chain themselves and the project does not let leads rule on their
+    own labels (``Project.leads_rule_own_labels``); ValidationError for no ratings, a step
+    of another chain, a step rated twice or a rating outside -1..1.
     Takes the chain row FOR UPDATE, so two leads adjudicating at once are serialised and
     each supersedes the one before it (``supersedes`` is one-to-one)."""
+    if (
+        not chain.project.leads_rule_own_labels
+        and Annotation.objects.filter(
+            chain=chain, source=AnnotationSource.HUMAN, annotator=lead
+        ).exists()
+    ):
+        raise PermissionDenied(
+            "You labeled this chain: another lead rules on it (or the project's settings "
+            "let leads rule on their own labels)."
+        )
     note = note.strip()
     if len(note) > NOTE_MAX_LENGTH:
         raise ValidationError({"note": f"A note has at most {NOTE_MAX_LENGTH} characters."})

@@ -3,7 +3,7 @@ first, and the label history."""
 from __future__ import annotations
 
 import pytest
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 
 from annotation.models import Annotation, AnnotationSource, ImportBatch
@@ -98,6 +98,37 @@ def test_adjudication_is_a_new_revision_never_an_edit(project, make_member):
     ]
     chain.refresh_from_db()
     assert chain.finished_count == 0  # a ruling is not an annotator's pass
+
+
+@pytest.mark.django_db
+def test_a_lead_does_not_rule_on_a_dispute_they_labeled_unless_the_project_allows_it(
+    project, make_member, client_for
+):
+    # Given: a lead who labeled the chain themselves, against an annotator
+    lead = make_member(project, "lead")
+    chain = ChainFactory(project=project, step_count=2)
+    annotation_with_ratings(chain=chain, annotator=lead, labels=[1, 1])
+    annotation_with_ratings(chain=chain, annotator=UserFactory(), labels=[1, -1])
+    step = chain.steps.get(index=1)
+
+    # When / Then: their ruling is refused, by the service and by the API, nothing written
+    with pytest.raises(PermissionDenied, match="You labeled this chain"):
+        adjudication_create(chain=chain, lead=lead, ratings=_rate(chain, s1=1))
+    response = client_for(lead).post(
+        f"/api/v1/chains/{chain.pk}/adjudicate/",
+        {"ratings": [{"step": step.pk, "rating": 1}]},
+        format="json",
+    )
+    assert response.status_code == 403 and "You labeled this chain" in response.json()["detail"]
+    assert not Annotation.objects.filter(source=AnnotationSource.ADJUDICATION).exists()
+    # ...another lead rules,
+    other = make_member(project, "lead")
+    adjudication_create(chain=chain, lead=other, ratings=_rate(chain, s1=-1))
+    # ...and a project that lets leads rule on their own labels lets them
+    project.leads_rule_own_labels = True
+    project.save(update_fields=["leads_rule_own_labels"])
+    chain.refresh_from_db()
+    assert adjudication_create(chain=chain, lead=lead, ratings=_rate(chain, s1=1)).annotator == lead
 
 
 @pytest.mark.django_db
