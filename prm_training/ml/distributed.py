@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import queue
 import socket
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -139,8 +138,7 @@ def train_prm_processes(
                 progress(payload)
             elif kind == "result":
                 result = payload
-        while not context.join(timeout=POLL_S):
-            time.sleep(POLL_S)
+        context.join()  # every rank returns once the checkpoint is written
         return result
     finally:
         for process in context.processes:
