@@ -24,6 +24,15 @@ from tests.factories import (
 XSS_IMG = '<img src=x onerror="window.__xss=1">'
 
 
+def _lead_and_two_annotators() -> tuple[Any, Any, Any, Any]:
+    """A project with overlap 2, its lead, and annotators "ann" and "bob"."""
+    project = ProjectFactory(overlap=2)
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    ann = MembershipFactory(project=project, user__username="ann").user
+    bob = MembershipFactory(project=project, user__username="bob").user
+    return project, lead, ann, bob
+
+
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
     with page_watched(browser=browser, width=1280, height=900, csp_errors=True) as opened:
@@ -34,10 +43,7 @@ def test_lead_adjudicates_a_disputed_chain_by_keyboard_then_mouse(
     live_server: Any, page: Page
 ) -> None:
     # Given: two annotators disagree on step 2 of a math chain, and agree on another chain
-    project = ProjectFactory(overlap=2)
-    lead = MembershipFactory(project=project, role=Role.LEAD).user
-    ann = MembershipFactory(project=project, user__username="ann").user
-    bob = MembershipFactory(project=project, user__username="bob").user
+    project, lead, ann, bob = _lead_and_two_annotators()
     problem = ProblemFactory(project=project, text=f"Solve $5x = 2(3x-7)$ for $x$. {XSS_IMG}")
     disputed = ChainFactory(project=project, problem=problem, step_count=3)
     disputed.steps.filter(index=1).update(text="So $x = 7$, since \\(\\frac{35}{5} = 7\\).")
@@ -129,10 +135,7 @@ def test_review_page_says_so_when_nobody_disagrees(live_server: Any, page: Page)
 
 def test_taking_the_consensus_leaves_a_tie_for_the_lead(live_server: Any, page: Page) -> None:
     # Given: two annotators split 1-1 on step 2 and agree elsewhere
-    project = ProjectFactory(overlap=2)
-    lead = MembershipFactory(project=project, role=Role.LEAD).user
-    ann = MembershipFactory(project=project, user__username="ann").user
-    bob = MembershipFactory(project=project, user__username="bob").user
+    project, lead, ann, bob = _lead_and_two_annotators()
     chain = ChainFactory(project=project, step_count=3)
     annotation_with_ratings(chain=chain, annotator=ann, labels=[1, 1, 1])
     annotation_with_ratings(chain=chain, annotator=bob, labels=[1, -1, 1])
@@ -157,10 +160,7 @@ def test_after_a_ruling_the_page_moves_to_the_next_disagreement(
     live_server: Any, page: Page
 ) -> None:
     # Given: two disputed chains, on problems with a reference answer
-    project = ProjectFactory(overlap=2)
-    lead = MembershipFactory(project=project, role=Role.LEAD).user
-    ann = MembershipFactory(project=project, user__username="ann").user
-    bob = MembershipFactory(project=project, user__username="bob").user
+    project, lead, ann, bob = _lead_and_two_annotators()
     chains = []
     for n in range(2):
         problem = ProblemFactory(
