@@ -489,6 +489,7 @@ def plot_learning_curves(rows: Sequence[SimulationRow], path: str | Path) -> Non
     figure, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     titles = ("held-out ProcessBench F1", "held-out step AUROC", "held-out first-error accuracy")
     for axis, metric, title in zip(axes, METRICS, titles, strict=True):
+        rules: dict[float, list[str]] = {}
         for name in names:
             by_round: dict[int, list[SimulationRow]] = defaultdict(list)
             for row in rows:
@@ -504,14 +505,9 @@ def plot_learning_curves(rows: Sequence[SimulationRow], path: str | Path) -> Non
             if name in BASELINES:
                 axis.axhline(spans[-1].mean, linestyle=":", color="grey", linewidth=1)
                 axis.axhspan(low[-1], high[-1], color="grey", alpha=0.08, linewidth=0)
-                axis.annotate(
-                    f"{name} (no model)",
-                    (0.01, spans[-1].mean),
-                    xycoords=("axes fraction", "data"),
-                    fontsize=7,
-                    color="dimgrey",
-                    va="bottom",
-                )
+                # Rules that score the same (the answer-aware readout makes the position
+                # prior's first-error calls the outcome rule's) share one label.
+                rules.setdefault(round(spans[-1].mean, 9), []).append(name)
                 continue
             (line,) = axis.plot(
                 xs,
@@ -522,6 +518,15 @@ def plot_learning_curves(rows: Sequence[SimulationRow], path: str | Path) -> Non
                 linestyle="--" if name == BASELINE else "-",
             )
             axis.fill_between(xs, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        for value, same in rules.items():
+            axis.annotate(
+                f"{' = '.join(same)} (no model)",
+                (0.01, value),
+                xycoords=("axes fraction", "data"),
+                fontsize=7,
+                color="dimgrey",
+                va="bottom",
+            )
         axis.set_title(title)
         axis.set_xlabel("labeled steps")
         axis.grid(alpha=0.3)
