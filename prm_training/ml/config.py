@@ -1,9 +1,9 @@
 """Training settings for the process reward model, one dataclass with help text on every
 field (the shape of TRL's ``PRMConfig``), so the Django side can store it as JSON and show
 the help in forms. A field a training run may set carries ``Run`` in its metadata (its
-range or choices): ``run_settings()`` reads them, and the API, the settings' validation
-and the forms are built from that one list. Torch-free: the web process imports this
-module."""
+range or choices): ``run_settings()`` reads them, and the API's run input and the
+settings' validation are built from that one list. Torch-free: the web process imports
+this module."""
 
 from __future__ import annotations
 
