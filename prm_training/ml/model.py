@@ -100,6 +100,18 @@ def backbone_fingerprint(path: str | Path) -> str:
     return _fingerprint_cached(str(root.resolve()), stamp)
 
 
+def _tokenizer_dir(path: str | Path, tokenizer_path: str | Path | None) -> str:
+    """Where the tokenizer of ``path`` is: ``tokenizer_path`` when given, else the model
+    directory, else (a checkpoint's ``backbone/`` written before it held one) the
+    checkpoint's ``tokenizer/`` beside it."""
+    if tokenizer_path is not None:
+        return str(tokenizer_path)
+    beside = Path(path).parent / "tokenizer"
+    if not (Path(path) / "tokenizer_config.json").exists() and beside.is_dir():
+        return str(beside)
+    return str(path)
+
+
 def load_backbone(
     path: str | Path,
     requested_kind: str = "auto",
@@ -110,7 +122,9 @@ def load_backbone(
     """(tokenizer, bare backbone, kind) from local directories; never touches a hub."""
     from transformers import AutoModel, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or path), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(
+        _tokenizer_dir(path, tokenizer_path), local_files_only=True
+    )
     backbone = AutoModel.from_pretrained(
         str(path), local_files_only=True, dtype=getattr(torch, dtype)
     )
@@ -149,7 +163,9 @@ def load_backbone_with_step_head(
     ]
     if not linears or linears[-1].out_features != 2 or model.base_model is model:
         raise ValueError(f"{path}'s model has no two-label step head to read")
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or path), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(
+        _tokenizer_dir(path, tokenizer_path), local_files_only=True
+    )
     base = model.base_model
     return tokenizer, base, backbone_kind(base.config, requested_kind), head
 

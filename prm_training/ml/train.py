@@ -45,9 +45,10 @@ checkpoint at ``out_dir``; an existing ``out_dir`` is replaced)::
                           "train_chains", "heldout_chains"}
       head.safetensors   the ensemble heads' weights
       tokenizer/         the tokenizer (save_pretrained)
-      backbone/          the backbone (save_pretrained): always in "full" mode; in
-                         "frozen_head" mode only with save_backbone, else config.json's
-                         prm_config.backbone path is used and its fingerprint verified
+      backbone/          the backbone and its tokenizer (save_pretrained): always in
+                         "full" mode; in "frozen_head" mode only with save_backbone, else
+                         config.json's prm_config.backbone path is used and its
+                         fingerprint verified
       metrics.json       held-out metrics (see ``metrics.evaluate``) and train_loss
 """
 
@@ -451,7 +452,10 @@ def _write_checkpoint(
         )
         tokenizer.save_pretrained(str(partial / "tokenizer"))
         if config.mode == "full" or config.save_backbone:
+            # A whole model directory (with its tokenizer), so a later run can name it as
+            # its backbone (``version:<id>``) and go on from these weights.
             backbone.save_pretrained(str(partial / "backbone"))
+            tokenizer.save_pretrained(str(partial / "backbone"))
         save_json(partial / "metrics.json", metrics)
         if out_dir.exists():
             # Replace a previous attempt's checkpoint (a redelivered task) in two renames.

@@ -220,3 +220,46 @@ def test_a_stop_ends_every_training_process_and_writes_nothing(
             should_stop=lambda: bool(seen),
         )
     assert not (tmp_path / "stopped").exists()
+
+
+def test_a_lora_run_resumes_from_an_earlier_version_s_backbone(
+    llama_dir: Path, tmp_path: Path
+) -> None:
+    # Given: a first LoRA round on the tiny Llama, its adapters merged into the checkpoint
+    chains = synthetic_chains(80, seed=27)
+    lora = dict(mode="full", lora_r=4, lora_alpha=8.0, epochs=2, learning_rate=5e-3)
+    first = train_prm(_frozen(llama_dir, **lora), chains[:64], chains[64:], tmp_path / "v1")
+    merged = Path(first.checkpoint_dir) / "backbone"
+
+    # When: the next round names that version's backbone (what `version:<id>` resolves to)
+    seen: dict[str, torch.Tensor] = {}
+    import peft
+
+    original = peft.get_peft_model
+
+    def remember(model: torch.nn.Module, adapters: object) -> object:
+        seen.update({name: w.detach().clone() for name, w in model.state_dict().items()})
+        return original(model, adapters)
+
+    from unittest.mock import patch
+
+    with patch("peft.get_peft_model", remember):
+        second = train_prm(_frozen(merged, **lora), chains[:64], chains[64:], tmp_path / "v2")
+
+    # Then: it starts from the first round's merged weights, not from the base model,
+    # trains new adapters on them, and its checkpoint loads and scores as it reported
+    first_weights = load_prm(first.checkpoint_dir).backbone.state_dict()
+    assert seen and all(torch.equal(seen[name], first_weights[name]) for name in first_weights)
+    prm = load_prm(second.checkpoint_dir)
+    scores = list(score_chains(prm, chains[64:]))
+    assert evaluate(chains[64:], scores, prm.readout)["step_auroc"] == pytest.approx(
+        second.metrics["step_auroc"], abs=1e-5
+    )
+    # And a checkpoint written before backbone/ held its tokenizer still resumes: the
+    # tokenizer saved beside it is read
+    from prm_training.ml.model import load_backbone
+
+    for stale in [*merged.glob("tokenizer*"), *merged.glob("special_tokens_map.json")]:
+        stale.unlink()
+    tokenizer, _, _ = load_backbone(merged)
+    assert len(tokenizer) == len(prm.tokenizer)
