@@ -115,6 +115,15 @@ SUITE: tuple[Bench, ...] = (
         "default PRM against the rules that read no step, 50 seeds",
     ),
     Bench(
+        "prm_gpu",
+        "bench_prm_gpu.py",
+        # A CPU suite runs the tiny size; a GPU machine runs --size 1.5b / 7b by hand.
+        ("--size", "tiny", "--chains", "32"),
+        ("--size", "tiny", "--chains", "8", "--max-length", "256"),
+        "prm_gpu.json",
+        "the GPU node's path: features, scoring and LoRA (tiny shapes here)",
+    ),
+    Bench(
         "ml_scoring",
         "bench_ml_scoring.py",
         (),
