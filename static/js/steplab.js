@@ -23,10 +23,44 @@
   // a formula it cannot parse stays as source. ``raw``: leave the source as it is. KaTeX's
   // auto-render is loaded (deferred) by the pages that show math, after this file.
   function renderMath(element, text, raw = false) {
-    element.textContent = text;
-    if (!raw && typeof window.renderMathInElement === "function") {
-      window.renderMathInElement(element, KATEX_OPTIONS);
+    const typeset = !raw && typeof window.renderMathInElement === "function";
+    element.textContent = typeset ? boxedAsMath(text) : text;
+    if (typeset) window.renderMathInElement(element, KATEX_OPTIONS);
+  }
+
+  // Model answers often write \boxed{42} outside any $...$; KaTeX's auto-render only reads
+  // delimited math, so such a box (up to its matching brace, however nested) is wrapped in
+  // \( \). Text already inside $...$, \(...\) or \[...\] is left alone.
+  function boxedAsMath(text) {
+    if (!text.includes("\\boxed{")) return text;
+    const math = /\$\$[\s\S]*?\$\$|\$[^$]*\$|\\\([\s\S]*?\\\)|\\\[[\s\S]*?\\\]/g;
+    let out = "";
+    let last = 0;
+    for (const match of text.matchAll(math)) {
+      out += wrapBoxes(text.slice(last, match.index)) + match[0];
+      last = match.index + match[0].length;
     }
+    return out + wrapBoxes(text.slice(last));
+  }
+
+  function wrapBoxes(plain) {
+    let out = "";
+    let at = 0;
+    for (let start = plain.indexOf("\\boxed{"); start >= 0; start = plain.indexOf("\\boxed{", at)) {
+      let depth = 0;
+      let end = -1;
+      for (let i = start + "\\boxed".length; i < plain.length; i += 1) {
+        if (plain[i] === "{") depth += 1;
+        else if (plain[i] === "}" && --depth === 0) {
+          end = i + 1;
+          break;
+        }
+      }
+      if (end < 0) break; // unbalanced: leave the rest as it is
+      out += plain.slice(at, start) + "\\(" + plain.slice(start, end) + "\\)";
+      at = end;
+    }
+    return out + plain.slice(at);
   }
 
   // One date format on every page, as the server's templates write it ("Y-m-d H:i"):

@@ -218,7 +218,7 @@
       renderMath(view.reference, shown.problem.reference_answer);
     }
     view.final = null;
-    if (shown.final_answer) {
+    if (shown.final_answer && shown.final_answer.trim()) {
       view.final = el("span");
       renderMath(view.final, shown.final_answer);
     }

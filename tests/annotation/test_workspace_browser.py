@@ -479,3 +479,39 @@ def test_gold_accuracy_and_a_failed_screening_are_shown(live_server: Any, page: 
     assert page.locator("#stat-gold").text_content() == "67 %"
     assert "did not pass screening" in page.locator("#ws-empty-screening").text_content()
     assert page.locator("#ws-screening").is_visible()
+
+
+def test_boxed_answers_outside_math_render_and_an_empty_final_answer_stays_hidden(
+    live_server: Any, page: Page
+) -> None:
+    # Given: model output that boxes its answers without $...$, and no final answer
+    project = ProjectFactory()
+    chain_create(
+        project=project,
+        problem="What is half of one?",
+        steps=[
+            "Halve it: \\boxed{\\frac{1}{2}} is the answer.",
+            "Already math: $\\boxed{3}$ and plain text.",
+            "An unclosed \\boxed{2 stays as written.",
+        ],
+        final_answer="   ",
+    )
+    user = annotator_in(project)
+    page_login(page=page, base_url=live_server.url, username=user.username)
+
+    # When
+    workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
+
+    # Then: each box is typeset once, the unclosed one is left as text, and the empty
+    # final-answer card is not on screen
+    rows = page.locator("#steps > li .ws-text")
+    assert rows.nth(0).locator(".katex").count() == 1
+    assert rows.nth(0).locator(".katex .frac-line").count() == 1
+    assert rows.nth(1).locator(".katex").count() == 1
+    assert rows.nth(2).locator(".katex").count() == 0
+    assert "\\boxed{2 stays" in rows.nth(2).text_content()
+    assert not page.locator("#final-wrap").is_visible()
+    page.screenshot(path=str(ARTIFACTS / "workspace-boxed.png"), full_page=True)
+    # ...and the raw view shows the source as it came
+    page.keyboard.press("r")
+    assert rows.nth(0).text_content() == "Halve it: \\boxed{\\frac{1}{2}} is the answer."
