@@ -65,12 +65,20 @@ def snapshot_list(*, project: Project) -> QuerySet[Snapshot]:
     )
 
 
+def training_snapshots(*, project: Project, limit: int = 5) -> list[Snapshot]:
+    """The newest snapshots training runs took for themselves, newest first."""
+    return list(snapshot_list(project=project).filter(meta__has_key="training_run")[:limit])
+
+
 def snapshot_get(*, project: Project, version: int | None = None) -> Snapshot | None:
-    """The snapshot with this version, or the newest when ``version`` is None; None if
-    there is no such snapshot."""
+    """The snapshot with this version, or when ``version`` is None the newest a person
+    took (a training run's own snapshot, ``meta["training_run"]``, is listed apart and
+    never stands for the lead's dataset); None if there is no such snapshot."""
     snapshots = snapshot_list(project=project)
     if version is not None:
         snapshots = snapshots.filter(version=version)
+    else:
+        snapshots = snapshots.exclude(meta__has_key="training_run")
     return snapshots.first()
 
 

@@ -13,7 +13,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from annotation.dataset_selectors import snapshot_get
+from annotation.dataset_selectors import snapshot_get, training_snapshots
 from annotation.models import ImportBatch, Role
 from annotation.project_selectors import (
     membership_list,
@@ -22,7 +22,7 @@ from annotation.project_selectors import (
     project_list_with_progress,
 )
 from annotation.selectors import project_get_for_member
-from annotation.services.exports import EXPORT_FORMATS
+from annotation.services.exports import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
 
 
 class LoginView(auth_views.LoginView):
@@ -60,7 +60,8 @@ def project_overview(request: HttpRequest, project_id: int) -> HttpResponse:
     if not is_lead:
         return render(request, "annotation/project_overview.html", context)
     context["snapshot"] = snapshot_get(project=project)
-    context["export_formats"] = EXPORT_FORMATS
+    context["training_snapshots"] = training_snapshots(project=project)
+    context["export_formats"] = [(fmt, EXPORT_DESCRIPTIONS[fmt]) for fmt in EXPORT_FORMATS]
     context["config"] = {
         "projectId": project.pk,
         "api": {

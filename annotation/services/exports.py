@@ -56,6 +56,17 @@ from annotation.services.snapshots import AMBIGUOUS_CHOICES, DEFAULT_AMBIGUOUS
 
 EXPORT_FORMATS = ("prm800k", "trl", "processbench", "csv", "parquet")
 TEXT_FORMATS = ("prm800k", "trl", "processbench", "csv")
+# What each file holds, in a line: the export buttons and the command's help say it.
+EXPORT_DESCRIPTIONS = {
+    "prm800k": "JSON Lines, a chain a line in PRM800K's shape: every step with its "
+    "consensus rating (re-importable as is)",
+    "trl": "JSON Lines in TRL's stepwise schema (prompt, completions, labels as booleans), "
+    "each chain cut at its first unrated step",
+    "processbench": "JSON Lines in ProcessBench's schema: the index of the first wrong "
+    "step (-1: none) and whether the final answer is right",
+    "csv": "a row a step: split, chain, text, consensus, support and every current vote",
+    "parquet": "the TRL rows (same schema) in Parquet, the snapshot named in its metadata",
+}
 CONTENT_TYPES = {
     "prm800k": "application/x-ndjson",
     "trl": "application/x-ndjson",

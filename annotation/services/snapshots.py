@@ -72,6 +72,7 @@ def snapshot_create(
     heldout_fraction: float = 0.2,
     seed: int = 0,
     ambiguous: str = DEFAULT_AMBIGUOUS,
+    training_run: int | None = None,
 ) -> Snapshot:
     """Freeze the consensus of every chain with at least one labeled step.
 
@@ -79,8 +80,8 @@ def snapshot_create(
     content-hash order, so it depends on what was labeled and how it was split, not on
     ids, timing or who voted. ``counts`` holds chains, steps_labeled, train_chains,
     heldout_chains, problems and label_counts {"-1", "0", "1"}; ``meta`` the consensus
-    rules in force and ``trl_ambiguous``, the default mapping of ambiguous steps for TRL
-    exports.
+    rules in force, ``trl_ambiguous``, the default mapping of ambiguous steps for TRL
+    exports, and ``training_run`` when a training run took it for itself.
 
     Raises ValidationError for a held-out fraction outside [0, 1), a seed outside what
     its column holds (0 .. 2**31 - 1: a larger one would not be stored as given, and the
@@ -113,6 +114,8 @@ def snapshot_create(
                 },
                 "split": "sha256(seed:problem content hash) < heldout_fraction",
                 "trl_ambiguous": ambiguous,
+                # A training run's own snapshot, listed apart from the lead's datasets.
+                **({"training_run": training_run} if training_run is not None else {}),
             },
         )
         counts = _write_rows(snapshot=snapshot, project=project)

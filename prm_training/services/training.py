@@ -497,7 +497,7 @@ def _ensure_snapshot(run: TrainingRun) -> Snapshot:
         return run.snapshot  # type: ignore[return-value]
     from annotation.services.snapshots import snapshot_create
 
-    snapshot = snapshot_create(project=run.project, user=run.started_by)
+    snapshot = snapshot_create(project=run.project, user=run.started_by, training_run=run.pk)
     TrainingRun.objects.filter(pk=run.pk).update(snapshot=snapshot)
     run.snapshot = snapshot
     return snapshot

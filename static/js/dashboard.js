@@ -336,6 +336,11 @@
       for (const link of document.querySelectorAll(".db-export")) {
         link.classList.remove("is-disabled");
         link.removeAttribute("aria-disabled");
+        // The buttons name the snapshot they export (a training run's later one never
+        // takes its place).
+        const url = new URL(link.getAttribute("href"), window.location.href);
+        url.searchParams.set("snapshot", String(snapshot.version));
+        link.setAttribute("href", url.pathname + url.search);
       }
       showMessage(`Snapshot v${snapshot.version} created; the export buttons use it.`, "ok");
     } catch (error) {

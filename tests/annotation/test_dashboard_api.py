@@ -261,3 +261,29 @@ def test_python_percentiles_match_percentile_cont() -> None:
 
     assert _python_percentiles([3000, 1000, 2000]) == DurationStats(3, 2000.0, 2800.0)
     assert _python_percentiles([]) == DurationStats(0, None, None)
+
+
+def test_training_snapshots_are_listed_apart_and_never_replace_the_lead_s(
+    labeled: dict[str, Any], make_member: Any, page_client: Any, client_for: Any
+) -> None:
+    # Given: the lead's snapshot, then one a training run took for itself
+    from annotation.dataset_selectors import snapshot_get, training_snapshots
+    from annotation.services.snapshots import snapshot_create
+
+    project = labeled["project"]
+    lead = make_member(project, Role.LEAD)
+    mine = snapshot_create(project=project, user=lead)
+    trained = snapshot_create(project=project, user=None, training_run=7)
+
+    # Then: the lead's stays "the newest snapshot" for the dashboard and for exports that
+    # name no version; the training one is listed apart, with its run
+    assert snapshot_get(project=project) == mine
+    assert training_snapshots(project=project) == [trained]
+    html = page_client(lead).get(f"/projects/{project.pk}/").content.decode()
+    assert f"Newest snapshot: <strong>v{mine.version}</strong>" in html
+    assert f"v{trained.version} for run #7" in html
+    assert f"format=trl&amp;snapshot={mine.version}" in html
+    # ...and every export button says what its file holds
+    assert "TRL&#x27;s stepwise schema" in html or "TRL's stepwise schema" in html
+    exported = client_for(lead).get(f"/api/v1/projects/{project.pk}/export/", {"format": "csv"})
+    assert exported["X-Steplab-Snapshot"] == str(mine.version)

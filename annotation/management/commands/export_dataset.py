@@ -12,7 +12,7 @@ from annotation.api.fields import INT32_MAX, int_between
 from annotation.dataset_selectors import snapshot_get
 from annotation.models import Project, SnapshotSplit
 from annotation.selectors import project_resolve
-from annotation.services.exports import EXPORT_FORMATS, export_write
+from annotation.services.exports import EXPORT_DESCRIPTIONS, EXPORT_FORMATS, export_write
 from annotation.services.snapshots import AMBIGUOUS_CHOICES, snapshot_create
 
 
@@ -24,7 +24,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("project", help="the project's id or name")
-        parser.add_argument("--format", required=True, choices=EXPORT_FORMATS)
+        parser.add_argument(
+            "--format",
+            required=True,
+            choices=EXPORT_FORMATS,
+            help="; ".join(f"{fmt}: {EXPORT_DESCRIPTIONS[fmt]}" for fmt in EXPORT_FORMATS),
+        )
         parser.add_argument("--out", required=True, type=Path, help="the file to write")
         parser.add_argument(
             "--snapshot",
