@@ -624,7 +624,8 @@ def _publish(
                 f"F1 {metrics.get('processbench_f1', float('nan')):.4f} vs "
                 f"{previous.get('processbench_f1', float('nan')):.4f}, AUROC "
                 f"{metrics.get('step_auroc', float('nan')):.4f} vs "
-                f"{previous.get('step_auroc', float('nan')):.4f} on the same held-out chains"
+                f"{previous.get('step_auroc', float('nan')):.4f} on the same "
+                f"{len(heldout)} held-out chains, of snapshot v{run.snapshot.version}"
             )
             paired = _paired_with(result, heldout, previous_hits)
             if paired is not None:

@@ -56,10 +56,12 @@
     });
   }
 
-  function actionButton(label, onClick) {
+  // ``confirmText``: asked first (window.confirm); nothing happens unless it is accepted.
+  function actionButton(label, onClick, confirmText = "") {
     const button = el("button", label, "button small-button");
     button.type = "button";
     button.addEventListener("click", async () => {
+      if (confirmText && !window.confirm(confirmText)) return;
       button.disabled = true;
       try {
         await onClick();
@@ -84,7 +86,11 @@
       const status = el("span", run.status, `status-${run.status}`);
       const note = run.error || run.activation_note || "";
       const action = canManage && BUSY.has(run.status)
-        ? actionButton("Cancel", () => api(`/api/v1/training-runs/${run.id}/cancel/`, { method: "POST" }))
+        ? actionButton(
+          "Cancel",
+          () => api(`/api/v1/training-runs/${run.id}/cancel/`, { method: "POST" }),
+          `Cancel training run #${run.id}? What it has trained so far is discarded.`,
+        )
         : "";
       return [`#${run.id} (${run.trigger})`, status, cell, num(run.last_loss, 4),
         when(run.started_at), note, action];
@@ -117,7 +123,12 @@
   function renderVersions(versions) {
     fillRows(document.getElementById("versions-table"), versions.map((v) => {
       const action = canManage && !v.is_active
-        ? actionButton("Activate", () => api(`/api/v1/model-versions/${v.id}/activate/`, { method: "POST" }))
+        ? actionButton(
+          "Activate",
+          () => api(`/api/v1/model-versions/${v.id}/activate/`, { method: "POST" }),
+          `Make v${v.version} the active version? The next scoring runs and the queue's ` +
+            "priorities will follow it instead of the current one.",
+        )
         : "";
       return [`v${v.version}`, `v${v.snapshot_version}`, num(v.metrics.processbench_f1, 3),
         num(v.metrics.step_auroc, 3), num(v.metrics.first_error_accuracy, 3),

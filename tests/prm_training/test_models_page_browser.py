@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import Role, Snapshot
 from prm_training.models import ModelVersion, RunStatus, ScoringRun, TrainingRun
@@ -122,6 +122,34 @@ def test_one_version_shows_its_point_on_the_plot(live_server: Any, page: Page) -
     # And its date is written as every page writes dates (the templates' "Y-m-d H:i")
     created = page.locator("#versions-table tbody tr td:nth-child(7)").inner_text()
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}", created), created
+
+
+def test_activating_a_version_asks_first(live_server: Any, page: Page) -> None:
+    # Given: v1 active and v2 not
+    project = ProjectFactory()
+    ml = MembershipFactory(project=project, role=Role.ML).user
+    first = _version(project, 1, {"processbench_f1": 0.30})
+    ModelVersion.objects.filter(pk=first.pk).update(is_active=True)
+    second = _version(project, 2, {"processbench_f1": 0.35})
+    page_login(page=page, base_url=live_server.url, username=ml.username)
+    page.goto(f"{live_server.url}/projects/{project.pk}/models/")
+    button = page.locator("#versions-table").get_by_role("button", name="Activate")
+    button.wait_for()
+    asked: list[str] = []
+
+    # When: the question is dismissed, nothing changes
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    button.click()
+    assert asked and asked[0].startswith("Make v2 the active version?")
+    second.refresh_from_db()
+    assert not second.is_active
+
+    # When: it is accepted, v2 becomes active
+    page.once("dialog", lambda dialog: dialog.accept())
+    button.click()
+    expect(page.locator("#versions-table tbody tr").first).to_contain_text("active")
+    second.refresh_from_db()
+    assert second.is_active
 
 
 def test_the_page_says_which_strategy_auto_applies_and_shows_its_evidence(

@@ -402,7 +402,8 @@ def test_a_new_version_is_compared_with_the_active_one_by_a_paired_interval(
     # Then the note gives the F1 difference with its paired 95% interval, and the version
     # keeps the interval's ends
     assert second is not None and second.status == RunStatus.SUCCEEDED, second.error
-    assert "on the same held-out chains; F1 difference " in second.activation_note
+    assert f"held-out chains, of snapshot v{snapshot.version}" in second.activation_note
+    assert "; F1 difference " in second.activation_note
     assert "95% interval" in second.activation_note
     version = ModelVersion.objects.get(training_run=second)
     low, high = version.metrics["vs_active_f1_low"], version.metrics["vs_active_f1_high"]
