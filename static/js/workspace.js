@@ -39,6 +39,7 @@
     rewriteWrap: $("rewrite-wrap"),
     rewrite: $("rewrite"),
     rewriteStepNo: $("rewrite-step-no"),
+    rewritePreview: $("rewrite-preview"),
     progress: $("progress-text"),
     submit: $("btn-submit"),
     raw: $("btn-raw"),
@@ -285,6 +286,7 @@
     rows = view.rows;
     els.steps.replaceChildren(view.fragment);
     els.rewrite.value = state.rewrite || "";
+    renderMath(els.rewritePreview, els.rewrite.value, showRaw);
     // The raw-source toggle moved while the view waited: typeset it the current way.
     if (view.raw !== showRaw) rerenderTexts();
     refresh();
@@ -297,6 +299,7 @@
     if (chain.problem.reference_answer) renderMath(els.reference, chain.problem.reference_answer);
     if (chain.final_answer) renderMath(els.final, chain.final_answer);
     chain.steps.forEach((step, index) => renderMath(rows[index].text, step.text));
+    renderMath(els.rewritePreview, els.rewrite.value, showRaw);
   }
 
   // Brings the classes, progress and buttons in line with the state.
@@ -318,10 +321,19 @@
       row.comment.textContent = comment;
       row.comment.hidden = !comment || !row.commentBox.hidden;
     });
-    // A rewrite corrects the first incorrect step, in either mode.
+    // A rewrite corrects the first incorrect step, in either mode: the box opens under
+    // that step, starting as its text until the annotator writes their own.
     const showRewrite = first >= 0;
     els.rewriteWrap.hidden = !showRewrite;
-    if (showRewrite) els.rewriteStepNo.textContent = String(first + 1);
+    if (showRewrite) {
+      els.rewriteStepNo.textContent = String(first + 1);
+      const li = rows[first].li;
+      if (els.rewriteWrap.parentElement !== li) li.append(els.rewriteWrap);
+      if (!state.rewrite && els.rewrite.value !== chain.steps[first].text) {
+        els.rewrite.value = chain.steps[first].text;
+        renderMath(els.rewritePreview, els.rewrite.value, showRaw);
+      }
+    }
     const rated = required - unratedIndexes().length;
     const complete = isComplete();
     els.progress.textContent = complete
@@ -453,19 +465,32 @@
     save();
   }
 
+  // The corrected step, or "" when there is none to send: no -1, nothing written, or the
+  // step's own text left as it was.
+  function rewriteToSend() {
+    const first = firstErrorIndex();
+    const text = (state.rewrite || "").trim();
+    return first >= 0 && text !== chain.steps[first].text.trim() ? text : "";
+  }
+
   function openRewrite() {
     if (els.rewriteWrap.hidden) {
       showMessage("The corrected step follows a −1 rating.");
       return;
     }
     els.rewrite.focus();
+    // Still the step as it was: selected, so typing replaces it and arrows edit it.
+    if (!state.rewrite) els.rewrite.select();
   }
 
   els.rewrite.addEventListener("input", () => {
     if (!state) return;
     state.rewrite = els.rewrite.value;
+    renderMath(els.rewritePreview, els.rewrite.value, showRaw);
     save();
   });
+  // A click in the box is not a click on the step row around it.
+  els.rewriteWrap.addEventListener("click", (event) => event.stopPropagation());
   els.rewrite.addEventListener("keydown", (event) => {
     if (event.key === "Escape") {
       event.preventDefault();
@@ -710,7 +735,7 @@
         comment: state.comments[step.id] || "",
         duration_ms: Math.round(state.stepMs[step.id] || 0),
       })),
-      rewrite: firstErrorIndex() >= 0 ? (state.rewrite || "").trim() : "",
+      rewrite: rewriteToSend(),
       duration_ms: Math.round(state.elapsedMs),
       request_id: state.requestId,
     };

@@ -210,6 +210,10 @@ def test_first_error_mode_dims_later_steps_and_sends_the_rewrite(
     assert page.locator("#rewrite-wrap").is_visible()
     assert page.locator("#rewrite-step-no").text_content() == "2"
     assert page.locator("#workspace").get_attribute("data-complete") == "true"
+    # ...under the step it corrects, starting as that step, with its math previewed
+    assert rows.nth(1).locator("#rewrite-wrap").count() == 1
+    assert page.locator("#rewrite").input_value() == "So $x = 7$."
+    assert page.locator("#rewrite-preview .katex").count() == 1
 
     # When: the -1 is undone, the later steps are asked for again
     page.keyboard.press("u")
@@ -515,3 +519,24 @@ def test_boxed_answers_outside_math_render_and_an_empty_final_answer_stays_hidde
     # ...and the raw view shows the source as it came
     page.keyboard.press("r")
     assert rows.nth(0).text_content() == "Halve it: \\boxed{\\frac{1}{2}} is the answer."
+
+
+def test_a_rewrite_left_as_the_step_is_not_sent(live_server: Any, page: Page) -> None:
+    # Given: a first_error chain whose step 1 is marked wrong, the box opened and left as is
+    project = ProjectFactory(labeling_mode=LabelingMode.FIRST_ERROR)
+    chain = chain_create(project=project, problem="What is 2 + 2?", steps=["It is 5.", "Done."])
+    user = annotator_in(project)
+    page_login(page=page, base_url=live_server.url, username=user.username)
+    workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
+    page.keyboard.press("-")
+    page.keyboard.press("w")
+    page.keyboard.press("Escape")
+
+    # When
+    page.keyboard.press("Enter")
+
+    # Then: the rating is stored, and no rewrite (the step's own text is no correction)
+    page.wait_for_selector("#workspace[data-state=empty]")
+    annotation = Annotation.objects.get(chain=chain, annotator=user)
+    assert annotation.rewrite == ""
+    assert list(annotation.ratings.values_list("rating", flat=True)) == [-1]
