@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
+from django.contrib.auth import get_user_model
 from django.db.models import Exists, F, OuterRef, QuerySet
 
 from annotation.models import Annotation, AnnotationSource, Chain, Project, Step, StepRating
@@ -24,17 +25,28 @@ class ChainDisagreement:
     # Sum over disagreeing steps of (highest - lowest rating): a -1 vs +1 clash weighs 2.
     spread: int
     adjudicated: bool
+    # Usernames of the annotators with a current pass, sorted.
+    by: tuple[str, ...] = ()
+
+    @property
+    def agreement(self) -> float:
+        """Share of the chain's steps on which nobody disagrees."""
+        return 1.0 - self.disagreeing_steps / max(1, self.step_count)
 
 
-def chain_disagreements(*, project: Project) -> list[ChainDisagreement]:
+def chain_disagreements(
+    *, project: Project, annotator: str = "", max_agreement: float = 1.0
+) -> list[ChainDisagreement]:
     """Chains whose current human annotations disagree on at least one step, worst first:
-    most disagreeing steps, then the widest spread, then the oldest chain.
+    most disagreeing steps, then the widest spread, then the oldest chain. ``annotator``
+    (a username): only chains that annotator labeled; ``max_agreement``: only chains whose
+    share of steps without disagreement (``ChainDisagreement.agreement``) is at most that.
 
     A step counts as disagreeing when two or more annotators rated it and not alike. A
     step only one annotator rated (e.g. after another's first error in first_error mode)
     is not a disagreement: it was simply not asked of the other. Chains already
-    adjudicated stay in the list, flagged, so a lead can revisit a ruling. Three queries:
-    the ratings, the chains and their adjudication flag."""
+    adjudicated stay in the list, flagged, so a lead can revisit a ruling. Four queries:
+    the ratings, the annotators' names, the chains and their adjudication flag."""
     data = current_human_ratings(project=project)
     if not len(data):
         return []
@@ -54,10 +66,17 @@ def chain_disagreements(*, project: Project) -> list[ChainDisagreement]:
     spreads = np.bincount(
         chain_pos.reshape(-1), weights=(high - low)[disagreeing], minlength=chains.size
     )
-    # Distinct annotators per disputed chain.
+    # Distinct annotators per disputed chain, by name.
     pairs = np.unique(np.stack([data.chain, data.annotator], axis=1), axis=0)
-    in_disputed = np.isin(pairs[:, 0], chains)
-    per_chain = dict(zip(*np.unique(pairs[in_disputed, 0], return_counts=True), strict=True))
+    pairs = pairs[np.isin(pairs[:, 0], chains)]
+    names = dict(
+        get_user_model()
+        .objects.filter(pk__in=np.unique(pairs[:, 1]).tolist())
+        .values_list("pk", "username")
+    )
+    voters: dict[int, list[str]] = {}
+    for chain_id, user_id in pairs.tolist():
+        voters.setdefault(chain_id, []).append(names.get(user_id, ""))
     adjudicated = Annotation.objects.filter(
         chain=OuterRef("pk"), source=AnnotationSource.ADJUDICATION
     )
@@ -72,15 +91,21 @@ def chain_disagreements(*, project: Project) -> list[ChainDisagreement]:
             chain_id=chain_id,
             problem=info[chain_id][0],
             step_count=info[chain_id][1],
-            annotators=int(per_chain[chain_id]),
+            annotators=len(voters[chain_id]),
             disagreeing_steps=int(count),
             spread=int(spread),
             adjudicated=bool(info[chain_id][2]),
+            by=tuple(sorted(voters[chain_id])),
         )
         for chain_id, count, spread in zip(
             chains.tolist(), counts.tolist(), spreads.tolist(), strict=True
         )
         if chain_id in info
+    ]
+    rows = [
+        row
+        for row in rows
+        if (not annotator or annotator in row.by) and row.agreement <= max_agreement + 1e-9
     ]
     rows.sort(key=lambda row: (-row.disagreeing_steps, -row.spread, row.chain_id))
     return rows

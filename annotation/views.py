@@ -93,7 +93,14 @@ def review_page(request: HttpRequest, project_id: int) -> HttpResponse:
             "chain": reverse("api-chain-labels", args=[0]).removesuffix("0/labels/"),
         },
     }
-    return render(request, "annotation/review.html", {"project": project, "config": config})
+    annotators = sorted(
+        project.memberships.filter(role=Role.ANNOTATOR).values_list("user__username", flat=True)
+    )
+    return render(
+        request,
+        "annotation/review.html",
+        {"project": project, "config": config, "annotators": annotators},
+    )
 
 
 @require_GET

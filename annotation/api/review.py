@@ -68,6 +68,23 @@ class DisagreementOutputSerializer(serializers.Serializer):
         help_text="Sum over disagreeing steps of highest minus lowest rating."
     )
     adjudicated = serializers.BooleanField()
+    agreement = serializers.FloatField(help_text="Share of the chain's steps nobody disputes.")
+    by = serializers.ListField(
+        child=serializers.CharField(), help_text="The annotators with a current pass."
+    )
+
+
+class DisagreementFilterSerializer(serializers.Serializer):
+    annotator = serializers.CharField(
+        required=False, default="", max_length=150, help_text="Only chains this user labeled."
+    )
+    max_agreement = serializers.FloatField(
+        required=False,
+        default=1.0,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="Only chains whose share of undisputed steps is at most this.",
+    )
 
 
 class DisagreementListApi(GenericAPIView):
@@ -78,6 +95,7 @@ class DisagreementListApi(GenericAPIView):
         tags=["review"],
         operation_id="projects_disagreements_list",
         summary="Chains where annotators disagree, worst first (leads only)",
+        parameters=[DisagreementFilterSerializer],
         responses={
             200: DisagreementOutputSerializer(many=True),
             403: WRONG_ROLE,
@@ -86,7 +104,11 @@ class DisagreementListApi(GenericAPIView):
     )
     def get(self, request: Request, project_id: int) -> Response:
         project = project_for_request(request=request, project_id=project_id, roles=LEADS)
-        page = self.paginate_queryset(chain_disagreements(project=project))
+        filters = DisagreementFilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        page = self.paginate_queryset(
+            chain_disagreements(project=project, **filters.validated_data)
+        )
         return self.get_paginated_response(DisagreementOutputSerializer(page, many=True).data)
 
 

@@ -64,8 +64,21 @@
 
   // --- the list of disputed chains ----------------------------------------------------------
 
-  async function loadList(url = config.api.disagreements, append = false) {
+  // The first page of the list, with the filters chosen above it.
+  function listUrl() {
+    const params = new URLSearchParams();
+    if ($("rv-annotator").value) params.set("annotator", $("rv-annotator").value);
+    if ($("rv-agreement").value !== "1") params.set("max_agreement", $("rv-agreement").value);
+    const query = params.toString();
+    return query ? `${config.api.disagreements}?${query}` : config.api.disagreements;
+  }
+
+  let listRequest = 0; // the newest list load; an older answer arriving late is dropped
+
+  async function loadList(url = listUrl(), append = false) {
+    const ticket = ++listRequest;
     const page = await api(url);
+    if (ticket !== listRequest) return;
     items = append ? items.concat(page.results) : page.results;
     nextPage = page.next;
     els.count.textContent = `(${page.count})`;
@@ -330,7 +343,13 @@
       }
       return;
     }
-    if (target instanceof HTMLInputElement || target instanceof HTMLTextAreaElement) return;
+    if (
+      target instanceof HTMLInputElement ||
+      target instanceof HTMLTextAreaElement ||
+      target instanceof HTMLSelectElement
+    ) {
+      return;
+    }
     const key = event.key;
     let handled = true;
     if (key === "n") select(Math.min(items.length - 1, selected + 1));
@@ -357,6 +376,13 @@
   });
   $("rv-take-consensus").addEventListener("click", takeConsensus);
   els.more.addEventListener("click", () => nextPage && loadList(nextPage, true));
+  for (const id of ["rv-annotator", "rv-agreement"]) {
+    $(id).addEventListener("change", async () => {
+      selected = -1;
+      await loadList();
+      if (items.length) await select(0);
+    });
+  }
 
   async function start() {
     try {

@@ -1,5 +1,6 @@
 """Review: adjudication as a new revision, its place in consensus, disagreements worst
 first, and the label history."""
+
 from __future__ import annotations
 
 import pytest
@@ -194,7 +195,8 @@ def test_disagreements_worst_first_and_lone_ratings_are_not_disagreement(
     annotation_with_ratings(chain=clash, annotator=cid, labels=[1, 1, 1])
     adjudication_create(chain=mild, lead=make_member(project, "lead"), ratings=_rate(mild, s1=1))
 
-    with django_assert_max_num_queries(3):
+    # (four: the ratings, the annotators' names, the chains, their adjudication flags)
+    with django_assert_max_num_queries(4):
         rows = chain_disagreements(project=project)
 
     assert [row.chain_id for row in rows] == [clash.pk, wild.pk, mild.pk]
@@ -204,6 +206,33 @@ def test_disagreements_worst_first_and_lone_ratings_are_not_disagreement(
         (1, 1, 2),
     ]
     assert [row.adjudicated for row in rows] == [False, False, True]
+    assert rows[0].by == tuple(sorted([ann.username, bob.username, cid.username]))
+
+    # Filters: the chains one annotator labeled; the chains agreeing on at most a share
+    # of their steps (clash agrees on 1 of 3, wild and mild on 2 of 3)
+    only_cid = chain_disagreements(project=project, annotator=cid.username)
+    assert [row.chain_id for row in only_cid] == [clash.pk]
+    worst = chain_disagreements(project=project, max_agreement=0.5)
+    assert [(row.chain_id, round(row.agreement, 3)) for row in worst] == [(clash.pk, 0.333)]
+
+
+@pytest.mark.django_db
+def test_the_disagreements_api_filters_and_refuses_a_bad_filter(project, make_member, client_for):
+    lead = make_member(project, "lead")
+    ann, bob = UserFactory(username="ann"), UserFactory(username="bob")
+    chain = ChainFactory(project=project, step_count=2)
+    annotation_with_ratings(chain=chain, annotator=ann, labels=[1, 1])
+    annotation_with_ratings(chain=chain, annotator=bob, labels=[1, -1])
+    url = f"/api/v1/projects/{project.pk}/disagreements/"
+    client = client_for(lead)
+
+    listed = client.get(url, {"annotator": "bob", "max_agreement": 0.5}).json()
+    assert [(row["chain"], row["agreement"], row["by"]) for row in listed["results"]] == [
+        (chain.pk, 0.5, ["ann", "bob"])
+    ]
+    assert client.get(url, {"annotator": "nobody"}).json()["count"] == 0
+    refused = client.get(url, {"max_agreement": 2})
+    assert refused.status_code == 400 and "max_agreement" in refused.json()
 
 
 @pytest.mark.django_db

@@ -190,3 +190,32 @@ def test_after_a_ruling_the_page_moves_to_the_next_disagreement(
         chain.pk for chain in chains
     }
     assert Annotation.objects.filter(chain_id=first, source=AnnotationSource.ADJUDICATION).exists()
+
+
+def test_the_list_filters_by_annotator_and_by_agreement(live_server: Any, page: Page) -> None:
+    # Given: ann and bob split on one step of a three-step chain; ann and cid on all three
+    project, lead, ann, bob = _lead_and_two_annotators()
+    cid = MembershipFactory(project=project, user__username="cid").user
+    mild = ChainFactory(project=project, step_count=3)
+    annotation_with_ratings(chain=mild, annotator=ann, labels=[1, 1, 1])
+    annotation_with_ratings(chain=mild, annotator=bob, labels=[1, -1, 1])
+    wild = ChainFactory(project=project, step_count=3)
+    annotation_with_ratings(chain=wild, annotator=ann, labels=[1, 1, 1])
+    annotation_with_ratings(chain=wild, annotator=cid, labels=[-1, 0, -1])
+    page_login(page=page, base_url=live_server.url, username=lead.username)
+    page.goto(f"{live_server.url}/projects/{project.pk}/review/")
+    page.wait_for_selector("#review[data-state=ready]")
+    items = page.locator("#rv-list .rv-item")
+    expect(items).to_have_count(2)
+
+    # When / Then: bob's chains only
+    page.select_option("#rv-annotator", "bob")
+    expect(items).to_have_count(1)
+    expect(items.first).to_have_attribute("data-chain", str(mild.pk))
+    # ...anyone's, agreeing on at most half their steps (two loads in a row: the newest wins)
+    page.select_option("#rv-annotator", "")
+    page.select_option("#rv-agreement", "0.5")
+    expect(items.first).to_have_attribute("data-chain", str(wild.pk))
+    expect(items).to_have_count(1)
+    expect(page.locator("#review")).to_have_attribute("data-chain", str(wild.pk))
+    page.screenshot(path=str(ARTIFACTS / "review-filters.png"), full_page=True)
