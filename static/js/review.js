@@ -75,14 +75,16 @@
 
   let listRequest = 0; // the newest list load; an older answer arriving late is dropped
 
+  // Whether this load's answer was applied (false: a newer load superseded it).
   async function loadList(url = listUrl(), append = false) {
     const ticket = ++listRequest;
     const page = await api(url);
-    if (ticket !== listRequest) return;
+    if (ticket !== listRequest) return false;
     items = append ? items.concat(page.results) : page.results;
     nextPage = page.next;
     els.count.textContent = `(${page.count})`;
     renderList();
+    return true;
   }
 
   function renderList() {
@@ -123,13 +125,19 @@
 
   // --- one chain ---------------------------------------------------------------------------
 
+  let chainRequest = 0; // the newest chain load; an older answer arriving late is dropped
+
   async function loadChain(chainId) {
+    const ticket = ++chainRequest;
+    let loaded;
     try {
-      labels = await api(`${config.api.chain}${chainId}/labels/`);
+      loaded = await api(`${config.api.chain}${chainId}/labels/`);
     } catch (error) {
-      showMessage(`Could not load chain ${chainId}.`, "error", true);
+      if (ticket === chainRequest) showMessage(`Could not load chain ${chainId}.`, "error", true);
       return;
     }
+    if (ticket !== chainRequest) return;
+    labels = loaded;
     // Start from the chain's current adjudication, if there is one.
     const adjudication = labels.columns.find((column) => column.source === "adjudication");
     choices = {};
@@ -379,8 +387,7 @@
   for (const id of ["rv-annotator", "rv-agreement"]) {
     $(id).addEventListener("change", async () => {
       selected = -1;
-      await loadList();
-      if (items.length) await select(0);
+      if ((await loadList()) && items.length) await select(0);
     });
   }
 
