@@ -69,6 +69,7 @@ class AnnotatorStats:
     day_start: datetime
     gold: GoldSummary | None = None
     screening: ScreeningSummary | None = None
+    steps_today: int = 0  # steps the caller rated today, in the chains counted today
 
 
 _SCREENING_MESSAGES = {
@@ -112,6 +113,7 @@ def annotator_stats_get(
     ).aggregate(
         total=Count("chain", distinct=True),
         today=Count("chain", distinct=True, filter=Q(created_at__gte=day_start)),
+        steps_today=Count("ratings", filter=Q(created_at__gte=day_start)),
     )
     skipped = Assignment.objects.filter(
         project=project, annotator=user, status=AssignmentStatus.SKIPPED
@@ -128,6 +130,7 @@ def annotator_stats_get(
     return AnnotatorStats(
         annotated_today=annotated["today"],
         annotated_total=annotated["total"],
+        steps_today=annotated["steps_today"],
         skipped_total=skipped,
         gold_accuracy=gold.step_accuracy if gold else None,
         gold_chains=gold.chains if gold else 0,

@@ -95,6 +95,7 @@ class MyScreeningOutputSerializer(serializers.Serializer):
 
 class MyStatsOutputSerializer(serializers.Serializer):
     annotated_today = serializers.IntegerField()
+    steps_today = serializers.IntegerField(help_text="Steps you rated today.")
     annotated_total = serializers.IntegerField()
     skipped_total = serializers.IntegerField()
     gold_accuracy = serializers.FloatField(

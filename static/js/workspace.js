@@ -608,12 +608,20 @@
       const stats = await api(config.api.stats);
       $("stat-today").textContent = String(stats.annotated_today);
       $("stat-total").textContent = String(stats.annotated_total);
+      // The empty page sums up the day: chains and steps, and gold accuracy when shown.
+      const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+      $("ws-empty-summary").textContent =
+        `Today: ${plural(stats.annotated_today, "chain")}, ` +
+        `${plural(stats.steps_today || 0, "step")} rated; ${stats.annotated_total} in total.`;
+      $("ws-empty-summary").hidden = false;
       // Gold and screening come from the gold chains feature; shown only when present.
       const gold = stats.gold || null;
       const hasGold = Boolean(gold && gold.chains > 0 && gold.step_accuracy !== null);
       $("stat-gold-wrap").hidden = !hasGold;
       if (hasGold) {
         $("stat-gold").textContent = `${Math.round(gold.step_accuracy * 100)} %`;
+        $("ws-empty-summary").textContent +=
+          ` Step accuracy on gold chains: ${Math.round(gold.step_accuracy * 100)} %.`;
         $("stat-gold-wrap").title =
           `Step accuracy over ${gold.chains} gold chain${gold.chains === 1 ? "" : "s"}` +
           (gold.first_error_match === null || gold.first_error_match === undefined
@@ -684,6 +692,7 @@
       state = null;
       rows = [];
       setView("empty");
+      refreshStats();
       finishMeasure();
       return;
     }

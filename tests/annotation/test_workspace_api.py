@@ -308,6 +308,7 @@ def test_my_stats_counts_only_my_work_today_and_in_total(
     body = response.json()
     assert (body["annotated_today"], body["annotated_total"], body["skipped_total"]) == (1, 2, 1)
     assert body["gold_accuracy"] is None and body["gold_chains"] == 0
+    assert body["steps_today"] == 1  # the one step of today's chain, mine, in this project
 
 
 def test_my_stats_of_a_project_i_am_not_in_is_404(client: APIClient) -> None:

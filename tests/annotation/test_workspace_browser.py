@@ -540,3 +540,7 @@ def test_a_rewrite_left_as_the_step_is_not_sent(live_server: Any, page: Page) ->
     annotation = Annotation.objects.get(chain=chain, annotator=user)
     assert annotation.rewrite == ""
     assert list(annotation.ratings.values_list("rating", flat=True)) == [-1]
+    # ...and the empty page sums up the day
+    expect(page.locator("#ws-empty-summary")).to_have_text(
+        "Today: 1 chain, 1 step rated; 1 in total."
+    )
