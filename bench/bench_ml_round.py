@@ -46,9 +46,12 @@ def main() -> int:
 
     from prm_training.ml.acquisition import select_batch
     from prm_training.ml.config import PRMConfig
-    from prm_training.ml.features import cached_step_features, feature_cache, pad_token_id
-    from prm_training.ml.model import backbone_fingerprint, load_backbone
-    from prm_training.ml.score import load_prm, score_chains
+    from prm_training.ml.model import (
+        backbone_fingerprint,
+        load_configured_backbone,
+        resolve_device,
+    )
+    from prm_training.ml.score import frozen_step_features, load_prm, score_chains
     from prm_training.ml.synthetic import synthetic_chains
     from prm_training.ml.train import train_prm
 
@@ -62,21 +65,18 @@ def main() -> int:
     ]
 
     started = time.perf_counter()
-    tokenizer, backbone, kind = load_backbone(config.backbone)
-    cache = feature_cache(
-        backbone_fingerprint(config.backbone), config.max_length, None, config.step_pooling
-    )
-    cached_step_features(
-        cache=cache,
-        backbone=backbone,
+    device = resolve_device(config.device)
+    tokenizer, backbone, kind, _ = load_configured_backbone(config, device)
+    # The same cache train_prm and score_chains read (filled here, outside the round).
+    frozen_step_features(
+        config,
+        chains,
+        fingerprint=backbone_fingerprint(config.backbone),
+        backbone=backbone.to(device),
         kind=kind,
         tokenizer=tokenizer,
-        examples=chains,
-        max_length=config.max_length,
-        device=torch.device("cpu"),
+        device=device,
         batch_size=64,
-        pad_id=pad_token_id(tokenizer),
-        pooling=config.step_pooling,
     )
     first_pass = time.perf_counter() - started
     steps = sum(len(c.steps) for c in chains)

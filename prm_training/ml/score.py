@@ -51,6 +51,52 @@ class ChainScores:
     member_probs: list[list[float]] | None  # member_probs[m][i]: member m's P(correct), step i
 
 
+def config_feature_cache(
+    config: PRMConfig, fingerprint: str, device: torch.device
+) -> StepFeatureCache:
+    """The feature cache that ``config`` reads and fills for the backbone with this
+    fingerprint on ``device`` (window length, pooling, layout, weights' dtype, prior)."""
+    return feature_cache(
+        fingerprint,
+        config.max_length,
+        config.cache_dir,
+        config.step_pooling,
+        config.text_layout(),
+        dtype=config.weights_dtype(device.type),
+        step_prior=config.step_prior,
+    )
+
+
+def frozen_step_features(
+    config: PRMConfig,
+    chains: Sequence[ChainExample],
+    *,
+    fingerprint: str,
+    backbone: nn.Module,
+    kind: str,
+    tokenizer: Any,
+    device: torch.device,
+    step_head: nn.Module | None = None,
+    batch_size: int = 32,
+) -> list[np.ndarray]:
+    """Each chain's step features as ``config`` reads them from a frozen backbone, through
+    ``config_feature_cache``: the backbone runs only on the chains the cache lacks."""
+    return cached_step_features(
+        cache=config_feature_cache(config, fingerprint, device),
+        backbone=backbone,
+        kind=kind,
+        tokenizer=tokenizer,
+        examples=chains,
+        max_length=config.max_length,
+        device=device,
+        batch_size=batch_size,
+        pad_id=pad_token_id(tokenizer),
+        pooling=config.step_pooling,
+        layout=config.text_layout(),
+        step_head=step_head,
+    )
+
+
 @dataclass
 class LoadedPRM:
     config: PRMConfig
@@ -75,34 +121,23 @@ class LoadedPRM:
 
     @property
     def cache(self) -> StepFeatureCache:
-        return feature_cache(
-            self.fingerprint,
-            self.config.max_length,
-            self.config.cache_dir,
-            self.config.step_pooling,
-            self.config.text_layout(),
-            dtype=self.config.weights_dtype(self.device.type),
-            step_prior=self.config.step_prior,
-        )
+        return config_feature_cache(self.config, self.fingerprint, self.device)
 
     def frozen_features(
         self, chains: Sequence[ChainExample], batch_size: int = 32
     ) -> list[np.ndarray]:
         """Each chain's cached step features (frozen_head mode; the backbone runs on the
         chains the cache lacks)."""
-        return cached_step_features(
-            cache=self.cache,
+        return frozen_step_features(
+            self.config,
+            chains,
+            fingerprint=self.fingerprint,
             backbone=self.backbone,
             kind=self.kind,
             tokenizer=self.tokenizer,
-            examples=chains,
-            max_length=self.config.max_length,
             device=self.device,
-            batch_size=batch_size,
-            pad_id=pad_token_id(self.tokenizer),
-            pooling=self.config.step_pooling,
-            layout=self.config.text_layout(),
             step_head=self.step_head,
+            batch_size=batch_size,
         )
 
     @property
@@ -214,28 +249,16 @@ def zero_shot_scores(
         raise ValueError("zero-shot scores need a backbone with its own step head (step_prior)")
     device = resolve_device(config.device)
     tokenizer, backbone, kind, step_head = load_configured_backbone(config, device)
-    cache = feature_cache(
-        backbone_fingerprint(config.backbone),
-        config.max_length,
-        config.cache_dir,
-        config.step_pooling,
-        config.text_layout(),
-        dtype=config.weights_dtype(device.type),
-        step_prior=True,
-    )
-    features = cached_step_features(
-        cache=cache,
+    features = frozen_step_features(
+        config,
+        chains,
+        fingerprint=backbone_fingerprint(config.backbone),
         backbone=backbone.to(device),
         kind=kind,
         tokenizer=tokenizer,
-        examples=chains,
-        max_length=config.max_length,
         device=device,
-        batch_size=batch_size,
-        pad_id=pad_token_id(tokenizer),
-        pooling=config.step_pooling,
-        layout=config.text_layout(),
         step_head=step_head.to(device) if step_head is not None else None,
+        batch_size=batch_size,
     )
     return prior_scores(chains, features)
 

@@ -81,12 +81,7 @@ from .data import (
     window_steps,
 )
 from .distributed import barrier, process_group, rank_share, train_prm_processes
-from .features import (
-    autocast_for,
-    cached_step_features,
-    feature_cache,
-    pad_token_id,
-)
+from .features import autocast_for, pad_token_id
 from .inputs import CONTEXT_WIDTH, chain_contexts
 from .metrics import Readout, choose_readout, evaluate, fit_platt
 from .model import (
@@ -484,8 +479,7 @@ def _calibrate_and_readout(
     The calibration (``PRMConfig.calibrate``) is Platt scaling of the out-of-bag mean
     logit against the step targets; the readout is ``choose_readout`` on the calibrated
     probabilities (its threshold ``PRMConfig.threshold`` when set). In frozen_head mode the
-    scoring
-    reads the feature cache just filled; in full mode it costs one forward pass."""
+    scoring reads the feature cache just filled; in full mode it costs one forward pass."""
     prm.calibration = (1.0, 0.0)
     logits: list[np.ndarray] = []
     for index, chain_scores in enumerate(score_chains(prm, examples, batch_size=32)):
@@ -640,34 +634,24 @@ def train_prm(
     )
     weight_by_class = class_weights(targets, config.class_weight)
 
+    # The version being trained: its head trains in place, its backbone is replaced by
+    # the fine-tuned one in full mode.
+    prm = LoadedPRM(
+        config=config,
+        tokenizer=tokenizer,
+        backbone=backbone,
+        head=head,
+        kind=kind,
+        device=device,
+        fingerprint=fingerprint,
+        step_head=step_head,
+    )
     if config.mode == "frozen_head":
         backbone.requires_grad_(False)
-        features = cached_step_features(
-            cache=feature_cache(
-                fingerprint,
-                config.max_length,
-                config.cache_dir,
-                config.step_pooling,
-                config.text_layout(),
-                dtype=config.weights_dtype(device.type),
-                step_prior=config.step_prior,
-            ),
-            backbone=backbone,
-            kind=kind,
-            tokenizer=tokenizer,
-            examples=examples,
-            max_length=config.max_length,
-            device=device,
-            batch_size=32,
-            pad_id=pad_token_id(tokenizer),
-            pooling=config.step_pooling,
-            layout=config.text_layout(),
-            step_head=step_head,
-        )
         train_loss = _train_frozen_head(
             config=config,
             head=head,
-            features=features,
+            features=prm.frozen_features(examples),
             contexts=contexts,
             targets=targets,
             chain_weights=chain_weights,
@@ -676,7 +660,7 @@ def train_prm(
             report=report,
         )
     else:
-        train_loss, backbone = _train_full(
+        train_loss, prm.backbone = _train_full(
             config=config,
             backbone=backbone,
             kind=kind,
@@ -691,16 +675,6 @@ def train_prm(
             report=report,
         )
 
-    prm = LoadedPRM(
-        config=config,
-        tokenizer=tokenizer,
-        backbone=backbone,
-        head=head,
-        kind=kind,
-        device=device,
-        fingerprint=fingerprint,
-        step_head=step_head,
-    )
     calibration, readout = _calibrate_and_readout(prm, examples, targets, chain_weights)
     prm.calibration, prm.threshold, prm.threshold_right = (
         calibration,
@@ -733,7 +707,7 @@ def train_prm(
             kind=kind,
             fingerprint=fingerprint,
             head=head,
-            backbone=backbone,
+            backbone=prm.backbone,
             tokenizer=tokenizer,
             metrics=metrics,
             train_chains=len(examples),
