@@ -19,15 +19,15 @@ every step is rated.
 * ``disagreement``: BALD's mutual information between a step's label and the ensemble
   member, H(mean p) - mean H(p_m), averaged over the steps that would be rated; needs
   ``member_probs``.
-Diversity (``spread_over_groups``): chains of the same problem are near-duplicates to a
-PRM (the same question, often the same first steps), so a batch of the top scores tends
-to spend its labels on a few problems. Ranked model-driven picks therefore take every
-problem's best chain before any problem's second one.
-
 * ``convincing_wrong`` (PRM800K): chains whose final answer is graded wrong against the
   reference, ranked by how highly the PRM rates them (its lowest step probability), come
   first; chains with an ungraded answer next, then graded-right ones, both ranked by step
   entropy, so the score is [2, 3] wrong, [1, 2] unknown, [0, 1] right.
+
+Diversity (``spread_over_groups``): chains of the same problem are near-duplicates to a
+PRM (the same question, often the same first steps), so a batch of the top scores tends
+to spend its labels on a few problems. Ranked model-driven picks therefore take every
+problem's best chain before any problem's second one.
 """
 
 from __future__ import annotations

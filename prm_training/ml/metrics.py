@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .acquisition import first_error_distribution
 from .data import ChainExample
 
 if TYPE_CHECKING:
@@ -248,11 +249,9 @@ def most_likely_first_error(step_probs: Sequence[float]) -> int:
     >>> most_likely_first_error([0.9, 0.6, 0.1]), most_likely_first_error([0.3, 0.5])
     (2, 0)
     """
-    p = np.asarray(step_probs, dtype=np.float64)
-    if p.size == 0:
+    if len(step_probs) == 0:
         return -1
-    reached = np.concatenate([[1.0], np.cumprod(p)[:-1]])
-    return int(np.argmax(reached * (1 - p)))
+    return int(np.argmax(first_error_distribution(step_probs)[:-1]))  # "no error" left out
 
 
 def choose_readout(
@@ -305,19 +304,26 @@ def first_error_hits(
 ) -> dict[int, tuple[bool, bool]]:
     """chain_id -> (the chain has an error, the readout finds its first error exactly), for
     every chain whose labels settle the first error: what F1 is computed from."""
-    from .inputs import answer_grade
-
     hits: dict[int, tuple[bool, bool]] = {}
     for example, chain_scores in zip(examples, scores, strict=True):
-        truth = labeled_first_error(example.labels)
-        if truth is None:
-            continue
-        grade = answer_grade(example) if readout.threshold_right is not None else None
-        hits[example.chain_id] = (
-            truth >= 0,
-            readout.first_error(chain_scores.step_probs, grade) == truth,
-        )
+        hit = _first_error_hit(example, chain_scores.step_probs, readout)
+        if hit is not None:
+            hits[example.chain_id] = hit
     return hits
+
+
+def _first_error_hit(
+    example: ChainExample, step_probs: Sequence[float], readout: Readout
+) -> tuple[bool, bool] | None:
+    """(the chain has an error, the readout finds its first error exactly), or None when
+    the chain's labels do not settle its first error."""
+    from .inputs import answer_grade
+
+    truth = labeled_first_error(example.labels)
+    if truth is None:
+        return None
+    grade = answer_grade(example) if readout.threshold_right is not None else None
+    return truth >= 0, readout.first_error(step_probs, grade) == truth
 
 
 @dataclass(frozen=True)
@@ -388,8 +394,6 @@ def evaluate(
 ) -> dict[str, float]:
     """Metrics of ``scores`` (in the same order as ``examples``) against the labels; the
     first error predicted by ``readout`` (a bare number: the threshold alone)."""
-    from .inputs import answer_grade
-
     if not isinstance(readout, Readout):
         readout = Readout(float(readout))
     threshold = readout.threshold
@@ -410,12 +414,10 @@ def evaluate(
             if rating in (1, -1):
                 step_labels.append(1 if rating == 1 else 0)
                 step_probs.append(prob)
-        truth = labeled_first_error(example.labels)
-        if truth is None:
-            continue
-        grade = answer_grade(example) if readout.threshold_right is not None else None
-        predicted = readout.first_error(chain_scores.step_probs, grade)
-        (hits_error if truth >= 0 else hits_correct).append(predicted == truth)
+        hit = _first_error_hit(example, chain_scores.step_probs, readout)
+        if hit is not None:
+            has_error, found = hit
+            (hits_error if has_error else hits_correct).append(found)
 
     metrics: dict[str, float] = {
         "heldout_steps": float(len(step_labels)),
