@@ -164,6 +164,20 @@ def problem_budget(max_length: int) -> int:
     return max(1, max_length // 2)
 
 
+def window_budgets(
+    *, problem: int, prefix: int, closing: int, separator: int, max_length: int
+) -> tuple[int, int]:
+    """(problem tokens kept, tokens a step may keep) in a window of ``max_length``: the
+    problem keeps at most half, the rest holds a step and its separator. The one rule
+    ``build_windows`` packs by and ``truncation`` counts by.
+
+    >>> window_budgets(problem=10, prefix=1, closing=1, separator=1, max_length=16)
+    (8, 5)
+    """
+    kept = min(problem, problem_budget(max_length))
+    return kept, max_length - prefix - kept - closing - separator
+
+
 def clip_tokens(ids: Sequence[int], budget: int) -> list[int]:
     """``ids`` cut to ``budget`` tokens keeping the head and the tail.
 
@@ -207,8 +221,13 @@ def truncation(
     problems = steps = chains = 0
     for example in examples:
         problem = next(lengths)
-        kept = min(problem, problem_budget(max_length))
-        budget = max_length - len(prefix) - kept - len(closing) - len(separator)
+        kept, budget = window_budgets(
+            problem=problem,
+            prefix=len(prefix),
+            closing=len(closing),
+            separator=len(separator),
+            max_length=max_length,
+        )
         cut = sum(next(lengths) > budget for _ in example.steps)
         problems += problem > kept
         steps += cut
@@ -247,8 +266,14 @@ def build_windows(
     [(0, (1, 5, 2, 7, 7, 2)), (1, (1, 5, 2, 8, 8, 2, 9, 2))]
     """
     closing = separator if problem_end is None else problem_end
-    head = [*prefix, *clip_tokens(problem_ids, problem_budget(max_length)), *closing]
-    step_budget = max_length - len(head) - len(separator)
+    kept, step_budget = window_budgets(
+        problem=len(problem_ids),
+        prefix=len(prefix),
+        closing=len(closing),
+        separator=len(separator),
+        max_length=max_length,
+    )
+    head = [*prefix, *clip_tokens(problem_ids, kept), *closing]
     if step_budget < 1:
         raise ValueError(f"max_length {max_length} leaves no room for a step")
     windows: list[Window] = []
