@@ -95,7 +95,7 @@ class Project(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
-    # The progress annotators see, frozen once a day (annotation.project_selectors,
+    # The progress annotators see, frozen once a day (annotation.selectors.projects,
     # ``progress_as_annotators_see_it``): {"day": ISO date, "chains_total": ...}.
     annotator_progress = models.JSONField(default=dict, blank=True, editable=False)
 

@@ -13,15 +13,15 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from annotation.dataset_selectors import snapshot_get, training_snapshots
 from annotation.models import ImportBatch, Role
-from annotation.project_selectors import (
+from annotation.selectors.access import project_get_for_member
+from annotation.selectors.datasets import snapshot_get, training_snapshots
+from annotation.selectors.projects import (
     membership_list,
     progress_as_annotators_see_it,
     project_get_with_progress,
     project_list_with_progress,
 )
-from annotation.selectors import project_get_for_member
 from annotation.services.exports import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
 
 

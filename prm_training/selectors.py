@@ -12,7 +12,7 @@ from django.db.models import Model, QuerySet
 from django.http import Http404
 
 from annotation.models import Project, Role
-from annotation.selectors import project_get_for_member
+from annotation.selectors.access import project_get_for_member
 from prm_training.models import ModelVersion, ScoringRun, TrainingRun
 
 ML_ONLY: tuple[str, ...] = (Role.ML,)

@@ -9,7 +9,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from annotation.models import Role
-from annotation.selectors import membership_role, project_get_for_member
+from annotation.selectors.access import membership_role, project_get_for_member
 from prm_training.ml.config import AMBIGUOUS_RULES, CLASS_WEIGHTS, MODES
 from prm_training.models import STRATEGY_SETTINGS, AcquisitionStrategy
 from prm_training.selectors import ML_AND_LEADS

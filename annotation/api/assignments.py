@@ -41,7 +41,7 @@ from annotation.models import (
     Step,
     StepRating,
 )
-from annotation.selectors import project_get_for_labeling, user_and_project_for_labeling
+from annotation.selectors.access import project_get_for_labeling, user_and_project_for_labeling
 from annotation.services.assignments import (
     REQUEST_ID_MAX_LENGTH,
     LeaseConflict,

@@ -25,8 +25,8 @@ from rest_framework.response import Response
 from annotation.api.errors import service_errors_as_400
 from annotation.api.fields import INT32_MAX
 from annotation.api.permissions import LEADS, project_for_request
-from annotation.dataset_selectors import snapshot_get, snapshot_list
 from annotation.models import Role, Snapshot, SnapshotSplit
+from annotation.selectors.datasets import snapshot_get, snapshot_list
 from annotation.services.exports import (
     CONTENT_TYPES,
     EXPORT_FORMATS,

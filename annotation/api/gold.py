@@ -21,8 +21,8 @@ from rest_framework.views import APIView
 from annotation.api.errors import service_errors_as_400
 from annotation.api.fields import IdField
 from annotation.api.permissions import LEADS, project_for_request
-from annotation.gold_selectors import gold_scores, screening_list
 from annotation.models import Chain, ImportBatch, Membership, Screening, ScreeningStatus
+from annotation.selectors.gold import gold_scores, screening_list
 from annotation.services.gold import (
     gold_mark,
     gold_mark_from_import,

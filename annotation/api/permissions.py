@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from annotation.models import Project, Role
-from annotation.selectors import project_get_for_member
+from annotation.selectors.access import project_get_for_member
 
 # Role sets for ``project_for_request(roles=...)``. None means any member.
 ANY_MEMBER: tuple[str, ...] | None = None

@@ -23,7 +23,7 @@ from annotation.api.project_serializers import (
     ProjectUpdateInputSerializer,
 )
 from annotation.models import Membership, Project
-from annotation.project_selectors import (
+from annotation.selectors.projects import (
     membership_list,
     progress_as_annotators_see_it,
     project_get_with_progress,

@@ -29,7 +29,7 @@ from annotation.api.errors import service_errors_as_400
 from annotation.api.fields import IdField
 from annotation.api.permissions import LEADS, project_for_request
 from annotation.models import Annotation, Chain, Role
-from annotation.review_selectors import chain_disagreements, chain_flags, chain_labels
+from annotation.selectors.review import chain_disagreements, chain_flags, chain_labels
 from annotation.services.agreement import agreement_compute
 from annotation.services.review import AdjudicatedRating, adjudication_create
 from annotation.services.workspace import chain_flag_clear

@@ -1,6 +1,6 @@
 """What the annotator workspace needs beyond the queue: flag a broken chain, and the
 caller's own counts. Thin views over ``annotation.services.workspace`` and
-``annotation.workspace_selectors``."""
+``annotation.selectors.workspace``."""
 
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ from annotation.api.assignments import (
     service_errors,
 )
 from annotation.models import Project, ScreeningStatus
-from annotation.selectors import project_get_for_member
+from annotation.selectors.access import project_get_for_member
+from annotation.selectors.workspace import annotator_stats_get
 from annotation.services.workspace import (
     FLAG_REASON_MAX_LENGTH,
     SubmitAndNext,
     assignment_submit_and_claim_next,
     chain_flag,
 )
-from annotation.workspace_selectors import annotator_stats_get
 
 
 class FlagInputSerializer(serializers.Serializer):

@@ -66,7 +66,7 @@ from annotation.models import (
     StepRating,
 )
 from annotation.rows import fetch_models, model_from_row, model_width, select_columns
-from annotation.selectors import project_member_sql
+from annotation.selectors.access import project_member_sql
 from annotation.services.gold import gold_candidate, gold_lease, gold_place_is_free
 
 if TYPE_CHECKING:

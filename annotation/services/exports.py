@@ -50,8 +50,8 @@ from typing import Any, BinaryIO
 import orjson
 from django.core.exceptions import ValidationError
 
-from annotation.dataset_selectors import SnapshotExample, snapshot_examples_streamed
 from annotation.models import Snapshot, SnapshotSplit
+from annotation.selectors.datasets import SnapshotExample, snapshot_examples_streamed
 from annotation.services.snapshots import AMBIGUOUS_CHOICES, DEFAULT_AMBIGUOUS
 
 EXPORT_FORMATS = ("prm800k", "trl", "processbench", "csv", "parquet")

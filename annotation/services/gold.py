@@ -35,12 +35,6 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from annotation.gold_selectors import (
-    ScreeningState,
-    screening_applies,
-    screening_state_get,
-    unseen_gold_chain,
-)
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -52,6 +46,12 @@ from annotation.models import (
     Project,
     Screening,
     ScreeningStatus,
+)
+from annotation.selectors.gold import (
+    ScreeningState,
+    screening_applies,
+    screening_state_get,
+    unseen_gold_chain,
 )
 from annotation.services.closed_leases import closed_leases_sync
 

@@ -2,7 +2,7 @@
 dataset version, split into train and held-out by problem.
 
 A snapshot is written once, here, and never updated: there is no update service, and
-exports and training read it only through ``annotation.dataset_selectors``. Asking for
+exports and training read it only through ``annotation.selectors.datasets``. Asking for
 a snapshot when nothing changed still makes a new version (numbers are cheap, and a
 version then also records who froze the data and when); its ``content_hash`` equals the
 previous one's, which is how a lead or a training run tells that nothing changed.

@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from annotation.api.errors import service_errors_as_400
 from annotation.api.fields import IdField
-from annotation.selectors import project_get_for_member
+from annotation.selectors.access import project_get_for_member
 from prm_training.ml.config import RunSetting
 from prm_training.models import (
     STRATEGY_SETTINGS,

@@ -257,7 +257,7 @@ def test_lead_gets_the_dashboard_others_the_overview(
 def test_python_percentiles_match_percentile_cont() -> None:
     # The SQLite demo ranks durations in Python; it must agree with PostgreSQL's
     # percentile_cont (checked above on the same values: 2000 and 2800).
-    from annotation.dashboard_selectors import DurationStats, _python_percentiles
+    from annotation.selectors.dashboard import DurationStats, _python_percentiles
 
     assert _python_percentiles([3000, 1000, 2000]) == DurationStats(3, 2000.0, 2800.0)
     assert _python_percentiles([]) == DurationStats(0, None, None)
@@ -267,7 +267,7 @@ def test_training_snapshots_are_listed_apart_and_never_replace_the_lead_s(
     labeled: dict[str, Any], make_member: Any, page_client: Any, client_for: Any
 ) -> None:
     # Given: the lead's snapshot, then one a training run took for itself
-    from annotation.dataset_selectors import snapshot_get, training_snapshots
+    from annotation.selectors.datasets import snapshot_get, training_snapshots
     from annotation.services.snapshots import snapshot_create
 
     project = labeled["project"]

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from django.db import connection
 
-from annotation import dataset_selectors
-from annotation.dataset_selectors import (
+from annotation.selectors import datasets as dataset_selectors
+from annotation.selectors.datasets import (
     SnapshotExample,
     snapshot_examples,
     snapshot_examples_streamed,

@@ -18,7 +18,7 @@ from annotation.models import (
     Screening,
     ScreeningStatus,
 )
-from annotation.workspace_selectors import annotator_stats_get
+from annotation.selectors.workspace import annotator_stats_get
 from tests.factories import (
     ChainFactory,
     ImportBatchFactory,

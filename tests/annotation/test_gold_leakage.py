@@ -338,7 +338,7 @@ def test_annotators_see_the_day_s_first_reading_and_leads_the_live_figures(
 
     from django.utils import timezone
 
-    from annotation.project_selectors import (
+    from annotation.selectors.projects import (
         progress_as_annotators_see_it,
         project_list_with_progress,
     )

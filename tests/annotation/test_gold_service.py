@@ -1,5 +1,5 @@
 """Gold chains: marking, the queue mix-in, the overlap, screening and gold scores
-(annotation/services/gold.py, annotation/gold_selectors.py)."""
+(annotation/services/gold.py, annotation/selectors/gold.py)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from annotation.gold_selectors import (
-    compare_to_gold,
-    gold_scores,
-    screening_state_get,
-)
 from annotation.models import (
     AssignmentStatus,
     Chain,
     LabelingMode,
     Screening,
     ScreeningStatus,
+)
+from annotation.selectors.gold import (
+    compare_to_gold,
+    gold_scores,
+    screening_state_get,
 )
 from annotation.services.assignments import (
     RatingInput,
@@ -449,8 +449,8 @@ def test_scores_against_hand_computed_values_in_first_error_mode():
 def test_progress_leaves_gold_chains_out_so_a_finished_project_reads_100_percent():
     """Gold chains never finish (every annotator labels them); counting them kept a
     project's progress below 100 % for ever, on the project list and the dashboard."""
-    from annotation.dashboard_selectors import _progress
-    from annotation.project_selectors import project_list_with_progress
+    from annotation.selectors.dashboard import _progress
+    from annotation.selectors.projects import project_list_with_progress
 
     project = ProjectFactory(overlap=1)
     lead = UserFactory(is_superuser=True)

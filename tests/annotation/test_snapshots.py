@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from annotation.dataset_selectors import snapshot_examples, snapshot_get, snapshot_list
 from annotation.models import SnapshotChain
+from annotation.selectors.datasets import snapshot_examples, snapshot_get, snapshot_list
 from annotation.services.snapshots import problem_split, snapshot_create
 from tests.factories import ChainFactory, ProblemFactory, UserFactory, annotation_with_ratings
 

@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from annotation.importers.formats import FORMATS
 from annotation.models import Project
-from annotation.selectors import project_resolve
+from annotation.selectors.access import project_resolve
 from annotation.services.imports import ImportRejected, chain_import
 
 # Bad lines listed on the terminal; the count says how many more there were.

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.models import Project
-from annotation.selectors import project_resolve
+from annotation.selectors.access import project_resolve
 from prm_training.management.commands._wait import wait_for_run
 from prm_training.ml.config import AMBIGUOUS_RULES, MODES
 from prm_training.models import ModelVersion, RunStatus, TrainingRun

@@ -1,5 +1,5 @@
 """Read paths of the annotator workspace: an annotator's own counts. Access checks stay
-in ``annotation.selectors``."""
+in ``annotation.selectors.access``."""
 
 from __future__ import annotations
 
@@ -10,11 +10,6 @@ from typing import TYPE_CHECKING
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from annotation.gold_selectors import (
-    gold_score_for_annotator,
-    screening_applies,
-    screening_state_get,
-)
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -24,7 +19,12 @@ from annotation.models import (
     Project,
     ScreeningStatus,
 )
-from annotation.selectors import membership_role
+from annotation.selectors.access import membership_role
+from annotation.selectors.gold import (
+    gold_score_for_annotator,
+    screening_applies,
+    screening_state_get,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

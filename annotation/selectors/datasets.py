@@ -1,5 +1,5 @@
 """Read paths over snapshots: listing them, finding one, and streaming its examples for
-exports and training. Access checks stay in ``annotation.selectors``."""
+exports and training. Access checks stay in ``annotation.selectors.access``."""
 
 from __future__ import annotations
 

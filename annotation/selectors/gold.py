@@ -13,7 +13,7 @@ Scoring rules, per (annotator, gold chain), from the annotator's current human a
   The share of gold chains that match.
 
 Nothing here is ever sent to an annotator except the aggregates of
-``gold_score_for_annotator`` (see ``annotation.workspace_selectors``).
+``gold_score_for_annotator`` (see ``annotation.selectors.workspace``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Everything is computed with a fixed number of aggregate queries, whatever the si
 project (pinned in tests/annotation/test_dashboard_api.py): the rows that come back are one
 per (annotator, day), (day, rating) or day, never one per annotation or rating, except for
 the agreement, which ``annotation.services.agreement`` computes from the ratings themselves.
-Access checks stay in ``annotation.selectors``.
+Access checks stay in ``annotation.selectors.access``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from annotation.agreement_math import CATEGORIES, alpha_from_coincidences
 from annotation.models import Annotation, AnnotationSource, Project, StepRating
-from annotation.project_selectors import progress_annotations
+from annotation.selectors.projects import progress_annotations
 from annotation.services.agreement import (
     CurrentRatings,
     ProjectAgreement,
@@ -32,8 +32,8 @@ from annotation.services.agreement import (
     current_human_ratings,
 )
 
-try:  # the gold chains feature (annotation.gold_selectors), when installed
-    from annotation.gold_selectors import gold_passes
+try:  # the gold chains feature (annotation.selectors.gold), when installed
+    from annotation.selectors.gold import gold_passes
 except ImportError:  # pragma: no cover - only before that feature lands
     gold_passes = None  # type: ignore[assignment]
 
