@@ -13,3 +13,5 @@ class PrmTrainingConfig(AppConfig):
         from prm_training.services.training import training_autostart_enqueue
 
         chain_finished_register(training_autostart_enqueue)
+        # Every process registers the tasks: the services send them by name.
+        from prm_training import tasks  # noqa: F401

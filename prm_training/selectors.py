@@ -13,7 +13,7 @@ from django.http import Http404
 
 from annotation.models import Project, Role
 from annotation.selectors.access import project_get_for_member
-from prm_training.models import ModelVersion, ScoringRun, TrainingRun
+from prm_training.models import ModelVersion, ProjectTrainingSettings, ScoringRun, TrainingRun
 
 ML_ONLY: tuple[str, ...] = (Role.ML,)
 ML_AND_LEADS: tuple[str, ...] = (Role.ML, Role.LEAD)
@@ -88,3 +88,9 @@ def model_version_list(*, project: Project) -> QuerySet[ModelVersion]:
 
 def scoring_run_list(*, project: Project) -> QuerySet[ScoringRun]:
     return ScoringRun.objects.filter(project=project).select_related("model_version")
+
+
+def project_training_settings_get(*, project: Project) -> ProjectTrainingSettings:
+    """The project's loop settings; an unsaved row with the defaults when it has none."""
+    found = ProjectTrainingSettings.objects.filter(project=project).first()
+    return found if found is not None else ProjectTrainingSettings(project=project)

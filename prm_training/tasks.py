@@ -3,9 +3,10 @@
 Training and scoring go to queue ``gpu`` (``CELERY_TASK_ROUTES``, by task name).
 They are ``acks_late``: a worker killed mid-run leaves its message to
 be delivered again, which is safe because the services claim their row under a lock and
-return quietly when it is not theirs to run. Services are imported inside the task
-bodies, and torch only inside the services' worker-side code, so importing this module (as
-the web process does to enqueue) never imports torch."""
+return quietly when it is not theirs to run (``services.runs``). The services send these
+tasks by name and never import this module; torch is imported only inside their
+worker-side code, so importing this module (as every process does, from the app's
+``ready``) never imports torch."""
 
 from __future__ import annotations
 
@@ -14,31 +15,44 @@ from typing import Any
 
 from celery import Task, bootsteps, current_app, shared_task
 from celery.signals import worker_ready
+from django.db import connections
+
+from annotation.models import Project
+from prm_training.services.runs import (
+    AUTOSTART_TASK,
+    SCORE_TASK,
+    TRAIN_TASK,
+    runs_dispatch_pending,
+    runs_reap_stale,
+)
+from prm_training.services.scoring import scoring_run_execute
+from prm_training.services.training import (
+    training_autostart_check_all,
+    training_maybe_autostart,
+    training_run_execute,
+)
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="prm_training.train", bind=True, acks_late=True, ignore_result=True)
+@shared_task(name=TRAIN_TASK, bind=True, acks_late=True, ignore_result=True)
 def train_prm_task(self: Task, run_id: int) -> None:
-    from prm_training.services.training import training_run_execute
-
     training_run_execute(
         run_id=run_id, task_id=self.request.id or "", worker=self.request.hostname or ""
     )
 
 
-@shared_task(name="prm_training.score", bind=True, acks_late=True, ignore_result=True)
+@shared_task(name=SCORE_TASK, bind=True, acks_late=True, ignore_result=True)
 def score_chains_task(self: Task, scoring_run_id: int) -> None:
-    from prm_training.services.scoring import scoring_run_execute
+    scoring_run_execute(
+        scoring_run_id=scoring_run_id,
+        task_id=self.request.id or "",
+        worker=self.request.hostname or "",
+    )
 
-    scoring_run_execute(scoring_run_id=scoring_run_id, task_id=self.request.id or "")
 
-
-@shared_task(name="prm_training.autostart_check", acks_late=True, ignore_result=True)
+@shared_task(name=AUTOSTART_TASK, acks_late=True, ignore_result=True)
 def autostart_check_task(project_id: int) -> None:
-    from annotation.models import Project
-    from prm_training.services.training import training_maybe_autostart
-
     project = Project.objects.filter(pk=project_id).first()
     if project is None:
         return
@@ -49,17 +63,15 @@ class DispatchPendingRuns(bootsteps.StartStopStep):
     """A consumer bootstep: its ``start`` runs each time the worker's consumer connects to
     the broker, the first time and after every reconnection (Celery restarts the consumer
     blueprint on a lost connection). So runs requested while Redis was down are sent as
-    soon as any worker is back on it (``runs_dispatch_pending``)."""
+    soon as any worker is back on it (``runs_dispatch_pending``), and the auto-retrain
+    checks lost with it run here (``training_autostart_check_all``)."""
 
     requires = {"celery.worker.consumer.tasks:Tasks"}
 
     def start(self, c: Any) -> None:
-        from django.db import connections
-
-        from prm_training.services.training import runs_dispatch_pending
-
         try:
             sent = runs_dispatch_pending()
+            sent["autostarted"] = training_autostart_check_all()
         except Exception:  # noqa: BLE001 - never keep the worker from consuming
             logger.exception("Dispatching pending runs failed")
         else:
@@ -78,11 +90,9 @@ current_app.steps["consumer"].add(DispatchPendingRuns)
 @worker_ready.connect
 def reap_orphaned_runs(sender: Any = None, **kwargs: Any) -> None:
     """A worker that starts under a node name reaps the runs its earlier process left
-    RUNNING when it was killed (see ``training_run_reap_stale``)."""
-    from prm_training.services.training import training_run_reap_stale
-
+    RUNNING when it was killed (see ``services.runs.runs_reap_stale``)."""
     hostname = getattr(sender, "hostname", "") or ""
     try:
-        training_run_reap_stale(worker=hostname)
+        runs_reap_stale(worker=hostname)
     except Exception:  # noqa: BLE001 - a reap failure must not keep the worker from starting
-        logger.exception("Reaping orphaned training runs failed")
+        logger.exception("Reaping orphaned runs failed")

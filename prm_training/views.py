@@ -12,12 +12,9 @@ from annotation.models import Role
 from annotation.selectors.access import membership_role, project_get_for_member
 from prm_training.ml.config import AMBIGUOUS_RULES, CLASS_WEIGHTS, MODES
 from prm_training.models import STRATEGY_SETTINGS, AcquisitionStrategy
-from prm_training.selectors import ML_AND_LEADS
+from prm_training.selectors import ML_AND_LEADS, project_training_settings_get
 from prm_training.services.backbones import backbone_choices
 from prm_training.services.strategy import acquisition_strategy_resolve
-from prm_training.services.training import (
-    project_training_settings_get,
-)
 
 
 @require_GET

@@ -30,6 +30,7 @@ from prm_training.selectors import (
     ML_ONLY,
     model_version_get_for_member,
     model_version_list,
+    project_training_settings_get,
     scoring_run_get_for_member,
     scoring_run_list,
     training_run_get_for_member,
@@ -41,7 +42,6 @@ from prm_training.services.strategy import acquisition_strategy_resolve
 from prm_training.services.training import (
     CONFIG_FIELDS,
     model_version_activate,
-    project_training_settings_get,
     project_training_settings_update,
     training_run_cancel,
     training_run_start,

@@ -29,6 +29,7 @@ from django.core.exceptions import ValidationError
 
 from annotation.models import Project
 from prm_training.models import ModelVersion
+from prm_training.services.runs import model_dir_root
 
 BUNDLED = ""
 BUNDLED_LABEL = "all-MiniLM-L6-v2 (bundled)"
@@ -78,8 +79,6 @@ def _root_dirs() -> dict[str, Path]:
 
 
 def _version_dirs(project: Project) -> dict[str, Path]:
-    from prm_training.services.training import model_dir_root
-
     root = model_dir_root()
     try:
         real_root = root.resolve(strict=True)

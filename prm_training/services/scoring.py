@@ -17,34 +17,33 @@ from __future__ import annotations
 import logging
 import math
 import random
-import time
-import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
-from django.utils import timezone
 
 from annotation.models import Annotation, AnnotationSource, Chain, LabelingMode, Project
 from prm_training.models import (
     AUTO_STRATEGY,
-    FINISHED_STATUSES,
     AcquisitionStrategy,
     ChainScore,
     ModelVersion,
     RunStatus,
     ScoringRun,
 )
-from prm_training.services.strategy import acquisition_strategy_resolve
-from prm_training.services.training import (
-    MAX_ATTEMPTS,
-    chain_examples_build,
+from prm_training.selectors import project_training_settings_get
+from prm_training.services.examples import chain_examples_build
+from prm_training.services.runs import (
     feature_cache_dir,
-    project_training_settings_get,
-    stale_after,
+    run_claim,
+    run_enqueue_on_commit,
+    run_failure_detail,
+    run_finish,
+    run_heartbeat,
 )
+from prm_training.services.strategy import acquisition_strategy_resolve
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -54,7 +53,6 @@ logger = logging.getLogger(__name__)
 # Chains loaded, scored and stored per round trip; bounds the worker's memory.
 SCORING_PAGE = 1_000
 PRIORITY_CHUNK = 1_000
-HEARTBEAT_SECONDS = 5.0
 
 
 def chains_to_score(*, project: Project) -> QuerySet[Chain]:
@@ -64,24 +62,6 @@ def chains_to_score(*, project: Project) -> QuerySet[Chain]:
     return Chain.objects.filter(project=project, is_finished=False, is_flagged=False).filter(
         ~Exists(human)
     )
-
-
-def _enqueue_scoring(scoring_run_id: int) -> bool:
-    """Send the run's task and stamp ``enqueued_at``; False, and the row left for
-    ``runs_dispatch_pending``, when the broker is unreachable (see ``_enqueue_training``)."""
-    from prm_training.tasks import score_chains_task
-
-    try:
-        score_chains_task.delay(scoring_run_id)
-    except Exception:  # noqa: BLE001 - the row is the outbox; a worker re-sends it
-        logger.warning(
-            "Broker unreachable: scoring run %s waits to be sent", scoring_run_id, exc_info=True
-        )
-        return False
-    ScoringRun.objects.filter(pk=scoring_run_id, enqueued_at__isnull=True).update(
-        enqueued_at=timezone.now()
-    )
-    return True
 
 
 def scoring_run_start(
@@ -124,33 +104,7 @@ def scoring_run_start(
             seed=seed,
             started_by=user if user is not None and user.is_authenticated else None,
         )
-        transaction.on_commit(lambda: _enqueue_scoring(run.pk))
-    return run
-
-
-def _claim(*, scoring_run_id: int, task_id: str) -> ScoringRun | None:
-    now = timezone.now()
-    with transaction.atomic():
-        run = ScoringRun.objects.select_for_update().filter(pk=scoring_run_id).first()
-        if run is None or run.status in FINISHED_STATUSES:
-            return None
-        if run.status == RunStatus.RUNNING:
-            fresh = run.heartbeat_at is not None and run.heartbeat_at >= now - stale_after()
-            if fresh:
-                return None
-            if run.attempts >= MAX_ATTEMPTS:
-                run.status = RunStatus.FAILED
-                run.finished_at = now
-                run.error = f"Worker lost {run.attempts} times; giving up."
-                run.save(update_fields=["status", "finished_at", "error"])
-                return None
-        run.status = RunStatus.RUNNING
-        run.attempts += 1
-        run.started_at = now
-        run.heartbeat_at = now
-        run.celery_task_id = task_id
-        run.error = ""
-        run.save()
+        run_enqueue_on_commit(run)
     return run
 
 
@@ -287,19 +241,19 @@ def cold_start_strategy(*, strategy: str, version: ModelVersion) -> tuple[str, s
     )
 
 
-def scoring_run_execute(*, scoring_run_id: int, task_id: str = "") -> ScoringRun | None:
-    """Score, rank and reprioritize. Called by the ``prm_training.score`` task."""
-    run = _claim(scoring_run_id=scoring_run_id, task_id=task_id)
+def scoring_run_execute(
+    *, scoring_run_id: int, task_id: str = "", worker: str = ""
+) -> ScoringRun | None:
+    """Score, rank and reprioritize. Called by the ``prm_training.score`` task; safe to
+    call again for the same run (``services.runs``)."""
+    run = run_claim(ScoringRun, scoring_run_id, task_id=task_id, worker=worker)
     if run is None:
         return None
     try:
         _score(run)
     except Exception as exc:  # noqa: BLE001 - any failure ends the run, the queue keeps its order
         logger.exception("Scoring run %s failed", run.pk)
-        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        ScoringRun.objects.filter(pk=run.pk, attempts=run.attempts).update(
-            status=RunStatus.FAILED, error=detail[:10_000], finished_at=timezone.now()
-        )
+        run_finish(run, status=RunStatus.FAILED, error=run_failure_detail(exc))
     run.refresh_from_db()
     return run
 
@@ -312,7 +266,6 @@ def _score(run: ScoringRun) -> None:
     prm = load_prm(version.checkpoint_dir, cache_dir=str(feature_cache_dir()))
     chain_ids = list(chains_to_score(project=project).order_by("id").values_list("id", flat=True))
     ScoringRun.objects.filter(pk=run.pk).update(chains_total=len(chain_ids), chains_scored=0)
-    last_beat = time.monotonic()
     scored = 0
     for start in range(0, len(chain_ids), SCORING_PAGE):
         page = list(
@@ -341,11 +294,7 @@ def _score(run: ScoringRun) -> None:
             update_fields=["step_probs", "member_probs"],
         )
         scored += len(rows)
-        fields: dict[str, Any] = {"chains_scored": scored}
-        if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
-            fields["heartbeat_at"] = timezone.now()
-            last_beat = time.monotonic()
-        ScoringRun.objects.filter(pk=run.pk).update(**fields)
+        run_heartbeat(run, chains_scored=scored)
 
     rows = list(ChainScore.objects.filter(scoring_run=run).order_by("chain_id"))
     facts = {
@@ -389,9 +338,4 @@ def _score(run: ScoringRun) -> None:
         row.priority = priorities[row.chain_id]
     ChainScore.objects.bulk_update(rows, ["acquisition", "priority"], batch_size=PRIORITY_CHUNK)
     changed = chain_priorities_write(project=project, priorities=priorities)
-    ScoringRun.objects.filter(pk=run.pk, attempts=run.attempts).update(
-        status=RunStatus.SUCCEEDED,
-        priorities_updated=changed,
-        finished_at=timezone.now(),
-        heartbeat_at=timezone.now(),
-    )
+    run_finish(run, status=RunStatus.SUCCEEDED, priorities_updated=changed)

@@ -1,22 +1,12 @@
-"""Training runs and model versions: start, execute on a worker, cancel, reap, activate.
+"""Training runs and model versions: start, execute on a worker, cancel, activate, and
+the auto-retrain check.
 
 Invariant 4 lives here: a ModelVersion is written only in the transaction that marks its
 run SUCCEEDED; a failed, cancelled or killed run publishes nothing and never touches the
 active version.
 
-How a run survives the broker. The task is ``acks_late`` so a worker that dies loses no
-message, and Redis hands an unacknowledged message out again once its visibility timeout
-has passed (12 h by default). ``training_run_execute`` is therefore idempotent: it claims
-the row QUEUED -> RUNNING under ``SELECT ... FOR UPDATE`` and a second delivery of a run
-that is RUNNING with a fresh heartbeat, or finished, returns without doing anything.
-
-A killed worker leaves its run RUNNING. Waiting 12 h for the redelivery is too long, so
-``training_run_reap_stale`` marks such runs FAILED ("worker lost"): a worker that starts
-reaps the runs recorded under its own node name (one node name is one process, so a run
-still RUNNING under it when the node starts was orphaned), and any worker reaps runs whose
-heartbeat is older than ``STEPLAB_TRAINING_STALE_SECONDS``. A redelivery that finds a stale
-run RUNNING takes it over itself if ``attempts`` is below ``MAX_ATTEMPTS``. A reaped run is
-not restarted: ML staff start a new one (the page and ``train_prm`` do it in one step).
+The lifecycle a training run shares with scoring runs (outbox, claim, heartbeat, reaper,
+the attempt that owns a run) is ``services.runs``.
 
 Torch is imported only inside ``training_run_execute`` and what it calls, never at module
 level: the web process imports this module to start and cancel runs."""
@@ -25,22 +15,18 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import shutil
 import time
-import traceback
 from collections.abc import Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from annotation.models import Chain, Project, Snapshot, SnapshotChain, SnapshotSplit
+from annotation.models import Chain, Project, Snapshot, SnapshotSplit
 from prm_training.ml.config import run_settings
 from prm_training.models import (
     FINISHED_STATUSES,
@@ -51,6 +37,18 @@ from prm_training.models import (
     TrainingRun,
 )
 from prm_training.services.backbones import backbone_path
+from prm_training.services.examples import snapshot_chain_examples
+from prm_training.services.runs import (
+    AUTOSTART_TASK,
+    feature_cache_dir,
+    run_claim,
+    run_enqueue_on_commit,
+    run_failure_detail,
+    run_finish,
+    run_heartbeat,
+    task_send,
+    training_attempt_dir,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -59,8 +57,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# A run whose worker died is taken over by a redelivery at most this many times in all.
-MAX_ATTEMPTS = 2
 # Progress, loss and heartbeat are written at most this often; the cancel flag is read as
 # often. Training calls back once per step, far too often for a row update each.
 PROGRESS_WRITE_SECONDS = 1.0
@@ -118,35 +114,6 @@ def training_config_clean(*, config: Mapping[str, Any], project: Project) -> dic
     return cleaned
 
 
-def model_dir_root() -> Path:
-    """Where checkpoints go: ``STEPLAB_MODEL_DIR`` from the environment (read at call time,
-    so a worker started with it uses it) or the setting of that name, else ``var/models``."""
-    configured = os.environ.get("STEPLAB_MODEL_DIR") or getattr(
-        django_settings, "STEPLAB_MODEL_DIR", ""
-    )
-    return Path(configured) if configured else Path(django_settings.BASE_DIR) / "var" / "models"
-
-
-def feature_cache_dir() -> Path:
-    """Where the worker keeps frozen backbones' step features, so each chain goes through
-    a backbone once, not once per round or per worker restart: ``STEPLAB_FEATURE_CACHE_DIR``
-    from the environment, else ``feature-cache`` under the model directory. One folder per
-    backbone, window length, pooling and text layout (``ml.features.feature_cache``);
-    about 6 KB per step for a 7B backbone in float16, removable at any time."""
-    configured = os.environ.get("STEPLAB_FEATURE_CACHE_DIR")
-    return Path(configured) if configured else model_dir_root() / "feature-cache"
-
-
-def stale_after() -> timedelta:
-    return timedelta(seconds=float(os.environ.get("STEPLAB_TRAINING_STALE_SECONDS", "900")))
-
-
-def project_training_settings_get(*, project: Project) -> ProjectTrainingSettings:
-    """The project's loop settings; an unsaved row with the defaults when it has none."""
-    found = ProjectTrainingSettings.objects.filter(project=project).first()
-    return found if found is not None else ProjectTrainingSettings(project=project)
-
-
 LOOP_FIELDS = ("acquisition_strategy", "random_fraction", "retrain_every_n_finished")
 
 
@@ -184,53 +151,6 @@ def project_training_settings_update(
 # --- start, cancel -----------------------------------------------------------------------
 
 
-def _enqueue_training(run_id: int) -> bool:
-    """Send the run's task and stamp ``enqueued_at``. Runs after the commit, so a request
-    that started the run must not fail here: when the broker is unreachable the row stays
-    QUEUED with ``enqueued_at`` empty (the outbox) and ``runs_dispatch_pending`` sends it
-    once a worker reaches the broker again. Returns whether the broker took it."""
-    from prm_training.tasks import train_prm_task
-
-    try:
-        train_prm_task.delay(run_id)
-    except Exception:  # noqa: BLE001 - the row is the outbox; a worker re-sends it
-        logger.warning(
-            "Broker unreachable: training run %s waits to be sent", run_id, exc_info=True
-        )
-        return False
-    TrainingRun.objects.filter(pk=run_id, enqueued_at__isnull=True).update(
-        enqueued_at=timezone.now()
-    )
-    return True
-
-
-def runs_dispatch_pending() -> dict[str, int]:
-    """Send what waited for the broker: QUEUED training and scoring runs whose enqueue
-    failed (``enqueued_at`` empty), then the auto-retrain check of every project that has
-    one (its submit-time check may have been lost with the broker). Called by every worker
-    each time it (re)connects to the broker (``tasks.DispatchPendingRuns``).
-
-    Two workers reconnecting at once may both send a run; that is harmless, since the
-    task claims its row QUEUED -> RUNNING under a lock and a second delivery returns."""
-    from prm_training.models import ScoringRun
-    from prm_training.services.scoring import _enqueue_scoring
-
-    sent = {"training": 0, "scoring": 0, "autostarted": 0}
-    waiting = TrainingRun.objects.filter(
-        status=RunStatus.QUEUED, enqueued_at__isnull=True, cancel_requested=False
-    )
-    for run_id in waiting.order_by("pk").values_list("pk", flat=True):
-        sent["training"] += _enqueue_training(run_id)
-    scoring = ScoringRun.objects.filter(status=RunStatus.QUEUED, enqueued_at__isnull=True)
-    for run_id in scoring.order_by("pk").values_list("pk", flat=True):
-        sent["scoring"] += _enqueue_scoring(run_id)
-    auto = ProjectTrainingSettings.objects.filter(retrain_every_n_finished__gt=0)
-    for project in Project.objects.filter(pk__in=auto.values("project_id")).order_by("pk"):
-        if training_maybe_autostart(project=project) is not None:
-            sent["autostarted"] += 1
-    return sent
-
-
 def training_run_start(
     *,
     project: Project,
@@ -256,7 +176,7 @@ def training_run_start(
                 project=project, is_finished=True
             ).count(),
         )
-        transaction.on_commit(lambda: _enqueue_training(run.pk))
+        run_enqueue_on_commit(run)
     return run
 
 
@@ -275,151 +195,7 @@ def training_run_cancel(*, run: TrainingRun) -> TrainingRun:
     return run
 
 
-def training_run_reap_stale(*, worker: str = "", now: Any = None) -> int:
-    """Mark FAILED the RUNNING runs whose worker is gone: those recorded under ``worker``
-    (called when a worker node starts, so its own earlier process is dead) and those whose
-    heartbeat is older than ``stale_after()``. Returns how many runs were reaped.
-
-    Their partial checkpoint directories are removed; no ModelVersion exists for them, and
-    the active version is untouched."""
-    now = now or timezone.now()
-    reaped = 0
-    with transaction.atomic():
-        candidates = TrainingRun.objects.select_for_update(skip_locked=True).filter(
-            status=RunStatus.RUNNING
-        )
-        for run in candidates:
-            orphaned = bool(worker) and run.worker == worker
-            silent = run.heartbeat_at is None or run.heartbeat_at < now - stale_after()
-            if not (orphaned or silent):
-                continue
-            run.status = RunStatus.FAILED
-            run.finished_at = now
-            run.error = (
-                f"Worker lost: {run.worker or 'unknown worker'} stopped while training "
-                f"(attempt {run.attempts}). Start a new run."
-            )
-            run.save(update_fields=["status", "finished_at", "error"])
-            _remove_checkpoint(run)
-            reaped += 1
-    if reaped:
-        logger.warning("Reaped %d training run(s) whose worker was lost.", reaped)
-    return reaped
-
-
 # --- execute (worker side) ---------------------------------------------------------------
-
-
-def _run_dir(run: TrainingRun) -> Path:
-    # One directory per attempt: a takeover never trains into a dead attempt's leftovers.
-    return model_dir_root() / f"project-{run.project_id}" / f"run-{run.pk}-a{run.attempts}"
-
-
-def _remove_checkpoint(run: TrainingRun) -> None:
-    if run.attempts:
-        shutil.rmtree(_run_dir(run), ignore_errors=True)
-
-
-def _claim(*, run_id: int, task_id: str, worker: str) -> TrainingRun | None:
-    """QUEUED -> RUNNING under the row lock, or None when there is nothing to do."""
-    now = timezone.now()
-    with transaction.atomic():
-        run = TrainingRun.objects.select_for_update().filter(pk=run_id).first()
-        if run is None:
-            return None
-        if run.status == RunStatus.RUNNING:
-            # A redelivered message. A live heartbeat means a worker is on it.
-            fresh = run.heartbeat_at is not None and run.heartbeat_at >= now - stale_after()
-            if fresh:
-                return None
-            if run.attempts >= MAX_ATTEMPTS:
-                run.status = RunStatus.FAILED
-                run.finished_at = now
-                run.error = f"Worker lost {run.attempts} times; giving up."
-                run.save(update_fields=["status", "finished_at", "error"])
-                _remove_checkpoint(run)
-                return None
-            _remove_checkpoint(run)
-        elif run.status != RunStatus.QUEUED:
-            return None
-        if run.cancel_requested:
-            run.status = RunStatus.CANCELLED
-            run.finished_at = now
-            run.save(update_fields=["status", "finished_at"])
-            return None
-        run.status = RunStatus.RUNNING
-        run.attempts += 1
-        run.started_at = now
-        run.heartbeat_at = now
-        run.celery_task_id = task_id
-        run.worker = worker
-        run.progress = 0.0
-        run.loss_history = []
-        run.last_loss = None
-        run.error = ""
-        run.save()
-    return run
-
-
-def _still_mine(run: TrainingRun) -> bool:
-    """Whether this attempt still owns the run (it may have been reaped or taken over)."""
-    return TrainingRun.objects.filter(
-        pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts
-    ).exists()
-
-
-def _finish(run: TrainingRun, *, status: str, error: str = "") -> None:
-    updated = TrainingRun.objects.filter(
-        pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts
-    ).update(status=status, error=error, finished_at=timezone.now())
-    if updated:
-        _remove_checkpoint(run)
-
-
-def snapshot_chain_examples(*, snapshot: Snapshot, split: str | None = None) -> list[ChainExample]:
-    """The snapshot's chains as the ML package's ChainExample, labels from the snapshot
-    (consensus at snapshot time, not the chain's labels now)."""
-    rows = SnapshotChain.objects.filter(snapshot=snapshot).select_related("chain__problem")
-    if split is not None:
-        rows = rows.filter(split=split)
-    rows = rows.order_by("chain_id")
-    return chain_examples_build(chains=[(row.chain, tuple(row.labels)) for row in rows])
-
-
-def _stated_verdict(meta: dict[str, Any]) -> bool | None:
-    """The import's own verdict on the final answer (ProcessBench's final_answer_correct,
-    kept in the chain's meta), if it gave one."""
-    verdict = meta.get("final_answer_correct") if isinstance(meta, dict) else None
-    return verdict if isinstance(verdict, bool) else None
-
-
-def chain_examples_build(
-    *, chains: list[tuple[Chain, tuple[int | None, ...] | None]]
-) -> list[ChainExample]:
-    """ChainExamples for (chain, labels) pairs, the steps of all chains read in one query.
-    The chains need their ``problem`` loaded (``select_related``)."""
-    from annotation.models import Step
-    from prm_training.ml.data import ChainExample
-
-    steps: dict[int, list[str]] = {chain.pk: [] for chain, _ in chains}
-    for chain_id, text in (
-        Step.objects.filter(chain_id__in=list(steps))
-        .order_by("chain_id", "index")
-        .values_list("chain_id", "text")
-    ):
-        steps[chain_id].append(text)
-    return [
-        ChainExample(
-            chain_id=chain.pk,
-            problem=chain.problem.text,
-            steps=tuple(steps[chain.pk]),
-            labels=labels,
-            answer=chain.final_answer,
-            reference_answer=chain.problem.reference_answer,
-            answer_correct=_stated_verdict(chain.meta),
-        )
-        for chain, labels in chains
-    ]
 
 
 class _RunReporter:
@@ -443,13 +219,13 @@ class _RunReporter:
         if now - self.last_write < PROGRESS_WRITE_SECONDS:
             return
         self.last_write = now
-        fields: dict[str, Any] = {"heartbeat_at": timezone.now()}
+        fields: dict[str, Any] = {}
         if fraction is not None:
             fields["progress"] = min(1.0, max(0.0, self.start + self.span * float(fraction)))
         if self.losses:
             fields["last_loss"] = self.losses[-1]
             fields["loss_history"] = _thin(self.losses, LOSS_HISTORY_MAX)
-        TrainingRun.objects.filter(pk=self.run.pk, attempts=self.run.attempts).update(**fields)
+        run_heartbeat(self.run, **fields)
 
     def progress(self, event: Any) -> None:
         self.beat(_progress_fraction(event), _progress_loss(event))
@@ -541,14 +317,20 @@ def training_run_execute(*, run_id: int, task_id: str = "", worker: str = "") ->
     """Train the run's PRM and publish the result. Called by the ``prm_training.train``
     task; safe to call again for the same run (see the module docstring). Returns the run
     as it ended, or None when this call had nothing to do."""
-    run = _claim(run_id=run_id, task_id=task_id, worker=worker)
+    run = run_claim(
+        TrainingRun,
+        run_id,
+        task_id=task_id,
+        worker=worker,
+        reset={"progress": 0.0, "loss_history": [], "last_loss": None},
+    )
     if run is None:
         return None
     from prm_training.ml.config import PRMConfig
     from prm_training.ml.train import TrainingCancelled, train_prm
 
     reporter = _RunReporter(run, span=0.95)
-    out_dir = _run_dir(run)
+    out_dir = training_attempt_dir(run)
     try:
         snapshot = _ensure_snapshot(run)
         train = snapshot_chain_examples(snapshot=snapshot, split=SnapshotSplit.TRAIN)
@@ -576,13 +358,12 @@ def training_run_execute(*, run_id: int, task_id: str = "", worker: str = "") ->
         )
         return _publish(run=run, result=result, heldout=heldout, reporter=reporter)
     except TrainingCancelled:
-        _finish(run, status=RunStatus.CANCELLED)
+        run_finish(run, status=RunStatus.CANCELLED)
     except ValidationError as exc:
-        _finish(run, status=RunStatus.FAILED, error="; ".join(exc.messages))
+        run_finish(run, status=RunStatus.FAILED, error="; ".join(exc.messages))
     except Exception as exc:  # noqa: BLE001 - any failure of the training code ends the run
         logger.exception("Training run %s failed", run.pk)
-        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        _finish(run, status=RunStatus.FAILED, error=detail[:10_000])
+        run_finish(run, status=RunStatus.FAILED, error=run_failure_detail(exc))
     run.refresh_from_db()
     return run
 
@@ -731,6 +512,17 @@ def training_maybe_autostart(*, project: Project) -> TrainingRun | None:
         )
 
 
+def training_autostart_check_all() -> int:
+    """Run the auto-retrain check of every project that retrains automatically (a
+    worker does it when it reconnects to the broker: the checks sent while the broker was
+    down were lost). Returns how many runs it started."""
+    auto = ProjectTrainingSettings.objects.filter(retrain_every_n_finished__gt=0)
+    started = 0
+    for project in Project.objects.filter(pk__in=auto.values("project_id")).order_by("pk"):
+        started += training_maybe_autostart(project=project) is not None
+    return started
+
+
 # Whether a project retrains automatically, as this process last read it: (enabled, read
 # at). Most projects never do, and their submits should not pay for a broker message
 # each. Another process that read "off" less than AUTOSTART_SETTING_TTL seconds before ML
@@ -762,10 +554,8 @@ def training_autostart_enqueue(*, project_id: int) -> None:
         return
 
     def send() -> None:
-        from prm_training.tasks import autostart_check_task
-
         try:
-            autostart_check_task.apply_async((project_id,), queue="default")
+            task_send(AUTOSTART_TASK, (project_id,), queue="default")
         except Exception:  # noqa: BLE001 - a broker hiccup must not fail a label submit
             logger.exception("Could not enqueue the auto-training check for %s", project_id)
 

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
-from django.utils import timezone
 
 from annotation.models import Snapshot
 from prm_training.models import ModelVersion, RunStatus, TrainingRun
@@ -19,7 +17,6 @@ from prm_training.services.training import (
     model_version_activate,
     training_config_clean,
     training_run_cancel,
-    training_run_reap_stale,
 )
 from tests.factories import ChainFactory, ProjectFactory
 
@@ -196,27 +193,6 @@ def test_cancelling_a_running_run_only_asks_and_a_finished_one_is_refused(projec
     done = TrainingRun.objects.create(project=project, status=RunStatus.SUCCEEDED)
     with pytest.raises(ValidationError):
         training_run_cancel(run=done)
-
-
-def test_reaping_fails_runs_of_a_restarted_worker_and_silent_ones_only(project: Any) -> None:
-    now = timezone.now()
-    mine = TrainingRun.objects.create(
-        project=project, status=RunStatus.RUNNING, worker="w@a", heartbeat_at=now, attempts=1
-    )
-    silent = TrainingRun.objects.create(
-        project=project,
-        status=RunStatus.RUNNING,
-        worker="w@b",
-        heartbeat_at=now - timedelta(hours=2),
-        attempts=1,
-    )
-    alive = TrainingRun.objects.create(
-        project=project, status=RunStatus.RUNNING, worker="w@b", heartbeat_at=now, attempts=1
-    )
-    assert training_run_reap_stale(worker="w@a", now=now) == 2
-    statuses = dict(TrainingRun.objects.values_list("pk", "status"))
-    assert statuses[mine.pk] == statuses[silent.pk] == RunStatus.FAILED
-    assert statuses[alive.pk] == RunStatus.RUNNING
 
 
 def test_mixed_priorities_follow_acquisition_and_mix_in_random_chains() -> None:

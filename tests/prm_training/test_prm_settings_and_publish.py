@@ -303,33 +303,6 @@ def test_undefined_metrics_are_left_out_of_a_published_version_not_stored_as_nan
     assert "Does not beat active v1" in second.activation_note
 
 
-# --- the outbox: runs whose enqueue failed -----------------------------------------------
-
-
-def test_dispatch_sends_only_the_queued_runs_the_broker_never_took(project: Any) -> None:
-    # Given runs waiting for the broker, one it took, and one cancelled while waiting
-    from django.utils import timezone
-
-    from prm_training.services.training import runs_dispatch_pending
-
-    waiting = TrainingRun.objects.create(project=project)
-    taken_at = timezone.now()
-    taken = TrainingRun.objects.create(project=project, enqueued_at=taken_at)
-    cancelled = TrainingRun.objects.create(project=project, cancel_requested=True)
-
-    # When a worker connects to the (reachable) broker and dispatches
-    sent = runs_dispatch_pending()
-
-    # Then only the waiting run was sent and stamped; auto-retraining is off here
-    assert sent == {"training": 1, "scoring": 0, "autostarted": 0}
-    waiting.refresh_from_db()
-    taken.refresh_from_db()
-    cancelled.refresh_from_db()
-    assert waiting.enqueued_at is not None
-    assert taken.enqueued_at == taken_at
-    assert cancelled.enqueued_at is None
-
-
 def test_training_and_scoring_go_to_the_gpu_queue_and_the_check_to_default() -> None:
     # Routes match task names; a module-path route once sent training to "default"
     from config.celery import app
@@ -348,7 +321,7 @@ def test_the_prm_reads_the_final_answer_s_grade_from_the_reference_or_the_import
     # Given: a chain whose answer matches the problem's reference, one whose import stated
     # its answer wrong (ProcessBench's final_answer_correct), and one that cannot be graded
     from prm_training.ml.inputs import answer_grade
-    from prm_training.services.training import chain_examples_build
+    from prm_training.services.examples import chain_examples_build
 
     graded = ChainFactory(
         project=project,

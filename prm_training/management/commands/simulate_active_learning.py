@@ -91,7 +91,7 @@ def _read_project(project_id: int) -> tuple[list[Any], dict[int, bool | None], i
     """(ChainExamples of the project's newest snapshot, their graded answers, its version)."""
     from annotation.models import Project, Snapshot
     from prm_training.ml.inputs import answer_grade
-    from prm_training.services.training import snapshot_chain_examples
+    from prm_training.services.examples import snapshot_chain_examples
 
     if not Project.objects.filter(pk=project_id).exists():
         raise CommandError(f"no project {project_id}")

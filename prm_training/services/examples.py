@@ -1,0 +1,57 @@
+"""Labeled and unlabeled chains as the ML package's ``ChainExample``: what training,
+evaluation, scoring and the simulator feed the PRM. The ML package never reads the
+database; this module is where rows become its input."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from annotation.models import Chain, Snapshot, SnapshotChain, Step
+
+if TYPE_CHECKING:
+    from prm_training.ml.data import ChainExample
+
+
+def snapshot_chain_examples(*, snapshot: Snapshot, split: str | None = None) -> list[ChainExample]:
+    """The snapshot's chains as the ML package's ChainExample, labels from the snapshot
+    (consensus at snapshot time, not the chain's labels now)."""
+    rows = SnapshotChain.objects.filter(snapshot=snapshot).select_related("chain__problem")
+    if split is not None:
+        rows = rows.filter(split=split)
+    rows = rows.order_by("chain_id")
+    return chain_examples_build(chains=[(row.chain, tuple(row.labels)) for row in rows])
+
+
+def _stated_verdict(meta: dict[str, Any]) -> bool | None:
+    """The import's own verdict on the final answer (ProcessBench's final_answer_correct,
+    kept in the chain's meta), if it gave one."""
+    verdict = meta.get("final_answer_correct") if isinstance(meta, dict) else None
+    return verdict if isinstance(verdict, bool) else None
+
+
+def chain_examples_build(
+    *, chains: list[tuple[Chain, tuple[int | None, ...] | None]]
+) -> list[ChainExample]:
+    """ChainExamples for (chain, labels) pairs, the steps of all chains read in one query.
+    The chains need their ``problem`` loaded (``select_related``)."""
+    from prm_training.ml.data import ChainExample
+
+    steps: dict[int, list[str]] = {chain.pk: [] for chain, _ in chains}
+    for chain_id, text in (
+        Step.objects.filter(chain_id__in=list(steps))
+        .order_by("chain_id", "index")
+        .values_list("chain_id", "text")
+    ):
+        steps[chain_id].append(text)
+    return [
+        ChainExample(
+            chain_id=chain.pk,
+            problem=chain.problem.text,
+            steps=tuple(steps[chain.pk]),
+            labels=labels,
+            answer=chain.final_answer,
+            reference_answer=chain.problem.reference_answer,
+            answer_correct=_stated_verdict(chain.meta),
+        )
+        for chain, labels in chains
+    ]

@@ -1,0 +1,268 @@
+"""The lifecycle every PRM run shares, training and scoring alike: sent to a worker
+through an outbox, claimed under a row lock, kept alive by a heartbeat, reaped when its
+worker is lost, finished by the attempt that owns it.
+
+How a run survives the broker. Its task is ``acks_late``, so a worker that dies loses no
+message, and Redis hands an unacknowledged message out again once its visibility timeout
+has passed (12 h by default). Executing a run is therefore idempotent: ``run_claim``
+moves the row QUEUED -> RUNNING under ``SELECT ... FOR UPDATE``, and a second delivery of a
+run that is RUNNING with a fresh heartbeat, or finished, gets None and returns.
+
+A killed worker leaves its run RUNNING. Waiting 12 h for the redelivery is too long, so
+``runs_reap_stale`` marks such runs FAILED ("worker lost"): a worker that starts reaps the
+runs recorded under its own node name (one node name is one process, so a run still
+RUNNING under it when the node starts was orphaned), and any worker reaps runs whose
+heartbeat is older than ``STEPLAB_TRAINING_STALE_SECONDS``. A redelivery that finds a stale
+run RUNNING takes it over itself if ``attempts`` is below ``MAX_ATTEMPTS``. A reaped run is
+not restarted: ML staff start a new one.
+
+The row is the outbox. A run is sent after its row commits; when the broker is
+unreachable the row stays QUEUED with ``enqueued_at`` empty and ``runs_dispatch_pending``
+sends it once a worker reaches the broker again.
+
+Tasks are sent by name through Celery's registry (the app registers ``prm_training.tasks``
+in ``ready()``): the task module calls the services, never the other way round."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import traceback
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from celery import current_app
+from django.conf import settings as django_settings
+from django.db import transaction
+from django.utils import timezone
+
+from prm_training.models import (
+    FINISHED_STATUSES,
+    RunStatus,
+    ScoringRun,
+    TrainingRun,
+)
+
+logger = logging.getLogger(__name__)
+
+TRAIN_TASK = "prm_training.train"
+SCORE_TASK = "prm_training.score"
+AUTOSTART_TASK = "prm_training.autostart_check"
+
+# A run whose worker died is taken over by a redelivery at most this many times in all.
+MAX_ATTEMPTS = 2
+
+Run = TrainingRun | ScoringRun
+RUN_TASKS: dict[type[Run], str] = {TrainingRun: TRAIN_TASK, ScoringRun: SCORE_TASK}
+
+
+def model_dir_root() -> Path:
+    """Where checkpoints go: ``STEPLAB_MODEL_DIR`` from the environment (read at call time,
+    so a worker started with it uses it) or the setting of that name, else ``var/models``."""
+    configured = os.environ.get("STEPLAB_MODEL_DIR") or getattr(
+        django_settings, "STEPLAB_MODEL_DIR", ""
+    )
+    return Path(configured) if configured else Path(django_settings.BASE_DIR) / "var" / "models"
+
+
+def feature_cache_dir() -> Path:
+    """Where the worker keeps frozen backbones' step features, so each chain goes through
+    a backbone once, not once per round or per worker restart: ``STEPLAB_FEATURE_CACHE_DIR``
+    from the environment, else ``feature-cache`` under the model directory. One folder per
+    backbone, window length, pooling and text layout (``ml.features.feature_cache``);
+    about 6 KB per step for a 7B backbone in float16, removable at any time."""
+    configured = os.environ.get("STEPLAB_FEATURE_CACHE_DIR")
+    return Path(configured) if configured else model_dir_root() / "feature-cache"
+
+
+def stale_after() -> timedelta:
+    return timedelta(seconds=float(os.environ.get("STEPLAB_TRAINING_STALE_SECONDS", "900")))
+
+
+def training_attempt_dir(run: TrainingRun) -> Path:
+    """One checkpoint directory per attempt: a takeover never trains into a dead attempt's
+    leftovers."""
+    return model_dir_root() / f"project-{run.project_id}" / f"run-{run.pk}-a{run.attempts}"
+
+
+def _leftovers_remove(run: Run) -> None:
+    """What a lost or finished attempt leaves on disk: a training attempt's checkpoint
+    directory (its ModelVersion, if any, points at a directory of its own)."""
+    if isinstance(run, TrainingRun) and run.attempts:
+        shutil.rmtree(training_attempt_dir(run), ignore_errors=True)
+
+
+# --- sending -----------------------------------------------------------------------------
+
+
+def task_send(name: str, args: tuple[Any, ...], **options: Any) -> None:
+    """Send the task registered under ``name`` (run in-process when Celery is eager, as in
+    the demo). Raises what the broker raises."""
+    current_app.tasks[name].apply_async(args, **options)
+
+
+def run_enqueue(run_model: type[Run], run_id: int) -> bool:
+    """Send the run's task and stamp ``enqueued_at``. Runs after the commit, so a request
+    that started the run must not fail here: when the broker is unreachable the row stays
+    QUEUED with ``enqueued_at`` empty and ``runs_dispatch_pending`` sends it later. Returns
+    whether the broker took it."""
+    try:
+        task_send(RUN_TASKS[run_model], (run_id,))
+    except Exception:  # noqa: BLE001 - the row is the outbox; a worker re-sends it
+        logger.warning(
+            "Broker unreachable: %s %s waits to be sent",
+            run_model._meta.verbose_name,
+            run_id,
+            exc_info=True,
+        )
+        return False
+    run_model.objects.filter(pk=run_id, enqueued_at__isnull=True).update(enqueued_at=timezone.now())
+    return True
+
+
+def run_enqueue_on_commit(run: Run) -> None:
+    """Send ``run`` once the current transaction commits, so a worker never looks for a
+    row that was rolled back."""
+    run_model, run_id = type(run), run.pk
+    transaction.on_commit(lambda: run_enqueue(run_model, run_id))
+
+
+def runs_dispatch_pending() -> dict[str, int]:
+    """Send what waited for the broker: QUEUED training and scoring runs whose enqueue
+    failed (``enqueued_at`` empty). Called by every worker each time it (re)connects to
+    the broker (``tasks.DispatchPendingRuns``, which then runs the auto-retrain checks
+    that may have been lost with the broker).
+
+    Two workers reconnecting at once may both send a run; that is harmless, since the
+    task claims its row QUEUED -> RUNNING under a lock and a second delivery returns."""
+    sent = {"training": 0, "scoring": 0}
+    for run_model, key in ((TrainingRun, "training"), (ScoringRun, "scoring")):
+        waiting = run_model.objects.filter(status=RunStatus.QUEUED, enqueued_at__isnull=True)
+        if run_model is TrainingRun:
+            waiting = waiting.filter(cancel_requested=False)
+        for run_id in waiting.order_by("pk").values_list("pk", flat=True):
+            sent[key] += run_enqueue(run_model, run_id)
+    return sent
+
+
+# --- claim, heartbeat, finish (worker side) ----------------------------------------------
+
+
+def run_claim(
+    run_model: type[Run],
+    run_id: int,
+    *,
+    task_id: str,
+    worker: str,
+    reset: dict[str, Any] | None = None,
+) -> Run | None:
+    """QUEUED -> RUNNING under the row lock, with ``reset`` (the fields a new attempt
+    starts from) written too, or None when there is nothing to do: the run is gone,
+    finished, or RUNNING under a live heartbeat. A stale RUNNING run is taken over (its
+    attempt's leftovers removed) unless it used ``MAX_ATTEMPTS``; then it fails."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = run_model.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status in FINISHED_STATUSES:
+            return None
+        if run.status == RunStatus.RUNNING:
+            fresh = run.heartbeat_at is not None and run.heartbeat_at >= now - stale_after()
+            if fresh:
+                return None
+            _leftovers_remove(run)
+            if run.attempts >= MAX_ATTEMPTS:
+                run.status = RunStatus.FAILED
+                run.finished_at = now
+                run.error = f"Worker lost {run.attempts} times; giving up."
+                run.save(update_fields=["status", "finished_at", "error"])
+                return None
+        if getattr(run, "cancel_requested", False):
+            run.status = RunStatus.CANCELLED
+            run.finished_at = now
+            run.save(update_fields=["status", "finished_at"])
+            return None
+        run.status = RunStatus.RUNNING
+        run.attempts += 1
+        run.started_at = now
+        run.heartbeat_at = now
+        run.celery_task_id = task_id
+        run.worker = worker
+        run.error = ""
+        for name, value in (reset or {}).items():
+            setattr(run, name, value)
+        run.save()
+    return run
+
+
+def _owned(run: Run) -> Any:
+    """The run's row while this attempt still owns it (it may have been reaped or taken
+    over since)."""
+    return type(run).objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts)
+
+
+def run_still_mine(run: Run) -> bool:
+    return _owned(run).exists()
+
+
+def run_heartbeat(run: Run, **fields: Any) -> None:
+    """Stamp this attempt's heartbeat, with ``fields`` (progress, counts) in the same
+    update. A no-op once the attempt no longer owns the run."""
+    type(run).objects.filter(pk=run.pk, attempts=run.attempts).update(
+        heartbeat_at=timezone.now(), **fields
+    )
+
+
+def run_finish(run: Run, *, status: str, error: str = "", **fields: Any) -> bool:
+    """End this attempt's run with ``status`` (and ``fields``), if the attempt still owns
+    it; its leftovers are removed. Returns whether it did."""
+    updated = _owned(run).update(
+        status=status, error=error[:10_000], finished_at=timezone.now(), **fields
+    )
+    if updated and status != RunStatus.SUCCEEDED:
+        _leftovers_remove(run)
+    return bool(updated)
+
+
+# --- the reaper --------------------------------------------------------------------------
+
+
+def runs_reap_stale(*, worker: str = "", now: datetime | None = None) -> int:
+    """Mark FAILED the RUNNING training and scoring runs whose worker is gone: those
+    recorded under ``worker`` (called when a worker node starts, so its own earlier process
+    is dead) and those whose heartbeat is older than ``stale_after()``. Returns how many
+    runs were reaped.
+
+    A training run's partial checkpoint directory is removed; no ModelVersion exists for
+    it, and the active version is untouched. A scoring run keeps the priorities it wrote
+    (each chunk was whole)."""
+    now = now or timezone.now()
+    reaped = 0
+    for run_model in (TrainingRun, ScoringRun):
+        with transaction.atomic():
+            candidates = run_model.objects.select_for_update(skip_locked=True).filter(
+                status=RunStatus.RUNNING
+            )
+            for run in candidates:
+                orphaned = bool(worker) and run.worker == worker
+                silent = run.heartbeat_at is None or run.heartbeat_at < now - stale_after()
+                if not (orphaned or silent):
+                    continue
+                run.status = RunStatus.FAILED
+                run.finished_at = now
+                run.error = (
+                    f"Worker lost: {run.worker or 'unknown worker'} stopped while running "
+                    f"(attempt {run.attempts}). Start a new run."
+                )
+                run.save(update_fields=["status", "finished_at", "error"])
+                _leftovers_remove(run)
+                reaped += 1
+    if reaped:
+        logger.warning("Reaped %d run(s) whose worker was lost.", reaped)
+    return reaped
+
+
+def run_failure_detail(exc: BaseException) -> str:
+    """The one line a failed run shows: the exception's type and message."""
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
