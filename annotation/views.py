@@ -13,6 +13,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
 from annotation.models import ImportBatch, Role
 from annotation.selectors.access import project_get_for_member
 from annotation.selectors.datasets import snapshot_get, training_snapshots
@@ -22,7 +23,6 @@ from annotation.selectors.projects import (
     project_get_with_progress,
     project_list_with_progress,
 )
-from annotation.services.exports import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
 
 
 class LoginView(auth_views.LoginView):

@@ -25,16 +25,10 @@ from rest_framework.response import Response
 from annotation.api.errors import service_errors_as_400
 from annotation.api.fields import INT32_MAX
 from annotation.api.permissions import LEADS, project_for_request
+from annotation.exporters.formats import CONTENT_TYPES, EXPORT_FORMATS, EXTENSIONS
 from annotation.models import Role, Snapshot, SnapshotSplit
 from annotation.selectors.datasets import snapshot_get, snapshot_list
-from annotation.services.exports import (
-    CONTENT_TYPES,
-    EXPORT_FORMATS,
-    EXTENSIONS,
-    export_options_check,
-    export_parquet,
-    export_text,
-)
+from annotation.services.exports import export_bytes, export_options_check, export_parquet
 from annotation.services.snapshots import AMBIGUOUS_CHOICES, DEFAULT_AMBIGUOUS, snapshot_create
 
 LEADS_AND_ML: tuple[str, ...] = (Role.LEAD, Role.ML)
@@ -194,9 +188,8 @@ class ExportApi(GenericAPIView):
                 spool, as_attachment=True, filename=filename, content_type=CONTENT_TYPES[fmt]
             )
         else:
-            pieces = export_text(snapshot=snapshot, fmt=fmt, ambiguous=ambiguous, split=split)
             response = StreamingHttpResponse(
-                (piece.encode("utf-8") for piece in pieces),
+                export_bytes(snapshot=snapshot, fmt=fmt, ambiguous=ambiguous, split=split),
                 content_type=f"{CONTENT_TYPES[fmt]}; charset=utf-8",
             )
             response["Content-Disposition"] = f'attachment; filename="{filename}"'

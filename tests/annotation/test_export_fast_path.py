@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from django.db import connection
 
+from annotation.exporters import csv_lines
+from annotation.exporters.formats import TEXT_FORMATS
 from annotation.selectors import datasets as dataset_selectors
 from annotation.selectors.datasets import (
     SnapshotExample,
@@ -21,7 +23,7 @@ from annotation.selectors.datasets import (
     snapshot_examples_streamed,
 )
 from annotation.services import exports
-from annotation.services.exports import TEXT_FORMATS, export_bytes, export_write
+from annotation.services.exports import export_bytes, export_write
 from annotation.services.imports import chain_import
 from annotation.services.snapshots import snapshot_create
 from tests.factories import ProjectFactory
@@ -124,14 +126,13 @@ def test_postgresql_path_and_fallback_write_identical_parquet(snapshot, monkeypa
     assert fast.schema.metadata == slow.schema.metadata
 
 
-def test_text_export_is_the_utf8_of_the_bytes_export(snapshot):
-    # Given the bytes export; when the same export is asked for as text
+def test_the_bytes_export_is_utf8_json_lines(snapshot):
+    # Given the bytes export (the endpoint streams these very pieces)
     raw = b"".join(export_bytes(snapshot=snapshot, fmt="prm800k", ambiguous="positive"))
-    text = "".join(exports.export_text(snapshot=snapshot, fmt="prm800k", ambiguous="positive"))
 
-    # Then the text is those bytes decoded, one JSON object a line (split on "\n" only:
-    # U+2028 in the text stays raw, as JSON allows, and is no line break here)
-    assert text == raw.decode("utf-8")
+    # Then it decodes as UTF-8, one JSON object a line (split on "\n" only: U+2028 in the
+    # text stays raw, as JSON allows, and is no line break here)
+    text = raw.decode("utf-8")
     lines = text.removesuffix("\n").split("\n")
     assert len(lines) == snapshot.chains.count()
     problem = json.loads(lines[0])["question"]["problem"]
@@ -245,12 +246,12 @@ def test_csv_text_is_what_the_csv_module_writes(text):
 
     # When written by the fast builder and by csv.writer over csv_rows (the old path)
     out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows(exports.csv_rows(example=example, version=3))
+    csv.writer(out, lineterminator="\n").writerows(csv_lines.csv_rows(example=example, version=3))
 
     # Then the bytes are identical (but that a carriage return is quoted, which Python
     # 3.11's writer leaves bare), and they read back as the rows
-    fast = exports.csv_text(example=example, version=3)
+    fast = csv_lines.csv_text(example=example, version=3)
     if "\r" not in text.replace("\r\n", ""):
         assert fast == out.getvalue()
     rows = list(csv.reader(io.StringIO(fast, newline="")))
-    assert rows == [[str(v) for v in row] for row in exports.csv_rows(example=example, version=3)]
+    assert rows == [[str(v) for v in row] for row in csv_lines.csv_rows(example=example, version=3)]

@@ -13,18 +13,15 @@ import pyarrow.parquet as pq
 import pytest
 from django.core.management import CommandError, call_command
 
+from annotation.exporters.csv_lines import CSV_HEADER
+from annotation.exporters.records import first_error_index, trl_labels
 from annotation.models import Annotation, Chain, LabelingMode, SnapshotChain
 from annotation.services.assignments import (
     RatingInput,
     assignment_claim_next,
     assignment_submit,
 )
-from annotation.services.exports import (
-    CSV_HEADER,
-    export_write,
-    first_error_index,
-    trl_labels,
-)
+from annotation.services.exports import export_write
 from annotation.services.imports import chain_import
 from annotation.services.snapshots import snapshot_create
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
@@ -215,7 +212,7 @@ def test_trl_jsonl_loads_with_datasets_and_parquet_with_pyarrow(labeled, tmp_pat
 
 def test_parquet_writes_row_groups_in_batches(labeled, tmp_path, monkeypatch):
     _, snapshot, _ = labeled()
-    monkeypatch.setattr("annotation.services.exports.PARQUET_ROWS_PER_GROUP", 2)
+    monkeypatch.setattr("annotation.exporters.streams.PARQUET_ROWS_PER_GROUP", 2)
     out = tmp_path / "small-groups.parquet"
     export_write(snapshot=snapshot, fmt="parquet", path=out, ambiguous="positive")
     parquet_file = pq.ParquetFile(out)

@@ -9,10 +9,11 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.api.fields import INT32_MAX, int_between
+from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
 from annotation.models import Project, SnapshotSplit
 from annotation.selectors.access import project_resolve
 from annotation.selectors.datasets import snapshot_get
-from annotation.services.exports import EXPORT_DESCRIPTIONS, EXPORT_FORMATS, export_write
+from annotation.services.exports import export_write
 from annotation.services.snapshots import AMBIGUOUS_CHOICES, snapshot_create
 
 

@@ -1,0 +1,112 @@
+"""The ``csv`` export: one row per step, its cells safe to open in a spreadsheet."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from annotation.selectors.datasets import SnapshotExample
+
+CSV_HEADER = (
+    "snapshot_version",
+    "split",
+    "chain_id",
+    "chain_hash",
+    "step_index",
+    "step_text",
+    "consensus",
+    "support",
+    "raw_labels",
+)
+
+
+# OWASP's "CSV injection": a cell a spreadsheet evaluates as a formula. Excel and
+# LibreOffice skip leading spaces and accept the fullwidth signs too, so those count.
+_FORMULA_START = re.compile(r"^[ \u3000]*[=+\-@\uff1d\uff0b\uff0d\uff20\t\r]")
+
+
+def csv_cell(text: str) -> str:
+    """A step text as a spreadsheet must show it: one that would start a formula gets a
+    leading apostrophe (``'=1+1``), which spreadsheets read as "this is text" and hide;
+    every other text is left as it is. Quoting is the CSV writer's business."""
+    if _FORMULA_START.match(text) is not None:
+        return "'" + text
+    return text
+
+
+def csv_rows(*, example: SnapshotExample, version: int) -> Iterator[tuple[Any, ...]]:
+    for index, text in enumerate(example.steps):
+        raw = {
+            vote["by"]: vote["labels"][index]
+            for vote in example.votes
+            if index < len(vote["labels"]) and vote["labels"][index] is not None
+        }
+        label = example.labels[index]
+        support = example.support[index]
+        yield (
+            version,
+            example.split,
+            example.chain_id,
+            example.chain_hash,
+            index,
+            csv_cell(text),
+            "" if label is None else label,
+            "" if support is None else round(support, 4),
+            _raw_labels_json(tuple(raw.items())) if raw else "",
+        )
+
+
+@lru_cache(maxsize=4096)
+def _raw_labels_json(items: tuple[tuple[str, int], ...]) -> str:
+    # A project has few voters and three ratings, so the same few objects repeat on
+    # every step: encode each once rather than a million times.
+    return json.dumps(dict(items), ensure_ascii=False)
+
+
+@lru_cache(maxsize=4096)
+def _raw_labels_field(items: tuple[tuple[str, int], ...]) -> str:
+    """``raw_labels`` as a CSV field: a JSON object always holds a quote, so it is always
+    quoted, its quotes doubled (as csv's minimal quoting writes it)."""
+    return '"' + _raw_labels_json(items).replace('"', '""') + '"'
+
+
+# A step text with one of these is quoted. ``csv`` (3.11) quotes a comma, a quote or a
+# newline but leaves a lone carriage return bare, and its own reader then splits the row
+# there; quoting it too keeps every step text readable.
+_CSV_SPECIAL = re.compile(r'[",\n\r]')
+
+
+def csv_text(*, example: SnapshotExample, version: int) -> str:
+    """The CSV lines of one example: what ``csv.writer(lineterminator="\\n")`` writes for
+    ``csv_rows``, byte for byte (but for a carriage return, see _CSV_SPECIAL), built
+    without it.
+
+    Why: the writer examines every character of every field to decide on quoting, and
+    that was most of a CSV export's time. Here only the step text can need quoting (the
+    other fields are numbers, the split, a hex hash and a JSON object that always needs
+    it), so the common row is one join."""
+    prefix = f"{version},{example.split},{example.chain_id},{example.chain_hash},"
+    voters = [(vote["by"], vote["labels"]) for vote in example.votes]
+    labels, support = example.labels, example.support
+    lines: list[str] = []
+    for index, text in enumerate(example.steps):
+        text = csv_cell(text)
+        if _CSV_SPECIAL.search(text) is not None:
+            text = '"' + text.replace('"', '""') + '"'
+        raw = tuple(
+            (by, votes[index])
+            for by, votes in voters
+            if index < len(votes) and votes[index] is not None
+        )
+        label = labels[index]
+        value = support[index]
+        lines.append(
+            f"{prefix}{index},{text},{'' if label is None else label},"
+            f"{'' if value is None else round(value, 4)},"
+            f"{_raw_labels_field(raw) if raw else ''}\n"
+        )
+    return "".join(lines)

@@ -1,0 +1,133 @@
+"""Writers that turn a stream of examples into an export, as they read it, so memory does
+not grow with the project: JSON Lines and CSV as byte pieces of about ``PIECE_BYTES``
+(for a file or an HTTP response), Parquet in row groups of ``PARQUET_ROWS_PER_GROUP``.
+
+Bytes, not text: orjson writes UTF-8 directly, and a file or a socket wants bytes, so the
+hot loop never encodes or decodes a string (the CSV lines are encoded once per piece)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import orjson
+
+from annotation.exporters.csv_lines import CSV_HEADER, csv_text
+from annotation.exporters.records import trl_record
+
+if TYPE_CHECKING:
+    from annotation.selectors.datasets import SnapshotExample
+
+PARQUET_ROWS_PER_GROUP = 10_000
+PIECE_BYTES = 256 * 1024
+
+
+@dataclass
+class ExportStats:
+    """What an export wrote: records (chains, or step rows for csv) and labeled steps."""
+
+    records: int = 0
+    steps: int = 0
+
+
+def csv_pieces(
+    examples: Iterable[SnapshotExample], *, version: int, stats: ExportStats
+) -> Iterator[bytes]:
+    """The ``csv`` export of ``examples`` (of snapshot ``version``), header first."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow(CSV_HEADER)
+    for example in examples:
+        out.write(csv_text(example=example, version=version))
+        labels = example.labels
+        stats.records += len(example.steps)
+        stats.steps += len(labels) - labels.count(None)
+        if out.tell() >= PIECE_BYTES:
+            yield out.getvalue().encode("utf-8")
+            out.seek(0)
+            out.truncate()
+    if out.tell():
+        yield out.getvalue().encode("utf-8")
+
+
+def json_lines_pieces(
+    examples: Iterable[SnapshotExample],
+    *,
+    record_of: Callable[[SnapshotExample], dict[str, Any] | None],
+    stats: ExportStats,
+    labels_written: bool,
+) -> Iterator[bytes]:
+    """A JSON line per example that ``record_of`` writes (None: skipped). A record's
+    labeled steps are its ``labels`` when ``labels_written`` (TRL writes a prefix), else
+    the example's rated steps."""
+    dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
+    buffer: list[bytes] = []
+    size = records = steps = 0
+    for example in examples:
+        record = record_of(example)
+        if record is None:
+            continue
+        line = dumps(record, option=newline)
+        records += 1
+        if labels_written:
+            steps += len(record["labels"])
+        else:
+            labels = example.labels
+            steps += len(labels) - labels.count(None)
+        buffer.append(line)
+        size += len(line)
+        if size >= PIECE_BYTES:
+            # Counted per piece rather than per line: attribute writes cost in this loop.
+            stats.records += records
+            stats.steps += steps
+            records = steps = 0
+            yield b"".join(buffer)
+            buffer.clear()
+            size = 0
+    stats.records += records
+    stats.steps += steps
+    if buffer:
+        yield b"".join(buffer)
+
+
+def parquet_write(
+    examples: Iterable[SnapshotExample],
+    *,
+    path: Path | BinaryIO,
+    ambiguous: str,
+    metadata: dict[str, str],
+) -> ExportStats:
+    """Write the TRL rows of ``examples`` to a Parquet file (a path or a binary file
+    object), ``metadata`` in its key-value metadata, one row group per
+    PARQUET_ROWS_PER_GROUP rows, so only one group is ever held in memory."""
+    import pyarrow as pa  # lazily: only exports need it
+    import pyarrow.parquet as pq
+
+    schema = pa.schema(
+        [
+            ("prompt", pa.string()),
+            ("completions", pa.list_(pa.string())),
+            ("labels", pa.list_(pa.bool_())),
+        ],
+        metadata=metadata,
+    )
+    stats = ExportStats()
+    columns: dict[str, list[Any]] = {"prompt": [], "completions": [], "labels": []}
+    with pq.ParquetWriter(path, schema) as writer:
+        for example in examples:
+            record = trl_record(example=example, ambiguous=ambiguous)
+            if record is None:
+                continue
+            for name, values in columns.items():
+                values.append(record[name])
+            stats.records += 1
+            stats.steps += len(record["labels"])
+            if len(columns["prompt"]) >= PARQUET_ROWS_PER_GROUP:
+                writer.write_table(pa.table(columns, schema=schema))
+                columns = {name: [] for name in columns}
+        if columns["prompt"] or stats.records == 0:
+            writer.write_table(pa.table(columns, schema=schema))
+    return stats
