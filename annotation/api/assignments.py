@@ -1,17 +1,14 @@
 """The labeling queue over HTTP: next, prefetch, submit, renew, skip.
 
 Views are thin: check access, call one service from ``annotation.services.assignments``,
-serialize the result. Service errors map to status codes here: ValidationError 400,
-someone else's (or a missing) lease 404, a lost or closed lease 409, a busy queue 503."""
+serialize the result. Service errors map to status codes in ``api.errors``: ValidationError
+400, someone else's (or a missing) lease 404, a lost or closed lease 409, a busy queue 503."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import orjson
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
@@ -22,15 +19,13 @@ from drf_spectacular.utils import (
     inline_serializer,
 )
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException, NotFound
-from rest_framework.exceptions import ValidationError as DRFValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView, exception_handler
+from rest_framework.views import APIView
 
 from annotation.api.authentication import token_key, user_for_token
-from annotation.api.errors import validation_error_detail
+from annotation.api.errors import api_exception_handler
 from annotation.api.fields import BIGINT_MAX, INT32_MAX, INT32_MIN, IdField, RatingField
 from annotation.models import (
     Annotation,
@@ -44,8 +39,6 @@ from annotation.models import (
 from annotation.selectors.access import project_get_for_labeling, user_and_project_for_labeling
 from annotation.services.assignments import (
     REQUEST_ID_MAX_LENGTH,
-    LeaseConflict,
-    QueueBusy,
     RatingInput,
     assignment_claim_next,
     assignment_prefetch,
@@ -54,37 +47,6 @@ from annotation.services.assignments import (
     assignment_submit,
 )
 from annotation.services.chain_events import chain_finished_notify
-
-
-class Conflict(APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_detail = "The lease can no longer be used."
-    default_code = "lease_conflict"
-
-
-class ServiceUnavailable(APIException):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = "Try again."
-    default_code = "queue_busy"
-
-
-@contextmanager
-def service_errors() -> Iterator[None]:
-    """Translate the data layer's errors into DRF's, so they reach the client as a clear
-    status code and message."""
-    try:
-        yield
-    except DjangoValidationError as exc:
-        raise DRFValidationError(validation_error_detail(exc)) from exc
-    except Assignment.DoesNotExist as exc:
-        raise NotFound("No such assignment.") from exc
-    except LeaseConflict as exc:
-        # The code tells a client a lost lease ("lease_lost": ask for the next chain) from a
-        # closed one ("lease_closed": already submitted or skipped).
-        raise Conflict({"detail": exc.message, "code": exc.code}) from exc
-    except QueueBusy as exc:
-        raise ServiceUnavailable({"detail": exc.message, "code": exc.code}) from exc
-
 
 ERROR_RESPONSE = inline_serializer(
     "QueueError",
@@ -149,10 +111,10 @@ class LeanQueueView(APIView):
 
 
 def _error_response(request: HttpRequest, exc: Exception) -> HttpResponseBase:
-    """The answer DRF's exception handler gives for ``exc`` (a DRF error, Http404,
-    PermissionDenied), rendered as JSON; anything else is raised again, a bug for
-    Django's 500 handler as in DRF."""
-    response = exception_handler(exc, {"request": request, "view": None})
+    """The answer the API's exception handler gives for ``exc`` (a service error, a DRF
+    error, Http404, PermissionDenied), rendered as JSON; anything else is raised again, a
+    bug for Django's 500 handler as in DRF."""
+    response = api_exception_handler(exc, {"request": request, "view": None})
     if response is None:
         raise exc
     response.accepted_renderer = JSONRenderer()
@@ -227,8 +189,7 @@ class AssignmentNextView(LeanQueueView):
     )
     def post(self, request: Request, project_id: int) -> Response:
         project: Project = project_get_for_labeling(user=request.user, project_id=project_id)
-        with service_errors():
-            assignment = assignment_claim_next(project=project, user=request.user)
+        assignment = assignment_claim_next(project=project, user=request.user)
         if assignment is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(lease_payload(assignment=assignment, project=project))
@@ -239,8 +200,7 @@ class AssignmentNextView(LeanQueueView):
         if found is None:
             return None  # DRF tells an unknown token (401) from a foreign project (404)
         request.user, project = found
-        with service_errors():
-            assignment = assignment_claim_next(project=project, user=request.user)
+        assignment = assignment_claim_next(project=project, user=request.user)
         if assignment is None:
             nothing = HttpResponse(status=status.HTTP_204_NO_CONTENT)
             del nothing["Content-Type"]  # as DRF sends an empty answer
@@ -268,8 +228,7 @@ class AssignmentPrefetchView(APIView):
     )
     def post(self, request: Request, project_id: int) -> Response:
         project: Project = project_get_for_labeling(user=request.user, project_id=project_id)
-        with service_errors():
-            assignment = assignment_prefetch(project=project, user=request.user)
+        assignment = assignment_prefetch(project=project, user=request.user)
         if assignment is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(lease_payload(assignment=assignment, project=project))
@@ -514,15 +473,14 @@ class AssignmentSubmitView(LeanQueueView):
     @staticmethod
     def submit(*, user: Any, assignment_id: int, data: dict[str, Any]) -> tuple[dict, int]:
         """Submit a validated body; the answer's payload and status code."""
-        with service_errors():
-            annotation = assignment_submit(
-                assignment_id=assignment_id,
-                user=user,
-                ratings=ratings_from_payload(data),
-                rewrite=data["rewrite"],
-                duration_ms=data["duration_ms"],
-                request_id=data["request_id"],
-            )
+        annotation = assignment_submit(
+            assignment_id=assignment_id,
+            user=user,
+            ratings=ratings_from_payload(data),
+            rewrite=data["rewrite"],
+            duration_ms=data["duration_ms"],
+            request_id=data["request_id"],
+        )
         after_submit(annotation)
         # A repeat answers as the first submit did (201, the same body): a client whose
         # answer was lost sees the same answer, whichever of the two reached it.
@@ -572,8 +530,7 @@ class AssignmentRenewView(APIView):
         "renewed too while its place is still free.",
     )
     def post(self, request: Request, assignment_id: int) -> Response:
-        with service_errors():
-            assignment = assignment_renew(assignment_id=assignment_id, user=request.user)
+        assignment = assignment_renew(assignment_id=assignment_id, user=request.user)
         return Response(LeaseOutputSerializer(assignment).data)
 
 
@@ -609,10 +566,9 @@ class AssignmentSkipView(APIView):
     def post(self, request: Request, assignment_id: int) -> Response:
         payload = SkipInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        with service_errors():
-            assignment = assignment_skip(
-                assignment_id=assignment_id,
-                user=request.user,
-                reason=payload.validated_data["reason"],
-            )
+        assignment = assignment_skip(
+            assignment_id=assignment_id,
+            user=request.user,
+            reason=payload.validated_data["reason"],
+        )
         return Response(SkipOutputSerializer(assignment).data)

@@ -22,7 +22,6 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from annotation.api.errors import service_errors_as_400
 from annotation.api.fields import INT32_MAX
 from annotation.api.permissions import LEADS, project_for_request
 from annotation.exporters.formats import CONTENT_TYPES, EXPORT_FORMATS, EXTENSIONS
@@ -123,8 +122,7 @@ class SnapshotListCreateApi(GenericAPIView):
         project = project_for_request(request=request, project_id=project_id, roles=LEADS)
         data = SnapshotCreateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        with service_errors_as_400():
-            snapshot = snapshot_create(project=project, user=request.user, **data.validated_data)
+        snapshot = snapshot_create(project=project, user=request.user, **data.validated_data)
         return Response(SnapshotOutputSerializer(snapshot).data, status=status.HTTP_201_CREATED)
 
 
@@ -173,10 +171,9 @@ class ExportApi(GenericAPIView):
                 else "The project has no snapshot yet: create one first (POST snapshots/)."
             )
         fmt, split = params["format"], params.get("split")
-        with service_errors_as_400():
-            ambiguous = export_options_check(
-                fmt=fmt, ambiguous=params.get("ambiguous"), split=split, snapshot=snapshot
-            )
+        ambiguous = export_options_check(
+            fmt=fmt, ambiguous=params.get("ambiguous"), split=split, snapshot=snapshot
+        )
         filename = _filename(snapshot=snapshot, fmt=fmt, split=split)
         if fmt == "parquet":
             # Parquet writes its footer last and needs a seekable file: a temporary file,

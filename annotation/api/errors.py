@@ -1,15 +1,38 @@
-"""The data layer raises Django's ValidationError (it does not depend on DRF); this turns
-it into a 400 with field errors where an endpoint calls a service."""
+"""One exception handler for the whole API (``REST_FRAMEWORK["EXCEPTION_HANDLER"]``).
+
+The data layer raises Django's and the queue's own errors (it does not depend on DRF);
+this turns them into DRF's before DRF's handler renders them, so no view wraps its
+service calls: Django's ValidationError is a 400 with field errors, a missing assignment
+a 404, a lost or closed lease a 409 whose ``code`` tells which, a busy queue a 503. The
+queue's lean path (``api.assignments.LeanQueueView``) answers its errors through this same
+handler."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import Any
 
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import ValidationError as DjangoValidationError
-from rest_framework import serializers
+from rest_framework import serializers, status
+from rest_framework.exceptions import APIException, NotFound
+from rest_framework.response import Response
 from rest_framework.settings import api_settings
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from annotation.models import Assignment
+from annotation.services.assignments import LeaseConflict, QueueBusy
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The lease can no longer be used."
+    default_code = "lease_conflict"
+
+
+class ServiceUnavailable(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "Try again."
+    default_code = "queue_busy"
 
 
 def validation_error_detail(exc: DjangoValidationError) -> dict[str, list[str]] | list[str]:
@@ -22,9 +45,21 @@ def validation_error_detail(exc: DjangoValidationError) -> dict[str, list[str]] 
     return list(exc.messages)
 
 
-@contextmanager
-def service_errors_as_400() -> Iterator[None]:
-    try:
-        yield
-    except DjangoValidationError as exc:
-        raise serializers.ValidationError(validation_error_detail(exc)) from exc
+def as_api_error(exc: Exception) -> Exception:
+    """The DRF error a data-layer error stands for; any other exception as it is."""
+    if isinstance(exc, DjangoValidationError):
+        return serializers.ValidationError(validation_error_detail(exc))
+    if isinstance(exc, Assignment.DoesNotExist):
+        return NotFound("No such assignment.")
+    if isinstance(exc, LeaseConflict):
+        # The code tells a client a lost lease ("lease_lost": ask for the next chain) from a
+        # closed one ("lease_closed": already submitted or skipped).
+        return Conflict({"detail": exc.message, "code": exc.code})
+    if isinstance(exc, QueueBusy):
+        return ServiceUnavailable({"detail": exc.message, "code": exc.code})
+    return exc
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's handler over ``as_api_error(exc)``; None (a 500 from Django) for a bug."""
+    return drf_exception_handler(as_api_error(exc), context)

@@ -18,7 +18,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api.errors import service_errors_as_400
 from annotation.api.fields import IdField
 from annotation.api.permissions import LEADS, project_for_request
 from annotation.models import Chain, ImportBatch, Membership, Screening, ScreeningStatus
@@ -127,8 +126,7 @@ def _chains_change(
     project = project_for_request(request=request, project_id=project_id, roles=LEADS)
     data = GoldMarkInputSerializer(data=request.data)
     data.is_valid(raise_exception=True)
-    with service_errors_as_400():
-        chains = service(project=project, chain_ids=data.validated_data["chain_ids"])
+    chains = service(project=project, chain_ids=data.validated_data["chain_ids"])
     return _mark_response(chains)
 
 
@@ -177,13 +175,12 @@ class GoldFromImportApi(APIView):
         project = project_for_request(request=request, project_id=project_id, roles=LEADS)
         data = GoldFromImportInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        with service_errors_as_400():
-            try:
-                chains = gold_mark_from_import(
-                    project=project, import_batch_id=data.validated_data["import_batch"]
-                )
-            except ImportBatch.DoesNotExist:
-                raise Http404("No such import in this project.") from None
+        try:
+            chains = gold_mark_from_import(
+                project=project, import_batch_id=data.validated_data["import_batch"]
+            )
+        except ImportBatch.DoesNotExist:
+            raise Http404("No such import in this project.") from None
         return _mark_response(chains)
 
 
@@ -295,9 +292,8 @@ class ScreeningResetApi(APIView):
         annotator = get_user_model().objects.filter(pk=user_id).first()
         if annotator is None:
             raise Http404("No such member.")
-        with service_errors_as_400():
-            try:
-                row = screening_reset(project=project, annotator=annotator, by=request.user)
-            except Screening.DoesNotExist:
-                raise Http404("No such member.") from None
+        try:
+            row = screening_reset(project=project, annotator=annotator, by=request.user)
+        except Screening.DoesNotExist:
+            raise Http404("No such member.") from None
         return Response(ScreeningOutputSerializer(_screening(row)).data)

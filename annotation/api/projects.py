@@ -12,7 +12,6 @@ from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from annotation.api.errors import service_errors_as_400
 from annotation.api.permissions import LEADS, IsStaffUser, project_for_request
 from annotation.api.project_serializers import (
     MemberAddInputSerializer,
@@ -73,8 +72,7 @@ class ProjectListCreateApi(GenericAPIView):
     def post(self, request: Request) -> Response:
         data = ProjectCreateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        with service_errors_as_400():
-            project = project_create(created_by=request.user, **data.validated_data)
+        project = project_create(created_by=request.user, **data.validated_data)
         project = project_get_with_progress(user=request.user, project_id=project.pk)
         return Response(ProjectDetailOutputSerializer(project).data, status=status.HTTP_201_CREATED)
 
@@ -112,8 +110,7 @@ class ProjectDetailApi(GenericAPIView):
         project = project_for_request(request=request, project_id=project_id, roles=LEADS)
         data = ProjectUpdateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        with service_errors_as_400():
-            project_update(project=project, data=dict(data.validated_data))
+        project_update(project=project, data=dict(data.validated_data))
         project = project_get_with_progress(user=request.user, project_id=project.pk)
         return Response(ProjectDetailOutputSerializer(project).data)
 
@@ -150,12 +147,11 @@ class MemberListCreateApi(GenericAPIView):
         project = project_for_request(request=request, project_id=project_id, roles=LEADS)
         data = MemberAddInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        with service_errors_as_400():
-            membership, created = membership_add(
-                project=project,
-                user=data.validated_data["username"],  # the validator resolved it to a User
-                role=data.validated_data["role"],
-            )
+        membership, created = membership_add(
+            project=project,
+            user=data.validated_data["username"],  # the validator resolved it to a User
+            role=data.validated_data["role"],
+        )
         return Response(
             MemberOutputSerializer(membership).data,
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
@@ -182,9 +178,8 @@ class MemberDetailApi(GenericAPIView):
         user = get_user_model().objects.filter(pk=user_id).first()
         if user is None:
             raise Http404("No such member.")
-        with service_errors_as_400():
-            try:
-                membership_remove(project=project, user=user)
-            except Membership.DoesNotExist:
-                raise Http404("No such member.") from None
+        try:
+            membership_remove(project=project, user=user)
+        except Membership.DoesNotExist:
+            raise Http404("No such member.") from None
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -25,7 +25,6 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from annotation.api.errors import service_errors_as_400
 from annotation.api.fields import IdField
 from annotation.api.permissions import LEADS, project_for_request
 from annotation.models import Annotation, Chain, Role
@@ -247,16 +246,15 @@ class AdjudicateApi(GenericAPIView):
         chain = _chain_for_lead(request=request, chain_id=chain_id)
         data = AdjudicateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        with service_errors_as_400():
-            annotation = adjudication_create(
-                chain=chain,
-                lead=request.user,
-                ratings=[
-                    AdjudicatedRating(step_id=item["step"], rating=int(item["rating"]))
-                    for item in data.validated_data["ratings"]
-                ],
-                note=data.validated_data["note"],
-            )
+        annotation = adjudication_create(
+            chain=chain,
+            lead=request.user,
+            ratings=[
+                AdjudicatedRating(step_id=item["step"], rating=int(item["rating"]))
+                for item in data.validated_data["ratings"]
+            ],
+            note=data.validated_data["note"],
+        )
         return Response(
             AdjudicationOutputSerializer(annotation).data, status=status.HTTP_201_CREATED
         )

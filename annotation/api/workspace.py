@@ -20,7 +20,6 @@ from annotation.api.assignments import (
     SubmitInputSerializer,
     after_submit,
     ratings_from_payload,
-    service_errors,
 )
 from annotation.models import Project, ScreeningStatus
 from annotation.selectors.access import project_get_for_member
@@ -62,12 +61,11 @@ class AssignmentFlagView(APIView):
     def post(self, request: Request, assignment_id: int) -> Response:
         payload = FlagInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        with service_errors():
-            assignment = chain_flag(
-                assignment_id=assignment_id,
-                user=request.user,
-                reason=payload.validated_data["reason"],
-            )
+        assignment = chain_flag(
+            assignment_id=assignment_id,
+            user=request.user,
+            reason=payload.validated_data["reason"],
+        )
         return Response(SkipOutputSerializer(assignment).data)
 
 
@@ -172,15 +170,14 @@ class AssignmentSubmitAndNextView(APIView):
         payload = SubmitInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        with service_errors():
-            result = assignment_submit_and_claim_next(
-                assignment_id=assignment_id,
-                user=request.user,
-                ratings=ratings_from_payload(data),
-                rewrite=data["rewrite"],
-                duration_ms=data["duration_ms"],
-                request_id=data["request_id"],
-            )
+        result = assignment_submit_and_claim_next(
+            assignment_id=assignment_id,
+            user=request.user,
+            ratings=ratings_from_payload(data),
+            rewrite=data["rewrite"],
+            duration_ms=data["duration_ms"],
+            request_id=data["request_id"],
+        )
         after_submit(result.annotation)
         # A repeat answers with the first submit's status, as assignments/{id}/submit/ does.
         return Response(SubmitAndNextOutputSerializer(result).data, status=status.HTTP_201_CREATED)

@@ -144,6 +144,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # The data layer's errors become status codes in one place, not in each view.
+    "EXCEPTION_HANDLER": "annotation.api.errors.api_exception_handler",
     "DEFAULT_PARSER_CLASSES": [
         "annotation.api.parsers.JSONParser",
         "annotation.api.parsers.FormParser",

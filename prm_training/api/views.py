@@ -13,7 +13,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api.errors import service_errors_as_400
 from annotation.api.fields import IdField
 from annotation.selectors.access import project_get_for_member
 from prm_training.ml.config import RunSetting
@@ -159,10 +158,9 @@ class ProjectTrainingRunsApi(APIView):
         project = project_get_for_member(user=request.user, project_id=project_id, roles=ML_ONLY)
         payload = TrainingRunInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        with service_errors_as_400():
-            run = training_run_start(
-                project=project, user=request.user, settings=dict(payload.validated_data)
-            )
+        run = training_run_start(
+            project=project, user=request.user, settings=dict(payload.validated_data)
+        )
         return Response(TrainingRunOutputSerializer(run).data, status=status.HTTP_201_CREATED)
 
 
@@ -193,8 +191,7 @@ class TrainingRunCancelApi(APIView):
     )
     def post(self, request: Request, run_id: int) -> Response:
         run = training_run_get_for_member(user=request.user, run_id=run_id, roles=ML_ONLY)
-        with service_errors_as_400():
-            run = training_run_cancel(run=run)
+        run = training_run_cancel(run=run)
         return Response(TrainingRunOutputSerializer(run).data)
 
 
@@ -346,14 +343,13 @@ class ProjectScoringRunsApi(APIView):
             version = ModelVersion.objects.filter(pk=data["model_version"], project=project).first()
             if version is None:
                 raise serializers.ValidationError({"model_version": "No such version here."})
-        with service_errors_as_400():
-            run = scoring_run_start(
-                project=project,
-                user=request.user,
-                model_version=version,
-                strategy=data.get("strategy"),
-                random_fraction=data.get("random_fraction"),
-            )
+        run = scoring_run_start(
+            project=project,
+            user=request.user,
+            model_version=version,
+            strategy=data.get("strategy"),
+            random_fraction=data.get("random_fraction"),
+        )
         return Response(ScoringRunOutputSerializer(run).data, status=status.HTTP_201_CREATED)
 
 
@@ -478,6 +474,5 @@ class ProjectTrainingSettingsApi(APIView):
         data: dict[str, Any] = dict(payload.validated_data)
         if "default_config" in data:
             data["default_config"] = dict(data["default_config"])
-        with service_errors_as_400():
-            loop = project_training_settings_update(project=project, data=data)
+        loop = project_training_settings_update(project=project, data=data)
         return Response(TrainingSettingsOutputSerializer(loop).data)
