@@ -1,5 +1,6 @@
 """Shared fixtures. The suite runs against real PostgreSQL and Redis; with CI=true a
 missing service fails the whole run instead of skipping tests."""
+
 from __future__ import annotations
 
 import os

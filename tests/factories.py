@@ -1,4 +1,5 @@
 """factory_boy factories for the annotation app."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -63,7 +64,6 @@ class ChainFactory(factory.django.DjangoModelFactory):
             Step.objects.bulk_create(
                 [Step(chain=obj, index=i, text=f"Step {i + 1}.") for i in range(obj.step_count)]
             )
-
 
 
 class ImportBatchFactory(factory.django.DjangoModelFactory):

@@ -1,4 +1,5 @@
 """The production profile refuses to start without its secrets."""
+
 import os
 import subprocess
 import sys

@@ -1,6 +1,7 @@
 """Agreement: Krippendorff's alpha (ordinal) against hand-computed values and the PyPI
 ``krippendorff`` package, the missing-after-first-error rule, pair and first-error
 agreement, and which annotations count."""
+
 from __future__ import annotations
 
 import krippendorff
@@ -210,8 +211,10 @@ def test_only_current_human_annotations_count(project, make_member):
     # Given ann corrects her pass (the old one is superseded), bob labeled the chain
     # twice without a link (a re-queue: only his newest counts), an import disagrees,
     # and a lead adjudicated
-    ann, bob, lead = UserFactory(username="ann"), UserFactory(username="bob"), make_member(
-        project, "lead"
+    ann, bob, lead = (
+        UserFactory(username="ann"),
+        UserFactory(username="bob"),
+        make_member(project, "lead"),
     )
     chain = ChainFactory(project=project, step_count=2)
     old = annotation_with_ratings(chain=chain, annotator=ann, labels=[-1, -1])

@@ -1,4 +1,5 @@
 """Consensus per step: majority, the tie rule, superseded revisions, imported labels."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta

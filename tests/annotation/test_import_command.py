@@ -1,4 +1,5 @@
 """`manage.py import_chains PROJECT FILE [--format ...]`."""
+
 from __future__ import annotations
 
 import json
@@ -55,23 +56,23 @@ def test_prints_one_summary_line(project: Project, tmp_path: Path) -> None:
     assert Chain.objects.filter(project=project).count() == 3
 
 
-def test_takes_the_project_id_and_an_explicit_format(
-    project: Project, shared_data: Path
-) -> None:
-    out, _ = run(str(project.pk), str(shared_data / "processbench" / "gsm8k.json"),
-                 "--format", "processbench")
+def test_takes_the_project_id_and_an_explicit_format(project: Project, shared_data: Path) -> None:
+    out, _ = run(
+        str(project.pk),
+        str(shared_data / "processbench" / "gsm8k.json"),
+        "--format",
+        "processbench",
+    )
 
     assert re.fullmatch(
-        r'imported 400 chains \(2,082 steps, [\d,]+ labels\) from gsm8k\.json as processbench '
+        r"imported 400 chains \(2,082 steps, [\d,]+ labels\) from gsm8k\.json as processbench "
         r'into ".+"; 0 duplicates\n',
         out,
     )
     assert Chain.objects.filter(project=project).count() == 400
 
 
-def test_a_repeated_file_is_reported_as_already_imported(
-    project: Project, tmp_path: Path
-) -> None:
+def test_a_repeated_file_is_reported_as_already_imported(project: Project, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "f.jsonl", [{"problem": "p", "steps": ["a"]}])
     run(project.name, str(path))
     before = counts()

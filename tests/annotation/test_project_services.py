@@ -63,9 +63,7 @@ def test_overlap_change_recomputes_finished_in_one_update(
 ) -> None:
     # Given chains finished 0..3 times under overlap 3 (flags deliberately stale)
     project = ProjectFactory(overlap=3)
-    chains = [
-        ChainFactory(project=project, finished_count=n, is_finished=False) for n in range(4)
-    ]
+    chains = [ChainFactory(project=project, finished_count=n, is_finished=False) for n in range(4)]
     untouched = ChainFactory(finished_count=5, is_finished=False)  # another project
     # When the overlap changes
     with CaptureQueriesContext(connection) as queries:

@@ -1,5 +1,6 @@
 """Review and agreement endpoints: payloads and access (leads review; annotators 403;
 non-members 404; ML staff read agreement only)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """Snapshots: counts, versions, content hash, immutability, the problem-level split, and
 streaming their examples."""
+
 from __future__ import annotations
 
 import pytest
@@ -162,9 +163,7 @@ def test_snapshot_create_refuses_a_project_without_labels(project):
     assert not snapshot_list(project=project).exists()
 
 
-def test_snapshot_examples_streams_chunks_with_steps_in_order(
-    project, django_assert_num_queries
-):
+def test_snapshot_examples_streams_chunks_with_steps_in_order(project, django_assert_num_queries):
     # Given 5 labeled chains
     chains = [_labeled_chain(project, [1, 1, -1]) for _ in range(5)]
     snapshot = snapshot_create(project=project, heldout_fraction=0.0)
