@@ -51,7 +51,7 @@ serve: install
 	$(PY) manage.py runserver $(HOST):$(PORT)
 
 # The whole suite against PostgreSQL and Redis.
-test: install $(CHROMIUM) /usr/bin/docker-compose
+test: install lint $(CHROMIUM) /usr/bin/docker-compose
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DB_URL)} CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 		$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -83,8 +83,11 @@ gpu-worker: install
 compose-check: /usr/bin/docker-compose
 	docker-compose --env-file .env.example -f docker-compose.yml config --quiet
 
+# Style and types, run before the suite (CI runs `make test`).
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles db.sqlite3

@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
+from annotation.api.permissions import request_user
 from annotation.models import (
     Annotation,
     Assignment,
@@ -95,7 +96,7 @@ class ProjectAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Project, form: Any, change: bool) -> None:
         if not change:
-            obj.created_by = request.user
+            obj.created_by = request_user(request)
         super().save_model(request, obj, form, change)
         if change and "overlap" in form.changed_data:
             # The admin's save runs in one transaction that now holds the project row's
@@ -144,8 +145,7 @@ class ProblemAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 class StepInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = Step
-    fields = ["index", "text"]
-    readonly_fields = fields
+    fields = readonly_fields = ("index", "text")
     extra = 0
     ordering = ["index"]
 
@@ -227,7 +227,9 @@ class ChainAdmin(admin.ModelAdmin):
     def flag_chains(self, request: HttpRequest, queryset: QuerySet[Chain]) -> None:
         flagged = 0
         for chain in queryset.filter(is_flagged=False):
-            chain_flag_by_lead(chain=chain, user=request.user, reason="Flagged in the admin.")
+            chain_flag_by_lead(
+                chain=chain, user=request_user(request), reason="Flagged in the admin."
+            )
             flagged += 1
         self.message_user(request, f"{flagged} chain(s) flagged.", messages.SUCCESS)
 
@@ -235,7 +237,7 @@ class ChainAdmin(admin.ModelAdmin):
     def clear_flags(self, request: HttpRequest, queryset: QuerySet[Chain]) -> None:
         cleared = 0
         for chain in queryset.filter(is_flagged=True):
-            chain_flag_clear(chain=chain, user=request.user)
+            chain_flag_clear(chain=chain, user=request_user(request))
             cleared += 1
         self.message_user(request, f"{cleared} flag(s) cleared.", messages.SUCCESS)
 
@@ -248,8 +250,7 @@ class ChainAdmin(admin.ModelAdmin):
 
 class StepRatingInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = StepRating
-    fields = ["step", "rating", "comment"]
-    readonly_fields = fields
+    fields = readonly_fields = ("step", "rating", "comment")
     extra = 0
 
 

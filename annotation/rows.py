@@ -35,9 +35,9 @@ def _converters(model: type[Model], vendor: str) -> tuple[tuple[int, Callable, A
     found = []
     for position, field in enumerate(model._meta.concrete_fields):
         column = field.get_col(model._meta.db_table)
-        for convert in connection.ops.get_db_converters(column) + field.get_db_converters(
-            connection
-        ):
+        # Field.get_db_converters is Django's, missing from django-stubs.
+        converters = field.get_db_converters(connection)  # type: ignore[attr-defined]
+        for convert in connection.ops.get_db_converters(column) + converters:
             found.append((position, convert, column))
     return tuple(found)
 

@@ -70,5 +70,5 @@ class CSPMiddleware(BaseCSPMiddleware):
             return super().process_response(request, response)
         response[HEADER] = policy
         # As django-csp does: a nonce asked for after the header is written is an error.
-        request.csp_nonce = CheckableLazyObject(self._csp_nonce_post_response)
+        setattr(request, "csp_nonce", CheckableLazyObject(self._csp_nonce_post_response))  # noqa: B010
         return response

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
+from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Model, QuerySet
 from django.http import Http404
 
@@ -25,12 +26,12 @@ def _get_for_member(
     *,
     queryset: QuerySet[M],
     object_id: int | str,
-    user: AbstractBaseUser | AnonymousUser,
+    user: User | AnonymousUser,
     roles: Iterable[str],
 ) -> M:
     try:
         obj = queryset.get(pk=int(object_id))
-    except (queryset.model.DoesNotExist, ValueError, TypeError):
+    except (ObjectDoesNotExist, ValueError, TypeError):
         raise Http404("Not found.") from None
     # Http404 for a non-member (the object's existence stays hidden), 403 for a wrong role.
     project_get_for_member(user=user, project_id=obj.project_id, roles=roles)  # type: ignore[attr-defined]
@@ -39,7 +40,7 @@ def _get_for_member(
 
 def training_run_get_for_member(
     *,
-    user: AbstractBaseUser | AnonymousUser,
+    user: User | AnonymousUser,
     run_id: int | str,
     roles: Iterable[str] = ML_AND_LEADS,
 ) -> TrainingRun:
@@ -53,7 +54,7 @@ def training_run_get_for_member(
 
 def model_version_get_for_member(
     *,
-    user: AbstractBaseUser | AnonymousUser,
+    user: User | AnonymousUser,
     version_id: int | str,
     roles: Iterable[str] = ML_AND_LEADS,
 ) -> ModelVersion:
@@ -64,7 +65,7 @@ def model_version_get_for_member(
 
 def scoring_run_get_for_member(
     *,
-    user: AbstractBaseUser | AnonymousUser,
+    user: User | AnonymousUser,
     scoring_run_id: int | str,
     roles: Iterable[str] = ML_AND_LEADS,
 ) -> ScoringRun:

@@ -27,6 +27,7 @@ from rest_framework.views import APIView
 from annotation.api.authentication import token_key, user_for_token
 from annotation.api.errors import api_exception_handler
 from annotation.api.fields import BIGINT_MAX, INT32_MAX, INT32_MIN, IdField, RatingField
+from annotation.api.permissions import request_user
 from annotation.models import (
     Annotation,
     Assignment,
@@ -94,6 +95,7 @@ class LeanQueueView(APIView):
             if request.method == "POST" and _accepts_json(request):
                 key = token_key(request)
                 if key is not None:
+                    response: HttpResponseBase | None
                     try:
                         response = cls(**initkwargs).lean(request, key, **kwargs)
                     except Exception as exc:  # noqa: BLE001 - DRF's handler decides below
@@ -105,7 +107,7 @@ class LeanQueueView(APIView):
         # What DRF's view carries: ``cls`` for the schema, ``csrf_exempt`` (tokens and
         # DRF's own session check stand in for Django's CSRF middleware).
         view.__dict__.update(drf_view.__dict__)
-        view.__name__ = drf_view.__name__
+        view.__name__ = drf_view.__name__  # type: ignore[attr-defined]  # a function's
         view.__doc__ = drf_view.__doc__
         return view
 
@@ -119,7 +121,7 @@ def _error_response(request: HttpRequest, exc: Exception) -> HttpResponseBase:
         raise exc
     response.accepted_renderer = JSONRenderer()
     response.accepted_media_type = "application/json"
-    response.renderer_context = {}
+    response.renderer_context = {}  # type: ignore[attr-defined]  # DRF sets it on render
     return response
 
 
@@ -189,18 +191,20 @@ class AssignmentNextView(LeanQueueView):
     )
     def post(self, request: Request, project_id: int) -> Response:
         project: Project = project_get_for_labeling(user=request.user, project_id=project_id)
-        assignment = assignment_claim_next(project=project, user=request.user)
+        assignment = assignment_claim_next(project=project, user=request_user(request))
         if assignment is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(lease_payload(assignment=assignment, project=project))
 
-    def lean(self, request: HttpRequest, key: str, project_id: int) -> HttpResponse | None:
+    def lean(  # type: ignore[override]  # called with the URL's own keyword arguments
+        self, request: HttpRequest, key: str, project_id: int
+    ) -> HttpResponse | None:
         # The token's user and the project, membership checked, in one query.
         found = user_and_project_for_labeling(token_key=key, project_id=project_id)
         if found is None:
             return None  # DRF tells an unknown token (401) from a foreign project (404)
         request.user, project = found
-        assignment = assignment_claim_next(project=project, user=request.user)
+        assignment = assignment_claim_next(project=project, user=request_user(request))
         if assignment is None:
             nothing = HttpResponse(status=status.HTTP_204_NO_CONTENT)
             del nothing["Content-Type"]  # as DRF sends an empty answer
@@ -228,7 +232,7 @@ class AssignmentPrefetchView(APIView):
     )
     def post(self, request: Request, project_id: int) -> Response:
         project: Project = project_get_for_labeling(user=request.user, project_id=project_id)
-        assignment = assignment_prefetch(project=project, user=request.user)
+        assignment = assignment_prefetch(project=project, user=request_user(request))
         if assignment is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(lease_payload(assignment=assignment, project=project))
@@ -417,7 +421,7 @@ class AnnotationOutputSerializer(serializers.ModelSerializer):
         fields = ["id", "chain", "created_at", "rewrite", "duration_ms", "request_id", "ratings"]
 
     @extend_schema_field(StepRatingOutputSerializer(many=True))
-    def get_ratings(self, annotation: Annotation) -> list[dict[str, Any]]:
+    def get_ratings(self, annotation: Annotation) -> Any:
         ratings = annotation.ratings.order_by("step__index")
         return StepRatingOutputSerializer(ratings, many=True).data
 
@@ -452,7 +456,9 @@ class AssignmentSubmitView(LeanQueueView):
         )
         return Response(payload, status=code)
 
-    def lean(self, request: HttpRequest, key: str, assignment_id: int) -> HttpResponse | None:
+    def lean(  # type: ignore[override]  # called with the URL's own keyword arguments
+        self, request: HttpRequest, key: str, assignment_id: int
+    ) -> HttpResponse | None:
         if request.content_type != "application/json":
             return None
         try:
@@ -530,7 +536,7 @@ class AssignmentRenewView(APIView):
         "renewed too while its place is still free.",
     )
     def post(self, request: Request, assignment_id: int) -> Response:
-        assignment = assignment_renew(assignment_id=assignment_id, user=request.user)
+        assignment = assignment_renew(assignment_id=assignment_id, user=request_user(request))
         return Response(LeaseOutputSerializer(assignment).data)
 
 
@@ -568,7 +574,7 @@ class AssignmentSkipView(APIView):
         payload.is_valid(raise_exception=True)
         assignment = assignment_skip(
             assignment_id=assignment_id,
-            user=request.user,
+            user=request_user(request),
             reason=payload.validated_data["reason"],
         )
         return Response(SkipOutputSerializer(assignment).data)

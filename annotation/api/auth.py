@@ -11,6 +11,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotation.api.permissions import request_user
+
 
 class TokenCreateInputSerializer(serializers.Serializer):
     username = serializers.CharField(max_length=150)
@@ -70,5 +72,5 @@ class AuthTokenApi(APIView):
         responses={204: None},
     )
     def delete(self, request: Request) -> Response:
-        Token.objects.filter(user=request.user).delete()
+        Token.objects.filter(user=request_user(request)).delete()
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -9,6 +9,7 @@ selector, serialize or stream.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterable
 from typing import Any
 
 from django.http import FileResponse, StreamingHttpResponse
@@ -23,7 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from annotation.api.fields import INT32_MAX
-from annotation.api.permissions import LEADS, project_for_request
+from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.exporters.formats import CONTENT_TYPES, EXPORT_FORMATS, EXTENSIONS
 from annotation.models import Role, Snapshot, SnapshotSplit
 from annotation.selectors.datasets import snapshot_get, snapshot_list
@@ -85,9 +86,10 @@ class _IgnoreFormatQuery(DefaultContentNegotiation):
     would answer 404 for `?format=trl`, having no renderer of that name."""
 
     def select_renderer(
-        self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None
+        self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
     ) -> tuple[BaseRenderer, str]:
-        return renderers[0], renderers[0].media_type
+        first = next(iter(renderers))
+        return first, first.media_type
 
 
 class SnapshotListCreateApi(GenericAPIView):
@@ -122,7 +124,9 @@ class SnapshotListCreateApi(GenericAPIView):
         project = project_for_request(request=request, project_id=project_id, roles=LEADS)
         data = SnapshotCreateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        snapshot = snapshot_create(project=project, user=request.user, **data.validated_data)
+        snapshot = snapshot_create(
+            project=project, user=request_user(request), **data.validated_data
+        )
         return Response(SnapshotOutputSerializer(snapshot).data, status=status.HTTP_201_CREATED)
 
 

@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.api.fields import IdField
-from annotation.api.permissions import LEADS, project_for_request
+from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.models import Chain, ImportBatch, Membership, Screening, ScreeningStatus
 from annotation.selectors.gold import gold_scores, screening_list
 from annotation.services.gold import (
@@ -262,7 +262,7 @@ class GoldScoresApi(APIView):
                     "screening": _screening(screenings.get(user_id)),
                 }
             )
-        annotators.sort(key=lambda entry: entry["username"])
+        annotators.sort(key=lambda entry: str(entry["username"]))
         body = {
             "gold_chains": Chain.objects.filter(project=project, is_gold=True).count(),
             "screening_chains": project.screening_chains,
@@ -293,7 +293,7 @@ class ScreeningResetApi(APIView):
         if annotator is None:
             raise Http404("No such member.")
         try:
-            row = screening_reset(project=project, annotator=annotator, by=request.user)
+            row = screening_reset(project=project, annotator=annotator, by=request_user(request))
         except Screening.DoesNotExist:
             raise Http404("No such member.") from None
         return Response(ScreeningOutputSerializer(_screening(row)).data)

@@ -8,7 +8,7 @@ nothing is left behind whatever ends the request: an error, or the process kille
 from __future__ import annotations
 
 import tempfile
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
@@ -23,7 +23,7 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from annotation.api.permissions import LEADS, project_for_request
+from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.importers.formats import FORMATS
 from annotation.services.imports import ImportRejected, chain_import
 
@@ -68,7 +68,7 @@ class LineErrorOutputSerializer(serializers.Serializer):
 class ImportRejectedOutputSerializer(serializers.Serializer):
     detail = serializers.CharField()
     format = serializers.CharField(required=False)
-    errors = LineErrorOutputSerializer(many=True, required=False)
+    errors = LineErrorOutputSerializer(many=True, required=False)  # type: ignore[assignment]  # a field, not Serializer.errors
     errors_omitted = serializers.IntegerField(
         required=False, help_text="Bad lines beyond those listed in `errors`."
     )
@@ -95,7 +95,7 @@ class _UploadSizeLimit(FileUploadHandler):
         input_data: Any,
         META: dict[str, Any],  # noqa: N803 (Django's signature)
         content_length: int,
-        boundary: bytes,
+        boundary: bytes,  # type: ignore[override]  # Django passes bytes (its stubs say str)
         encoding: str | None = None,
     ) -> tuple[QueryDict, MultiValueDict] | None:
         if content_length > self.limit + _MULTIPART_SLACK_BYTES:
@@ -207,10 +207,10 @@ class ImportCreateApi(GenericAPIView):
         try:
             result = chain_import(
                 project=project,
-                path=upload.file,
+                path=cast(BinaryIO, upload.file),
                 filename=upload.name,
                 fmt=data.validated_data["format"],
-                user=request.user,
+                user=request_user(request),
             )
         except ImportRejected as exc:
             return Response(_rejection_payload(name=upload.name, rejected=exc), status=400)

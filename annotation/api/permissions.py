@@ -1,5 +1,5 @@
 """Access checks for the API. Every project-scoped endpoint resolves its project through
-``project_for_request``, a thin wrapper over ``annotation.selectors.project_get_for_member``,
+``project_for_request``, a thin wrapper over ``selectors.access.project_get_for_member``,
 so the API and the pages apply the same rule (invariant 6): a non-member gets 404, a member
 without the needed role 403."""
 
@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.contrib.auth.models import User
+from django.http import HttpRequest
+from rest_framework.exceptions import NotAuthenticated
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -17,6 +20,16 @@ from annotation.selectors.access import project_get_for_member
 # Role sets for ``project_for_request(roles=...)``. None means any member.
 ANY_MEMBER: tuple[str, ...] | None = None
 LEADS: tuple[str, ...] = (Role.LEAD,)
+
+
+def request_user(request: Request | HttpRequest) -> User:
+    """The signed-in user of a request that authentication let through (DRF's
+    IsAuthenticated is every endpoint's default; the admin signs staff in): typed as the
+    user model the services take, never an AnonymousUser."""
+    user = request.user
+    if not isinstance(user, User):
+        raise NotAuthenticated()
+    return user
 
 
 def project_for_request(

@@ -12,7 +12,7 @@ from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from annotation.api.permissions import LEADS, IsStaffUser, project_for_request
+from annotation.api.permissions import LEADS, IsStaffUser, project_for_request, request_user
 from annotation.api.project_serializers import (
     MemberAddInputSerializer,
     MemberOutputSerializer,
@@ -72,7 +72,7 @@ class ProjectListCreateApi(GenericAPIView):
     def post(self, request: Request) -> Response:
         data = ProjectCreateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        project = project_create(created_by=request.user, **data.validated_data)
+        project = project_create(created_by=request_user(request), **data.validated_data)
         project = project_get_with_progress(user=request.user, project_id=project.pk)
         return Response(ProjectDetailOutputSerializer(project).data, status=status.HTTP_201_CREATED)
 

@@ -18,6 +18,8 @@ Annotators get 403 on all of these (they must not see each other's labels); non-
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -26,7 +28,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from annotation.api.fields import IdField
-from annotation.api.permissions import LEADS, project_for_request
+from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.models import Annotation, Chain, Role
 from annotation.selectors.review import chain_disagreements, chain_flags, chain_labels
 from annotation.services.agreement import agreement_compute
@@ -105,9 +107,9 @@ class DisagreementListApi(GenericAPIView):
         project = project_for_request(request=request, project_id=project_id, roles=LEADS)
         filters = DisagreementFilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
-        page = self.paginate_queryset(
-            chain_disagreements(project=project, **filters.validated_data)
-        )
+        # DRF pages a list as well as a queryset (its stubs say a queryset).
+        disagreements: Any = chain_disagreements(project=project, **filters.validated_data)
+        page = self.paginate_queryset(disagreements)
         return self.get_paginated_response(DisagreementOutputSerializer(page, many=True).data)
 
 
@@ -116,7 +118,9 @@ class DisagreementListApi(GenericAPIView):
 
 class RevisionOutputSerializer(serializers.Serializer):
     annotation = serializers.IntegerField(source="annotation_id")
-    source = serializers.CharField(help_text="human, import or adjudication")
+    source = serializers.CharField(  # type: ignore[assignment]  # a field, not Field.source
+        help_text="human, import or adjudication"
+    )
     by = serializers.CharField(help_text='username, "import:<source>" or "adjudication:<lead>"')
     created_at = serializers.DateTimeField()
     supersedes = serializers.IntegerField(source="supersedes_id", allow_null=True)
@@ -248,7 +252,7 @@ class AdjudicateApi(GenericAPIView):
         data.is_valid(raise_exception=True)
         annotation = adjudication_create(
             chain=chain,
-            lead=request.user,
+            lead=request_user(request),
             ratings=[
                 AdjudicatedRating(step_id=item["step"], rating=int(item["rating"]))
                 for item in data.validated_data["ratings"]
@@ -300,7 +304,7 @@ class ChainUnflagApi(GenericAPIView):
     )
     def post(self, request: Request, chain_id: int) -> Response:
         chain = _chain_for_lead(request=request, chain_id=chain_id)
-        cleared = chain_flag_clear(chain=chain, user=request.user)
+        cleared = chain_flag_clear(chain=chain, user=request_user(request))
         return Response(ChainFlagOutputSerializer(cleared).data)
 
 

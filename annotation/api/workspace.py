@@ -21,6 +21,7 @@ from annotation.api.assignments import (
     after_submit,
     ratings_from_payload,
 )
+from annotation.api.permissions import request_user
 from annotation.models import Project, ScreeningStatus
 from annotation.selectors.access import project_get_for_member
 from annotation.selectors.workspace import annotator_stats_get
@@ -63,7 +64,7 @@ class AssignmentFlagView(APIView):
         payload.is_valid(raise_exception=True)
         assignment = chain_flag(
             assignment_id=assignment_id,
-            user=request.user,
+            user=request_user(request),
             reason=payload.validated_data["reason"],
         )
         return Response(SkipOutputSerializer(assignment).data)
@@ -82,7 +83,9 @@ class MyGoldOutputSerializer(serializers.Serializer):
 
 class MyScreeningOutputSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=ScreeningStatus.choices)
-    required = serializers.IntegerField(help_text="Screening chains to label.")
+    required = serializers.IntegerField(  # type: ignore[assignment]  # a field, not Field.required
+        help_text="Screening chains to label."
+    )
     done = serializers.IntegerField(help_text="Screening chains labeled so far.")
     pass_accuracy = serializers.FloatField(help_text="Step accuracy needed to pass.")
     step_accuracy = serializers.FloatField(
@@ -124,7 +127,7 @@ class MyStatsView(APIView):
     )
     def get(self, request: Request, project_id: int) -> Response:
         project: Project = project_get_for_member(user=request.user, project_id=project_id)
-        stats = annotator_stats_get(project=project, user=request.user)
+        stats = annotator_stats_get(project=project, user=request_user(request))
         return Response(MyStatsOutputSerializer(stats).data)
 
 
@@ -172,7 +175,7 @@ class AssignmentSubmitAndNextView(APIView):
         data = payload.validated_data
         result = assignment_submit_and_claim_next(
             assignment_id=assignment_id,
-            user=request.user,
+            user=request_user(request),
             ratings=ratings_from_payload(data),
             rewrite=data["rewrite"],
             duration_ms=data["duration_ms"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404
@@ -14,7 +14,7 @@ from annotation.models import Membership, Project, Role
 from annotation.rows import fetch_models, model_from_row, model_width, select_columns
 
 
-def project_list_for_user(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Project]:
+def project_list_for_user(*, user: User | AnonymousUser) -> QuerySet[Project]:
     """Projects the user belongs to. Superusers see every project."""
     if not user.is_authenticated:
         return Project.objects.none()
@@ -23,7 +23,7 @@ def project_list_for_user(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet
     return Project.objects.filter(memberships__user=user).distinct()
 
 
-def membership_role(*, user: AbstractBaseUser | AnonymousUser, project: Project) -> str | None:
+def membership_role(*, user: User | AnonymousUser, project: Project) -> str | None:
     """The user's role in the project, or None. A superuser counts as a lead everywhere."""
     if not user.is_authenticated:
         return None
@@ -36,7 +36,7 @@ def membership_role(*, user: AbstractBaseUser | AnonymousUser, project: Project)
 
 def project_get_for_member(
     *,
-    user: AbstractBaseUser | AnonymousUser,
+    user: User | AnonymousUser,
     project_id: int | str,
     roles: Iterable[str] | None = None,
 ) -> Project:
@@ -75,9 +75,7 @@ _PROJECT_FOR_LABELING_SQL = (
 _MEMBER_SQL = f"AND {project_member_sql(user='%(user)s')}"
 
 
-def project_get_for_labeling(
-    *, user: AbstractBaseUser | AnonymousUser, project_id: int | str
-) -> Project:
+def project_get_for_labeling(*, user: User | AnonymousUser, project_id: int | str) -> Project:
     """The project if ``user`` may label in it (every member may, whatever the role; a
     superuser may everywhere), else Http404 as in ``project_get_for_member``.
 

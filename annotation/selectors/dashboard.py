@@ -117,7 +117,9 @@ def _progress(*, project: Project) -> Progress:
     row = (
         Project.objects.filter(pk=project.pk)
         .annotate(**progress_annotations())
-        .values("chains_total", "chains_finished", "chains_flagged", "annotations_finished")
+        .values(  # type: ignore[misc]  # names annotated by progress_annotations()
+            "chains_total", "chains_finished", "chains_flagged", "annotations_finished"
+        )
         .get()
     )
     return Progress(

@@ -42,7 +42,7 @@ from annotation.models import (
 )
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import User
 
 # step index -> rating
 Labels = Mapping[int, int]
@@ -214,14 +214,14 @@ def gold_scores(
 
 
 def gold_score_for_annotator(
-    *, project: Project, user: AbstractBaseUser, created_before: datetime | None = None
+    *, project: Project, user: User, created_before: datetime | None = None
 ) -> GoldScore | None:
     """The caller's own gold score, or None before they labeled any gold chain."""
     found = gold_scores(project=project, annotator_ids=[user.pk], created_before=created_before)
     return found[0] if found else None
 
 
-def unseen_gold_chains(*, project: Project, user: AbstractBaseUser, now: datetime) -> Q:
+def unseen_gold_chains(*, project: Project, user: User, now: datetime) -> Q:
     """The filter of the gold chains ``user`` may still be offered: gold, not flagged, not
     submitted, skipped or annotated by the user, and not held by a live lease of theirs
     (a prefetched lease may be live beside the one being claimed)."""
@@ -242,7 +242,7 @@ def unseen_gold_chains(*, project: Project, user: AbstractBaseUser, now: datetim
     )
 
 
-def unseen_gold_chain(*, project: Project, user: AbstractBaseUser, now: datetime) -> Chain | None:
+def unseen_gold_chain(*, project: Project, user: User, now: datetime) -> Chain | None:
     """The first gold chain (by id, so screening gives every annotator the same set) that
     ``user`` may still be offered (see ``unseen_gold_chains``), or None."""
     return (
@@ -283,7 +283,7 @@ def screening_applies(*, project: Project, role: str | None) -> bool:
 
 
 def screening_state_get(
-    *, project: Project, user: AbstractBaseUser, now: datetime, row: Screening | None = None
+    *, project: Project, user: User, now: datetime, row: Screening | None = None
 ) -> ScreeningState:
     """Compute ``user``'s screening state in ``project`` (which has screening on).
 

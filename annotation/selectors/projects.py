@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import (
     Case,
     CharField,
@@ -111,16 +111,18 @@ def progress_as_annotators_see_it(
     return shown
 
 
-def project_list_with_progress(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Project]:
+def project_list_with_progress(*, user: User | AnonymousUser) -> QuerySet[Project]:
     """The user's projects, each annotated in one query with ``progress_annotations``,
     ``annotations_needed`` = chains x overlap, and ``my_role``: the user's role (a
     superuser without a membership counts as lead). Live figures: pass what is shown
     through ``progress_as_annotators_see_it``."""
-    role = Subquery(
+    if not user.is_authenticated:
+        return Project.objects.none()
+    role: Subquery | Coalesce = Subquery(
         Membership.objects.filter(project=OuterRef("pk"), user_id=user.pk).values("role")[:1],
         output_field=CharField(),
     )
-    if getattr(user, "is_superuser", False):
+    if user.is_superuser:
         role = Coalesce(role, Value(Role.LEAD), output_field=CharField())
     return (
         project_list_for_user(user=user)
@@ -130,9 +132,7 @@ def project_list_with_progress(*, user: AbstractBaseUser | AnonymousUser) -> Que
     )
 
 
-def project_get_with_progress(
-    *, user: AbstractBaseUser | AnonymousUser, project_id: int | str
-) -> Project:
+def project_get_with_progress(*, user: User | AnonymousUser, project_id: int | str) -> Project:
     """One project with the annotations of ``project_list_with_progress``, its progress
     as the caller may see it (``progress_as_annotators_see_it``).
     Raises Http404 when the user is not a member (see ``project_get_for_member``)."""

@@ -183,7 +183,7 @@ def chain_label_history(*, chain: Chain) -> list[LabelRevision]:
 
 def _superseded_by_id(annotation: Annotation) -> int | None:
     try:
-        return annotation.superseded_by.pk  # type: ignore[attr-defined]
+        return annotation.superseded_by.pk
     except Annotation.DoesNotExist:
         return None
 

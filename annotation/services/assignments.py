@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
@@ -306,7 +306,7 @@ def _recheck(*, project: Project, user: User, now: datetime, chain_id: int) -> t
 def _live_leases_of(*, project: Project, user: User, now: datetime) -> list[Assignment]:
     """The caller's live leases in ``project``, oldest first. Precondition: the caller's
     claim lock is held, and this statement started after it was granted."""
-    params = {"project": project.pk, "user": user.pk}
+    params: dict[str, Any] = {"project": project.pk, "user": user.pk}
     params["now"] = connection.ops.adapt_datetimefield_value(now)
     return fetch_models(Assignment, _LIVE_LEASES_SQL, params)
 
@@ -557,7 +557,11 @@ def _lease_with_steps(
     order, and the id of ``user``'s annotation with ``request_id`` (None if none, or if
     ``request_id`` is empty). Precondition: the chain's row lock is held and the lease is
     ``user``'s (``_lock_own_chain``)."""
-    params = {"assignment": assignment_id, "user": user.pk, "request_id": request_id}
+    params: dict[str, Any] = {
+        "assignment": assignment_id,
+        "user": user.pk,
+        "request_id": request_id,
+    }
     with connection.cursor() as cursor:
         cursor.execute(_ASSIGNMENT_WITH_STEPS_SQL, params)
         rows = cursor.fetchall()

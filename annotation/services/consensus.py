@@ -120,9 +120,9 @@ def chain_consensus(
             tied.append(False)
             continue
         label, share, tie = step_tally(
-            vote.labels[index]
+            rating
             for vote in counted
-            if index < len(vote.labels) and vote.labels[index] is not None
+            if index < len(vote.labels) and (rating := vote.labels[index]) is not None
         )
         labels.append(label)
         support.append(share)

@@ -56,7 +56,7 @@ from annotation.selectors.gold import (
 from annotation.services.closed_leases import closed_leases_sync
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import User
 
 # A source of uniform floats in [0, 1); ``random.Random(seed).random`` in tests.
 RandomSource = Callable[[], float]
@@ -218,7 +218,7 @@ def gold_draw(*, project_id: int, user_id: int, claim_number: int) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def _role(*, project: Project, user: AbstractBaseUser) -> str | None:
+def _role(*, project: Project, user: User) -> str | None:
     if user.is_superuser:
         return None  # not an annotator of the project: never screened
     return (
@@ -227,7 +227,7 @@ def _role(*, project: Project, user: AbstractBaseUser) -> str | None:
 
 
 def screening_refresh(
-    *, project: Project, user: AbstractBaseUser, now: datetime, row: Screening | None = None
+    *, project: Project, user: User, now: datetime, row: Screening | None = None
 ) -> ScreeningState:
     """``user``'s screening state, storing a decision the moment it is reached (a Screening
     row that is then frozen). Call inside a transaction that holds the user's claim lock
@@ -252,7 +252,7 @@ def screening_refresh(
 def gold_candidate(
     *,
     project: Project,
-    user: AbstractBaseUser,
+    user: User,
     now: datetime,
     rng: RandomSource | None = None,
 ) -> GoldPick:
@@ -289,9 +289,7 @@ def gold_candidate(
     return GoldPick(chain=chain) if chain is not None else NORMAL
 
 
-def gold_lease(
-    *, project: Project, user: AbstractBaseUser, chain: Chain, now: datetime
-) -> Assignment | None:
+def gold_lease(*, project: Project, user: User, chain: Chain, now: datetime) -> Assignment | None:
     """Lease the gold ``chain`` to ``user``. No place to win: a gold chain has no overlap
     and ``gold_candidate`` only returns chains the user has not done; the user's claim
     lock serialises their own claims. The chain's row lock (taken after the user's, as
@@ -319,7 +317,7 @@ def gold_lease(
     )
 
 
-def gold_place_is_free(*, chain: Chain, user: AbstractBaseUser) -> bool:
+def gold_place_is_free(*, chain: Chain, user: User) -> bool:
     """Whether ``user`` may still submit a pass over the gold ``chain`` (for an expired
     lease): they have not submitted, skipped or annotated it. Gold has no overlap."""
     done = Assignment.objects.filter(
@@ -340,8 +338,8 @@ def gold_place_is_free(*, chain: Chain, user: AbstractBaseUser) -> bool:
 def screening_reset(
     *,
     project: Project,
-    annotator: AbstractBaseUser,
-    by: AbstractBaseUser,
+    annotator: User,
+    by: User,
     now: datetime | None = None,
 ) -> Screening:
     """Give ``annotator`` a new screening attempt: pending again, scored only on gold

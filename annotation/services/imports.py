@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import connection, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
@@ -119,7 +119,7 @@ def chain_import(
     path: str | Path | BinaryIO,
     filename: str | None = None,
     fmt: str = "auto",
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> ImportResult:
     """Import every chain in the file at ``path`` into ``project``, with the labels it
@@ -539,7 +539,8 @@ class _CopyTable:
                 value: Any = now
             elif model_field.has_default():
                 value = model_field.get_default()
-            elif model_field.null or model_field.has_db_default():
+            # Field.has_db_default is Django's (5.0), missing from django-stubs.
+            elif model_field.null or model_field.has_db_default():  # type: ignore[attr-defined]
                 continue
             else:
                 value = model_field.get_default()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Case, Value, When
@@ -44,7 +44,7 @@ PROJECT_UPDATABLE_FIELDS = (
 def project_create(
     *,
     name: str,
-    created_by: AbstractBaseUser,
+    created_by: User,
     overlap: int = 1,
     labeling_mode: str = LabelingMode.ALL_STEPS,
     guidelines: str = "",
@@ -128,9 +128,7 @@ def chain_finished_recompute(*, project: Project) -> int:
     return touched
 
 
-def membership_add(
-    *, project: Project, user: AbstractBaseUser, role: str
-) -> tuple[Membership, bool]:
+def membership_add(*, project: Project, user: User, role: str) -> tuple[Membership, bool]:
     """Add ``user`` to the project with ``role``, or change the role of an existing member.
     Returns the membership and whether it was created.
 
@@ -162,7 +160,7 @@ def membership_add(
         return existing, False
 
 
-def membership_remove(*, project: Project, user: AbstractBaseUser) -> None:
+def membership_remove(*, project: Project, user: User) -> None:
     """Remove ``user`` from the project.
 
     Their annotations stay (invariant 1). Their live leases are expired so the places

@@ -19,7 +19,7 @@ from django.db import transaction
 from annotation.models import Annotation, AnnotationSource, Chain, Rating, Step, StepRating
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import User
 
 NOTE_MAX_LENGTH = 10_000
 
@@ -33,7 +33,7 @@ class AdjudicatedRating:
 def adjudication_create(
     *,
     chain: Chain,
-    lead: AbstractBaseUser,
+    lead: User,
     ratings: Sequence[AdjudicatedRating],
     note: str = "",
 ) -> Annotation:

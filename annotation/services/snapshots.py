@@ -29,7 +29,7 @@ from annotation.models import (
 from annotation.services.consensus import consensus_for_chains
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import User
 
 # How a TRL export maps an ambiguous (0) step: to a positive or a negative label, or by
 # dropping the chain from that step on.
@@ -68,7 +68,7 @@ def snapshot_row_digest(*, chain_hash: str, split: str, labels: list[int | None]
 def snapshot_create(
     *,
     project: Project,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     heldout_fraction: float = 0.2,
     seed: int = 0,
     ambiguous: str = DEFAULT_AMBIGUOUS,

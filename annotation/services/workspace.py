@@ -82,7 +82,7 @@ def chain_flag_by_lead(
     with transaction.atomic():
         locked = Chain.objects.select_for_update(no_key=True).get(pk=chain.pk)
         locked.is_flagged = True
-        locked.flagged_by = user  # type: ignore[assignment]
+        locked.flagged_by = user
         locked.flag_reason = reason[:FLAG_REASON_MAX_LENGTH]
         locked.flagged_at = now
         locked.flag_cleared_by = None
@@ -118,7 +118,7 @@ def chain_flag_clear(*, chain: Chain, user: User, now: datetime | None = None) -
         if not locked.is_flagged:
             return locked
         locked.is_flagged = False
-        locked.flag_cleared_by = user  # type: ignore[assignment]
+        locked.flag_cleared_by = user
         locked.flag_cleared_at = now
         locked.save(update_fields=["is_flagged", "flag_cleared_by", "flag_cleared_at"])
         return locked

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.api.fields import IdField
+from annotation.api.permissions import request_user
 from annotation.selectors.access import project_get_for_member
 from prm_training.ml.config import RunSetting
 from prm_training.models import (
@@ -71,15 +72,14 @@ def _setting_field(setting: RunSetting) -> serializers.Field:
         return serializers.ChoiceField(choices=setting.choices, **common)
     if setting.kind is bool:
         return serializers.BooleanField(**common)
+    # DRF's fields take None for "no bound" (their stubs say a number).
+    bounds: dict[str, Any] = {"min_value": setting.low, "max_value": setting.high}
     if setting.kind is int:
-        return serializers.IntegerField(min_value=setting.low, max_value=setting.high, **common)
+        return serializers.IntegerField(**bounds, **common)
     if setting.kind is float:
-        return serializers.FloatField(
-            min_value=setting.low, max_value=setting.high, allow_null=setting.nullable, **common
-        )
-    return serializers.CharField(
-        allow_blank=True, max_length=setting.max_length, trim_whitespace=False, **common
-    )
+        return serializers.FloatField(**bounds, allow_null=setting.nullable, **common)
+    text: dict[str, Any] = {"max_length": setting.max_length}
+    return serializers.CharField(allow_blank=True, trim_whitespace=False, **text, **common)
 
 
 # PRMConfig's run settings (``ml.config.run_settings``), one field each; any left out take
@@ -96,7 +96,9 @@ TrainingRunInputSerializer = type(
 
 
 class TrainingRunOutputSerializer(serializers.ModelSerializer):
-    started_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    started_by: serializers.SlugRelatedField = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     model_version = serializers.SerializerMethodField()
 
     class Meta:
@@ -159,7 +161,7 @@ class ProjectTrainingRunsApi(APIView):
         payload = TrainingRunInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         run = training_run_start(
-            project=project, user=request.user, settings=dict(payload.validated_data)
+            project=project, user=request_user(request), settings=dict(payload.validated_data)
         )
         return Response(TrainingRunOutputSerializer(run).data, status=status.HTTP_201_CREATED)
 
@@ -207,7 +209,9 @@ class RulesVerdictSerializer(serializers.Serializer):
 
 class ModelVersionOutputSerializer(serializers.ModelSerializer):
     snapshot_version = serializers.IntegerField(source="snapshot.version", read_only=True)
-    activated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    activated_by: serializers.SlugRelatedField = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     against_rules = serializers.SerializerMethodField(
         help_text="Whether the held-out F1 and AUROC beat every rule that reads no step "
         "(the outcome rule, the step-position prior), scored on the same chains."
@@ -264,7 +268,7 @@ class ModelVersionActivateApi(APIView):
         version = model_version_get_for_member(
             user=request.user, version_id=version_id, roles=ML_ONLY
         )
-        version = model_version_activate(model_version=version, user=request.user)
+        version = model_version_activate(model_version=version, user=request_user(request))
         version = model_version_list(project=version.project).get(pk=version.pk)
         return Response(ModelVersionOutputSerializer(version).data)
 
@@ -345,7 +349,7 @@ class ProjectScoringRunsApi(APIView):
                 raise serializers.ValidationError({"model_version": "No such version here."})
         run = scoring_run_start(
             project=project,
-            user=request.user,
+            user=request_user(request),
             model_version=version,
             strategy=data.get("strategy"),
             random_fraction=data.get("random_fraction"),
@@ -423,7 +427,7 @@ class BackboneOutputSerializer(serializers.Serializer):
     name = serializers.CharField(
         allow_blank=True, help_text="What a run's `backbone` setting takes; blank: bundled."
     )
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]  # a field, not Field.label
 
 
 class ProjectBackbonesApi(APIView):

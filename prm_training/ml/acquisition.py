@@ -49,7 +49,9 @@ def _binary_entropy(p: np.ndarray) -> np.ndarray:
     return -(p * np.log(p) + (1 - p) * np.log(1 - p))
 
 
-def rated_weights(step_probs: Sequence[float], first_error_labeling: bool) -> np.ndarray:
+def rated_weights(
+    step_probs: Sequence[float] | np.ndarray, first_error_labeling: bool
+) -> np.ndarray:
     """[n] the probability that each step gets rated: r_i = p_1 ... p_{i-1} under
     first-error labeling, 1 otherwise.
 
@@ -229,5 +231,6 @@ def select_batch(
         chosen = [int(i) for i in order[:by_score]]
     taken = set(chosen)
     rest = np.array([i for i in range(n) if i not in taken], dtype=np.int64)
-    extra = rng.choice(rest, size=k - len(chosen), replace=False) if k > len(chosen) else []
-    return chosen + [int(i) for i in extra]
+    if k <= len(chosen):
+        return chosen
+    return chosen + [int(i) for i in rng.choice(rest, size=k - len(chosen), replace=False)]

@@ -194,7 +194,7 @@ def verdict_against_rules(metrics: Mapping[str, float]) -> RulesVerdict:
         lost = [
             f"{label} {ours:.3f} vs {theirs:.3f}" if ours is not None else f"no {label}"
             for label, ours, theirs in pairs
-            if ours is None or ours <= theirs
+            if ours is None or theirs is None or ours <= theirs
         ]
         if lost:
             shortfalls.append((rule, ", ".join(lost)))

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from .data import PLAIN, ChainExample, TextLayout, Window, chain_content_key, chains_to_windows
-from .model import collate_windows, encode_steps, step_feature_width
+from .model import Backbone, collate_windows, encode_steps, step_feature_width
 
 
 class StepFeatureCache:
@@ -117,7 +117,7 @@ def autocast_for(device: torch.device) -> contextlib.AbstractContextManager[Any]
 
 def compute_step_features(
     *,
-    backbone: nn.Module,
+    backbone: Backbone,
     kind: str,
     tokenizer: Any,
     examples: Sequence[ChainExample],
@@ -141,8 +141,8 @@ def compute_step_features(
     with torch.inference_mode(), autocast_for(device):
         for batch_windows in bucketed_batches(windows, batch_size):
             batch = collate_windows(batch_windows, pad_id, device)
-            features = encode_steps(backbone, kind, batch, pooling, step_head)
-            features = features.float().cpu().numpy()
+            encoded = encode_steps(backbone, kind, batch, pooling, step_head)
+            features = encoded.float().cpu().numpy()
             row = 0
             for window in batch_windows:
                 n = len(window.step_end_positions)
@@ -158,7 +158,7 @@ def compute_step_features(
 def cached_step_features(
     *,
     cache: StepFeatureCache,
-    backbone: nn.Module,
+    backbone: Backbone,
     kind: str,
     tokenizer: Any,
     examples: Sequence[ChainExample],

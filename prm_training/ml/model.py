@@ -32,6 +32,10 @@ from torch import nn
 from .config import STEP_POOLINGS, PRMConfig
 from .data import Window
 
+# A transformers model (or peft's wrapper of one): its config and methods (save_pretrained,
+# activation checkpointing, merge_and_unload) are looked up at run time, so it is Any here.
+Backbone = Any
+
 # Bidirectional model types: they need the step-level mask to stay prefix-only.
 ENCODER_TYPES = frozenset(
     {
@@ -118,7 +122,7 @@ def load_backbone(
     *,
     tokenizer_path: str | Path | None = None,
     dtype: str = "float32",
-) -> tuple[Any, nn.Module, str]:
+) -> tuple[Any, Backbone, str]:
     """(tokenizer, bare backbone, kind) from local directories; never touches a hub."""
     from transformers import AutoModel, AutoTokenizer
 
@@ -137,7 +141,7 @@ def load_backbone_with_step_head(
     *,
     tokenizer_path: str | Path | None = None,
     dtype: str = "float32",
-) -> tuple[Any, nn.Module, str, nn.Module]:
+) -> tuple[Any, Backbone, str, nn.Module]:
     """(tokenizer, bare backbone, kind, step head) of a PRM that scores steps itself: a
     two-label token classifier (``...ForTokenClassification``, or a class of the
     directory's own code named in its ``auto_map``, as Qwen2.5-Math-PRM's
@@ -161,7 +165,7 @@ def load_backbone_with_step_head(
     linears = [
         module for module in (head.modules() if head else ()) if isinstance(module, nn.Linear)
     ]
-    if not linears or linears[-1].out_features != 2 or model.base_model is model:
+    if head is None or not linears or linears[-1].out_features != 2 or model.base_model is model:
         raise ValueError(f"{path}'s model has no two-label step head to read")
     tokenizer = AutoTokenizer.from_pretrained(
         _tokenizer_dir(path, tokenizer_path), local_files_only=True
@@ -177,7 +181,7 @@ def load_configured_backbone(
     path: str | Path | None = None,
     requested_kind: str | None = None,
     tokenizer_path: str | Path | None = None,
-) -> tuple[Any, nn.Module, str, nn.Module | None]:
+) -> tuple[Any, Backbone, str, nn.Module | None]:
     """(tokenizer, bare backbone, kind, step head or None) as ``config`` reads them: the
     weights in ``config.weights_dtype`` for ``device``, the step head when
     ``config.step_prior`` (frozen, like the backbone in frozen_head mode)."""
@@ -255,7 +259,7 @@ def collate_windows(windows: list[Window], pad_id: int, device: torch.device) ->
 
 
 def encode_steps(
-    backbone: nn.Module,
+    backbone: Backbone,
     kind: str,
     batch: WindowBatch,
     pooling: str = "mean",

@@ -31,6 +31,7 @@ from .features import (
 from .inputs import CONTEXT_WIDTH, chain_contexts
 from .metrics import Readout
 from .model import (
+    Backbone,
     EnsembleHead,
     backbone_fingerprint,
     collate_windows,
@@ -72,7 +73,7 @@ def frozen_step_features(
     chains: Sequence[ChainExample],
     *,
     fingerprint: str,
-    backbone: nn.Module,
+    backbone: Backbone,
     kind: str,
     tokenizer: Any,
     device: torch.device,
@@ -101,7 +102,7 @@ def frozen_step_features(
 class LoadedPRM:
     config: PRMConfig
     tokenizer: Any
-    backbone: nn.Module
+    backbone: Backbone
     head: EnsembleHead
     kind: str  # "encoder" | "decoder"
     device: torch.device
@@ -205,7 +206,7 @@ def load_prm(
         checkpoint_dir=root,
         threshold=float(meta.get("threshold", 0.5)),
         threshold_right=meta.get("threshold_right"),
-        calibration=tuple(meta.get("calibration", (1.0, 0.0))),  # type: ignore[arg-type]
+        calibration=tuple(meta.get("calibration", (1.0, 0.0))),
         step_head=step_head.to(torch_device) if step_head is not None else None,
     )
 
@@ -299,7 +300,7 @@ def _context(chunk: Sequence[ChainExample], context: str) -> np.ndarray:
 def _full_member_probs(
     prm: LoadedPRM, chunk: Sequence[ChainExample], batch_size: int
 ) -> np.ndarray:
-    starts = np.cumsum([0, *(len(example.steps) for example in chunk)])
+    starts = np.cumsum([0, *(len(example.steps) for example in chunk)]).tolist()
     out = np.zeros((prm.head.members, int(starts[-1])), dtype=np.float32)
     windows = chains_to_windows(
         prm.tokenizer, chunk, prm.config.max_length, prm.config.text_layout()

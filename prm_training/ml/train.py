@@ -85,6 +85,7 @@ from .features import autocast_for, pad_token_id
 from .inputs import CONTEXT_WIDTH, chain_contexts
 from .metrics import Readout, choose_readout, evaluate, fit_platt
 from .model import (
+    Backbone,
     EnsembleHead,
     WindowBatch,
     backbone_fingerprint,
@@ -268,7 +269,7 @@ def _training_batches(
 def _train_full(
     *,
     config: PRMConfig,
-    backbone: nn.Module,
+    backbone: Backbone,
     kind: str,
     head: EnsembleHead,
     tokenizer: Any,
@@ -279,11 +280,11 @@ def _train_full(
     weight_by_class: tuple[float, float],
     device: torch.device,
     report: _Reporter,
-) -> tuple[float, nn.Module]:
+) -> tuple[float, Backbone]:
     """(last epoch's loss, the trained backbone: with LoRA, the adapters merged in)."""
     backbone = _prepare_for_fine_tuning(backbone, config)
     context = torch.from_numpy(np.concatenate(contexts)).to(device)  # [all steps, C]
-    starts = np.cumsum([0, *(len(example.steps) for example in examples)])
+    starts = np.cumsum([0, *(len(example.steps) for example in examples)]).tolist()
     windows = [
         window
         for window in chains_to_windows(
@@ -366,7 +367,7 @@ class _StepScorer(nn.Module):
     """Backbone and heads as one module, the unit DistributedDataParallel wraps:
     a batch of windows -> [E, N] logits of its labeled steps."""
 
-    def __init__(self, backbone: nn.Module, head: EnsembleHead, kind: str, pooling: str) -> None:
+    def __init__(self, backbone: Backbone, head: EnsembleHead, kind: str, pooling: str) -> None:
         super().__init__()
         self.backbone, self.head, self.kind, self.pooling = backbone, head, kind, pooling
 
@@ -377,7 +378,7 @@ class _StepScorer(nn.Module):
         return self.head(hidden[labeled], context)  # [E, N_labeled]
 
 
-def _prepare_for_fine_tuning(backbone: nn.Module, config: PRMConfig) -> nn.Module:
+def _prepare_for_fine_tuning(backbone: Backbone, config: PRMConfig) -> Backbone:
     """The backbone as 'full' mode trains it: with LoRA adapters on every linear layer
     (``lora_r`` > 0, the other weights frozen) and with gradient checkpointing when asked."""
     if config.gradient_checkpointing:
@@ -389,17 +390,21 @@ def _prepare_for_fine_tuning(backbone: nn.Module, config: PRMConfig) -> nn.Modul
         return backbone
     from peft import LoraConfig, get_peft_model
 
+    # peft annotates lora_alpha as int but scales by lora_alpha / r: a float alpha is used.
     adapters = LoraConfig(
-        r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0, target_modules="all-linear"
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,  # type: ignore[arg-type]
+        lora_dropout=0.0,
+        target_modules="all-linear",
     )
     return get_peft_model(backbone, adapters)
 
 
-def _finish_fine_tuning(backbone: nn.Module, config: PRMConfig) -> nn.Module:
+def _finish_fine_tuning(backbone: Backbone, config: PRMConfig) -> Backbone:
     """The trained backbone as a plain transformers model in eval mode: LoRA adapters
     merged into the weights (so saving and loading need no peft), checkpointing off."""
     if config.lora_r:
-        backbone = backbone.merge_and_unload()  # type: ignore[operator]
+        backbone = backbone.merge_and_unload()
     if config.gradient_checkpointing:
         backbone.activation_checkpointing_disable()
     return backbone.eval()
@@ -412,7 +417,7 @@ def _write_checkpoint(
     kind: str,
     fingerprint: str,
     head: EnsembleHead,
-    backbone: nn.Module,
+    backbone: Backbone,
     tokenizer: Any,
     metrics: dict[str, float],
     train_chains: int,
@@ -499,7 +504,7 @@ def _calibrate_and_readout(
         ]
         calibration = fit_platt([logit for logit, _ in pairs], [target for _, target in pairs])
     scale, bias = calibration
-    probs = [1 / (1 + np.exp(-(scale * chain_logits + bias))) for chain_logits in logits]
+    probs = [(1 / (1 + np.exp(-(scale * chain_logits + bias)))).tolist() for chain_logits in logits]
     readout = choose_readout(
         examples, probs, answer_aware=prm.config.outcome_readout, threshold=prm.config.threshold
     )
@@ -591,7 +596,7 @@ def train_prm(
     carries a usable label. With ``config.processes`` > 1 and no process group yet, the
     training runs in that many processes (``distributed``)."""
     if config.processes > 1 and process_group()[1] == 1:
-        return train_prm_processes(  # type: ignore[no-any-return]
+        return train_prm_processes(
             config, train, heldout, out_dir, progress=progress, should_stop=should_stop
         )
     _seed_everything(config.seed)

@@ -31,7 +31,7 @@ import shutil
 import traceback
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import current_app
 from django.conf import settings as django_settings
@@ -55,6 +55,7 @@ AUTOSTART_TASK = "prm_training.autostart_check"
 MAX_ATTEMPTS = 2
 
 Run = TrainingRun | ScoringRun
+R = TypeVar("R", TrainingRun, ScoringRun)
 RUN_TASKS: dict[type[Run], str] = {TrainingRun: TRAIN_TASK, ScoringRun: SCORE_TASK}
 
 
@@ -137,27 +138,30 @@ def runs_dispatch_pending() -> dict[str, int]:
 
     Two workers reconnecting at once may both send a run; that is harmless, since the
     task claims its row QUEUED -> RUNNING under a lock and a second delivery returns."""
-    sent = {"training": 0, "scoring": 0}
-    for run_model, key in ((TrainingRun, "training"), (ScoringRun, "scoring")):
-        waiting = run_model.objects.filter(status=RunStatus.QUEUED, enqueued_at__isnull=True)
-        if run_model is TrainingRun:
-            waiting = waiting.filter(cancel_requested=False)
-        for run_id in waiting.order_by("pk").values_list("pk", flat=True):
-            sent[key] += run_enqueue(run_model, run_id)
-    return sent
+    waiting = {"status": RunStatus.QUEUED, "enqueued_at__isnull": True}
+    training = TrainingRun.objects.filter(**waiting, cancel_requested=False)
+    scoring = ScoringRun.objects.filter(**waiting)
+    return {
+        "training": sum(run_enqueue(TrainingRun, pk) for pk in _ids(training)),
+        "scoring": sum(run_enqueue(ScoringRun, pk) for pk in _ids(scoring)),
+    }
+
+
+def _ids(runs: Any) -> list[int]:
+    return list(runs.order_by("pk").values_list("pk", flat=True))
 
 
 # --- claim, heartbeat, finish (worker side) ----------------------------------------------
 
 
 def run_claim(
-    run_model: type[Run],
+    run_model: type[R],
     run_id: int,
     *,
     task_id: str,
     worker: str,
     reset: dict[str, Any] | None = None,
-) -> Run | None:
+) -> R | None:
     """QUEUED -> RUNNING under the row lock, with ``reset`` (the fields a new attempt
     starts from) written too, or None when there is nothing to do: the run is gone,
     finished, or RUNNING under a live heartbeat. A stale RUNNING run is taken over (its

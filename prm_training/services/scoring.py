@@ -46,7 +46,7 @@ from prm_training.services.runs import (
 from prm_training.services.strategy import acquisition_strategy_resolve
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def chains_to_score(*, project: Project) -> QuerySet[Chain]:
 def scoring_run_start(
     *,
     project: Project,
-    user: AbstractBaseUser | None,
+    user: User | None,
     model_version: ModelVersion | None = None,
     strategy: str | None = None,
     random_fraction: float | None = None,

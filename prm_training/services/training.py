@@ -51,7 +51,7 @@ from prm_training.services.runs import (
 )
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import User
 
     from prm_training.ml.data import ChainExample
 
@@ -83,7 +83,7 @@ def training_config_clean(*, config: Mapping[str, Any], project: Project) -> dic
             continue
         if spec.kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if not isinstance(value, spec.kind) or (spec.kind is not bool and isinstance(value, bool)):
+        if not _of_kind(value, spec.kind):
             errors.setdefault(name, []).append(f"Must be a {spec.kind.__name__}.")
             continue
         if spec.kind is float and not math.isfinite(value):
@@ -115,6 +115,11 @@ def training_config_clean(*, config: Mapping[str, Any], project: Project) -> dic
 
 
 LOOP_FIELDS = ("acquisition_strategy", "random_fraction", "retrain_every_n_finished")
+
+
+def _of_kind(value: Any, kind: type) -> bool:
+    """Whether ``value`` is a ``kind`` (a bool is not an int or a float here)."""
+    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
 
 
 def project_training_settings_update(
@@ -154,7 +159,7 @@ def project_training_settings_update(
 def training_run_start(
     *,
     project: Project,
-    user: AbstractBaseUser | None,
+    user: User | None,
     settings: Mapping[str, Any] | None = None,
     snapshot: Snapshot | None = None,
     trigger: str = RunTrigger.MANUAL,
@@ -356,7 +361,9 @@ def training_run_execute(*, run_id: int, task_id: str = "", worker: str = "") ->
             progress=reporter.progress,
             should_stop=reporter.should_stop,
         )
-        return _publish(run=run, result=result, heldout=heldout, reporter=reporter)
+        return _publish(
+            run=run, snapshot=snapshot, result=result, heldout=heldout, reporter=reporter
+        )
     except TrainingCancelled:
         run_finish(run, status=RunStatus.CANCELLED)
     except ValidationError as exc:
@@ -382,7 +389,12 @@ def _paired_with(
 
 
 def _publish(
-    *, run: TrainingRun, result: Any, heldout: list[ChainExample], reporter: _RunReporter
+    *,
+    run: TrainingRun,
+    snapshot: Snapshot,
+    result: Any,
+    heldout: list[ChainExample],
+    reporter: _RunReporter,
 ) -> TrainingRun:
     metrics = {k: float(v) for k, v in dict(result.metrics).items()}
     compared = (
@@ -406,7 +418,7 @@ def _publish(
                 f"{previous.get('processbench_f1', float('nan')):.4f}, AUROC "
                 f"{metrics.get('step_auroc', float('nan')):.4f} vs "
                 f"{previous.get('step_auroc', float('nan')):.4f} on the same "
-                f"{len(heldout)} held-out chains, of snapshot v{run.snapshot.version}"
+                f"{len(heldout)} held-out chains, of snapshot v{snapshot.version}"
             )
             paired = _paired_with(result, heldout, previous_hits)
             if paired is not None:
@@ -446,7 +458,7 @@ def _publish(
         ModelVersion.objects.create(
             project_id=run.project_id,
             training_run=locked,
-            snapshot_id=locked.snapshot_id,
+            snapshot=snapshot,
             version=number,
             checkpoint_dir=str(result.checkpoint_dir),
             metrics=metrics,
@@ -467,9 +479,7 @@ def _publish(
 # --- activation, auto-start --------------------------------------------------------------
 
 
-def model_version_activate(
-    *, model_version: ModelVersion, user: AbstractBaseUser | None
-) -> ModelVersion:
+def model_version_activate(*, model_version: ModelVersion, user: User | None) -> ModelVersion:
     """Make ``model_version`` the project's active version (ML staff, by hand). Idempotent."""
     with transaction.atomic():
         Project.objects.select_for_update().get(pk=model_version.project_id)

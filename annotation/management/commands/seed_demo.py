@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
@@ -147,12 +147,12 @@ class Command(BaseCommand):
             )
         )
         self.stdout.write(f"URL: http://{options['host']}/")
-        for spec in DEMO_USERS:
-            what = "superuser" if spec.is_superuser else (spec.role or "")
-            self.stdout.write(f"login: {spec.username} / {spec.password} ({what})")
+        for login in DEMO_USERS:
+            what = "superuser" if login.is_superuser else (login.role or "")
+            self.stdout.write(f"login: {login.username} / {login.password} ({what})")
 
 
-def _user_ensure(spec: DemoUser) -> AbstractBaseUser:
+def _user_ensure(spec: DemoUser) -> User:
     """The demo user, created with its demo password when missing. An existing user keeps
     its password; its flags are put back to the demo's."""
     user_model = get_user_model()

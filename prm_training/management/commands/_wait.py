@@ -6,6 +6,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from django.core.management.base import CommandError
 from django.db.models import Model
@@ -14,11 +15,12 @@ from tqdm import tqdm
 from prm_training.models import FINISHED_STATUSES
 
 POLL_SECONDS = 1.0
+M = TypeVar("M", bound=Model)
 
 
 def wait_for_run(
-    *, model: type[Model], pk: int, fraction: Callable[[Model], float], timeout: float | None
-) -> Model:
+    *, model: type[M], pk: int, fraction: Callable[[M], float], timeout: float | None
+) -> M:
     """Poll the row until its status is final, drawing a progress bar on a terminal
     (stderr, off when not a terminal). Raises CommandError on timeout."""
     columns, lines = shutil.get_terminal_size()
