@@ -111,3 +111,41 @@ def test_no_import_circle_among_the_app_modules() -> None:
 
 def test_the_circle_check_finds_a_circle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# Where app code may run SQL it wrote: the queue's hot path, the import's and the
+# export's COPY paths (with the import's advisory lock), the snapshot's advisory lock,
+# and the health check's SELECT 1. Everything else goes through the ORM.
+SQL_ALLOWED = {
+    "annotation/services/imports.py",
+    "annotation/selectors/datasets.py",
+    "annotation/services/snapshots.py",
+    "config/health.py",
+}
+
+
+def _runs_sql(node: ast.Call) -> bool:
+    """A call that sends SQL text: a cursor's execute, executemany or copy, a manager's
+    raw, or RawSQL."""
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id == "RawSQL"
+    if not isinstance(func, ast.Attribute):
+        return False
+    receiver = ast.unparse(func.value)
+    if func.attr in ("execute", "executemany", "copy"):
+        return "cursor" in receiver
+    return func.attr == "raw" and receiver.endswith("objects")
+
+
+def test_no_hand_written_sql_outside_the_queue_and_the_copy_paths() -> None:
+    found = set()
+    for package in ("annotation", "prm_training", "config"):
+        for path in (ROOT / package).rglob("*.py"):
+            name = str(path.relative_to(ROOT))
+            if "migrations" in path.parts or name.startswith("annotation/queue/"):
+                continue
+            tree = ast.parse(path.read_text(), name)
+            if any(isinstance(node, ast.Call) and _runs_sql(node) for node in ast.walk(tree)):
+                found.add(name)
+    assert found == SQL_ALLOWED

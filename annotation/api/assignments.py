@@ -1,6 +1,6 @@
 """The labeling queue over HTTP: next, prefetch, submit, renew, skip.
 
-Views are thin: check access, call one service from ``annotation.services.assignments``,
+Views are thin: check access, call one service from ``annotation.queue``,
 serialize the result. Service errors map to status codes in ``api.errors``: ValidationError
 400, someone else's (or a missing) lease 404, a lost or closed lease 409, a busy queue 503."""
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from drf_spectacular.utils import (
@@ -24,7 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api.authentication import token_key, user_for_token
+from annotation.api.authentication import token_key
 from annotation.api.errors import api_exception_handler
 from annotation.api.fields import BIGINT_MAX, INT32_MAX, INT32_MIN, IdField, RatingField
 from annotation.api.permissions import request_user
@@ -32,21 +31,18 @@ from annotation.models import (
     Annotation,
     Assignment,
     Chain,
-    Problem,
     Project,
     Step,
     StepRating,
 )
-from annotation.selectors.access import project_get_for_labeling, user_and_project_for_labeling
-from annotation.services.assignments import (
-    REQUEST_ID_MAX_LENGTH,
-    RatingInput,
-    assignment_claim_next,
-    assignment_prefetch,
-    assignment_renew,
-    assignment_skip,
-    assignment_submit,
+from annotation.queue.access import (
+    project_get_for_labeling,
+    user_and_project_for_labeling,
+    user_for_token,
 )
+from annotation.queue.claim import assignment_claim_next, assignment_prefetch
+from annotation.queue.leases import assignment_renew, assignment_skip, lease_chain_rows
+from annotation.queue.submit import REQUEST_ID_MAX_LENGTH, RatingInput, assignment_submit
 from annotation.services.chain_events import chain_finished_notify
 
 ERROR_RESPONSE = inline_serializer(
@@ -239,15 +235,6 @@ class AssignmentPrefetchView(APIView):
 
 
 _expires_at_field = serializers.DateTimeField()
-# The steps with their chain's answer and problem, in one plain query (no queryset to build).
-_LEASE_STEPS_SQL = f"""
-    SELECT s.id, s."index", s.text, c.final_answer, p.text, p.reference_answer
-    FROM {Step._meta.db_table} s
-    JOIN {Chain._meta.db_table} c ON c.id = s.chain_id
-    JOIN {Problem._meta.db_table} p ON p.id = c.problem_id
-    WHERE s.chain_id = %s
-    ORDER BY s."index"
-"""
 
 
 def lease_payload(*, assignment: Assignment, project: Project) -> dict[str, Any]:
@@ -258,9 +245,7 @@ def lease_payload(*, assignment: Assignment, project: Project) -> dict[str, Any]
     claim itself. ``test_lease_payload_matches_the_serializer`` keeps the two equal."""
     rows = getattr(assignment, "chain_rows", None)  # read with a new lease (PostgreSQL)
     if rows is None:
-        with connection.cursor() as cursor:
-            cursor.execute(_LEASE_STEPS_SQL, [assignment.chain_id])
-            rows = cursor.fetchall()
+        rows = lease_chain_rows(chain_id=assignment.chain_id)
     if rows:
         final_answer, problem_text, reference_answer = rows[0][3:]
     else:  # a chain without steps: nothing to grade, but still a valid answer

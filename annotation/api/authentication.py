@@ -6,13 +6,13 @@ and DRF reads its authentication classes while ``rest_framework.views`` is being
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from django.db import connection
 from django.http import HttpRequest
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
+
+from annotation.queue.access import user_for_token
 
 
 class FastTokenAuthentication(TokenAuthentication):
@@ -45,34 +45,3 @@ def token_key(request: HttpRequest) -> str | None:
     if len(parts) != 2 or parts[0].lower() != "token" or not parts[1].isascii():
         return None
     return parts[1]
-
-
-@functools.cache
-def _token_user_sql() -> str:
-    """The user of a token key, with the token's creation time, for the installed user
-    model: built once, not on every request."""
-    from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
-
-    from annotation.rows import select_columns
-
-    user_model = get_user_model()
-    return (
-        f"SELECT {select_columns(user_model, 'u')}, t.created "
-        f"FROM {user_model._meta.db_table} u "
-        f"JOIN {Token._meta.db_table} t ON t.user_id = u.id WHERE t.key = %s"
-    )
-
-
-def user_for_token(key: str) -> tuple[Any, Any] | None:
-    """(user, token creation time) for an API token key, active or not; None if unknown."""
-    from django.contrib.auth import get_user_model
-
-    from annotation.rows import model_from_row
-
-    with connection.cursor() as cursor:
-        cursor.execute(_token_user_sql(), [key])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    return model_from_row(get_user_model(), row[:-1]), row[-1]

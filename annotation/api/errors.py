@@ -20,7 +20,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from annotation.models import Assignment
-from annotation.services.assignments import LeaseConflict, QueueBusy
+from annotation.queue.errors import LeaseConflict, QueueBusy
 
 
 class Conflict(APIException):

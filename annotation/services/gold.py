@@ -4,7 +4,7 @@ A gold chain (``Chain.is_gold``) carries its answer key in ``Chain.gold_annotati
 chain's current adjudication if a lead ruled on it, else its import annotation (labels
 that came with an import). A chain with neither cannot be gold.
 
-The queue (``annotation.services.assignments._claim_once``) asks ``gold_candidate`` before
+The queue (``annotation.queue.claim._claim_once``) asks ``gold_candidate`` before
 its normal candidate query, and the normal query never returns a gold chain:
 
 * a gold chain is offered to every annotator once, whatever the overlap, and a pass over
@@ -47,13 +47,13 @@ from annotation.models import (
     Screening,
     ScreeningStatus,
 )
+from annotation.queue.closed_leases import closed_leases_sync
 from annotation.selectors.gold import (
     ScreeningState,
     screening_applies,
     screening_state_get,
     unseen_gold_chain,
 )
-from annotation.services.closed_leases import closed_leases_sync
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

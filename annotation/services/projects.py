@@ -22,7 +22,7 @@ from annotation.models import (
     Role,
     StepSplit,
 )
-from annotation.services.closed_leases import closed_leases_sync
+from annotation.queue.closed_leases import closed_leases_sync
 
 # The settings a lead may change after creation. ``name`` is deliberately absent:
 # commands and exports refer to projects by name.

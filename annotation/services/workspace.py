@@ -1,6 +1,6 @@
 """Write paths the annotator workspace needs beyond the queue itself: flagging a broken
 chain (and a lead clearing the flag), submit-and-next. Leasing, renewing, skipping and
-submitting live in ``annotation.services.assignments``."""
+submitting live in ``annotation.queue``."""
 
 from __future__ import annotations
 
@@ -14,14 +14,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from annotation.models import Annotation, Assignment, Chain
-from annotation.services.assignments import (
-    QueueBusy,
-    RatingInput,
-    assignment_claim_next,
-    assignment_lock_live,
-    assignment_skip,
-    assignment_submit,
-)
+from annotation.queue.claim import assignment_claim_next
+from annotation.queue.errors import QueueBusy
+from annotation.queue.leases import assignment_lock_live, assignment_skip
+from annotation.queue.submit import RatingInput, assignment_submit
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -45,7 +41,7 @@ def chain_flag(
     flagged chains) until a lead clears the flag (``chain_flag_clear``); the chain keeps
     who flagged it, why and when, and the caller's lease is closed as skipped with the
     reason, prefixed ``FLAG_REASON_PREFIX``. Under the chain's row lock, as every change of
-    a lease is (``annotation.services.assignments``)."""
+    a lease is (``annotation.queue``)."""
     reason = reason.strip()
     if not reason:
         raise ValidationError({"reason": "Say what is broken in this chain."})

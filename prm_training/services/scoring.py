@@ -18,13 +18,14 @@ import logging
 import math
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
 from annotation.models import Annotation, AnnotationSource, Chain, LabelingMode, Project
+from annotation.queue.priorities import PRIORITY_CHUNK, chain_priorities_write
 from prm_training.models import (
     AUTO_STRATEGY,
     AcquisitionStrategy,
@@ -52,7 +53,6 @@ logger = logging.getLogger(__name__)
 
 # Chains loaded, scored and stored per round trip; bounds the worker's memory.
 SCORING_PAGE = 1_000
-PRIORITY_CHUNK = 1_000
 
 
 def chains_to_score(*, project: Project) -> QuerySet[Chain]:
@@ -148,35 +148,6 @@ def mixed_priorities(
         taken[chosen] = True
         priorities[chain_ids[chosen]] = (n - slot) / n
     return priorities
-
-
-def chain_priorities_write(*, project: Project, priorities: dict[int, float]) -> int:
-    """Set ``Chain.priority`` for many chains of ``project``, one statement per chunk.
-    Returns how many rows changed."""
-    table = connection.ops.quote_name(Chain._meta.db_table)
-    items = sorted(priorities.items())  # id order: chunks lock rows in one order, no deadlock
-    changed = 0
-    for start in range(0, len(items), PRIORITY_CHUNK):
-        chunk = items[start : start + PRIORITY_CHUNK]
-        with transaction.atomic(), connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                values = ", ".join(["(%s::bigint, %s::double precision)"] * len(chunk))
-                params: list[Any] = [x for pair in chunk for x in pair]
-                cursor.execute(
-                    f"UPDATE {table} AS c SET priority = v.priority "  # noqa: S608 - quoted name
-                    f"FROM (VALUES {values}) AS v(id, priority) "
-                    "WHERE c.id = v.id AND c.project_id = %s",
-                    [*params, project.pk],
-                )
-                changed += cursor.rowcount
-            else:
-                # SQLite (the demo) has no column list on a VALUES alias.
-                cursor.executemany(
-                    f"UPDATE {table} SET priority = %s WHERE id = %s AND project_id = %s",  # noqa: S608
-                    [(priority, chain_id, project.pk) for chain_id, priority in chunk],
-                )
-                changed += len(chunk)
-    return changed
 
 
 def _acquisition_values(

@@ -10,7 +10,7 @@ from rest_framework.settings import api_settings
 
 from annotation.api.errors import api_exception_handler
 from annotation.models import Assignment
-from annotation.services.assignments import LeaseClosed, LeaseLost, QueueBusy
+from annotation.queue.errors import LeaseClosed, LeaseLost, QueueBusy
 
 
 def _answer(exc: Exception) -> tuple[int, object]:

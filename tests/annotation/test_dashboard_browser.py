@@ -125,7 +125,7 @@ def test_dashboard_draws_every_chart_and_exports(live_server: Any, page: Page) -
 
 def test_the_lead_sees_who_flagged_a_chain_and_puts_it_back(live_server: Any, page: Page) -> None:
     # Given: a chain an annotator flagged through their lease, with a reason
-    from annotation.services.assignments import assignment_claim_next
+    from annotation.queue.claim import assignment_claim_next
     from annotation.services.workspace import chain_flag
 
     project = ProjectFactory()

@@ -18,17 +18,13 @@ from annotation.models import (
     Screening,
     ScreeningStatus,
 )
+from annotation.queue.claim import assignment_claim_next, assignment_prefetch
+from annotation.queue.leases import assignment_skip
+from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.selectors.gold import (
     compare_to_gold,
     gold_scores,
     screening_state_get,
-)
-from annotation.services.assignments import (
-    RatingInput,
-    assignment_claim_next,
-    assignment_prefetch,
-    assignment_skip,
-    assignment_submit,
 )
 from annotation.services.gold import (
     BLOCKED,

@@ -1,5 +1,5 @@
 """``Assignment.chain_open``: the claim's set of the annotator's closed leases on chains
-still in the queue (annotation/services/closed_leases.py). It must follow the chains as
+still in the queue (annotation/queue/closed_leases.py). It must follow the chains as
 they finish, reopen and turn gold, and the claim must read only it, not the history."""
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ from django.utils import timezone
 from psycopg.sql import Literal
 
 from annotation.models import Assignment, AssignmentStatus, Chain
-from annotation.services import assignments
-from annotation.services.assignments import (
-    RatingInput,
-    assignment_claim_next,
-    assignment_skip,
-    assignment_submit,
-)
+from annotation.queue import leases
+from annotation.queue import sql as queue_sql
+from annotation.queue.claim import assignment_claim_next
+from annotation.queue.leases import assignment_skip
+from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.services.gold import gold_mark, gold_unmark
 from annotation.services.projects import project_update
 from tests.factories import ChainFactory, ProblemFactory, annotation_with_ratings
@@ -129,8 +127,8 @@ def test_marking_gold_shuts_the_set_and_unmarking_reopens_it(project, make_membe
 
 
 def _candidate_plan(project, user) -> dict:
-    params = assignments._sql_params(project=project, user=user, now=timezone.now())
-    sql = assignments._CANDIDATE_SQL.format(skip="", lock="FOR NO KEY UPDATE OF c SKIP LOCKED")
+    params = leases.sql_params(project=project, user=user, now=timezone.now())
+    sql = queue_sql.CANDIDATE_SQL.format(skip="", lock="FOR NO KEY UPDATE OF c SKIP LOCKED")
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
         (plan,) = cursor.fetchone()
@@ -235,16 +233,16 @@ def test_the_claim_reads_one_chain_at_a_time_not_the_annotators_history(make_mem
         cursor.execute("VACUUM ANALYZE annotation_assignment")
     submitted_by(user, chains[1:])
     now = timezone.now()
-    params = assignments._sql_params(project=project, user=user, now=now, chain=chains[0].pk)
+    params = leases.sql_params(project=project, user=user, now=now, chain=chains[0].pk)
     params["expires"] = params["now"]
 
     # When PostgreSQL checks the one open chain they have not done, and looks for it
-    for sql in (assignments._LEASE_IF_FREE_SQL, assignments._RECHECK_SQL, assignments._PLACE_SQL):
+    for sql in (queue_sql.LEASE_IF_FREE_SQL, queue_sql.RECHECK_SQL, queue_sql.PLACE_SQL):
         plan = _explained(sql, params)
 
         # Then it reads that chain's rows, none of the annotator's 12,000
         assert _rows_read(plan) <= 2, json.dumps(plan, indent=1)
-    candidate = assignments._CANDIDATE_SQL.format(skip="", lock="FOR NO KEY UPDATE OF c")
+    candidate = queue_sql.CANDIDATE_SQL.format(skip="", lock="FOR NO KEY UPDATE OF c")
     for mode in (None, "force_custom_plan", "force_generic_plan"):
         plan = _explained(candidate, params, plan_cache_mode=mode)
         assert plan["Actual Rows"] == 1

@@ -28,14 +28,10 @@ from annotation.models import (
     Chain,
     Project,
 )
-from annotation.services.assignments import (
-    LeaseLost,
-    RatingInput,
-    assignment_claim_next,
-    assignment_prefetch,
-    assignment_skip,
-    assignment_submit,
-)
+from annotation.queue.claim import assignment_claim_next, assignment_prefetch
+from annotation.queue.errors import LeaseLost
+from annotation.queue.leases import assignment_skip
+from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.services.workspace import FLAG_REASON_PREFIX
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory
 

@@ -9,7 +9,7 @@ import pytest
 
 from annotation.api.assignments import NextOutputSerializer, lease_payload
 from annotation.models import Chain, LabelingMode, Step
-from annotation.services.assignments import assignment_claim_next
+from annotation.queue.claim import assignment_claim_next
 from tests.factories import ChainFactory, ProblemFactory
 
 pytestmark = pytest.mark.django_db
@@ -138,11 +138,7 @@ def test_a_long_chain_stores_every_rating_in_step_order(project, make_member) ->
     # Given a long chain (on SQLite, more than two insert batches of ratings; on
     # PostgreSQL, still one statement)
     from annotation.models import StepRating
-    from annotation.services.assignments import (
-        _RATINGS_PER_STATEMENT,
-        RatingInput,
-        assignment_submit,
-    )
+    from annotation.queue.submit import _RATINGS_PER_STATEMENT, RatingInput, assignment_submit
 
     steps = 2 * _RATINGS_PER_STATEMENT + 1
     chain = ChainFactory(project=project, step_count=0)

@@ -11,14 +11,9 @@ from rest_framework.test import APIClient
 
 from annotation.api.assignments import SubmitOutputSerializer, submit_payload
 from annotation.models import Annotation, Assignment, AssignmentStatus, Chain, Project, Role
-from annotation.services.assignments import (
-    MAX_LIVE_LEASES,
-    RatingInput,
-    assignment_claim_next,
-    assignment_prefetch,
-    assignment_renew,
-    assignment_submit,
-)
+from annotation.queue.claim import MAX_LIVE_LEASES, assignment_claim_next, assignment_prefetch
+from annotation.queue.leases import assignment_renew
+from annotation.queue.submit import RatingInput, assignment_submit
 from tests.factories import ChainFactory, ProjectFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

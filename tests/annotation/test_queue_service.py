@@ -20,16 +20,10 @@ from annotation.models import (
     Project,
     StepRating,
 )
-from annotation.services.assignments import (
-    LeaseClosed,
-    LeaseConflict,
-    LeaseLost,
-    RatingInput,
-    assignment_claim_next,
-    assignment_renew,
-    assignment_skip,
-    assignment_submit,
-)
+from annotation.queue.claim import assignment_claim_next
+from annotation.queue.errors import LeaseClosed, LeaseConflict, LeaseLost
+from annotation.queue.leases import assignment_renew, assignment_skip
+from annotation.queue.submit import RatingInput, assignment_submit
 from tests.factories import ChainFactory, ProjectFactory
 
 pytestmark = pytest.mark.django_db
@@ -696,7 +690,8 @@ def test_the_candidate_scan_walks_the_queue_index(make_member) -> None:
     # Given a few thousand open chains in two projects, with fresh statistics
     from django.db import connection
 
-    from annotation.services import assignments
+    from annotation.queue import leases
+    from annotation.queue import sql as queue_sql
     from tests.factories import ProblemFactory
 
     projects = [ProjectFactory(), ProjectFactory()]
@@ -709,8 +704,8 @@ def test_the_candidate_scan_walks_the_queue_index(make_member) -> None:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE annotation_chain")
         user = make_member(projects[0])
-        params = assignments._sql_params(project=projects[0], user=user, now=timezone.now())
-        sql = assignments._CANDIDATE_SQL.format(skip="", lock="FOR NO KEY UPDATE OF c SKIP LOCKED")
+        params = leases.sql_params(project=projects[0], user=user, now=timezone.now())
+        sql = queue_sql.CANDIDATE_SQL.format(skip="", lock="FOR NO KEY UPDATE OF c SKIP LOCKED")
 
         # When PostgreSQL plans the claim's candidate query
         cursor.execute("EXPLAIN " + sql, params)

@@ -24,7 +24,8 @@ from annotation.models import (
     Role,
     StepRating,
 )
-from annotation.services.assignments import RatingInput, assignment_claim_next, assignment_submit
+from annotation.queue.claim import assignment_claim_next
+from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.services.workspace import FLAG_REASON_PREFIX
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, UserFactory
 

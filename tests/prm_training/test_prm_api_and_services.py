@@ -11,8 +11,9 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from annotation.models import Snapshot
+from annotation.queue.priorities import chain_priorities_write
 from prm_training.models import ModelVersion, RunStatus, TrainingRun
-from prm_training.services.scoring import chain_priorities_write, mixed_priorities
+from prm_training.services.scoring import mixed_priorities
 from prm_training.services.training import (
     model_version_activate,
     training_config_clean,

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from annotation.services.assignments import RatingInput, assignment_claim_next, assignment_submit
+from annotation.queue.claim import assignment_claim_next
+from annotation.queue.submit import RatingInput, assignment_submit
 from prm_training.services import training
 from prm_training.services.training import project_training_settings_update
 from tests.factories import ChainFactory

@@ -1,0 +1,236 @@
+"""Claim a lease: ``next`` (the caller's oldest live lease, or a new one) and ``prefetch``
+(a second lease on another chain for the workspace to show next)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+
+from annotation.models import Assignment, AssignmentStatus, Project
+from annotation.queue.errors import QueueBusy
+from annotation.queue.leases import now_or_current, sql_params
+from annotation.queue.rows import fetch_models
+from annotation.queue.sql import (
+    CANDIDATE_SQL,
+    LEASE_IF_FREE_SQL,
+    LEASE_WITH_CHAIN_SQL,
+    LIVE_LEASES_SQL,
+    LOCK_USER_SQL,
+    RECHECK_SQL,
+)
+from annotation.services.gold import gold_candidate, gold_lease
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+# A claim retries only when a concurrent transaction committed a lease or submit on its
+# candidate between the candidate query's snapshot and the lock; each retry starts from a
+# fresh snapshot, so more than a couple in a row means heavy contention, not a bug.
+CLAIM_MAX_ATTEMPTS = 8
+
+
+class _ClaimRace(Exception):
+    """Internal: the locked candidate was taken meanwhile; roll back and try again."""
+
+
+# At most this many live leases per annotator and project: the one being labeled and the
+# one the workspace prefetched (``assignment_prefetch``).
+MAX_LIVE_LEASES = 2
+
+
+def _candidate(
+    *, project: Project, user: User, now: datetime, skip: set[int], wait: bool
+) -> int | None:
+    """Lock the best claimable chain and return its id, skipping chains locked by others
+    unless ``wait``. Its subqueries see the snapshot from before the lock (see the
+    re-check)."""
+    params = sql_params(project=project, user=user, now=now)
+    skip_sql = ""
+    if skip:
+        names = [f"skip{i}" for i in range(len(skip))]
+        skip_sql = "AND c.id NOT IN (" + ", ".join(f"%({n})s" for n in names) + ")"
+        params.update(zip(names, sorted(skip), strict=True))
+    lock = ""
+    if connection.features.has_select_for_update:
+        lock = f"FOR NO KEY UPDATE OF c{'' if wait else ' SKIP LOCKED'}"
+    sql = CANDIDATE_SQL.format(skip=skip_sql, lock=lock)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return row[0] if row is not None else None
+
+
+def _recheck(*, project: Project, user: User, now: datetime, chain_id: int) -> tuple[bool, bool]:
+    """(still claimable, has stale ACTIVE leases) for a chain whose lock we hold, read by a
+    fresh statement so it sees every lease and submit committed before the lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(RECHECK_SQL, sql_params(project=project, user=user, now=now, chain=chain_id))
+        claimable, has_stale = cursor.fetchone()
+    return bool(claimable), bool(has_stale)
+
+
+def _live_leases_of(*, project: Project, user: User, now: datetime) -> list[Assignment]:
+    """The caller's live leases in ``project``, oldest first. Precondition: the caller's
+    claim lock is held, and this statement started after it was granted."""
+    params: dict[str, Any] = {"project": project.pk, "user": user.pk}
+    params["now"] = connection.ops.adapt_datetimefield_value(now)
+    return fetch_models(Assignment, LIVE_LEASES_SQL, params)
+
+
+def _expire_stale_leases(*, chain_id: int, now: datetime) -> None:
+    """Mark the chain's ACTIVE leases that have run out EXPIRED.
+
+    Precondition: the chain's row lock is held. After this, a lease whose place is about
+    to be taken can no longer pass for live in a submit or renew."""
+    Assignment.objects.filter(
+        chain_id=chain_id, status=AssignmentStatus.ACTIVE, expires_at__lte=now
+    ).update(status=AssignmentStatus.EXPIRED)
+
+
+def _lease_if_free(
+    *, project: Project, user: User, now: datetime, chain_id: int
+) -> Assignment | None:
+    """Lease the chain whose lock we hold if its place is still free; None if not (a lost
+    race, or stale leases to expire first: ``_claim_once`` asks ``_recheck`` which).
+
+    On PostgreSQL the new lease carries ``chain_rows``, its chain's steps as (id, index,
+    text, final answer, problem text, reference answer) rows, read in the same trip for
+    the API's answer (``lease_payload``)."""
+    expires_at = now + project.lease_duration
+    params = sql_params(project=project, user=user, now=now, chain=chain_id)
+    params["expires"] = connection.ops.adapt_datetimefield_value(expires_at)
+    with_chain = connection.vendor == "postgresql"
+    with connection.cursor() as cursor:
+        cursor.execute(LEASE_WITH_CHAIN_SQL if with_chain else LEASE_IF_FREE_SQL, params)
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    row = rows[0]
+    lease = Assignment(
+        id=row[0],
+        project=project,
+        chain_id=chain_id,
+        annotator=user,
+        status=AssignmentStatus.ACTIVE,
+        created_at=now,
+        expires_at=expires_at,
+        finished_at=None,
+        skip_reason="",
+    )
+    lease._state.adding = False  # a stored row, as if loaded: save() updates it
+    lease._state.db = connection.alias
+    if with_chain and row[1] is not None:  # (a chain without steps: the answer reads it)
+        lease.chain_rows = [r[1:] for r in rows]  # type: ignore[attr-defined]
+    return lease
+
+
+def _claim_once(
+    *, project: Project, user: User, now: datetime, skip: set[int], prefetch: bool = False
+) -> Assignment | None:
+    # One claim per person at a time: without this a double-clicked "next" could give the
+    # same annotator two chains (the second one's place idle until it expires), and two
+    # prefetches could give a third lease. Plain SQL: building this one-row lock as a
+    # queryset cost more than running it.
+    # SQLite has no row locks: there BEGIN IMMEDIATE serializes writers (see the module doc).
+    lock = "FOR NO KEY UPDATE" if connection.features.has_select_for_update else ""
+    sql = LOCK_USER_SQL.format(table=get_user_model()._meta.db_table, lock=lock)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user.pk])
+
+    live = _live_leases_of(project=project, user=user, now=now)
+    if live and not prefetch:
+        return live[0]  # next: the oldest, so two tabs of one annotator get the same lease
+    if len(live) >= MAX_LIVE_LEASES:
+        return live[-1]  # prefetch again: the one it gave before
+    # A prefetch leases a chain other than the one the caller holds.
+    mine = {lease.chain_id for lease in live}
+    skip |= mine
+
+    # Gold chains and screening (annotation/services/gold.py); no query unless used.
+    if project.gold_rate or project.screening_chains:
+        pick = gold_candidate(project=project, user=user, now=now)
+        if pick.blocked:
+            return None
+        if pick.chain is not None and pick.chain.pk not in mine:
+            return gold_lease(project=project, user=user, chain=pick.chain, now=now)
+
+    chain_id = _candidate(project=project, user=user, now=now, skip=skip, wait=False)
+    if chain_id is None:
+        # Chains locked right now by a submit or another claim were skipped; one of them
+        # may still have a free place, and answering "nothing left" would send the
+        # annotator home. Wait for the best one instead (we hold no chain lock here, so
+        # this wait cannot close a deadlock cycle).
+        chain_id = _candidate(project=project, user=user, now=now, skip=skip, wait=True)
+        if chain_id is None:
+            return None
+
+    # The candidate query's subqueries read a snapshot from before the lock; a lease or
+    # submit committed in between is invisible to them. The lease is inserted by a fresh
+    # statement that checks again.
+    lease = _lease_if_free(project=project, user=user, now=now, chain_id=chain_id)
+    if lease is not None:
+        return lease
+    claimable, has_stale = _recheck(project=project, user=user, now=now, chain_id=chain_id)
+    if not claimable:
+        skip.add(chain_id)
+        raise _ClaimRace
+    if has_stale:
+        # Also frees the caller's own stale lease on this chain, which the constraint
+        # "one live lease per annotator and chain" would otherwise reject.
+        _expire_stale_leases(chain_id=chain_id, now=now)
+    lease = _lease_if_free(project=project, user=user, now=now, chain_id=chain_id)
+    if lease is None:  # cannot happen under the lock; never lease past the overlap anyway
+        skip.add(chain_id)
+        raise _ClaimRace
+    return lease
+
+
+def _claim(*, project: Project, user: User, now: datetime, prefetch: bool) -> Assignment | None:
+    skip: set[int] = set()
+    for _attempt in range(CLAIM_MAX_ATTEMPTS):
+        try:
+            # A savepoint per attempt: rolling a lost race back also releases the row
+            # lock on its candidate, so a retry never waits while holding a chain lock.
+            with transaction.atomic():
+                return _claim_once(
+                    project=project, user=user, now=now, skip=skip, prefetch=prefetch
+                )
+        except _ClaimRace:
+            continue
+    raise QueueBusy("The queue is busy right now; please try again.")
+
+
+def assignment_claim_next(
+    *, project: Project, user: User, now: datetime | None = None
+) -> Assignment | None:
+    """Lease the next chain of ``project`` to ``user``, or return None if none is left.
+
+    If the caller already holds a live lease in this project, the oldest one is returned
+    unchanged ("next" is idempotent, and after a submit it answers with the lease that
+    ``assignment_prefetch`` took). Otherwise the highest-priority, then oldest, chain
+    that is not finished or flagged, that the caller never submitted, skipped or
+    annotated, and whose finished annotations plus live leases are below the project's
+    overlap, is leased for ``project.lease_duration``.
+
+    Precondition: the caller is allowed to label in ``project`` (the API checks it with
+    ``project_get_for_labeling``). The returned assignment has ``chain_id`` set (its
+    ``chain`` loads on first use). Raises QueueBusy if every bounded retry lost a race."""
+    return _claim(project=project, user=user, now=now_or_current(now), prefetch=False)
+
+
+def assignment_prefetch(
+    *, project: Project, user: User, now: datetime | None = None
+) -> Assignment | None:
+    """Lease a second chain to ``user`` while they work on their current one, so the
+    workspace can show it the moment the current one is submitted.
+
+    The new lease is on a chain other than the caller's live lease(s), chosen and counted
+    against the overlap exactly as ``assignment_claim_next`` does. A caller holds at most
+    ``MAX_LIVE_LEASES`` live leases per project: when they already do, the newest one is
+    returned unchanged (idempotent). A caller holding none gets one, as from ``next``.
+    Returns None when nothing else is left for the caller. Same precondition and errors
+    as ``assignment_claim_next``."""
+    return _claim(project=project, user=user, now=now_or_current(now), prefetch=True)

@@ -1,0 +1,319 @@
+"""Every SQL statement the labeling queue runs (``annotation.queue``'s header says why
+the hot path is plain SQL). Each names its tables and columns from the models, so a
+renamed table or field shows here, and each runs on PostgreSQL and on SQLite unless its
+comment says otherwise."""
+
+from __future__ import annotations
+
+import functools
+
+from django.db import connection
+from django.db.models import Model
+
+from annotation.models import (
+    Annotation,
+    AnnotationSource,
+    Assignment,
+    AssignmentStatus,
+    Chain,
+    Membership,
+    Problem,
+    Project,
+    Step,
+    StepRating,
+)
+from annotation.queue.rows import select_columns
+
+# --- claim ---------------------------------------------------------------------------------
+
+# Keeps each NOT EXISTS below a probe per chain (an index lookup by chain and annotator).
+# Without it PostgreSQL may plan the test as an anti-join against everything the annotator ever
+# did, read in full on every claim: it does when its statistics predate the annotator's
+# work, and in the generic plan of the prepared statement, where the annotator is a
+# parameter. An OFFSET keeps PostgreSQL from turning the sub-select into a join (SQLite
+# needs the LIMIT to take an OFFSET); the rows and the answer are the same.
+PROBE = "LIMIT 1 OFFSET 0"
+
+# The queue's one predicate, in SQL, shared by the candidate scan, the re-check under the
+# lock and the "is this expired lease's place still free" test, so they cannot drift apart.
+# ``c`` is the chain. Live leases of the caller are not counted: a claim skips the chains
+# the caller holds a live lease on (``skip``; ``next`` only claims when it holds none, a
+# prefetch holds one), and an expired lease being taken back must not count the caller's
+# newer lease on the chain.
+# Hand-written rather than built by the ORM: this is the hot path, and building it as a
+# queryset cost more than running it. Plain SQL that SQLite runs too.
+PLACE_FREE_SQL = f"""
+    NOT c.is_finished
+    AND c.finished_count + (
+        SELECT COUNT(*) FROM {Assignment._meta.db_table} a
+        WHERE a.chain_id = c.id AND a.status = '{AssignmentStatus.ACTIVE}'
+          AND a.expires_at > %(now)s AND a.annotator_id <> %(user)s
+    ) < %(overlap)s
+    AND NOT EXISTS (
+        SELECT 1 FROM {Assignment._meta.db_table} a
+        WHERE a.chain_id = c.id AND a.annotator_id = %(user)s
+          AND a.status IN ('{AssignmentStatus.SUBMITTED}', '{AssignmentStatus.SKIPPED}')
+        {PROBE}
+    )
+    AND NOT EXISTS (
+        SELECT 1 FROM {Annotation._meta.db_table} n
+        WHERE n.chain_id = c.id AND n.annotator_id = %(user)s
+          AND n.source = '{AnnotationSource.HUMAN}'
+        {PROBE}
+    )
+"""
+
+# Highest priority, then oldest. ``project_id``, ``NOT is_finished``, ``NOT is_flagged`` and
+# the order match the partial index ``chain_queue_idx``: the scan walks the index and stops
+# at the first chain that passes the per-chain probes.
+# The ``NOT IN`` repeats a test of the predicate on purpose: PostgreSQL runs it as one hashed
+# subplan (the caller's submitted and skipped chains, read once by the annotator index), so
+# walking past chains the caller already did but that wait for other annotators costs a hash
+# probe each instead of three index probes. An annotator labeling alone in a project with
+# overlap 2 walks past everything they did: 2,000 such chains took 4.6 ms per claim with
+# the probes and 1.3 ms with the hash (EXPLAIN ANALYZE on the 100,000-chain bench database).
+# The set holds only closed leases on chains still in the queue (``chain_open``, index
+# ``assignment_done_open``): the chains the walk can meet. Over the whole history it grew
+# with every chain the annotator ever did, and so did every claim (1.9 ms at 300 chains
+# each, against 0.38 ms without it). Being a subset of what the probes exclude, a stale
+# flag only sends a chain to the probes.
+CANDIDATE_SQL = f"""
+    SELECT c.id FROM {Chain._meta.db_table} c
+    WHERE c.project_id = %(project)s AND NOT c.is_finished AND NOT c.is_flagged
+      AND NOT c.is_gold
+      AND c.id NOT IN (
+          SELECT a.chain_id FROM {Assignment._meta.db_table} a
+          WHERE a.annotator_id = %(user)s AND a.project_id = %(project)s AND a.chain_open
+            AND a.status IN ('{AssignmentStatus.SUBMITTED}', '{AssignmentStatus.SKIPPED}')
+      )
+      AND {PLACE_FREE_SQL} {{skip}}
+    ORDER BY c.priority DESC, c.id
+    LIMIT 1 {{lock}}
+"""
+
+RECHECK_SQL = f"""
+    SELECT (NOT c.is_flagged AND {PLACE_FREE_SQL}),
+           EXISTS (
+               SELECT 1 FROM {Assignment._meta.db_table} a
+               WHERE a.chain_id = c.id AND a.status = '{AssignmentStatus.ACTIVE}'
+                 AND a.expires_at <= %(now)s
+           )
+    FROM {Chain._meta.db_table} c WHERE c.id = %(chain)s
+"""
+
+PLACE_SQL = f"SELECT {PLACE_FREE_SQL} FROM {Chain._meta.db_table} c WHERE c.id = %(chain)s"
+
+# The lease itself, taken only if the re-check under the lock passes, in one statement: it
+# starts after the candidate statement got the chain's lock, so (READ COMMITTED) it sees
+# every lease and submit committed before. The common case costs this one round trip; when
+# it inserts nothing, ``_recheck`` tells a lost race from stale leases to expire first.
+LEASE_IF_FREE_SQL = f"""
+    INSERT INTO {Assignment._meta.db_table}
+        (project_id, chain_id, annotator_id, status, created_at, expires_at, finished_at,
+         skip_reason)
+    SELECT %(project)s, c.id, %(user)s, '{AssignmentStatus.ACTIVE}', %(now)s, %(expires)s,
+           NULL, ''
+    FROM {Chain._meta.db_table} c
+    WHERE c.id = %(chain)s AND NOT c.is_flagged AND {PLACE_FREE_SQL}
+      AND NOT EXISTS (
+          SELECT 1 FROM {Assignment._meta.db_table} a
+          WHERE a.chain_id = c.id AND a.status = '{AssignmentStatus.ACTIVE}'
+            AND a.expires_at <= %(now)s
+      )
+    RETURNING id
+"""
+
+# PostgreSQL: the lease as above and, in the same trip, what the lease's answer shows (the
+# chain's steps with its final answer and problem; ``Assignment.chain_rows``). No rows: no
+# lease. SQLite cannot write inside a WITH, so there the answer reads them afterwards.
+LEASE_WITH_CHAIN_SQL = f"""
+    WITH l AS ({LEASE_IF_FREE_SQL})
+    SELECT l.id, s.id, s."index", s.text, c.final_answer, p.text, p.reference_answer
+    FROM l
+    JOIN {Chain._meta.db_table} c ON c.id = %(chain)s
+    JOIN {Problem._meta.db_table} p ON p.id = c.problem_id
+    LEFT JOIN {Step._meta.db_table} s ON s.chain_id = c.id
+    ORDER BY s."index"
+"""
+
+# The caller's live leases in a project, oldest first: ``next`` answers with the oldest,
+# ``prefetch`` with the newest (index ``assignment_live_by_annotator``).
+LIVE_LEASES_SQL = f"""
+    SELECT {select_columns(Assignment, "a")} FROM {Assignment._meta.db_table} a
+    WHERE a.project_id = %(project)s AND a.annotator_id = %(user)s
+      AND a.status = '{AssignmentStatus.ACTIVE}' AND a.expires_at > %(now)s
+    ORDER BY a.id
+"""
+
+LOCK_USER_SQL = "SELECT 1 FROM {table} WHERE id = %s {lock}"
+
+
+# --- who may label: the project, a token's user ---------------------------------------------
+
+
+def project_member_sql(*, user: str) -> str:
+    """SQL that holds when the user ``user`` (an SQL expression: a parameter or a column)
+    is a member of the project aliased ``p``: the labeling queue's access rule, for the
+    plain-SQL lookups on its hot path (superusers pass without it)."""
+    return f"""EXISTS (
+        SELECT 1 FROM {Membership._meta.db_table} m
+        WHERE m.project_id = p.id AND m.user_id = {user}
+    )"""
+
+
+PROJECT_FOR_LABELING_SQL = (
+    f"SELECT {select_columns(Project, 'p')} FROM {Project._meta.db_table} p "
+    "WHERE p.id = %(project)s {member}"
+)
+MEMBER_SQL = f"AND {project_member_sql(user='%(user)s')}"
+
+
+@functools.cache
+def token_project_sql() -> str:
+    """``TOKEN_PROJECT_SQL`` for the installed user model, built once, not per request."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    user_model = get_user_model()
+    return TOKEN_PROJECT_SQL.format(
+        user_columns=select_columns(user_model, "u"),
+        user_table=user_model._meta.db_table,
+        token_table=Token._meta.db_table,
+    )
+
+
+TOKEN_PROJECT_SQL = f"""
+    SELECT {{user_columns}}, {select_columns(Project, "p")}
+    FROM {{token_table}} t
+    JOIN {{user_table}} u ON u.id = t.user_id
+    JOIN {Project._meta.db_table} p ON p.id = %(project)s
+    WHERE t.key = %(key)s AND u.is_active
+      AND (u.is_superuser OR {project_member_sql(user="u.id")})
+"""
+
+
+@functools.cache
+def token_user_sql() -> str:
+    """The user of a token key, with the token's creation time, for the installed user
+    model: built once, not on every request."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    user_model = get_user_model()
+    return (
+        f"SELECT {select_columns(user_model, 'u')}, t.created "
+        f"FROM {user_model._meta.db_table} u "
+        f"JOIN {Token._meta.db_table} t ON t.user_id = u.id WHERE t.key = %s"
+    )
+
+
+# --- the caller's own lease: renew, skip, submit --------------------------------------------
+
+# The chain of the caller's own lease, locked, with its project's row alongside (the
+# chain's columns, then the project's: ``queue.rows``). The lease's owner and, unless
+# the caller is a superuser, a membership in the project are part of the lookup: a lease
+# of someone else, or of a project the caller left, is not found.
+LOCK_OWN_CHAIN_SQL = f"""
+    SELECT {select_columns(Chain, "c")}, {select_columns(Project, "p")}
+    FROM {Chain._meta.db_table} c
+    JOIN {Project._meta.db_table} p ON p.id = c.project_id
+    WHERE c.id = (
+        SELECT a.chain_id FROM {Assignment._meta.db_table} a
+        WHERE a.id = %(assignment)s AND a.annotator_id = %(user)s
+    ) {{member}}
+    {{lock}}
+"""
+# The lease with its chain's steps (id, index), one row per step (one with NULLs for a
+# chain without steps), and the id of the caller's annotation that already carries the
+# submit's request_id, if any: a submit reads all three after taking the chain lock, in
+# one trip. (``n.request_id <> ''`` lets PostgreSQL use the partial unique index; the
+# caller's id rather than the lease's column makes the lookup run once, not once a step.)
+ASSIGNMENT_WITH_STEPS_SQL = f"""
+    SELECT {select_columns(Assignment, "a")}, s.id, s."index", (
+        SELECT n.id FROM {Annotation._meta.db_table} n
+        WHERE n.annotator_id = %(user)s AND n.request_id = %(request_id)s
+          AND n.request_id <> ''
+    )
+    FROM {Assignment._meta.db_table} a
+    LEFT JOIN {Step._meta.db_table} s ON s.chain_id = a.chain_id
+    WHERE a.id = %(assignment)s
+    ORDER BY s."index"
+"""
+LEASE_SUBMITTED_SQL = (
+    f"UPDATE {Assignment._meta.db_table} SET status = '{AssignmentStatus.SUBMITTED}', "
+    "finished_at = %s, chain_open = %s WHERE id = %s"
+)
+CHAIN_COUNTED_SQL = (
+    f"UPDATE {Chain._meta.db_table} SET finished_count = %s, is_finished = %s WHERE id = %s"
+)
+# The submit that finishes a chain takes it out of its annotators' sets of closed leases
+# on open chains (``Assignment.chain_open``). In the submit's WITH, the lease being
+# submitted still reads as ACTIVE, so this leaves it to ``LEASE_SUBMITTED_SQL``.
+CHAIN_SHUT_SQL = (
+    f"UPDATE {Assignment._meta.db_table} SET chain_open = FALSE "
+    f"WHERE chain_id = %s AND chain_open "
+    f"AND status IN ('{AssignmentStatus.SUBMITTED}', '{AssignmentStatus.SKIPPED}')"
+)
+
+
+# The steps with their chain's answer and problem, in one plain query (no queryset to build).
+LEASE_STEPS_SQL = f"""
+    SELECT s.id, s."index", s.text, c.final_answer, p.text, p.reference_answer
+    FROM {Step._meta.db_table} s
+    JOIN {Chain._meta.db_table} c ON c.id = s.chain_id
+    JOIN {Problem._meta.db_table} p ON p.id = c.problem_id
+    WHERE s.chain_id = %s
+    ORDER BY s."index"
+"""
+
+
+# --- submit --------------------------------------------------------------------------------
+
+
+def insert_statement(obj: Model) -> tuple[str, list]:
+    """The INSERT of a new ``obj`` (``RETURNING`` its id) and its parameters: what
+    ``Model.save()`` sends, field by field (``pre_save`` fills ``auto_now_add``,
+    ``get_db_prep_save`` adapts), as plain SQL, since building the ORM's insert cost more
+    than running it on every submit."""
+    model = type(obj)
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    params = [f.get_db_prep_save(f.pre_save(obj, add=True), connection) for f in fields]
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    sql = (
+        f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({columns}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {model._meta.pk.column}"
+    )
+    return sql, params
+
+
+RATINGS_INSERT = (
+    f"INSERT INTO {StepRating._meta.db_table} "
+    "(annotation_id, step_id, rating, comment, duration_ms) "
+)
+# PostgreSQL: the annotation, its ratings, the lease's close and the chain's count in one
+# statement (one round trip). The ratings come as four arrays (step ids, ratings, comments,
+# durations) zipped by ``unnest``, so the statement's text and parameter count are the
+# same for every chain length: psycopg converts and PostgreSQL prepares it once.
+SUBMIT_WRITE_SQL = f"""
+    WITH n AS ({{annotation}}),
+    r AS (
+        {RATINGS_INSERT}
+        SELECT n.id, v.step_id, v.rating, v.comment, v.duration_ms
+        FROM n CROSS JOIN unnest(%s::bigint[], %s::smallint[], %s::text[], %s::integer[])
+            AS v (step_id, rating, comment, duration_ms)
+    ),
+    l AS ({LEASE_SUBMITTED_SQL})
+    {{count}}
+    SELECT id FROM n
+"""
+
+
+# --- the queue's order (``priorities``) -----------------------------------------------------
+
+# PostgreSQL: one statement per chunk, the chunk's (id, priority) pairs as a VALUES list.
+PRIORITIES_FROM_VALUES_SQL = (
+    f"UPDATE {Chain._meta.db_table} AS c SET priority = v.priority "
+    "FROM (VALUES {values}) AS v(id, priority) WHERE c.id = v.id AND c.project_id = %s"
+)
+# SQLite (the demo) has no column list on a VALUES alias: one statement per chain.
+PRIORITY_SQL = f"UPDATE {Chain._meta.db_table} SET priority = %s WHERE id = %s AND project_id = %s"

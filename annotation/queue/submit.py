@@ -1,0 +1,300 @@
+"""Submit a lease's ratings: check them against the chain and the labeling mode, write
+the annotation, its ratings, the lease's close and the chain's count together."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+
+from annotation.models import Annotation, AnnotationSource, AssignmentStatus, LabelingMode, Rating
+from annotation.queue.errors import LeaseClosed, LeaseConflict
+from annotation.queue.leases import (
+    lease_with_steps,
+    lock_own_chain,
+    now_or_current,
+    take_back_expired,
+)
+from annotation.queue.sql import (
+    CHAIN_COUNTED_SQL,
+    CHAIN_SHUT_SQL,
+    LEASE_SUBMITTED_SQL,
+    RATINGS_INSERT,
+    SUBMIT_WRITE_SQL,
+    insert_statement,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+REQUEST_ID_MAX_LENGTH = Annotation._meta.get_field("request_id").max_length or 100
+VALID_RATINGS = frozenset(Rating.values)
+
+
+@dataclass(frozen=True)
+class RatingInput:
+    """One step's grade in a submit."""
+
+    step_id: int
+    rating: int
+    comment: str = ""
+    duration_ms: int | None = None
+
+
+def _describe(position: int, step_id: int) -> str:
+    return f"step {position} (id {step_id})"
+
+
+def _validate_submission(
+    *, steps: Sequence[tuple[int, int]], ratings: Sequence[RatingInput], mode: str, rewrite: str
+) -> None:
+    """Raise ValidationError unless ``ratings`` grade ``steps`` (``(id, index)`` pairs in
+    step order) as the labeling mode requires.
+
+    * all_steps: every step, exactly once.
+    * first_error: every step up to and including the first -1 (all steps if none is -1);
+      a rating after the first -1 is refused, since grading stops there (PRM800K).
+    * A rewrite is the corrected text of the first incorrect step, so in both modes it
+      needs a -1 rating."""
+    position = {step_id: pos for pos, (step_id, _index) in enumerate(steps, start=1)}
+    errors: list[str] = []
+    seen: dict[int, RatingInput] = {}
+    for item in ratings:
+        if item.step_id not in position:
+            errors.append(f"Step id {item.step_id} is not a step of this chain.")
+            continue
+        where = _describe(position[item.step_id], item.step_id)
+        if item.step_id in seen:
+            errors.append(f"{where.capitalize()} is rated more than once.")
+            continue
+        if isinstance(item.rating, bool) or item.rating not in VALID_RATINGS:
+            errors.append(f"{where.capitalize()}: a rating is -1, 0 or 1, not {item.rating!r}.")
+            continue
+        seen[item.step_id] = item
+    if errors:
+        raise ValidationError({"ratings": errors})
+
+    first_error = next(
+        (
+            pos
+            for step_id, pos in position.items()
+            if step_id in seen and seen[step_id].rating == Rating.INCORRECT
+        ),
+        None,
+    )
+    if mode == LabelingMode.FIRST_ERROR and first_error is not None:
+        beyond = [
+            _describe(pos, step_id)
+            for step_id, pos in position.items()
+            if pos > first_error and step_id in seen
+        ]
+        if beyond:
+            errors.append(
+                f"In first_error mode grading stops at the first incorrect step (step "
+                f"{first_error}); remove the ratings after it: {', '.join(beyond)}."
+            )
+        required = [step_id for step_id, pos in position.items() if pos <= first_error]
+    else:
+        required = list(position)
+    missing = [_describe(position[s], s) for s in required if s not in seen]
+    if missing:
+        if mode == LabelingMode.FIRST_ERROR:
+            rule = (
+                "In first_error mode every step up to the first incorrect one "
+                "(all steps if none is) must be rated"
+            )
+        else:
+            rule = "In all_steps mode every step must be rated"
+        errors.append(f"{rule}; missing: {', '.join(missing)}.")
+    if errors:
+        raise ValidationError({"ratings": errors})
+    if rewrite and first_error is None:
+        raise ValidationError(
+            {
+                "rewrite": "A rewrite corrects the first incorrect step: rate a step -1, "
+                "or send no rewrite."
+            }
+        )
+
+
+def _idempotent_repeat(
+    *, annotation: Annotation, assignment_id: int, request_id: str
+) -> Annotation:
+    if annotation.assignment_id != assignment_id:
+        raise LeaseConflict(
+            f"request_id {request_id!r} was already used for another submission; "
+            "use a new request_id for each submission."
+        )
+    annotation.created = False  # type: ignore[attr-defined]
+    return annotation
+
+
+# SQLite takes the rows in batches, far below its limit on bound parameters (32,766).
+_RATINGS_PER_STATEMENT = 1_000
+
+
+def _submit_write(
+    *,
+    annotation: Annotation,
+    ratings: Sequence[RatingInput],
+    assignment_id: int,
+    now: datetime,
+    counted: tuple[int, bool] | None,
+) -> None:
+    """Store the new ``annotation`` (setting its id) with ``ratings`` (stripped, in step
+    order), mark lease ``assignment_id`` SUBMITTED at ``now`` and, unless ``counted`` is
+    None, set the chain's ``(finished_count, is_finished)``. The lease's ``chain_open``
+    says whether the chain still waits in the queue; the annotation that finishes the
+    chain clears it on the chain's other closed leases too.
+
+    Precondition: the chain's row lock is held and the submit was validated; these are
+    the writes it decided on. One statement on PostgreSQL, four or more on SQLite."""
+    insert_sql, params = insert_statement(annotation)
+    rows = [(r.step_id, r.rating, r.comment, r.duration_ms) for r in ratings]
+    finished_at = connection.ops.adapt_datetimefield_value(now)
+    # A gold pass (``counted`` None) or the last annotation leaves the chain out of the queue.
+    chain_open = counted is not None and not counted[1]
+    shuts = counted is not None and counted[1]
+    if connection.vendor == "postgresql":
+        count_sql = ""
+        count_params: list = []
+        if counted is not None:
+            count_sql = f", c AS ({CHAIN_COUNTED_SQL})"
+            count_params = [*counted, annotation.chain_id]
+        if shuts:
+            count_sql += f", o AS ({CHAIN_SHUT_SQL})"
+            count_params.append(annotation.chain_id)
+        sql = SUBMIT_WRITE_SQL.format(annotation=insert_sql, count=count_sql)
+        params += [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * 4
+        params += [finished_at, chain_open, assignment_id, *count_params]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            (annotation.pk,) = cursor.fetchone()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(insert_sql, params)
+            (annotation.pk,) = cursor.fetchone()
+            for start in range(0, len(rows), _RATINGS_PER_STATEMENT):
+                batch = rows[start : start + _RATINGS_PER_STATEMENT]
+                cursor.execute(
+                    f"{RATINGS_INSERT} VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * len(batch))}",
+                    [value for row in batch for value in (annotation.pk, *row)],
+                )
+            if shuts:
+                cursor.execute(CHAIN_SHUT_SQL, [annotation.chain_id])
+            cursor.execute(LEASE_SUBMITTED_SQL, [finished_at, chain_open, assignment_id])
+            if counted is not None:
+                cursor.execute(CHAIN_COUNTED_SQL, [*counted, annotation.chain_id])
+    annotation._state.adding = False
+    annotation._state.db = connection.alias
+
+
+def assignment_submit(
+    *,
+    assignment_id: int,
+    user: User,
+    ratings: Sequence[RatingInput],
+    rewrite: str = "",
+    duration_ms: int | None = None,
+    request_id: str = "",
+    now: datetime | None = None,
+) -> Annotation:
+    """Record the caller's ratings for the chain leased by ``assignment_id``.
+
+    Creates one human Annotation with a StepRating per graded step, marks the lease
+    SUBMITTED and counts the annotation on the chain (``finished_count``, and
+    ``is_finished`` once it reaches the overlap), all in one transaction under the chain's
+    row lock. Nothing that exists is changed: a correction is a new annotation.
+
+    A repeat with the same non-empty ``request_id`` returns the first annotation and
+    changes nothing (the result's ``created`` is False; True on a new annotation). An
+    expired lease is accepted while its place is still free, so the work is not lost;
+    if its place went to another annotator this raises LeaseLost, and a chain that is
+    already full raises LeaseConflict: never a label beyond the overlap. Bad ratings
+    raise ValidationError naming the step; someone else's lease raises
+    Assignment.DoesNotExist."""
+    now = now_or_current(now)
+    rewrite = rewrite.strip()
+    if len(request_id) > REQUEST_ID_MAX_LENGTH:
+        raise ValidationError(
+            {"request_id": f"A request_id has at most {REQUEST_ID_MAX_LENGTH} characters."}
+        )
+    if duration_ms is not None and duration_ms < 0:
+        raise ValidationError({"duration_ms": "A duration cannot be negative."})
+
+    with transaction.atomic():
+        chain = lock_own_chain(assignment_id=assignment_id, user=user)
+        project = chain.project
+        # Read after the lock: a claim may have marked this lease EXPIRED and taken its
+        # place, or a concurrent repeat of this very submit may have just committed.
+        assignment, steps, earlier = lease_with_steps(
+            assignment_id=assignment_id, user=user, request_id=request_id
+        )
+        if earlier is not None:
+            # Annotations are never edited or deleted, so a hit here is final.
+            return _idempotent_repeat(
+                annotation=Annotation.objects.get(pk=earlier),
+                assignment_id=assignment_id,
+                request_id=request_id,
+            )
+        if assignment.status == AssignmentStatus.SUBMITTED:
+            raise LeaseClosed("This lease was already submitted.")
+        if assignment.status == AssignmentStatus.SKIPPED:
+            raise LeaseClosed("You skipped this chain; its lease is closed.")
+        if assignment.status == AssignmentStatus.ACTIVE and assignment.expires_at > now:
+            # A live lease holds its place, but the overlap may have been lowered since.
+            if chain.finished_count >= project.overlap and not chain.is_gold:
+                raise LeaseConflict("This chain already has all the annotations it needs.")
+        else:
+            take_back_expired(chain=chain, assignment=assignment, user=user, now=now)
+
+        _validate_submission(
+            steps=steps, ratings=ratings, mode=project.labeling_mode, rewrite=rewrite
+        )
+
+        annotation = Annotation(
+            chain=chain,
+            source=AnnotationSource.HUMAN,
+            annotator=user,
+            assignment=assignment,
+            rewrite=rewrite,
+            duration_ms=duration_ms,
+            request_id=request_id,
+        )
+        order = {step_id: index for step_id, index in steps}
+        rating_rows = [
+            RatingInput(
+                step_id=item.step_id,
+                rating=item.rating,
+                comment=item.comment.strip(),
+                duration_ms=item.duration_ms,
+            )
+            for item in sorted(ratings, key=lambda r: order[r.step_id])
+        ]
+        # finished_count was read under the lock, so it is current. A pass over a gold
+        # chain is a test, not real work: it does not count (annotation/services/gold.py).
+        counted = None
+        if not chain.is_gold:
+            finished = chain.finished_count + 1
+            counted = (finished, finished >= project.overlap)
+        _submit_write(
+            annotation=annotation,
+            ratings=rating_rows,
+            assignment_id=assignment.pk,
+            now=now,
+            counted=counted,
+        )
+        assignment.status = AssignmentStatus.SUBMITTED
+        assignment.finished_at = now
+        assignment.chain_open = counted is not None and not counted[1]
+        if counted is not None:
+            chain.finished_count, chain.is_finished = counted
+        annotation.chain = chain
+        annotation.created = True  # type: ignore[attr-defined]
+        # The ratings as stored, in step order, so the answer needs no query.
+        annotation.rating_rows = rating_rows  # type: ignore[attr-defined]
+        return annotation
