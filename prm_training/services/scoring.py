@@ -1,14 +1,14 @@
 """Scoring runs: P(step correct) for the unlabeled chains with the active model version,
 turned into queue priorities by the project's acquisition function.
 
-The run is idempotent like a training run: it is claimed QUEUED -> RUNNING under a row
-lock, scores are written with the unique key (scoring_run, chain), so a redelivered task
-that takes over a dead worker's run (stale heartbeat) rewrites the same rows.
+The run is idempotent like a training run (``services.runs``): it is claimed QUEUED ->
+RUNNING under a row lock, scores are written with the unique key (scoring_run, chain), so
+a redelivered task that takes over a dead worker's run (stale heartbeat) rewrites the
+same rows.
 
-Priorities are written with one ``UPDATE ... FROM (VALUES ...)`` per chunk of chains,
-each chunk in its own short transaction: the queue's claim locks chain rows too, and one
-transaction over 20,000 rows would stall every annotator's "next" for its duration.
-While the chunks are written the queue mixes old and new priorities for a moment.
+Priorities are written by the queue (``annotation.queue.priorities``) a chunk of chains
+per short transaction, so while they are written the queue mixes old and new priorities
+for a moment.
 
 Torch is imported only inside ``scoring_run_execute`` (worker side)."""
 
