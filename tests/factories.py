@@ -108,9 +108,10 @@ def annotation_with_ratings(
     return annotation
 
 
-def scoring_run_with_model_version(*, project: Project, content_hash: str) -> Any:
+def scoring_run_with_model_version(*, project: Project, content_hash: str, **fields: Any) -> Any:
     """A ScoringRun of a ModelVersion of ``project`` (its snapshot, version 1, and a
-    succeeded training run; no checkpoint on disk): rows a URL can name, not a model."""
+    succeeded training run; no checkpoint on disk), with ``fields`` set: rows a URL can
+    name, not a model."""
     from annotation.models import Snapshot
     from prm_training.models import ModelVersion, RunStatus, ScoringRun, TrainingRun
 
@@ -123,4 +124,6 @@ def scoring_run_with_model_version(*, project: Project, content_hash: str) -> An
         checkpoint_dir="/nonexistent",
         metrics={},
     )
-    return ScoringRun.objects.create(project=project, model_version=version, strategy="uncertainty")
+    return ScoringRun.objects.create(
+        project=project, model_version=version, strategy="uncertainty", **fields
+    )

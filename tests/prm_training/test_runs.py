@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from annotation.models import Snapshot
-from prm_training.models import ModelVersion, RunStatus, ScoringRun, TrainingRun
+from prm_training.models import RunStatus, ScoringRun, TrainingRun
 from prm_training.services.runs import (
     MAX_ATTEMPTS,
     run_claim,
@@ -22,22 +21,13 @@ from prm_training.services.runs import (
     runs_reap_stale,
     training_attempt_dir,
 )
+from tests.factories import scoring_run_with_model_version
 
 pytestmark = pytest.mark.django_db
 
 
 def _scoring_run(project: Any, **fields: Any) -> ScoringRun:
-    snapshot = Snapshot.objects.create(project=project, version=1, content_hash="x")
-    version = ModelVersion.objects.create(
-        project=project,
-        training_run=TrainingRun.objects.create(project=project, status=RunStatus.SUCCEEDED),
-        snapshot=snapshot,
-        version=1,
-        checkpoint_dir="/tmp/none",
-    )
-    return ScoringRun.objects.create(
-        project=project, model_version=version, strategy="random", **fields
-    )
+    return scoring_run_with_model_version(project=project, content_hash="x", **fields)
 
 
 def test_a_claim_records_the_worker_and_a_second_delivery_finds_nothing_to_do(
@@ -57,14 +47,18 @@ def test_a_claim_records_the_worker_and_a_second_delivery_finds_nothing_to_do(
     assert run_still_mine(run)
 
 
-def test_a_stale_run_is_taken_over_once_then_given_up(project: Any, tmp_path: Path) -> None:
+def test_a_stale_run_is_taken_over_once_then_given_up(
+    project: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given a training run whose worker stopped beating, with a partial checkpoint on disk
+    monkeypatch.setenv("STEPLAB_MODEL_DIR", str(tmp_path))
     stale = timezone.now() - timedelta(hours=2)
     queued = TrainingRun.objects.create(project=project)
     first = run_claim(TrainingRun, queued.pk, task_id="t1", worker="gpu@a")
     assert first is not None
     TrainingRun.objects.filter(pk=queued.pk).update(heartbeat_at=stale)
     leftovers = training_attempt_dir(first)
+    assert leftovers.is_relative_to(tmp_path)
     leftovers.mkdir(parents=True)
 
     # When a redelivery claims it
