@@ -2,12 +2,13 @@
 
 - ``claim``: ``next`` and ``prefetch``; ``leases``: the caller's own lease (renew, skip,
   the lock every lease change takes); ``submit``: the ratings; ``access``: who may label
-  (a token's user, the project); ``closed_leases``: the hint the claim walks by;
+  (a token's user, the project); ``priorities``: the order the claim walks, written by
+  scoring runs; ``closed_leases``: the hint the claim walks by;
   ``errors``: what the queue refuses with; ``sql``: every statement it runs; ``rows``:
   models from plain rows.
 - Why plain SQL here and the ORM everywhere else: ``next`` and ``submit`` are what every
   annotator waits on, many times a minute, and building their querysets cost more than
-  running them (BENCHMARKS.md, "the queue"). So the queue writes its statements by hand,
+  running them (BENCHMARKS.md, "Foundation"). So the queue writes its statements by hand,
   one round trip where it can, and reads rows into model instances itself (``rows``);
   every other room of the app (pages, review, exports, training) uses the ORM.
 
