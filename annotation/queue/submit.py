@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
-from annotation.models import Annotation, AnnotationSource, AssignmentStatus, LabelingMode, Rating
+from annotation.models import (
+    Annotation,
+    AnnotationSource,
+    Assignment,
+    AssignmentStatus,
+    Chain,
+    LabelingMode,
+    Rating,
+)
 from annotation.queue.errors import LeaseClosed, LeaseConflict
 from annotation.queue.leases import (
     lease_with_steps,
@@ -193,6 +201,47 @@ def _submit_write(
     annotation._state.db = connection.alias
 
 
+def _check_request(*, request_id: str, duration_ms: int | None) -> None:
+    if len(request_id) > REQUEST_ID_MAX_LENGTH:
+        raise ValidationError(
+            {"request_id": f"A request_id has at most {REQUEST_ID_MAX_LENGTH} characters."}
+        )
+    if duration_ms is not None and duration_ms < 0:
+        raise ValidationError({"duration_ms": "A duration cannot be negative."})
+
+
+def _hold_place(*, chain: Chain, assignment: Assignment, user: User, now: datetime) -> None:
+    """Raise unless the lease may still be submitted: not closed, and either live (on a
+    chain that still needs annotations: the overlap may have been lowered since) or
+    expired with its place still free (taken back). Precondition: the chain lock is held
+    and ``assignment`` was read after it."""
+    if assignment.status == AssignmentStatus.SUBMITTED:
+        raise LeaseClosed("This lease was already submitted.")
+    if assignment.status == AssignmentStatus.SKIPPED:
+        raise LeaseClosed("You skipped this chain; its lease is closed.")
+    if assignment.status == AssignmentStatus.ACTIVE and assignment.expires_at > now:
+        if chain.finished_count >= chain.project.overlap and not chain.is_gold:
+            raise LeaseConflict("This chain already has all the annotations it needs.")
+    else:
+        take_back_expired(chain=chain, assignment=assignment, user=user, now=now)
+
+
+def _in_step_order(
+    *, ratings: Sequence[RatingInput], steps: list[tuple[int, int]]
+) -> list[RatingInput]:
+    """The ratings as they are stored: in the order of their steps, comments stripped."""
+    order = {step_id: index for step_id, index in steps}
+    return [
+        RatingInput(
+            step_id=item.step_id,
+            rating=item.rating,
+            comment=item.comment.strip(),
+            duration_ms=item.duration_ms,
+        )
+        for item in sorted(ratings, key=lambda r: order[r.step_id])
+    ]
+
+
 def assignment_submit(
     *,
     assignment_id: int,
@@ -219,13 +268,7 @@ def assignment_submit(
     Assignment.DoesNotExist."""
     now = now_or_current(now)
     rewrite = rewrite.strip()
-    if len(request_id) > REQUEST_ID_MAX_LENGTH:
-        raise ValidationError(
-            {"request_id": f"A request_id has at most {REQUEST_ID_MAX_LENGTH} characters."}
-        )
-    if duration_ms is not None and duration_ms < 0:
-        raise ValidationError({"duration_ms": "A duration cannot be negative."})
-
+    _check_request(request_id=request_id, duration_ms=duration_ms)
     with transaction.atomic():
         chain = lock_own_chain(assignment_id=assignment_id, user=user)
         project = chain.project
@@ -241,17 +284,7 @@ def assignment_submit(
                 assignment_id=assignment_id,
                 request_id=request_id,
             )
-        if assignment.status == AssignmentStatus.SUBMITTED:
-            raise LeaseClosed("This lease was already submitted.")
-        if assignment.status == AssignmentStatus.SKIPPED:
-            raise LeaseClosed("You skipped this chain; its lease is closed.")
-        if assignment.status == AssignmentStatus.ACTIVE and assignment.expires_at > now:
-            # A live lease holds its place, but the overlap may have been lowered since.
-            if chain.finished_count >= project.overlap and not chain.is_gold:
-                raise LeaseConflict("This chain already has all the annotations it needs.")
-        else:
-            take_back_expired(chain=chain, assignment=assignment, user=user, now=now)
-
+        _hold_place(chain=chain, assignment=assignment, user=user, now=now)
         _validate_submission(
             steps=steps, ratings=ratings, mode=project.labeling_mode, rewrite=rewrite
         )
@@ -265,16 +298,7 @@ def assignment_submit(
             duration_ms=duration_ms,
             request_id=request_id,
         )
-        order = {step_id: index for step_id, index in steps}
-        rating_rows = [
-            RatingInput(
-                step_id=item.step_id,
-                rating=item.rating,
-                comment=item.comment.strip(),
-                duration_ms=item.duration_ms,
-            )
-            for item in sorted(ratings, key=lambda r: order[r.step_id])
-        ]
+        rating_rows = _in_step_order(ratings=ratings, steps=steps)
         # finished_count was read under the lock, so it is current. A pass over a gold
         # chain is a test, not real work: it does not count (annotation/services/gold.py).
         counted = None

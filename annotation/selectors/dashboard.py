@@ -277,6 +277,33 @@ def _gold(
     ], series
 
 
+def _labels(
+    *, project: Project, position: dict[date, int]
+) -> tuple[dict[int, int], dict[int, list[int]]]:
+    """The current human ratings of ``project`` per rating: in all, and per day of the
+    window (``position``: a day's place in it; days before it count in the totals only).
+    One query."""
+    label_totals = {-1: 0, 0: 0, 1: 0}
+    labels_per_day = {rating: [0] * len(position) for rating in label_totals}
+    for day, rating, n in (
+        StepRating.objects.filter(
+            annotation__chain__project=project,
+            annotation__source=AnnotationSource.HUMAN,
+            annotation__superseded_by__isnull=True,
+        )
+        .annotate(day=TruncDate("annotation__created_at"))
+        .values("day", "rating")
+        .annotate(n=Count("id"))
+        .order_by()
+        .values_list("day", "rating", "n")
+    ):
+        label_totals[rating] += n
+        at = position.get(day)
+        if at is not None:
+            labels_per_day[rating][at] += n
+    return label_totals, labels_per_day
+
+
 def project_dashboard(*, project: Project, now: datetime | None = None) -> Dashboard:
     """Everything on the lead dashboard of ``project``. Nine queries without gold passes:
     chains, annotations per (annotator, day), durations overall and per day, ratings per
@@ -325,25 +352,7 @@ def project_dashboard(*, project: Project, now: datetime | None = None) -> Dashb
         running += count
         cumulative.append(running)
 
-    label_totals = {-1: 0, 0: 0, 1: 0}
-    labels_per_day = {rating: [0] * len(days) for rating in label_totals}
-    for day, rating, n in (
-        StepRating.objects.filter(
-            annotation__chain__project=project,
-            annotation__source=AnnotationSource.HUMAN,
-            annotation__superseded_by__isnull=True,
-        )
-        .annotate(day=TruncDate("annotation__created_at"))
-        .values("day", "rating")
-        .annotate(n=Count("id"))
-        .order_by()
-        .values_list("day", "rating", "n")
-    ):
-        label_totals[rating] += n
-        at = slot(day)
-        if at is not None:
-            labels_per_day[rating][at] += n
-
+    label_totals, labels_per_day = _labels(project=project, position=position)
     duration, duration_by_day = _durations(human=human)
     gold, gold_series = _gold(project=project, days=days, names=names)
     empty = DurationStats(0, None, None)

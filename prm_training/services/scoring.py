@@ -230,12 +230,21 @@ def scoring_run_execute(
 
 
 def _score(run: ScoringRun) -> None:
+    """Score the run's chains (``_score_chains``), then rank them and write the queue's
+    priorities (``_prioritize``)."""
+    _score_chains(run)
+    _prioritize(run)
+
+
+def _score_chains(run: ScoringRun) -> None:
+    """Every chain to score through the run's version, a page at a time, into ChainScore
+    rows (rewritten by a takeover), the heartbeat after each page."""
     from prm_training.ml.score import load_prm, score_chains
 
-    project = run.project
-    version = run.model_version
-    prm = load_prm(version.checkpoint_dir, cache_dir=str(feature_cache_dir()))
-    chain_ids = list(chains_to_score(project=project).order_by("id").values_list("id", flat=True))
+    prm = load_prm(run.model_version.checkpoint_dir, cache_dir=str(feature_cache_dir()))
+    chain_ids = list(
+        chains_to_score(project=run.project).order_by("id").values_list("id", flat=True)
+    )
     ScoringRun.objects.filter(pk=run.pk).update(chains_total=len(chain_ids), chains_scored=0)
     scored = 0
     for start in range(0, len(chain_ids), SCORING_PAGE):
@@ -267,6 +276,12 @@ def _score(run: ScoringRun) -> None:
         scored += len(rows)
         run_heartbeat(run, chains_scored=scored)
 
+
+def _prioritize(run: ScoringRun) -> None:
+    """The run's scores turned into acquisition values by the strategy it applies (the
+    cold-start rule may say random), spread over problems, mixed with random picks, and
+    written as the queue's priorities; the run ends SUCCEEDED."""
+    project, version = run.project, run.model_version
     rows = list(ChainScore.objects.filter(scoring_run=run).order_by("chain_id"))
     facts = {
         chain_id: (answer, reference, problem_id)

@@ -388,6 +388,58 @@ def _paired_with(
     return paired_f1_difference(hits, previous_hits)
 
 
+def _compare_with_active(
+    *,
+    project_id: int,
+    snapshot: Snapshot,
+    result: Any,
+    metrics: dict[str, float],
+    heldout: list[ChainExample],
+    reporter: _RunReporter,
+) -> tuple[ModelVersion | None, bool, str]:
+    """(the active version the new one was compared with, whether the new one replaces
+    it, the run's note). Both are scored on the same held-out chains; ``metrics`` gains
+    the paired F1 interval and the active version's figures."""
+    compared = ModelVersion.objects.filter(project_id=project_id, is_active=True).order_by().first()
+    if compared is None:
+        return None, True, "No active version: the new version is active."
+    try:
+        previous, previous_hits = _evaluate_version(
+            version=compared, heldout=heldout, reporter=reporter
+        )
+    except Exception as exc:  # noqa: BLE001 - a broken old checkpoint must not sink the run
+        logger.exception("Could not evaluate active version %s", compared.pk)
+        return (
+            compared,
+            False,
+            f"Active v{compared.version} could not be evaluated ({exc}); it stays active.",
+        )
+    activate = _beats(metrics, previous)
+    summary = (
+        f"F1 {metrics.get('processbench_f1', float('nan')):.4f} vs "
+        f"{previous.get('processbench_f1', float('nan')):.4f}, AUROC "
+        f"{metrics.get('step_auroc', float('nan')):.4f} vs "
+        f"{previous.get('step_auroc', float('nan')):.4f} on the same "
+        f"{len(heldout)} held-out chains, of snapshot v{snapshot.version}"
+    )
+    paired = _paired_with(result, heldout, previous_hits)
+    if paired is not None:
+        summary += f"; F1 difference {paired}"
+        metrics["vs_active_f1_low"] = paired.low
+        metrics["vs_active_f1_high"] = paired.high
+    # An undefined metric is absent, never NaN: PostgreSQL's jsonb refuses NaN.
+    for name in ("processbench_f1", "step_auroc"):
+        if name in previous:
+            metrics[f"active_{name}"] = float(previous[name])
+    if activate:
+        return compared, True, f"Beats active v{compared.version} ({summary}): made active."
+    return (
+        compared,
+        False,
+        f"Does not beat active v{compared.version} ({summary}): not activated.",
+    )
+
+
 def _publish(
     *,
     run: TrainingRun,
@@ -397,43 +449,14 @@ def _publish(
     reporter: _RunReporter,
 ) -> TrainingRun:
     metrics = {k: float(v) for k, v in dict(result.metrics).items()}
-    compared = (
-        ModelVersion.objects.filter(project_id=run.project_id, is_active=True).order_by().first()
+    compared, activate, note = _compare_with_active(
+        project_id=run.project_id,
+        snapshot=snapshot,
+        result=result,
+        metrics=metrics,
+        heldout=heldout,
+        reporter=reporter,
     )
-    note = "No active version: the new version is active."
-    activate = compared is None
-    if compared is not None:
-        try:
-            previous, previous_hits = _evaluate_version(
-                version=compared, heldout=heldout, reporter=reporter
-            )
-        except Exception as exc:  # noqa: BLE001 - a broken old checkpoint must not sink the run
-            logger.exception("Could not evaluate active version %s", compared.pk)
-            previous = None
-            note = f"Active v{compared.version} could not be evaluated ({exc}); it stays active."
-        if previous is not None:
-            activate = _beats(metrics, previous)
-            summary = (
-                f"F1 {metrics.get('processbench_f1', float('nan')):.4f} vs "
-                f"{previous.get('processbench_f1', float('nan')):.4f}, AUROC "
-                f"{metrics.get('step_auroc', float('nan')):.4f} vs "
-                f"{previous.get('step_auroc', float('nan')):.4f} on the same "
-                f"{len(heldout)} held-out chains, of snapshot v{snapshot.version}"
-            )
-            paired = _paired_with(result, heldout, previous_hits)
-            if paired is not None:
-                summary += f"; F1 difference {paired}"
-                metrics["vs_active_f1_low"] = paired.low
-                metrics["vs_active_f1_high"] = paired.high
-            note = (
-                f"Beats active v{compared.version} ({summary}): made active."
-                if activate
-                else f"Does not beat active v{compared.version} ({summary}): not activated."
-            )
-            # An undefined metric is absent, never NaN: PostgreSQL's jsonb refuses NaN.
-            for name in ("processbench_f1", "step_auroc"):
-                if name in previous:
-                    metrics[f"active_{name}"] = float(previous[name])
     with transaction.atomic():
         # Lock order: the run, then the project (which serializes publishes per project).
         locked = TrainingRun.objects.select_for_update().get(pk=run.pk)
