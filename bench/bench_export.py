@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/steplab_bench_export"
 DEFAULT_OUT = REPO_ROOT / "bench" / "out" / "export.json"
-FORMATS = ("trl", "prm800k", "processbench", "csv", "parquet")
+FORMATS = ("trl", "prm800k", "processbench", "openrlhf", "qwen_prm", "csv", "parquet")
 
 
 def _django(database_url: str) -> None:

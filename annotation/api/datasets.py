@@ -25,7 +25,13 @@ from rest_framework.response import Response
 
 from annotation.api.fields import INT32_MAX
 from annotation.api.permissions import LEADS, project_for_request, request_user
-from annotation.exporters.formats import CONTENT_TYPES, EXPORT_FORMATS, EXTENSIONS
+from annotation.exporters.formats import (
+    CONTENT_TYPES,
+    EXPORT_DESCRIPTIONS,
+    EXPORT_FORMATS,
+    EXTENSIONS,
+    JSON_LINES_FORMATS,
+)
 from annotation.models import Role, Snapshot, SnapshotSplit
 from annotation.selectors.datasets import snapshot_get, snapshot_list
 from annotation.services.exports import export_bytes, export_options_check, export_parquet
@@ -76,7 +82,7 @@ class ExportInputSerializer(serializers.Serializer):
         choices=AMBIGUOUS_CHOICES,
         required=False,
         help_text="Overrides the snapshot's mapping of ambiguous steps (trl, parquet, "
-        "processbench).",
+        "processbench, openrlhf, qwen_prm).",
     )
     split = serializers.ChoiceField(choices=SnapshotSplit.values, required=False)
 
@@ -140,13 +146,24 @@ class ExportApi(GenericAPIView):
         operation_id="projects_export",
         summary="Stream a snapshot's export (leads only)",
         description=(
-            "Formats: prm800k, trl and processbench (JSON Lines), csv (one row per step) "
-            "and parquet (TRL rows). The response is streamed; headers name the snapshot "
+            "Formats: prm800k, trl, processbench, openrlhf (OpenRLHF's PRM dataset: a "
+            "placeholder token closing each step, soft labels from the votes) and qwen_prm "
+            "(Qwen2.5-Math-PRM's chat messages, <extra_0> after each step), all JSON Lines; "
+            "csv (one row per step) and parquet (TRL rows). The response is streamed; "
+            "headers name the snapshot "
             "(`X-Steplab-Snapshot`, `X-Steplab-Snapshot-Hash`) and the ambiguous mapping "
             "used (`X-Steplab-Ambiguous`)."
         ),
         parameters=[
-            OpenApiParameter("format", str, enum=EXPORT_FORMATS, required=True),
+            OpenApiParameter(
+                "format",
+                str,
+                enum=EXPORT_FORMATS,
+                required=True,
+                description="; ".join(
+                    f"{fmt}: {EXPORT_DESCRIPTIONS[fmt]}" for fmt in EXPORT_FORMATS
+                ),
+            ),
             OpenApiParameter(
                 "snapshot",
                 {"type": "integer", "minimum": 1, "maximum": INT32_MAX},
@@ -202,7 +219,7 @@ class ExportApi(GenericAPIView):
 
 def _filename(*, snapshot: Snapshot, fmt: str, split: str | None) -> str:
     part = f"-{split}" if split else ""
-    suffix = f"{fmt}." if fmt in ("prm800k", "trl", "processbench") else ""
+    suffix = f"{fmt}." if fmt in JSON_LINES_FORMATS else ""
     return (
         f"steplab-project{snapshot.project_id}-v{snapshot.version}{part}.{suffix}{EXTENSIONS[fmt]}"
     )

@@ -20,6 +20,22 @@ Formats (one record per chain unless said otherwise):
   none is wrong. A chain with no error but unrated steps cannot claim "no error" and is
   not written. ``final_answer_correct`` compares the final answer with the problem's
   reference answer (ignoring spaces and $), null when either is missing.
+- ``openrlhf``: OpenRLHF's process-reward dataset (``openrlhf.cli.train_prm``)
+  ``{"input", "value"}``, laid out as Math-Shepherd is, the data OpenRLHF's PRM examples
+  train on: the problem, then ``Step k: <step> ки`` a line, the placeholder ``ки`` closing
+  every step, and ``value`` a soft label per placeholder: the share of the step's votes
+  that call it correct (``soft_labels``; an adjudication counts alone, an ambiguous vote
+  counts as correct with ``positive``, wrong with ``negative`` and not at all with
+  ``drop``; a row kept from before snapshots held votes falls back on its support). Train
+  it with ``--input_key input --label_key value --placeholder_token ки --reward_tokens +
+  -`` (soft labels want the positive token first). The steps are TRL's labeled prefix.
+  A chain whose text holds ``ки`` itself is not written: its labels would land on the
+  wrong placeholders. The ``math_shepherd`` import reads the file back (without labels).
+- ``qwen_prm``: the chat format of open math PRMs with their own step separator,
+  Qwen2.5-Math-PRM's (its model card's usage): ``{"messages", "labels"}`` with a system
+  turn (Qwen2.5-Math's prompt), the problem as the user's turn and the steps as the
+  assistant's, ``<extra_0>`` after each, and ``labels`` TRL's booleans of that prefix, one
+  per separator. A chain whose text holds ``<extra_0>`` itself is not written.
 - ``csv``: one row per step: snapshot version, split, chain id and hash, step index and
   text, consensus, support, and ``raw_labels``, a JSON object {voter: rating} of the
   current votes on that step (per-annotator columns would change with every export).
@@ -29,8 +45,20 @@ Formats (one record per chain unless said otherwise):
   Lines and Parquet outputs carry every text byte for byte.
 """
 
-EXPORT_FORMATS = ("prm800k", "trl", "processbench", "csv", "parquet")
-TEXT_FORMATS = ("prm800k", "trl", "processbench", "csv")
+EXPORT_FORMATS = (
+    "prm800k",
+    "trl",
+    "processbench",
+    "openrlhf",
+    "qwen_prm",
+    "csv",
+    "parquet",
+)
+TEXT_FORMATS = ("prm800k", "trl", "processbench", "openrlhf", "qwen_prm", "csv")
+JSON_LINES_FORMATS = ("prm800k", "trl", "processbench", "openrlhf", "qwen_prm")
+# The formats that write a chain's labeled prefix only, and the key of a record's labels:
+# the steps such an export counts as labeled are those it wrote.
+PREFIX_LABELS = {"trl": "labels", "openrlhf": "value", "qwen_prm": "labels"}
 # What each file holds, in a line: the export buttons and the command's help say it.
 EXPORT_DESCRIPTIONS = {
     "prm800k": "JSON Lines, a chain a line in PRM800K's shape: every step with its "
@@ -39,20 +67,22 @@ EXPORT_DESCRIPTIONS = {
     "each chain cut at its first unrated step",
     "processbench": "JSON Lines in ProcessBench's schema: the index of the first wrong "
     "step (-1: none) and whether the final answer is right",
+    "openrlhf": "JSON Lines for OpenRLHF's PRM trainer: input holds the problem and the "
+    "steps, each closed by the placeholder token ки; value a soft label per step, the share "
+    "of votes calling it correct; each chain cut at its first unrated step",
+    "qwen_prm": "JSON Lines in Qwen2.5-Math-PRM's chat format: system, user (the problem) "
+    "and assistant (the steps, <extra_0> after each) messages, labels as booleans; each "
+    "chain cut at its first unrated step",
     "csv": "a row a step: split, chain, text, consensus, support and every current vote",
     "parquet": "the TRL rows (same schema) in Parquet, the snapshot named in its metadata",
 }
 CONTENT_TYPES = {
-    "prm800k": "application/x-ndjson",
-    "trl": "application/x-ndjson",
-    "processbench": "application/x-ndjson",
+    **dict.fromkeys(JSON_LINES_FORMATS, "application/x-ndjson"),
     "csv": "text/csv",
     "parquet": "application/vnd.apache.parquet",
 }
 EXTENSIONS = {
-    "prm800k": "jsonl",
-    "trl": "jsonl",
-    "processbench": "jsonl",
+    **dict.fromkeys(JSON_LINES_FORMATS, "jsonl"),
     "csv": "csv",
     "parquet": "parquet",
 }

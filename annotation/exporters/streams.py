@@ -58,11 +58,11 @@ def json_lines_pieces(
     *,
     record_of: Callable[[SnapshotExample], dict[str, Any] | None],
     stats: ExportStats,
-    labels_written: bool,
+    labels_key: str | None,
 ) -> Iterator[bytes]:
     """A JSON line per example that ``record_of`` writes (None: skipped). A record's
-    labeled steps are its ``labels`` when ``labels_written`` (TRL writes a prefix), else
-    the example's rated steps."""
+    labeled steps are the length of its ``labels_key`` list when given (a format that
+    writes a labeled prefix: trl, openrlhf, qwen_prm), else the example's rated steps."""
     dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
     buffer: list[bytes] = []
     size = records = steps = 0
@@ -72,8 +72,8 @@ def json_lines_pieces(
             continue
         line = dumps(record, option=newline)
         records += 1
-        if labels_written:
-            steps += len(record["labels"])
+        if labels_key is not None:
+            steps += len(record[labels_key])
         else:
             labels = example.labels
             steps += len(labels) - labels.count(None)

@@ -17,7 +17,7 @@ from typing import BinaryIO
 
 from django.core.exceptions import ValidationError
 
-from annotation.exporters.formats import EXPORT_FORMATS
+from annotation.exporters.formats import EXPORT_FORMATS, PREFIX_LABELS
 from annotation.exporters.records import json_record_builder
 from annotation.exporters.streams import (
     ExportStats,
@@ -70,12 +70,15 @@ def export_bytes(
     (when given) is filled in as the pieces are produced. Options must have passed
     ``export_options_check``."""
     stats = stats if stats is not None else ExportStats()
-    examples = snapshot_examples_streamed(snapshot=snapshot, split=split, with_votes=fmt == "csv")
+    # csv writes every vote; openrlhf's soft labels are the votes' shares.
+    examples = snapshot_examples_streamed(
+        snapshot=snapshot, split=split, with_votes=fmt in ("csv", "openrlhf")
+    )
     if fmt == "csv":
         return csv_pieces(examples, version=snapshot.version, stats=stats)
     record_of = json_record_builder(fmt=fmt, ambiguous=ambiguous, project_id=snapshot.project_id)
     return json_lines_pieces(
-        examples, record_of=record_of, stats=stats, labels_written=fmt == "trl"
+        examples, record_of=record_of, stats=stats, labels_key=PREFIX_LABELS.get(fmt)
     )
 
 

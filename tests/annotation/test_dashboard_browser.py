@@ -4,6 +4,7 @@ every chart from the dashboard API, and the snapshot and export buttons work."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import datetime, time, timedelta
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Browser, Page
 
+from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
 from annotation.models import Annotation, Chain, Role, Snapshot
 from tests.browser import ARTIFACTS, page_login, page_watched
 from tests.factories import (
@@ -101,7 +103,12 @@ def test_dashboard_draws_every_chart_and_exports(live_server: Any, page: Page) -
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
 
     # When: the lead freezes a snapshot and exports it as TRL JSON Lines
-    assert page.locator(".db-export.is-disabled").count() == 5
+    assert page.locator(".db-export.is-disabled").count() == len(EXPORT_FORMATS)
+    # (each export button says what its file holds)
+    for fmt in EXPORT_FORMATS:
+        button = page.locator(f".db-export[data-format={fmt}]")
+        assert button.text_content() == f"Export {fmt}"
+        assert button.get_attribute("title") == EXPORT_DESCRIPTIONS[fmt]
     page.get_by_role("button", name="Create a snapshot").click()
     page.wait_for_selector("#db-message.ok")
     assert Snapshot.objects.filter(project=project).count() == 1
@@ -114,6 +121,28 @@ def test_dashboard_draws_every_chart_and_exports(live_server: Any, page: Page) -
     lines = open(path, encoding="utf-8").read().splitlines()
     assert lines and all(line.startswith('{"prompt"') for line in lines)
 
+    # And: the trainer-neutral formats hold the snapshot's labels (its default mapping,
+    # drop: chain 1's ambiguous second step ends it). Chain 0's step 2 is a 1/-1 tie: kept
+    # at the lowest rating, its soft label is the votes' share, 0.5; left out by the
+    # snapshot's tie policy, it ends the chain.
+    openrlhf = _download(page, "openrlhf")
+    by_problem = {row["input"].split(" Step 1: ")[0]: row for row in openrlhf}
+    assert by_problem[chains[1].problem.text] == {
+        "input": f"{chains[1].problem.text} Step 1: Step 1. ки",
+        "value": [1.0],
+    }
+    assert by_problem[chains[0].problem.text]["value"] in ([1.0, 0.5, 1.0], [1.0])
+    assert all(row["input"].count("ки") == len(row["value"]) for row in openrlhf)
+    qwen = {row["messages"][1]["content"]: row for row in _download(page, "qwen_prm")}
+    assert qwen[chains[1].problem.text]["messages"][2] == {
+        "role": "assistant",
+        "content": "Step 1.<extra_0>",
+    }
+    assert qwen[chains[1].problem.text]["labels"] == [True]
+    assert qwen[chains[0].problem.text]["labels"] in ([True, False, True], [True])
+    page.locator("#db-export-title").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "dashboard-exports.png"), full_page=True)
+
     # And: the links lead to the review and models pages
     assert page.get_by_role("link", name="Review disagreements").get_attribute("href") == (
         f"/projects/{project.pk}/review/"
@@ -121,6 +150,14 @@ def test_dashboard_draws_every_chart_and_exports(live_server: Any, page: Page) -
     assert page.get_by_role("link", name="Models").get_attribute("href") == (
         f"/projects/{project.pk}/models/"
     )
+
+
+def _download(page: Page, fmt: str) -> list[dict[str, Any]]:
+    """The JSON Lines file the page's export button for ``fmt`` downloads."""
+    with page.expect_download() as download:
+        page.locator(f".db-export[data-format={fmt}]").click()
+    with open(download.value.path(), encoding="utf-8") as stream:
+        return [json.loads(line) for line in stream.read().splitlines()]
 
 
 def test_the_lead_sees_who_flagged_a_chain_and_puts_it_back(live_server: Any, page: Page) -> None:

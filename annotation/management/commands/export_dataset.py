@@ -40,7 +40,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--ambiguous",
             choices=AMBIGUOUS_CHOICES,
-            help="how trl, parquet and processbench treat an ambiguous (0) step "
+            help="how trl, parquet, processbench, openrlhf and qwen_prm treat an ambiguous "
+            "(0) step or vote "
             "(default: the snapshot's own choice, drop for a new snapshot)",
         )
         parser.add_argument("--split", choices=SnapshotSplit.values, help="one split only")
