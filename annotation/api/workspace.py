@@ -4,9 +4,7 @@ caller's own counts. Thin views over ``annotation.services.workspace`` and
 
 from __future__ import annotations
 
-from typing import Any
-
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,7 +17,10 @@ from annotation.api.assignments import (
     SkipOutputSerializer,
     SubmitInputSerializer,
     after_submit,
+    annotation_payload,
+    lease_payload,
     ratings_from_payload,
+    submit_input_validate,
 )
 from annotation.api.permissions import request_user
 from annotation.models import Project, ScreeningStatus
@@ -27,7 +28,6 @@ from annotation.selectors.access import project_get_for_member
 from annotation.selectors.workspace import annotator_stats_get
 from annotation.services.workspace import (
     FLAG_REASON_MAX_LENGTH,
-    SubmitAndNext,
     assignment_submit_and_claim_next,
     chain_flag,
 )
@@ -133,21 +133,15 @@ class MyStatsView(APIView):
 
 class SubmitAndNextOutputSerializer(serializers.Serializer):
     annotation = AnnotationOutputSerializer()
-    next = serializers.SerializerMethodField(
+    next = NextOutputSerializer(
+        allow_null=True,
         help_text="The next lease and chain, as from assignments/next/; null unless "
-        "next_status is 'leased'."
+        "next_status is 'leased'.",
     )
     next_status = serializers.ChoiceField(
         choices=["leased", "empty", "busy"],
         help_text="'empty': nothing is left for you; 'busy': ask assignments/next/ again.",
     )
-
-    @extend_schema_field(NextOutputSerializer(allow_null=True))
-    def get_next(self, result: SubmitAndNext) -> dict[str, Any] | None:
-        following = result.next_assignment
-        if following is None:
-            return None
-        return NextOutputSerializer(following, context={"project": following.project}).data
 
 
 class AssignmentSubmitAndNextView(APIView):
@@ -170,17 +164,24 @@ class AssignmentSubmitAndNextView(APIView):
         "one request. The submit is committed before the next chain is leased.",
     )
     def post(self, request: Request, assignment_id: int) -> Response:
-        payload = SubmitInputSerializer(data=request.data)
-        payload.is_valid(raise_exception=True)
-        data = payload.validated_data
+        body = submit_input_validate(request.data)
         result = assignment_submit_and_claim_next(
             assignment_id=assignment_id,
             user=request_user(request),
-            ratings=ratings_from_payload(data),
-            rewrite=data["rewrite"],
-            duration_ms=data["duration_ms"],
-            request_id=data["request_id"],
+            ratings=ratings_from_payload(body),
+            rewrite=body["rewrite"],
+            duration_ms=body["duration_ms"],
+            request_id=body["request_id"],
         )
-        after_submit(result.annotation)
+        after_submit(result.submitted)
+        following = result.next_lease
+        project = result.submitted.annotation.chain.project  # loaded by the submit
         # A repeat answers with the first submit's status, as assignments/{id}/submit/ does.
-        return Response(SubmitAndNextOutputSerializer(result).data, status=status.HTTP_201_CREATED)
+        return Response(
+            {
+                "annotation": annotation_payload(result.submitted),
+                "next": lease_payload(lease=following, project=project) if following else None,
+                "next_status": result.next_status,
+            },
+            status=status.HTTP_201_CREATED,
+        )

@@ -6,6 +6,10 @@
   scoring runs; ``closed_leases``: the hint the claim walks by;
   ``errors``: what the queue refuses with; ``sql``: every statement it runs; ``rows``:
   models from plain rows.
+- What it answers with: ``lease_next`` and ``lease_prefetch`` a ``Lease`` (the assignment
+  and what it shows of its chain, read in the same trip as a new lease on PostgreSQL),
+  ``assignment_submit`` a ``Submitted`` (the annotation, whether this call created it,
+  its ratings in step order): the API's answers are built from these, with no query.
 - Why plain SQL here and the ORM everywhere else: ``next`` and ``submit`` are what every
   annotator waits on, many times a minute, and building their querysets cost more than
   running them (BENCHMARKS.md, "Foundation"). So the queue writes its statements by hand,

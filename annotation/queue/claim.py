@@ -11,7 +11,14 @@ from django.db import connection, transaction
 
 from annotation.models import Assignment, AssignmentStatus, Project
 from annotation.queue.errors import QueueBusy
-from annotation.queue.leases import now_or_current, sql_params
+from annotation.queue.leases import (
+    Lease,
+    LeasedChain,
+    leased_chain,
+    leased_chain_from_rows,
+    now_or_current,
+    sql_params,
+)
 from annotation.queue.rows import fetch_models
 from annotation.queue.sql import (
     CANDIDATE_SQL,
@@ -34,6 +41,11 @@ CLAIM_MAX_ATTEMPTS = 8
 
 class _ClaimRace(Exception):
     """Internal: the locked candidate was taken meanwhile; roll back and try again."""
+
+
+# A claim's lease, with its chain when the claim read it in the same trip (a new lease on
+# PostgreSQL); None: the chain is read when an answer needs it.
+_Claimed = tuple[Assignment, LeasedChain | None]
 
 
 # At most this many live leases per annotator and project: the one being labeled and the
@@ -92,13 +104,11 @@ def _expire_stale_leases(*, chain_id: int, now: datetime) -> None:
 
 def _lease_if_free(
     *, project: Project, user: User, now: datetime, chain_id: int
-) -> Assignment | None:
+) -> _Claimed | None:
     """Lease the chain whose lock we hold if its place is still free; None if not (a lost
     race, or stale leases to expire first: ``_claim_once`` asks ``_recheck`` which).
 
-    On PostgreSQL the new lease carries ``chain_rows``, its chain's steps as (id, index,
-    text, final answer, problem text, reference answer) rows, read in the same trip for
-    the API's answer (``lease_payload``)."""
+    On PostgreSQL the same trip reads what the lease shows of its chain."""
     expires_at = now + project.lease_duration
     params = sql_params(project=project, user=user, now=now, chain=chain_id)
     params["expires"] = connection.ops.adapt_datetimefield_value(expires_at)
@@ -122,14 +132,12 @@ def _lease_if_free(
     )
     lease._state.adding = False  # a stored row, as if loaded: save() updates it
     lease._state.db = connection.alias
-    if with_chain and row[1] is not None:  # (a chain without steps: the answer reads it)
-        lease.chain_rows = [r[1:] for r in rows]  # type: ignore[attr-defined]
-    return lease
+    return lease, leased_chain_from_rows([r[1:] for r in rows]) if with_chain else None
 
 
 def _claim_once(
     *, project: Project, user: User, now: datetime, skip: set[int], prefetch: bool = False
-) -> Assignment | None:
+) -> _Claimed | None:
     # One claim per person at a time: without this a double-clicked "next" could give the
     # same annotator two chains (the second one's place idle until it expires), and two
     # prefetches could give a third lease. Plain SQL: building this one-row lock as a
@@ -142,9 +150,9 @@ def _claim_once(
 
     live = _live_leases_of(project=project, user=user, now=now)
     if live and not prefetch:
-        return live[0]  # next: the oldest, so two tabs of one annotator get the same lease
+        return live[0], None  # next: the oldest, so two tabs of one annotator get the same lease
     if len(live) >= MAX_LIVE_LEASES:
-        return live[-1]  # prefetch again: the one it gave before
+        return live[-1], None  # prefetch again: the one it gave before
     # A prefetch leases a chain other than the one the caller holds.
     mine = {lease.chain_id for lease in live}
     skip |= mine
@@ -155,7 +163,8 @@ def _claim_once(
         if pick.blocked:
             return None
         if pick.chain is not None and pick.chain.pk not in mine:
-            return gold_lease(project=project, user=user, chain=pick.chain, now=now)
+            gold = gold_lease(project=project, user=user, chain=pick.chain, now=now)
+            return (gold, None) if gold is not None else None
 
     chain_id = _candidate(project=project, user=user, now=now, skip=skip, wait=False)
     if chain_id is None:
@@ -170,9 +179,9 @@ def _claim_once(
     # The candidate query's subqueries read a snapshot from before the lock; a lease or
     # submit committed in between is invisible to them. The lease is inserted by a fresh
     # statement that checks again.
-    lease = _lease_if_free(project=project, user=user, now=now, chain_id=chain_id)
-    if lease is not None:
-        return lease
+    claimed = _lease_if_free(project=project, user=user, now=now, chain_id=chain_id)
+    if claimed is not None:
+        return claimed
     claimable, has_stale = _recheck(project=project, user=user, now=now, chain_id=chain_id)
     if not claimable:
         skip.add(chain_id)
@@ -181,14 +190,14 @@ def _claim_once(
         # Also frees the caller's own stale lease on this chain, which the constraint
         # "one live lease per annotator and chain" would otherwise reject.
         _expire_stale_leases(chain_id=chain_id, now=now)
-    lease = _lease_if_free(project=project, user=user, now=now, chain_id=chain_id)
-    if lease is None:  # cannot happen under the lock; never lease past the overlap anyway
+    claimed = _lease_if_free(project=project, user=user, now=now, chain_id=chain_id)
+    if claimed is None:  # cannot happen under the lock; never lease past the overlap anyway
         skip.add(chain_id)
         raise _ClaimRace
-    return lease
+    return claimed
 
 
-def _claim(*, project: Project, user: User, now: datetime, prefetch: bool) -> Assignment | None:
+def _claim(*, project: Project, user: User, now: datetime, prefetch: bool) -> _Claimed | None:
     skip: set[int] = set()
     for _attempt in range(CLAIM_MAX_ATTEMPTS):
         try:
@@ -203,34 +212,56 @@ def _claim(*, project: Project, user: User, now: datetime, prefetch: bool) -> As
     raise QueueBusy("The queue is busy right now; please try again.")
 
 
-def assignment_claim_next(
-    *, project: Project, user: User, now: datetime | None = None
-) -> Assignment | None:
+def _lease(claimed: _Claimed | None) -> Lease | None:
+    if claimed is None:
+        return None
+    assignment, chain = claimed
+    if chain is None:
+        chain = leased_chain(chain_id=assignment.chain_id)
+    return Lease(assignment=assignment, chain=chain)
+
+
+def lease_next(*, project: Project, user: User, now: datetime | None = None) -> Lease | None:
     """Lease the next chain of ``project`` to ``user``, or return None if none is left.
 
     If the caller already holds a live lease in this project, the oldest one is returned
     unchanged ("next" is idempotent, and after a submit it answers with the lease that
-    ``assignment_prefetch`` took). Otherwise the highest-priority, then oldest, chain
-    that is not finished or flagged, that the caller never submitted, skipped or
-    annotated, and whose finished annotations plus live leases are below the project's
-    overlap, is leased for ``project.lease_duration``.
+    ``lease_prefetch`` took). Otherwise the highest-priority, then oldest, chain that is
+    not finished or flagged, that the caller never submitted, skipped or annotated, and
+    whose finished annotations plus live leases are below the project's overlap, is
+    leased for ``project.lease_duration``. The lease comes with what it shows of its chain
+    (on PostgreSQL a new lease reads it in the same trip).
 
     Precondition: the caller is allowed to label in ``project`` (the API checks it with
-    ``project_get_for_labeling``). The returned assignment has ``chain_id`` set (its
-    ``chain`` loads on first use). Raises QueueBusy if every bounded retry lost a race."""
-    return _claim(project=project, user=user, now=now_or_current(now), prefetch=False)
+    ``project_get_for_labeling``). Raises QueueBusy if every bounded retry lost a race."""
+    return _lease(_claim(project=project, user=user, now=now_or_current(now), prefetch=False))
+
+
+def lease_prefetch(*, project: Project, user: User, now: datetime | None = None) -> Lease | None:
+    """Lease a second chain to ``user`` while they work on their current one, so the
+    workspace can show it the moment the current one is submitted.
+
+    The new lease is on a chain other than the caller's live lease(s), chosen and counted
+    against the overlap exactly as ``lease_next`` does. A caller holds at most
+    ``MAX_LIVE_LEASES`` live leases per project: when they already do, the newest one is
+    returned unchanged (idempotent). A caller holding none gets one, as from ``next``.
+    Returns None when nothing else is left for the caller. Same precondition and errors
+    as ``lease_next``."""
+    return _lease(_claim(project=project, user=user, now=now_or_current(now), prefetch=True))
+
+
+def assignment_claim_next(
+    *, project: Project, user: User, now: datetime | None = None
+) -> Assignment | None:
+    """``lease_next`` for a caller that needs only the assignment (its ``chain`` loads on
+    first use): no query for what the lease shows."""
+    claimed = _claim(project=project, user=user, now=now_or_current(now), prefetch=False)
+    return claimed[0] if claimed is not None else None
 
 
 def assignment_prefetch(
     *, project: Project, user: User, now: datetime | None = None
 ) -> Assignment | None:
-    """Lease a second chain to ``user`` while they work on their current one, so the
-    workspace can show it the moment the current one is submitted.
-
-    The new lease is on a chain other than the caller's live lease(s), chosen and counted
-    against the overlap exactly as ``assignment_claim_next`` does. A caller holds at most
-    ``MAX_LIVE_LEASES`` live leases per project: when they already do, the newest one is
-    returned unchanged (idempotent). A caller holding none gets one, as from ``next``.
-    Returns None when nothing else is left for the caller. Same precondition and errors
-    as ``assignment_claim_next``."""
-    return _claim(project=project, user=user, now=now_or_current(now), prefetch=True)
+    """``lease_prefetch`` for a caller that needs only the assignment."""
+    claimed = _claim(project=project, user=user, now=now_or_current(now), prefetch=True)
+    return claimed[0] if claimed is not None else None

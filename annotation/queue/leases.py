@@ -3,6 +3,8 @@ whose place is still free."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +17,7 @@ from annotation.queue.errors import LeaseClosed, LeaseLost
 from annotation.queue.rows import model_from_row, model_width
 from annotation.queue.sql import (
     ASSIGNMENT_WITH_STEPS_SQL,
-    LEASE_STEPS_SQL,
+    LEASE_CHAIN_SQL,
     LOCK_OWN_CHAIN_SQL,
     MEMBER_SQL,
     PLACE_SQL,
@@ -192,10 +194,48 @@ def assignment_lock_live(
     return chain, assignment
 
 
-def lease_chain_rows(*, chain_id: int) -> list[tuple[Any, ...]]:
-    """What a lease's answer shows of its chain, one row per step in order: (step id,
-    index, text, the chain's final answer, the problem's text and reference answer). A
-    new lease on PostgreSQL carries the same rows already (``chain_rows``)."""
+@dataclass(frozen=True, slots=True)
+class LeasedStep:
+    id: int
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedChain:
+    """What a lease's answer shows of its chain: the problem, the steps in order and the
+    final answer (never another annotator's ratings, imported labels or metadata)."""
+
+    problem_text: str
+    reference_answer: str
+    final_answer: str
+    steps: list[LeasedStep]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A live lease with the chain it shows: what ``next`` and ``prefetch`` answer with."""
+
+    assignment: Assignment
+    chain: LeasedChain
+
+
+def leased_chain_from_rows(rows: Sequence[Sequence[Any]]) -> LeasedChain:
+    """A ``LeasedChain`` from the rows of ``LEASE_CHAIN_SQL`` (or the same columns after a
+    new lease's id in ``LEASE_WITH_CHAIN_SQL``): one per step, (step id, index, text,
+    final answer, problem text, reference answer); a chain without steps gives one row
+    whose step columns are NULL."""
+    final_answer, problem_text, reference_answer = rows[0][3:]
+    return LeasedChain(
+        problem_text=problem_text,
+        reference_answer=reference_answer,
+        final_answer=final_answer,
+        steps=[LeasedStep(row[0], row[1], row[2]) for row in rows if row[0] is not None],
+    )
+
+
+def leased_chain(*, chain_id: int) -> LeasedChain:
+    """What a lease on chain ``chain_id`` shows of it; one query."""
     with connection.cursor() as cursor:
-        cursor.execute(LEASE_STEPS_SQL, [chain_id])
-        return cursor.fetchall()
+        cursor.execute(LEASE_CHAIN_SQL, [chain_id])
+        return leased_chain_from_rows(cursor.fetchall())

@@ -257,12 +257,12 @@ CHAIN_SHUT_SQL = (
 
 
 # The steps with their chain's answer and problem, in one plain query (no queryset to build).
-LEASE_STEPS_SQL = f"""
+LEASE_CHAIN_SQL = f"""
     SELECT s.id, s."index", s.text, c.final_answer, p.text, p.reference_answer
-    FROM {Step._meta.db_table} s
-    JOIN {Chain._meta.db_table} c ON c.id = s.chain_id
+    FROM {Chain._meta.db_table} c
     JOIN {Problem._meta.db_table} p ON p.id = c.problem_id
-    WHERE s.chain_id = %s
+    LEFT JOIN {Step._meta.db_table} s ON s.chain_id = c.id
+    WHERE c.id = %s
     ORDER BY s."index"
 """
 

@@ -53,6 +53,17 @@ class RatingInput:
     duration_ms: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """What a submit recorded: the annotation (its ``chain`` loaded, with the project, when
+    this call created it), whether this call created it (False: a repeat of an earlier
+    ``request_id``, which changed nothing) and its ratings in step order."""
+
+    annotation: Annotation
+    created: bool
+    ratings: list[RatingInput]
+
+
 def _describe(position: int, step_id: int) -> str:
     return f"step {position} (id {step_id})"
 
@@ -129,16 +140,21 @@ def _validate_submission(
         )
 
 
-def _idempotent_repeat(
-    *, annotation: Annotation, assignment_id: int, request_id: str
-) -> Annotation:
+def _idempotent_repeat(*, annotation_id: int, assignment_id: int, request_id: str) -> Submitted:
+    """The first submit's record, for a repeat of its ``request_id``."""
+    annotation = Annotation.objects.get(pk=annotation_id)
     if annotation.assignment_id != assignment_id:
         raise LeaseConflict(
             f"request_id {request_id!r} was already used for another submission; "
             "use a new request_id for each submission."
         )
-    annotation.created = False  # type: ignore[attr-defined]
-    return annotation
+    ratings = [
+        RatingInput(
+            step_id=r.step_id, rating=r.rating, comment=r.comment, duration_ms=r.duration_ms
+        )
+        for r in annotation.ratings.order_by("step__index")
+    ]
+    return Submitted(annotation=annotation, created=False, ratings=ratings)
 
 
 # SQLite takes the rows in batches, far below its limit on bound parameters (32,766).
@@ -251,7 +267,7 @@ def assignment_submit(
     duration_ms: int | None = None,
     request_id: str = "",
     now: datetime | None = None,
-) -> Annotation:
+) -> Submitted:
     """Record the caller's ratings for the chain leased by ``assignment_id``.
 
     Creates one human Annotation with a StepRating per graded step, marks the lease
@@ -260,7 +276,7 @@ def assignment_submit(
     row lock. Nothing that exists is changed: a correction is a new annotation.
 
     A repeat with the same non-empty ``request_id`` returns the first annotation and
-    changes nothing (the result's ``created`` is False; True on a new annotation). An
+    changes nothing (``Submitted.created`` is False; True on a new annotation). An
     expired lease is accepted while its place is still free, so the work is not lost;
     if its place went to another annotator this raises LeaseLost, and a chain that is
     already full raises LeaseConflict: never a label beyond the overlap. Bad ratings
@@ -280,9 +296,7 @@ def assignment_submit(
         if earlier is not None:
             # Annotations are never edited or deleted, so a hit here is final.
             return _idempotent_repeat(
-                annotation=Annotation.objects.get(pk=earlier),
-                assignment_id=assignment_id,
-                request_id=request_id,
+                annotation_id=earlier, assignment_id=assignment_id, request_id=request_id
             )
         _hold_place(chain=chain, assignment=assignment, user=user, now=now)
         _validate_submission(
@@ -318,7 +332,4 @@ def assignment_submit(
         if counted is not None:
             chain.finished_count, chain.is_finished = counted
         annotation.chain = chain
-        annotation.created = True  # type: ignore[attr-defined]
-        # The ratings as stored, in step order, so the answer needs no query.
-        annotation.rating_rows = rating_rows  # type: ignore[attr-defined]
-        return annotation
+        return Submitted(annotation=annotation, created=True, ratings=rating_rows)

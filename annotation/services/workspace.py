@@ -13,11 +13,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from annotation.models import Annotation, Assignment, Chain
-from annotation.queue.claim import assignment_claim_next
+from annotation.models import Assignment, Chain
+from annotation.queue.claim import lease_next
 from annotation.queue.errors import QueueBusy
-from annotation.queue.leases import assignment_lock_live, assignment_skip
-from annotation.queue.submit import RatingInput, assignment_submit
+from annotation.queue.leases import Lease, assignment_lock_live, assignment_skip
+from annotation.queue.submit import RatingInput, Submitted, assignment_submit
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -122,11 +122,11 @@ def chain_flag_clear(*, chain: Chain, user: User, now: datetime | None = None) -
 
 @dataclass(frozen=True)
 class SubmitAndNext:
-    """A submit's annotation and what the queue gave next: ``next_status`` is "leased"
-    (``next_assignment`` is set), "empty" (nothing left) or "busy" (ask again)."""
+    """What a submit recorded and what the queue gave next: ``next_status`` is "leased"
+    (``next_lease`` is set), "empty" (nothing left) or "busy" (ask again)."""
 
-    annotation: Annotation
-    next_assignment: Assignment | None
+    submitted: Submitted
+    next_lease: Lease | None
     next_status: str
 
 
@@ -139,7 +139,7 @@ def assignment_submit_and_claim_next(
     duration_ms: int | None = None,
     request_id: str = "",
 ) -> SubmitAndNext:
-    """``assignment_submit``, then ``assignment_claim_next`` in the same project: one
+    """``assignment_submit``, then ``lease_next`` in the same project: one
     round trip for the workspace instead of two, which is most of the wait between
     pressing submit and seeing the next chain.
 
@@ -148,7 +148,7 @@ def assignment_submit_and_claim_next(
     caller asks ``next`` again. Errors of the submit propagate exactly as from
     ``assignment_submit``, and nothing is claimed then. A repeated submit (same
     ``request_id``) answers with the caller's live lease, as ``next`` would."""
-    annotation = assignment_submit(
+    submitted = assignment_submit(
         assignment_id=assignment_id,
         user=user,
         ratings=ratings,
@@ -156,13 +156,13 @@ def assignment_submit_and_claim_next(
         duration_ms=duration_ms,
         request_id=request_id,
     )
-    project = annotation.chain.project
+    project = submitted.annotation.chain.project
     try:
-        following = assignment_claim_next(project=project, user=user)
+        following = lease_next(project=project, user=user)
     except QueueBusy:
-        return SubmitAndNext(annotation=annotation, next_assignment=None, next_status="busy")
+        return SubmitAndNext(submitted=submitted, next_lease=None, next_status="busy")
     return SubmitAndNext(
-        annotation=annotation,
-        next_assignment=following,
+        submitted=submitted,
+        next_lease=following,
         next_status="leased" if following is not None else "empty",
     )

@@ -236,13 +236,13 @@ def test_many_annotators_claim_and_submit_at_once(overlap: int) -> None:
                 assignment_id=lease.pk, user=user, ratings=ratings, request_id=request_id
             )
             assert annotation.created
-            outcome.add("created", annotation.pk)
+            outcome.add("created", annotation.annotation.pk)
             if rng.random() < 0.3:
                 again = assignment_submit(
                     assignment_id=lease.pk, user=user, ratings=ratings, request_id=request_id
                 )
                 assert not again.created
-                outcome.add("repeats", (annotation.pk, again.pk))
+                outcome.add("repeats", (annotation.annotation.pk, again.annotation.pk))
             return True
 
         return step
@@ -292,7 +292,7 @@ def test_many_annotators_prefetching_claim_and_submit_at_once(overlap: int) -> N
                 request_id=f"{me}-{lease.pk}",
             )
             assert annotation.created
-            outcome.add("created", annotation.pk)
+            outcome.add("created", annotation.annotation.pk)
             return True
 
         return step
@@ -386,7 +386,7 @@ def test_late_submits_race_new_claims_for_expired_places(overlap: int) -> None:
             except LeaseLost:
                 outcome.add("lost", lease.pk)
             else:
-                outcome.add("created", annotation.pk)
+                outcome.add("created", annotation.annotation.pk)
 
         return run
 

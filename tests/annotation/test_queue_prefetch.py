@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from annotation.api.assignments import SubmitOutputSerializer, submit_payload
+from annotation.api.assignments import AnnotationOutputSerializer, annotation_payload
 from annotation.models import Annotation, Assignment, AssignmentStatus, Chain, Project, Role
 from annotation.queue.claim import MAX_LIVE_LEASES, assignment_claim_next, assignment_prefetch
 from annotation.queue.leases import assignment_renew
@@ -268,7 +268,7 @@ def test_prefetch_query_count(project, client, django_assert_num_queries) -> Non
 # --- the submit answer ---------------------------------------------------------------------
 
 
-def test_submit_payload_matches_the_serializer(project, annotator) -> None:
+def test_a_submits_answer_is_what_the_schema_describes(project, annotator) -> None:
     # Given a submit with comments (stored stripped), durations and a request id
     chain = ChainFactory(project=project, step_count=3)
     lease = assignment_claim_next(project=project, user=annotator)
@@ -279,7 +279,7 @@ def test_submit_payload_matches_the_serializer(project, annotator) -> None:
         RatingInput(step_id=steps[0].pk, rating=1, duration_ms=1200),
         RatingInput(step_id=steps[1].pk, rating=-1),
     ]
-    annotation = assignment_submit(
+    submitted = assignment_submit(
         assignment_id=lease.pk,
         user=annotator,
         ratings=ratings,
@@ -287,12 +287,18 @@ def test_submit_payload_matches_the_serializer(project, annotator) -> None:
         duration_ms=5000,
         request_id="r-1",
     )
+    repeat = assignment_submit(
+        assignment_id=lease.pk, user=annotator, ratings=ratings, request_id="r-1"
+    )
 
-    # When the answer is built by hand and by the serializer from the stored row
-    fast = submit_payload(annotation=annotation)
-    slow = SubmitOutputSerializer(Annotation.objects.get(pk=annotation.pk)).data
+    # When the answer is built from what the submit recorded, and from its repeat
+    payload = annotation_payload(submitted)
 
-    # Then they are equal, ratings in step order
-    assert fast == slow
-    assert [r["step"] for r in fast["annotation"]["ratings"]] == [s.pk for s in steps]
-    assert fast["annotation"]["ratings"][2]["comment"] == "unsure <b>why</b>"
+    # Then it is what the schema's serializer gives for the stored row, ratings in step
+    # order, comments stripped; the repeat answers the same
+    described = AnnotationOutputSerializer(Annotation.objects.get(pk=submitted.annotation.pk))
+    by_step = sorted(described.data["ratings"], key=lambda r: r["step"])  # steps in id order
+    assert payload == {**described.data, "ratings": by_step}
+    assert [r["step"] for r in payload["ratings"]] == [s.pk for s in steps]
+    assert payload["ratings"][2]["comment"] == "unsure <b>why</b>"
+    assert not repeat.created and annotation_payload(repeat) == payload

@@ -45,7 +45,7 @@ def claim_and_submit(project: Project, user, now: datetime | None = None) -> Ann
     assignment = claim(project, user, now)
     return assignment_submit(
         assignment_id=assignment.pk, user=user, ratings=rate_all(assignment.chain), now=now
-    )
+    ).annotation
 
 
 # --- claim ---------------------------------------------------------------------------------
@@ -340,7 +340,7 @@ def test_submit_records_one_annotation_and_counts_it(make_member) -> None:
     # Then one human annotation with three ratings exists and the chain counts it
     assert annotation.created is True
     stored = Annotation.objects.get()
-    assert stored.pk == annotation.pk
+    assert stored.pk == annotation.annotation.pk
     assert (stored.source, stored.annotator, stored.assignment_id) == ("human", user, lease.pk)
     assert (stored.rewrite, stored.duration_ms, stored.request_id) == ("3 * 4 = 12", 4200, "req-1")
     rows = stored.ratings.order_by("step__index").values_list("step_id", "rating", "comment")
@@ -425,7 +425,8 @@ def test_first_error_mode_stops_at_the_first_incorrect_step(make_member) -> None
         rewrite="the right second step",
     )
 
-    assert sorted(annotation.ratings.values_list("step_id", flat=True)) == [s[0].pk, s[1].pk]
+    stored = annotation.annotation.ratings.values_list("step_id", flat=True)
+    assert sorted(stored) == [s[0].pk, s[1].pk]
 
 
 def test_first_error_mode_refuses_ratings_after_the_first_incorrect_step(make_member) -> None:
@@ -495,7 +496,7 @@ def test_a_repeated_submit_with_the_same_request_id_changes_nothing(project, mak
         assignment_id=lease.pk, user=user, ratings=rate_all(chain, -1), request_id="abc"
     )
 
-    assert again.pk == first.pk
+    assert again.annotation.pk == first.annotation.pk
     assert again.created is False
     assert Annotation.objects.count() == 1
     assert set(StepRating.objects.values_list("rating", flat=True)) == {1}
@@ -523,7 +524,9 @@ def test_a_second_submit_without_request_id_never_edits_the_first(project, make_
     chain = ChainFactory(project=project)
     user = make_member(project)
     lease = claim(project, user)
-    first = assignment_submit(assignment_id=lease.pk, user=user, ratings=rate_all(chain, 1))
+    first = assignment_submit(
+        assignment_id=lease.pk, user=user, ratings=rate_all(chain, 1)
+    ).annotation
 
     with pytest.raises(LeaseClosed):
         assignment_submit(assignment_id=lease.pk, user=user, ratings=rate_all(chain, -1))

@@ -30,7 +30,7 @@ def _finish_one(project: Any, user: Any) -> Any:
         assignment_id=lease.pk,
         user=user,
         ratings=[RatingInput(step_id=s.pk, rating=1) for s in steps],
-    )
+    ).annotation
 
 
 def test_no_check_is_sent_while_auto_retraining_is_off(

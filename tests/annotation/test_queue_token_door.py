@@ -1,6 +1,7 @@
-"""next and submit over an API token take the lean way through (``LeanQueueView``); the
-answers must be the ones DRF's full request cycle gives, errors included, and whatever
-the lean way does not handle must reach DRF untouched."""
+"""next and submit over an API token come in by the token door (``QueueView.token_post``)
+to the same answer as DRF's door; the answers must be the ones DRF's full request cycle
+gives, errors included, and whatever the token door does not take must reach DRF
+untouched."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from annotation.api.assignments import LeanQueueView
+from annotation.api.assignments import QueueView
 from annotation.models import Annotation, Assignment, AssignmentStatus, Chain
 from tests.factories import ChainFactory, ProjectFactory
 
@@ -31,11 +32,11 @@ def ratings_body(chain_id: int, value: int = 1, **extra: object) -> dict:
 
 
 @pytest.fixture
-def lean_calls(monkeypatch) -> list[str]:
-    """The names of the views whose lean way answered (did not hand over to DRF)."""
+def door_calls(monkeypatch) -> list[str]:
+    """The names of the views whose token door answered (did not hand over to DRF)."""
     answered: list[str] = []
-    for view in LeanQueueView.__subclasses__():
-        original = view.lean
+    for view in QueueView.__subclasses__():
+        original = view.token_post
 
         def spy(self, request, key, _original=original, **kwargs):
             response = _original(self, request, key, **kwargs)
@@ -43,12 +44,12 @@ def lean_calls(monkeypatch) -> list[str]:
                 answered.append(type(self).__name__)
             return response
 
-        monkeypatch.setattr(view, "lean", spy)
+        monkeypatch.setattr(view, "token_post", spy)
     return answered
 
 
 def clients(user) -> tuple[APIClient, APIClient]:
-    """(over a token: the lean way, forced authentication: DRF's full cycle)."""
+    """(over a token: the token door, forced authentication: DRF's door)."""
     token = APIClient()
     token.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
     drf = APIClient()
@@ -74,7 +75,7 @@ def without_ids(payload: dict) -> dict:
     }
 
 
-def test_next_and_submit_answer_as_drf_does(project, make_member, lean_calls) -> None:
+def test_next_and_submit_answer_as_drf_does(project, make_member, door_calls) -> None:
     # Given two annotators and two identical chains, one leased over each way
     project.overlap = 1
     project.save()
@@ -82,20 +83,23 @@ def test_next_and_submit_answer_as_drf_does(project, make_member, lean_calls) ->
     for chain in chains:
         chain.problem = chains[0].problem
         chain.save()
-    lean, _ = clients(make_member(project))
+    token, _ = clients(make_member(project))
     _, drf = clients(make_member(project))
 
     # When both ask for the next chain
-    lean_next, drf_next = answer(lean.post(next_url(project))), answer(drf.post(next_url(project)))
+    token_next, drf_next = (
+        answer(token.post(next_url(project))),
+        answer(drf.post(next_url(project))),
+    )
 
-    # Then the answers have the same shape and content, and the token one took the lean way
-    assert lean_next[0] == drf_next[0] == 200
-    assert without_ids(lean_next[1]) == without_ids(drf_next[1])
-    assert lean_calls == ["AssignmentNextView"]
+    # Then the answers have the same shape and content, and the token one took its door
+    assert token_next[0] == drf_next[0] == 200
+    assert without_ids(token_next[1]) == without_ids(drf_next[1])
+    assert door_calls == ["AssignmentNextView"]
 
     # When both submit, then repeat the submit with the same request_id
     results = {}
-    for name, client, leased in (("lean", lean, lean_next[1]), ("drf", drf, drf_next[1])):
+    for name, client, leased in (("token", token, token_next[1]), ("drf", drf, drf_next[1])):
         url = submit_url(leased["assignment"]["id"])
         body = ratings_body(leased["chain"]["id"], request_id=f"r-{name}")
         results[name] = [answer(client.post(url, body, format="json")) for _ in range(2)]
@@ -105,34 +109,34 @@ def test_next_and_submit_answer_as_drf_does(project, make_member, lean_calls) ->
     for name, (first, repeat) in results.items():
         assert (first[0], repeat[0]) == (201, 201), name
         assert first[1] == repeat[1]
-    lean_payload, drf_payload = results["lean"][0][1], results["drf"][0][1]
-    assert sorted(lean_payload["annotation"]) == sorted(drf_payload["annotation"])
-    assert [r["rating"] for r in lean_payload["annotation"]["ratings"]] == [1, 1, 1]
-    assert lean_calls == ["AssignmentNextView", "AssignmentSubmitView", "AssignmentSubmitView"]
+    token_payload, drf_payload = results["token"][0][1], results["drf"][0][1]
+    assert sorted(token_payload["annotation"]) == sorted(drf_payload["annotation"])
+    assert [r["rating"] for r in token_payload["annotation"]["ratings"]] == [1, 1, 1]
+    assert door_calls == ["AssignmentNextView", "AssignmentSubmitView", "AssignmentSubmitView"]
     assert Annotation.objects.filter(source="human").count() == 2
 
     # And then nothing is left: 204 both ways, with no body
-    lean_nothing, drf_nothing = lean.post(next_url(project)), drf.post(next_url(project))
-    assert answer(lean_nothing) == answer(drf_nothing) == (204, None)
-    assert lean_nothing.get("Content-Type") == drf_nothing.get("Content-Type")
+    token_nothing, drf_nothing = token.post(next_url(project)), drf.post(next_url(project))
+    assert answer(token_nothing) == answer(drf_nothing) == (204, None)
+    assert token_nothing.get("Content-Type") == drf_nothing.get("Content-Type")
 
 
 @pytest.mark.parametrize(
     "case",
     ["foreign_project", "bad_ratings", "closed_lease", "foreign_lease", "lost_lease"],
 )
-def test_errors_are_drfs(case: str, project, make_member, lean_calls) -> None:
+def test_errors_are_drfs(case: str, project, make_member, door_calls) -> None:
     # Given one annotator reached over a token and the same one over DRF's full cycle
     ChainFactory.create_batch(2, project=project, step_count=2)
     user = make_member(project)
-    lean, drf = clients(user)
+    token, drf = clients(user)
     other = ProjectFactory()
     ChainFactory(project=other)
 
     def both(method: str, url: str, body: Any = None) -> tuple[Any, Any]:
         kwargs = {"format": "json"} if body is not None else {}
         return (
-            answer(getattr(lean, method)(url, body, **kwargs)),
+            answer(getattr(token, method)(url, body, **kwargs)),
             answer(getattr(drf, method)(url, body, **kwargs)),
         )
 
@@ -175,32 +179,29 @@ def test_errors_are_drfs(case: str, project, make_member, lean_calls) -> None:
             got = both("post", url, ratings_body(leased["chain"]["id"]))
             expected_status = 409
 
-    # Then the lean way gives DRF's status and body
-    lean_answer, drf_answer = got
-    assert lean_answer == drf_answer
-    assert lean_answer[0] == expected_status
+    # Then the token door gives DRF's status and body
+    token_answer, drf_answer = got
+    assert token_answer == drf_answer
+    assert token_answer[0] == expected_status
 
 
-def test_what_the_lean_way_leaves_to_drf(project, make_member, lean_calls) -> None:
+def test_what_the_token_door_leaves_to_drf(project, make_member, door_calls) -> None:
     # Given an annotator with a lease, reached over a token
     ChainFactory.create_batch(2, project=project, step_count=2)
     user = make_member(project)
-    lean, _ = clients(user)
-    leased = lean.post(next_url(project)).json()
+    token, _ = clients(user)
+    leased = token.post(next_url(project)).json()
     url = submit_url(leased["assignment"]["id"])
-    lean_calls.clear()
+    door_calls.clear()
 
-    # When the token is unknown, the body is malformed, unusual (a comment), not JSON,
-    # or the client asks for something other than JSON
+    # When the token is unknown, the body is malformed or not JSON, or the client asks
+    # for something other than JSON
     unknown = APIClient()
     unknown.credentials(HTTP_AUTHORIZATION="Token " + "0" * 40)
     unknown_next = unknown.post(next_url(project))
-    malformed = lean.post(url, b"{not json", content_type="application/json")
-    form = lean.post(url, {"ratings": "x"})
-    html = lean.post(next_url(project), HTTP_ACCEPT="text/html")
-    body = ratings_body(leased["chain"]["id"])
-    body["ratings"][0]["comment"] = "  a note  "
-    commented = lean.post(url, body, format="json")
+    malformed = token.post(url, b"{not json", content_type="application/json")
+    form = token.post(url, {"ratings": "x"})
+    html = token.post(next_url(project), HTTP_ACCEPT="text/html")
 
     # Then DRF answered each as it always has
     assert unknown_next.status_code == 401
@@ -208,6 +209,30 @@ def test_what_the_lean_way_leaves_to_drf(project, make_member, lean_calls) -> No
     assert malformed.status_code == 400 and "JSON parse error" in malformed.json()["detail"]
     assert form.status_code == 415 or form.status_code == 400
     assert html.status_code == 200
-    assert commented.status_code == 201
-    assert commented.json()["annotation"]["ratings"][0]["comment"] == "a note"
-    assert lean_calls == []
+    assert door_calls == []
+
+
+def test_a_body_with_comments_and_a_rewrite_takes_the_token_door(
+    project, make_member, door_calls
+) -> None:
+    # Given an annotator with a lease, reached over a token
+    project.labeling_mode = "all_steps"
+    project.save()
+    ChainFactory(project=project, step_count=2)
+    token, _ = clients(make_member(project))
+    leased = token.post(next_url(project)).json()
+    door_calls.clear()
+
+    # When the body carries what only a serializer handled before: a comment to strip, a
+    # rewrite, numbers as strings and a non-ASCII request id
+    body = ratings_body(leased["chain"]["id"], value=-1, rewrite=" fixed ", request_id="ü-1")
+    body["ratings"][0]["comment"] = "  a note  "
+    body["ratings"][1]["step"] = str(body["ratings"][1]["step"])
+    answered = token.post(submit_url(leased["assignment"]["id"]), body, format="json")
+
+    # Then the token door answered it, as DRF's serializer fields read it
+    assert answered.status_code == 201, answered.content
+    annotation = answered.json()["annotation"]
+    assert annotation["ratings"][0]["comment"] == "a note"
+    assert annotation["rewrite"] == "fixed" and annotation["request_id"] == "ü-1"
+    assert door_calls == ["AssignmentSubmitView"]
