@@ -46,7 +46,7 @@ for name in ("ann", "bob"):
     users.append(user)
 
 out = {}
-# ann over a token: the lean way through
+# ann over a token: the token door
 token = Client(HTTP_AUTHORIZATION="Token " + Token.objects.create(user=users[0]).key)
 leased = token.post(f"/api/v1/projects/{project.pk}/assignments/next/")
 out["next"] = leased.status_code

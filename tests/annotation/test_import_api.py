@@ -305,7 +305,7 @@ def test_the_largest_chain_the_limits_accept_is_imported_leased_and_submitted(
 
     # When an annotator leases it and submits a comment at its limit on every step and a
     # rewrite at its limit, every character one that JSON escapes in 6 bytes (\u0001)
-    # (the queue answers a token's requests on its own lean path, a forced login's in DRF)
+    # (the queue answers a token's requests by its token door, a forced login's in DRF)
     member = make_member(project, Role.ANNOTATOR)
     if auth == "token":
         annotator = APIClient()

@@ -523,7 +523,7 @@ def test_a_skip_racing_a_submit_of_the_same_lease_has_exactly_one_winner(
     way: str, action: str
 ) -> None:
     # Given an annotator with many chains, reaching the API through DRF's full cycle
-    # (forced authentication) or through an API token (submit then takes the lean way);
+    # (forced authentication) or through an API token (submit then takes the token door);
     # a flag closes the lease as a skip does
     project = ProjectFactory(overlap=1)
     for _ in range(SKIP_SUBMIT_TRIALS):

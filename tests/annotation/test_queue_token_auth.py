@@ -73,7 +73,7 @@ def test_next_over_a_token_takes_one_query_for_the_user(
     client = token_client(token.key)
     client.post(next_url(project))
 
-    # user by token with the project and the membership check (the lean way, one query);
+    # user by token with the project and the membership check (the token door, one query);
     # savepoint, lock user, own live leases, release; steps with their chain and problem
     with django_assert_num_queries(6):
         response = client.post(next_url(project))
