@@ -326,17 +326,23 @@ _RATING_FIELDS = _RATING_ITEM.fields
 
 
 def _field_value(field: serializers.Field, data: dict, errors: dict[str, Any]) -> Any:
-    """What ``field`` takes from ``data``, as its serializer would; a plain int within an
-    integer field's bounds is taken as it is, without the field's conversion and
-    validator calls (the same outcome, at a tenth of the cost)."""
+    """What ``field`` takes from ``data``, as its serializer would. Three common cases are
+    taken without the field's conversion and validator calls, with the same outcome at a
+    tenth of the cost: a plain int within an integer field's bounds, an empty string for a
+    field that allows blanks, and an absent optional field (its default)."""
     value = data.get(field.field_name, empty)
-    if (
-        type(value) is int
-        and isinstance(field, serializers.IntegerField)
-        and (field.min_value is None or value >= field.min_value)
-        and (field.max_value is None or value <= field.max_value)
-    ):
-        return value
+    if type(value) is int:
+        if (
+            isinstance(field, serializers.IntegerField)
+            and (field.min_value is None or value >= field.min_value)
+            and (field.max_value is None or value <= field.max_value)
+        ):
+            return value
+    elif value == "" and type(value) is str:
+        if getattr(field, "allow_blank", False):
+            return value
+    elif value is empty and not field.required and not callable(field.default):
+        return field.default
     try:
         return field.run_validation(value)
     except serializers.ValidationError as exc:
