@@ -21,7 +21,10 @@ urlpatterns = [
         auth_views.PasswordChangeDoneView.as_view(),
         name="password_change_done",
     ),
+    path("projects/new/", views.project_new, name="project-new"),
     path("projects/<id:project_id>/", views.project_overview, name="project-overview"),
+    path("projects/<id:project_id>/settings/", views.project_settings, name="project-settings"),
+    path("projects/<id:project_id>/members/", views.project_members, name="project-members"),
     path("projects/<id:project_id>/label/", views.label_workspace, name="label-workspace"),
     path("projects/<id:project_id>/review/", views.review_page, name="review-page"),
 ]

@@ -8,14 +8,15 @@ from typing import Any
 
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
-from annotation.models import ImportBatch, Role
-from annotation.selectors.access import project_get_for_member
+from annotation.models import ImportBatch, ImportLabels, LabelingMode, Project, Role, StepSplit
+from annotation.selectors.access import project_create_allowed, project_get_for_member
 from annotation.selectors.datasets import snapshot_get, training_snapshots
 from annotation.selectors.projects import (
     membership_list,
@@ -35,7 +36,83 @@ class LoginView(auth_views.LoginView):
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     projects = progress_as_annotators_see_it(project_list_with_progress(user=request.user))
-    return render(request, "annotation/home.html", {"projects": projects})
+    return render(
+        request,
+        "annotation/home.html",
+        {"projects": projects, "can_create": project_create_allowed(user=request.user)},
+    )
+
+
+def _settings_form_context() -> dict[str, Any]:
+    """The choices of the settings form, shared by the create and the settings pages."""
+    return {
+        "labeling_modes": LabelingMode.choices,
+        "step_splits": StepSplit.choices,
+        "import_label_policies": ImportLabels.choices,
+        "preview_url": reverse("api-guidelines-preview"),
+    }
+
+
+@require_GET
+@login_required
+def project_new(request: HttpRequest) -> HttpResponse:
+    """``/projects/new/`` (who may create projects: the API's rule, staff; 403 for anyone
+    else). The page posts to ``POST /api/v1/projects/``; the creator becomes the lead and
+    lands on the new project's members page."""
+    if not project_create_allowed(user=request.user):
+        raise PermissionDenied("Only staff users can create projects.")
+    # The form starts from the model's defaults, which are the API's defaults too.
+    defaults = {field.name: field.get_default() for field in Project._meta.concrete_fields}
+    config = {
+        "mode": "create",
+        "api": {"projects": reverse("api-projects"), "preview": reverse("api-guidelines-preview")},
+        # The members page of a new project: this prefix + its id + "/members/".
+        "projectPage": reverse("project-overview", args=[0]).removesuffix("0/"),
+    }
+    context = {"config": config, "defaults": defaults, **_settings_form_context()}
+    return render(request, "annotation/project_new.html", context)
+
+
+@require_GET
+@login_required
+def project_settings(request: HttpRequest, project_id: int) -> HttpResponse:
+    """``/projects/{id}/settings/`` (leads only: 403 for other members, 404 for
+    non-members). The form loads from and saves through ``/api/v1/projects/{id}/``
+    (``project_update``): a 400 names each field's errors and saves nothing."""
+    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    config = {
+        "mode": "edit",
+        "api": {
+            "project": reverse("api-project", args=[project.pk]),
+            "preview": reverse("api-guidelines-preview"),
+        },
+    }
+    context = {"project": project, "config": config, **_settings_form_context()}
+    return render(request, "annotation/project_settings.html", context)
+
+
+@require_GET
+@login_required
+def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
+    """``/projects/{id}/members/`` (leads only, as the settings page): the list, adding by
+    username, role changes and removal, all through ``/api/v1/projects/{id}/members/``."""
+    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    config = {
+        "me": request.user.pk,
+        # A superuser manages every project, member or not; anyone else who leaves the
+        # leads leaves this page.
+        "superuser": request.user.is_superuser,
+        "roles": dict(Role.choices),
+        "overview": reverse("project-overview", args=[project.pk]),
+        "home": reverse("home"),
+        "api": {
+            "members": reverse("api-project-members", args=[project.pk]),
+            # The prefix of /api/v1/projects/{id}/members/{user_id}/.
+            "member": reverse("api-project-member", args=[project.pk, 0]).removesuffix("0/"),
+        },
+    }
+    context = {"project": project, "config": config, "roles": Role.choices}
+    return render(request, "annotation/project_members.html", context)
 
 
 @require_GET

@@ -78,7 +78,10 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "api-project": {"get": API_MEMBERS, "patch": API_LEADS},
     # Members see who else is on the project (the overview page shows it too).
     "api-project-members": {"get": API_MEMBERS, "post": API_LEADS},
-    "api-project-member": {"delete": API_LEADS},
+    "api-project-member": {"delete": API_LEADS, "patch": API_LEADS},
+    # Renders the body's Markdown and reads nothing else (the create page previews before
+    # there is a project): any signed-in user.
+    "api-guidelines-preview": {"post": (401, OK, OK, OK, OK)},
     "api-project-imports": {"post": API_LEADS},
     "api-project-dashboard": {"get": API_LEADS},
     # ---------------------------------------------------------------- labeling queue
@@ -126,6 +129,10 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "project-overview": {"get": PAGE_MEMBERS},
     "label-workspace": {"get": PAGE_MEMBERS},
     "review-page": {"get": (302, 403, 200, 403, 404)},
+    # Creating a project is for site staff (as the API's create); none of these is staff.
+    "project-new": {"get": (302, 403, 403, 403, 403)},
+    "project-settings": {"get": (302, 403, 200, 403, 404)},
+    "project-members": {"get": (302, 403, 200, 403, 404)},
     "project-models": {"get": (302, 403, 200, 200, 404)},
 }
 

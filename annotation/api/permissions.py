@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from annotation.models import Project, Role
-from annotation.selectors.access import project_get_for_member
+from annotation.selectors.access import project_create_allowed, project_get_for_member
 
 # Role sets for ``project_for_request(roles=...)``. None means any member.
 ANY_MEMBER: tuple[str, ...] | None = None
@@ -49,4 +49,4 @@ class IsStaffUser(BasePermission):
     message = "Only staff users can create projects."
 
     def has_permission(self, request: Request, view: APIView) -> bool:
-        return bool(request.user and request.user.is_authenticated and request.user.is_staff)
+        return project_create_allowed(user=request.user)

@@ -169,3 +169,27 @@ class MemberOutputSerializer(serializers.ModelSerializer):
         model = Membership
         fields = ["user_id", "username", "role", "created_at"]
         read_only_fields = fields
+
+
+class MemberRoleInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+# Guidelines past this are refused by the preview only: rendering is the one cost the
+# endpoint has, and any signed-in user may call it.
+GUIDELINES_PREVIEW_MAX_CHARS = 200_000
+
+
+class GuidelinesPreviewInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+    guidelines = serializers.CharField(
+        allow_blank=True,
+        trim_whitespace=False,
+        max_length=GUIDELINES_PREVIEW_MAX_CHARS,
+        help_text="Guidelines in Markdown (raw HTML is shown as text).",
+    )
+
+
+class GuidelinesPreviewOutputSerializer(serializers.Serializer):
+    html = serializers.CharField(
+        help_text="The guidelines as the workspace and the project pages show them."
+    )

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from annotation.api.projects import (
+    GuidelinesPreviewApi,
     MemberDetailApi,
     MemberListCreateApi,
     ProjectDetailApi,
@@ -20,4 +21,5 @@ urlpatterns = [
         MemberDetailApi.as_view(),
         name="api-project-member",
     ),
+    path("guidelines/preview/", GuidelinesPreviewApi.as_view(), name="api-guidelines-preview"),
 ]

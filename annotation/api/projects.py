@@ -14,13 +14,17 @@ from rest_framework.response import Response
 
 from annotation.api.permissions import LEADS, IsStaffUser, project_for_request, request_user
 from annotation.api.project_serializers import (
+    GuidelinesPreviewInputSerializer,
+    GuidelinesPreviewOutputSerializer,
     MemberAddInputSerializer,
     MemberOutputSerializer,
+    MemberRoleInputSerializer,
     ProjectCreateInputSerializer,
     ProjectDetailOutputSerializer,
     ProjectOutputSerializer,
     ProjectUpdateInputSerializer,
 )
+from annotation.guidelines import guidelines_html
 from annotation.models import Membership, Project
 from annotation.selectors.projects import (
     membership_list,
@@ -31,6 +35,7 @@ from annotation.selectors.projects import (
 from annotation.services.projects import (
     membership_add,
     membership_remove,
+    membership_role_set,
     project_create,
     project_update,
 )
@@ -183,3 +188,52 @@ class MemberDetailApi(GenericAPIView):
         except Membership.DoesNotExist:
             raise Http404("No such member.") from None
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        tags=["projects"],
+        operation_id="projects_members_partial_update",
+        summary="Change a member's role (leads only; the last lead stays)",
+        request=MemberRoleInputSerializer,
+        responses={
+            200: MemberOutputSerializer,
+            400: OpenApiResponse(
+                description="Invalid role, or the project's only lead would be demoted."
+            ),
+            403: NOT_A_LEAD,
+            404: OpenApiResponse(description="No such project or member, or not a member."),
+        },
+    )
+    def patch(self, request: Request, project_id: int, user_id: int) -> Response:
+        project: Project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        data = MemberRoleInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = get_user_model().objects.filter(pk=user_id).first()
+        if user is None:
+            raise Http404("No such member.")
+        try:
+            membership = membership_role_set(
+                project=project, user=user, role=data.validated_data["role"]
+            )
+        except Membership.DoesNotExist:
+            raise Http404("No such member.") from None
+        return Response(MemberOutputSerializer(membership).data)
+
+
+class GuidelinesPreviewApi(GenericAPIView):
+    """Any signed-in user: it reads nothing but its body (the create page previews before
+    there is a project to be a lead of)."""
+
+    serializer_class = GuidelinesPreviewOutputSerializer
+
+    @extend_schema(
+        tags=["projects"],
+        operation_id="guidelines_preview",
+        summary="Render guidelines written in Markdown as the pages show them",
+        request=GuidelinesPreviewInputSerializer,
+        responses={200: GuidelinesPreviewOutputSerializer, 400: INVALID},
+    )
+    def post(self, request: Request) -> Response:
+        data = GuidelinesPreviewInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        html = guidelines_html(text=data.validated_data["guidelines"])
+        return Response(GuidelinesPreviewOutputSerializer({"html": html}).data)

@@ -20,6 +20,12 @@ def project_list_for_user(*, user: User | AnonymousUser) -> QuerySet[Project]:
     return Project.objects.filter(memberships__user=user).distinct()
 
 
+def project_create_allowed(*, user: User | AnonymousUser) -> bool:
+    """Who may create projects: site staff (``is_staff``). The API's create, the
+    "New project" page and the home page's button all ask this."""
+    return bool(user.is_authenticated and user.is_staff)
+
+
 def membership_role(*, user: User | AnonymousUser, project: Project) -> str | None:
     """The user's role in the project, or None. A superuser counts as a lead everywhere."""
     if not user.is_authenticated:

@@ -150,14 +150,24 @@ def membership_add(*, project: Project, user: User, role: str) -> tuple[Membersh
                     {"username": ["This user was just added by someone else."]}
                 ) from exc
             return membership, True
-        if existing.role != role:
-            if existing.role == Role.LEAD and _lead_count(memberships) == 1:
-                raise ValidationError(
-                    {"role": ["This is the project's only lead; add another lead first."]}
-                )
-            existing.role = role
-            existing.save(update_fields=["role"])
+        _role_change(membership=existing, role=role, memberships=memberships)
         return existing, False
+
+
+def membership_role_set(*, project: Project, user: User, role: str) -> Membership:
+    """Change the role of ``user``, who must already be a member (``Membership.DoesNotExist``
+    otherwise: a role change never adds anyone). Demoting the last lead is refused."""
+    if role not in Role.values:
+        raise ValidationError({"role": [f"Unknown role {role!r}; use one of {Role.values}."]})
+    with transaction.atomic():
+        # The same lock as membership_add: two leads demoting each other at once cannot
+        # both pass the last-lead check.
+        memberships = list(Membership.objects.select_for_update().filter(project=project))
+        membership = next((m for m in memberships if m.user_id == user.pk), None)
+        if membership is None:
+            raise Membership.DoesNotExist(f"{user} is not a member of {project}.")
+        _role_change(membership=membership, role=role, memberships=memberships)
+        return membership
 
 
 def membership_remove(*, project: Project, user: User) -> None:
@@ -179,6 +189,18 @@ def membership_remove(*, project: Project, user: User) -> None:
         Assignment.objects.filter(
             project=project, annotator=user, status=AssignmentStatus.ACTIVE
         ).update(status=AssignmentStatus.EXPIRED, finished_at=timezone.now())
+
+
+def _role_change(*, membership: Membership, role: str, memberships: list[Membership]) -> None:
+    """Precondition: ``memberships`` are the project's, locked FOR UPDATE."""
+    if membership.role == role:
+        return
+    if membership.role == Role.LEAD and _lead_count(memberships) == 1:
+        raise ValidationError(
+            {"role": ["This is the project's only lead; add another lead first."]}
+        )
+    membership.role = role
+    membership.save(update_fields=["role"])
 
 
 def _lead_count(memberships: list[Membership]) -> int:

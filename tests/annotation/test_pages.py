@@ -48,6 +48,17 @@ ROLES = ("anonymous", "annotator", "lead", "ml", "outsider", "staff", "superuser
 PAGE_ACCESS = {
     "home": (302, 200, 200, 200, 200, 200, 200),
     "overview": (302, 200, 200, 200, 404, 404, 200),
+    # Who may create projects is the API's rule: staff (a superuser is staff too).
+    "new": (302, 403, 403, 403, 403, 200, 200),
+    "settings": (302, 403, 200, 403, 404, 404, 200),
+    "members": (302, 403, 200, 403, 404, 404, 200),
+}
+PAGE_URLS = {
+    "home": "/",
+    "overview": "/projects/{id}/",
+    "new": "/projects/new/",
+    "settings": "/projects/{id}/settings/",
+    "members": "/projects/{id}/members/",
 }
 
 
@@ -62,7 +73,7 @@ PAGE_ACCESS = {
 def test_page_access(
     world: dict[str, Any], browser_for: Callable[[Any], Client], page: str, who: str, expected: int
 ) -> None:
-    url = "/" if page == "home" else f"/projects/{world['project'].pk}/"
+    url = PAGE_URLS[page].format(id=world["project"].pk)
     response = browser_for(world[who]).get(url)
     assert response.status_code == expected
     if expected == 302:

@@ -16,6 +16,7 @@ from annotation.services.projects import (
     PROJECT_UPDATABLE_FIELDS,
     membership_add,
     membership_remove,
+    membership_role_set,
     project_create,
     project_update,
 )
@@ -126,6 +127,33 @@ def test_last_lead_cannot_be_demoted_but_one_of_two_can() -> None:
     MembershipFactory(project=project, role=Role.LEAD)
     membership, _ = membership_add(project=project, user=lead, role=Role.ANNOTATOR)
     assert membership.role == Role.ANNOTATOR
+
+
+def test_role_set_changes_a_member_and_keeps_the_last_lead() -> None:
+    project = ProjectFactory()
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    annotator = MembershipFactory(project=project, role=Role.ANNOTATOR).user
+    assert membership_role_set(project=project, user=annotator, role=Role.LEAD).role == Role.LEAD
+    # Two leads now: either may step down, but not both
+    assert membership_role_set(project=project, user=lead, role=Role.ML).role == Role.ML
+    with pytest.raises(ValidationError) as caught:
+        membership_role_set(project=project, user=annotator, role=Role.ANNOTATOR)
+    assert "only lead" in caught.value.message_dict["role"][0]
+    assert Membership.objects.get(project=project, user=annotator).role == Role.LEAD
+
+
+def test_role_set_never_adds_anyone() -> None:
+    project = ProjectFactory()
+    with pytest.raises(Membership.DoesNotExist):
+        membership_role_set(project=project, user=UserFactory(), role=Role.ANNOTATOR)
+    assert not Membership.objects.filter(project=project).exists()
+
+
+def test_role_set_rejects_unknown_role() -> None:
+    project = ProjectFactory()
+    user = MembershipFactory(project=project, role=Role.ANNOTATOR).user
+    with pytest.raises(ValidationError):
+        membership_role_set(project=project, user=user, role="owner")
 
 
 def test_remove_expires_live_leases_and_keeps_the_rest() -> None:

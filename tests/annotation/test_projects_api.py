@@ -63,6 +63,12 @@ def _call(world: dict[str, Any], who: str, endpoint: str) -> int:
             format="json",
         ),
         "members_remove": lambda: client.delete(f"{base}members/{world['spare'].pk}/"),
+        "members_role": lambda: client.patch(
+            f"{base}members/{world['spare'].pk}/", {"role": "ml"}, format="json"
+        ),
+        "guidelines_preview": lambda: client.post(
+            "/api/v1/guidelines/preview/", {"guidelines": "*Rate* each step."}, format="json"
+        ),
     }
     return requests[endpoint]().status_code
 
@@ -78,6 +84,9 @@ ACCESS = {
     "members_list": (401, 200, 200, 200, 404, 404, 200),
     "members_add": (401, 403, 201, 403, 404, 404, 201),
     "members_remove": (401, 403, 204, 403, 404, 404, 204),
+    "members_role": (401, 403, 200, 403, 404, 404, 200),
+    # It renders its body and reads nothing else: any signed-in user.
+    "guidelines_preview": (401, 200, 200, 200, 200, 200, 200),
 }
 
 
@@ -391,3 +400,86 @@ def test_remove_non_member_is_404(
     )
     assert response.status_code == 404
     assert Membership.objects.filter(user=world["people"]["outsider"]).count() == 1
+
+
+def test_lead_changes_a_member_s_role(
+    world: dict[str, Any], client_for: Callable[..., APIClient]
+) -> None:
+    # Given an annotator of the project
+    project: Project = world["project"]
+    spare = world["spare"]
+    # When a lead makes them ML staff
+    response = client_for(world["people"]["lead"]).patch(
+        f"/api/v1/projects/{project.pk}/members/{spare.pk}/", {"role": "ml"}, format="json"
+    )
+    # Then the role changed, and the answer is the member as the list shows it
+    assert response.status_code == 200
+    body = response.json()
+    assert body["user_id"] == spare.pk and body["username"] == spare.username
+    assert body["role"] == "ml" and "created_at" in body
+    assert Membership.objects.get(project=project, user=spare).role == Role.ML
+
+
+def test_role_change_keeps_the_only_lead(
+    world: dict[str, Any], client_for: Callable[..., APIClient]
+) -> None:
+    project: Project = world["project"]
+    lead_user = world["people"]["lead"]
+    response = client_for(lead_user).patch(
+        f"/api/v1/projects/{project.pk}/members/{lead_user.pk}/",
+        {"role": "annotator"},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert response.json() == {"role": ["This is the project's only lead; add another lead first."]}
+    assert Membership.objects.get(project=project, user=lead_user).role == Role.LEAD
+
+
+def test_one_of_two_leads_may_step_down(
+    world: dict[str, Any], client_for: Callable[..., APIClient]
+) -> None:
+    project: Project = world["project"]
+    lead_user = world["people"]["lead"]
+    MembershipFactory(project=project, role=Role.LEAD)
+    response = client_for(lead_user).patch(
+        f"/api/v1/projects/{project.pk}/members/{lead_user.pk}/", {"role": "ml"}, format="json"
+    )
+    assert response.status_code == 200
+    assert Membership.objects.get(project=project, user=lead_user).role == Role.ML
+    # and they are no lead any more: settings are out of reach
+    refused = client_for(lead_user).patch(
+        f"/api/v1/projects/{project.pk}/", {"overlap": 2}, format="json"
+    )
+    assert refused.status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [({"role": "boss"}, "role"), ({}, "role"), ({"role": "ml", "username": "x"}, "username")],
+)
+def test_role_change_rejects_bad_input(
+    world: dict[str, Any],
+    client_for: Callable[..., APIClient],
+    payload: dict[str, Any],
+    field: str,
+) -> None:
+    spare = world["spare"]
+    response = client_for(world["people"]["lead"]).patch(
+        f"/api/v1/projects/{world['project'].pk}/members/{spare.pk}/", payload, format="json"
+    )
+    assert response.status_code == 400
+    assert field in response.json()
+    assert Membership.objects.get(project=world["project"], user=spare).role == Role.ANNOTATOR
+
+
+@pytest.mark.parametrize("target", ["outsider", "nobody"])
+def test_role_change_of_a_non_member_is_404_and_adds_nobody(
+    world: dict[str, Any], client_for: Callable[..., APIClient], target: str
+) -> None:
+    user_id = world["people"]["outsider"].pk if target == "outsider" else 987654
+    before = Membership.objects.count()
+    response = client_for(world["people"]["lead"]).patch(
+        f"/api/v1/projects/{world['project'].pk}/members/{user_id}/", {"role": "ml"}, format="json"
+    )
+    assert response.status_code == 404
+    assert Membership.objects.count() == before

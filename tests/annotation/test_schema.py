@@ -21,6 +21,11 @@ OUR_OPERATIONS = {
     ("/api/v1/projects/{project_id}/members/", "get"): "projects_members_list",
     ("/api/v1/projects/{project_id}/members/", "post"): "projects_members_create",
     ("/api/v1/projects/{project_id}/members/{user_id}/", "delete"): "projects_members_destroy",
+    (
+        "/api/v1/projects/{project_id}/members/{user_id}/",
+        "patch",
+    ): "projects_members_partial_update",
+    ("/api/v1/guidelines/preview/", "post"): "guidelines_preview",
 }
 
 
