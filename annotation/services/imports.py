@@ -144,7 +144,6 @@ def chain_import(
     filename = filename or (source.name if isinstance(source, Path) else "upload")
     digest = _file_sha256(source=source)
     fmt = _format_resolve(source=source, fmt=fmt)
-    limits = ChainLimits.from_settings()
 
     with transaction.atomic():
         _imports_lock(project=project)
@@ -167,30 +166,9 @@ def chain_import(
             content_hash=digest,
             created_by=user,
         )
-        importer = _ChunkImporter(
-            project=project, writer=_writer_for(project=project, batch=batch, now=timezone.now())
+        totals = _import_chunks(
+            source=source, fmt=fmt, project=project, batch=batch, progress=progress
         )
-        errors: list[LineError] = []
-        error_count = records = 0
-        for chunk in _chunks_read(
-            source=source, fmt=fmt, step_split=project.step_split, limits=limits
-        ):
-            records += len(chunk.rows)
-            error_count += len(chunk.errors)
-            errors.extend(chunk.errors[: max(0, MAX_KEPT_ERRORS - len(errors))])
-            # After the first bad line nothing more is written (it will all be rolled
-            # back), but the rest is still parsed so every bad line gets reported.
-            if chunk.rows and not error_count:
-                importer.write(rows=chunk.rows)
-            if progress is not None:
-                progress(len(chunk.rows) + len(chunk.errors))
-        if error_count:
-            raise ImportRejected(errors=errors, format=fmt, error_count=error_count)
-        if records == 0:
-            raise ImportRejected(
-                errors=[LineError(line=1, reason="the file holds no chains")], format=fmt
-            )
-        totals = importer.totals
         batch.chains_created = totals.chains
         batch.chains_duplicate = totals.duplicates
         batch.steps_created = totals.steps
@@ -208,6 +186,43 @@ def chain_import(
         labels_created=totals.labels,
         already_imported=False,
     )
+
+
+def _import_chunks(
+    *,
+    source: Path | BinaryIO,
+    fmt: str,
+    project: Project,
+    batch: ImportBatch,
+    progress: Callable[[int], None] | None,
+) -> _Totals:
+    """Read ``source`` chunk by chunk and write its chains into ``batch``; the totals.
+    Raises ImportRejected with the first ``MAX_KEPT_ERRORS`` bad lines when any line is
+    bad (the caller's transaction then rolls back what was written), or when the file
+    holds no chains."""
+    importer = _ChunkImporter(
+        project=project, writer=_writer_for(project=project, batch=batch, now=timezone.now())
+    )
+    errors: list[LineError] = []
+    error_count = records = 0
+    limits = ChainLimits.from_settings()
+    for chunk in _chunks_read(source=source, fmt=fmt, step_split=project.step_split, limits=limits):
+        records += len(chunk.rows)
+        error_count += len(chunk.errors)
+        errors.extend(chunk.errors[: max(0, MAX_KEPT_ERRORS - len(errors))])
+        # After the first bad line nothing more is written (it will all be rolled back),
+        # but the rest is still parsed so every bad line gets reported.
+        if chunk.rows and not error_count:
+            importer.write(rows=chunk.rows)
+        if progress is not None:
+            progress(len(chunk.rows) + len(chunk.errors))
+    if error_count:
+        raise ImportRejected(errors=errors, format=fmt, error_count=error_count)
+    if records == 0:
+        raise ImportRejected(
+            errors=[LineError(line=1, reason="the file holds no chains")], format=fmt
+        )
+    return importer.totals
 
 
 # --- reading -------------------------------------------------------------------------

@@ -266,6 +266,63 @@ def _training_batches(
     return [batches[i] for i in shuffle]
 
 
+def _windows_with_labels(
+    tokenizer: Any,
+    examples: list[ChainExample],
+    targets: list[list[float | None]],
+    config: PRMConfig,
+) -> list[Any]:
+    """The chains' windows that hold at least one labeled step (the others teach nothing)."""
+    return [
+        window
+        for window in chains_to_windows(
+            tokenizer, examples, config.max_length, config.text_layout()
+        )
+        if any(
+            targets[window.chain_index][window.first_step + i] is not None
+            for i in range(len(window.step_end_positions))
+        )
+    ]
+
+
+def _optimizer(
+    config: PRMConfig, trainable: list[nn.Parameter], head: EnsembleHead, total: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """AdamW over the trainable backbone weights and the head (each at its own rate),
+    with a linear warmup over the first tenth of ``total`` steps and a linear decay."""
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": trainable, "lr": config.learning_rate},
+            {"params": list(head.parameters()), "lr": config.head_learning_rate},
+        ],
+        weight_decay=config.weight_decay,
+    )
+    warmup = max(1, total // 10)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup))),
+    )
+    return optimizer, scheduler
+
+
+def _batch_targets(
+    batch_windows: Sequence[Any], targets: list[list[float | None]]
+) -> tuple[list[bool], list[float], list[int]]:
+    """For a batch's steps in order: whether each is labeled; the labeled ones' targets
+    and their chains' indices."""
+    flags: list[bool] = []
+    step_targets: list[float] = []
+    chains: list[int] = []
+    for window in batch_windows:
+        for i in range(len(window.step_end_positions)):
+            target = targets[window.chain_index][window.first_step + i]
+            flags.append(target is not None)
+            if target is not None:
+                step_targets.append(target)
+                chains.append(window.chain_index)
+    return flags, step_targets, chains
+
+
 def _train_full(
     *,
     config: PRMConfig,
@@ -285,16 +342,7 @@ def _train_full(
     backbone = _prepare_for_fine_tuning(backbone, config)
     context = torch.from_numpy(np.concatenate(contexts)).to(device)  # [all steps, C]
     starts = np.cumsum([0, *(len(example.steps) for example in examples)]).tolist()
-    windows = [
-        window
-        for window in chains_to_windows(
-            tokenizer, examples, config.max_length, config.text_layout()
-        )
-        if any(
-            targets[window.chain_index][window.first_step + i] is not None
-            for i in range(len(window.step_end_positions))
-        )
-    ]
+    windows = _windows_with_labels(tokenizer, examples, targets, config)
     trainable = [parameter for parameter in backbone.parameters() if parameter.requires_grad]
     rank, world = process_group()
     scorer: nn.Module = _StepScorer(backbone, head, kind, config.step_pooling)
@@ -307,20 +355,9 @@ def _train_full(
             device_ids=[device.index] if device.type == "cuda" else None,
             find_unused_parameters=True,
         )
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": trainable, "lr": config.learning_rate},
-            {"params": list(head.parameters()), "lr": config.head_learning_rate},
-        ],
-        weight_decay=config.weight_decay,
-    )
     per_epoch = math.ceil(math.ceil(len(windows) / config.batch_size) / world)
     total = per_epoch * config.epochs
-    warmup = max(1, total // 10)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup))),
-    )
+    optimizer, scheduler = _optimizer(config, trainable, head, total)
     generator = torch.Generator().manual_seed(config.seed)
     pad_id = pad_token_id(tokenizer)
     step = 0
@@ -332,16 +369,7 @@ def _train_full(
         epoch_batches = _training_batches(windows, config.batch_size, generator)
         for batch_windows in rank_share(epoch_batches, rank, world):
             batch = collate_windows(batch_windows, pad_id, device)
-            flags: list[bool] = []
-            step_targets: list[float] = []
-            chains: list[int] = []
-            for window in batch_windows:
-                for i in range(len(window.step_end_positions)):
-                    target = targets[window.chain_index][window.first_step + i]
-                    flags.append(target is not None)
-                    if target is not None:
-                        step_targets.append(target)
-                        chains.append(window.chain_index)
+            flags, step_targets, chains = _batch_targets(batch_windows, targets)
             labeled = torch.tensor(flags, device=device)
             steps = torch.tensor(window_steps(batch_windows, starts), device=device)  # [N]
             with autocast_for(device):
@@ -579,6 +607,129 @@ def _truncation_metrics(
     }
 
 
+def _labeled(
+    config: PRMConfig, train: Sequence[ChainExample]
+) -> tuple[list[ChainExample], list[list[float | None]]]:
+    """The chains with labels and their steps' targets; ValueError when no step carries a
+    usable label."""
+    examples = [example for example in train if example.labels is not None]
+    targets = [
+        [step_target(rating, config.ambiguous) for rating in example.labels or ()]
+        for example in examples
+    ]
+    if not any(target is not None for chain in targets for target in chain):
+        raise ValueError("no training step has a usable label")
+    return examples, targets
+
+
+def _prm_to_train(config: PRMConfig, device: torch.device) -> LoadedPRM:
+    """The version about to be trained: the configured backbone (and step head) on
+    ``device`` with a fresh ensemble head; ValueError when ``max_length`` is longer than
+    the backbone's positions."""
+    tokenizer, backbone, kind, step_head = load_configured_backbone(config, device)
+    positions = getattr(backbone.config, "max_position_embeddings", None)
+    if isinstance(positions, int) and config.max_length > positions:
+        raise ValueError(
+            f"max_length {config.max_length} is longer than the backbone's {positions} "
+            "positions; choose at most that"
+        )
+    backbone.to(device)
+    if step_head is not None:
+        step_head.to(device)
+    width = step_feature_width(int(backbone.config.hidden_size), config.step_pooling)
+    head = EnsembleHead(
+        width,
+        config.head_hidden,
+        config.ensemble_size,
+        config.head_dropout,
+        context=CONTEXT_WIDTH if config.context != "none" else 0,
+        prior=config.step_prior,
+    )
+    head.to(device)
+    return LoadedPRM(
+        config=config,
+        tokenizer=tokenizer,
+        backbone=backbone,
+        head=head,
+        kind=kind,
+        device=device,
+        fingerprint=backbone_fingerprint(config.backbone),
+        step_head=step_head,
+    )
+
+
+def _fit(
+    prm: LoadedPRM,
+    examples: list[ChainExample],
+    targets: list[list[float | None]],
+    chain_weights: np.ndarray,
+    report: _Reporter,
+) -> float:
+    """Train ``prm`` in place: its head on frozen step features, or (full mode) the
+    backbone too, which is then the fine-tuned one. The training loss."""
+    config = prm.config
+    contexts = chain_contexts(examples, config.context)
+    weight_by_class = class_weights(targets, config.class_weight)
+    if config.mode == "frozen_head":
+        prm.backbone.requires_grad_(False)
+        return _train_frozen_head(
+            config=config,
+            head=prm.head,
+            features=prm.frozen_features(examples),
+            contexts=contexts,
+            targets=targets,
+            chain_weights=chain_weights,
+            weight_by_class=weight_by_class,
+            device=prm.device,
+            report=report,
+        )
+    train_loss, prm.backbone = _train_full(
+        config=config,
+        backbone=prm.backbone,
+        kind=prm.kind,
+        head=prm.head,
+        tokenizer=prm.tokenizer,
+        examples=examples,
+        contexts=contexts,
+        targets=targets,
+        chain_weights=chain_weights,
+        weight_by_class=weight_by_class,
+        device=prm.device,
+        report=report,
+    )
+    return train_loss
+
+
+def _run_metrics(
+    prm: LoadedPRM,
+    examples: list[ChainExample],
+    heldout: Sequence[ChainExample],
+    *,
+    train_loss: float,
+    readout: Readout,
+) -> tuple[dict[str, float], list[ChainScores]]:
+    """The run's metrics (training loss, readout and calibration, truncation, and on
+    ``heldout`` when asked: the PRM's, the rules' and the zero-shot prior's) and the
+    held-out chains' scores."""
+    config = prm.config
+    metrics: dict[str, float] = {
+        "train_loss": float(train_loss),
+        "threshold": readout.threshold,
+        **({"threshold_right": readout.threshold_right} if readout.threshold_right else {}),
+        "calibration_scale": prm.calibration[0],
+        "calibration_bias": prm.calibration[1],
+        **_truncation_metrics(prm.tokenizer, [*examples, *heldout], config),
+    }
+    scores: list[ChainScores] = []
+    if heldout and config.heldout_metrics:
+        scores = list(score_chains(prm, heldout, batch_size=32))
+        metrics.update(evaluate(heldout, scores, readout))
+        metrics.update(_baseline_metrics(examples, heldout, answer_aware=config.outcome_readout))
+        if config.step_prior:
+            metrics.update(_zero_shot_metrics(prm, examples, heldout))
+    return metrics, scores
+
+
 def train_prm(
     config: PRMConfig,
     train: Sequence[ChainExample],
@@ -600,107 +751,19 @@ def train_prm(
             config, train, heldout, out_dir, progress=progress, should_stop=should_stop
         )
     _seed_everything(config.seed)
-    device = resolve_device(config.device)
     report = _Reporter(config.report_every_s, progress, should_stop)
-    examples = [example for example in train if example.labels is not None]
-    targets = [
-        [step_target(rating, config.ambiguous) for rating in example.labels or ()]
-        for example in examples
-    ]
-    if not any(target is not None for chain in targets for target in chain):
-        raise ValueError("no training step has a usable label")
+    examples, targets = _labeled(config, train)
     if should_stop is not None and should_stop():
         raise TrainingCancelled("training stopped on request")
 
-    tokenizer, backbone, kind, step_head = load_configured_backbone(config, device)
-    positions = getattr(backbone.config, "max_position_embeddings", None)
-    if isinstance(positions, int) and config.max_length > positions:
-        raise ValueError(
-            f"max_length {config.max_length} is longer than the backbone's {positions} "
-            "positions; choose at most that"
-        )
-    backbone.to(device)
-    if step_head is not None:
-        step_head.to(device)
-    fingerprint = backbone_fingerprint(config.backbone)
-    width = step_feature_width(int(backbone.config.hidden_size), config.step_pooling)
-    head = EnsembleHead(
-        width,
-        config.head_hidden,
-        config.ensemble_size,
-        config.head_dropout,
-        context=CONTEXT_WIDTH if config.context != "none" else 0,
-        prior=config.step_prior,
-    )
-    head.to(device)
-    contexts = chain_contexts(examples, config.context)
+    prm = _prm_to_train(config, resolve_device(config.device))
     chain_weights = _bootstrap_weights(
         len(examples), config.ensemble_size, np.random.default_rng(config.seed)
     )
-    weight_by_class = class_weights(targets, config.class_weight)
-
-    # The version being trained: its head trains in place, its backbone is replaced by
-    # the fine-tuned one in full mode.
-    prm = LoadedPRM(
-        config=config,
-        tokenizer=tokenizer,
-        backbone=backbone,
-        head=head,
-        kind=kind,
-        device=device,
-        fingerprint=fingerprint,
-        step_head=step_head,
-    )
-    if config.mode == "frozen_head":
-        backbone.requires_grad_(False)
-        train_loss = _train_frozen_head(
-            config=config,
-            head=head,
-            features=prm.frozen_features(examples),
-            contexts=contexts,
-            targets=targets,
-            chain_weights=chain_weights,
-            weight_by_class=weight_by_class,
-            device=device,
-            report=report,
-        )
-    else:
-        train_loss, prm.backbone = _train_full(
-            config=config,
-            backbone=backbone,
-            kind=kind,
-            head=head,
-            tokenizer=tokenizer,
-            examples=examples,
-            contexts=contexts,
-            targets=targets,
-            chain_weights=chain_weights,
-            weight_by_class=weight_by_class,
-            device=device,
-            report=report,
-        )
-
-    calibration, readout = _calibrate_and_readout(prm, examples, targets, chain_weights)
-    prm.calibration, prm.threshold, prm.threshold_right = (
-        calibration,
-        readout.threshold,
-        readout.threshold_right,
-    )
-    metrics: dict[str, float] = {
-        "train_loss": float(train_loss),
-        "threshold": readout.threshold,
-        **({"threshold_right": readout.threshold_right} if readout.threshold_right else {}),
-        "calibration_scale": calibration[0],
-        "calibration_bias": calibration[1],
-        **_truncation_metrics(tokenizer, [*examples, *heldout], config),
-    }
-    scores: list[ChainScores] = []
-    if heldout and config.heldout_metrics:
-        scores = list(score_chains(prm, heldout, batch_size=32))
-        metrics.update(evaluate(heldout, scores, readout))
-        metrics.update(_baseline_metrics(examples, heldout, answer_aware=config.outcome_readout))
-        if config.step_prior:
-            metrics.update(_zero_shot_metrics(prm, examples, heldout))
+    train_loss = _fit(prm, examples, targets, chain_weights, report)
+    prm.calibration, readout = _calibrate_and_readout(prm, examples, targets, chain_weights)
+    prm.threshold, prm.threshold_right = readout.threshold, readout.threshold_right
+    metrics, scores = _run_metrics(prm, examples, heldout, train_loss=train_loss, readout=readout)
     if should_stop is not None and should_stop():
         raise TrainingCancelled("training stopped on request")
 
@@ -709,11 +772,11 @@ def train_prm(
         _write_checkpoint(
             out_dir=out,
             config=config,
-            kind=kind,
-            fingerprint=fingerprint,
-            head=head,
+            kind=prm.kind,
+            fingerprint=prm.fingerprint,
+            head=prm.head,
             backbone=prm.backbone,
-            tokenizer=tokenizer,
+            tokenizer=prm.tokenizer,
             metrics=metrics,
             train_chains=len(examples),
             heldout_chains=len(heldout),

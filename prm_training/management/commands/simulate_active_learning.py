@@ -20,13 +20,18 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.importers import FORMATS, LineError, detect_format, iter_chains
 from annotation.importers.formats import DETECT_HEAD_BYTES, FormatDetectionError
 from prm_training.ml.simulate import DEFAULT_SEEDS
+
+if TYPE_CHECKING:
+    from prm_training.ml.config import PRMConfig
+    from prm_training.ml.data import ChainExample
+    from prm_training.ml.simulate import SimulationConfig
 
 # How many rejected records a failed parse lists before "... and N more".
 SHOWN_ERRORS = 5
@@ -202,42 +207,14 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from prm_training.ml.acquisition import STRATEGIES
-        from prm_training.ml.config import PRMConfig
         from prm_training.ml.simulate import (
-            BASELINE,
-            SimulationConfig,
             oracle_chains,
             plot_learning_curves,
-            simulate,
             summary_table,
             write_csv,
         )
 
-        chosen = options["strategy"] if options["strategy"] is not None else ",".join(STRATEGIES)
-        named = [name.strip() for name in chosen.split(",") if name.strip()]
-        strategies = tuple(dict.fromkeys([BASELINE, *named]))
-        sizes = QUICK if options["quick"] else FULL
-        for name, value in sizes.items():
-            if options[name] is None:
-                options[name] = value
-        if options["seeds"] < 1:
-            raise CommandError("--seeds must be at least 1")
-        try:
-            sim = SimulationConfig(
-                strategies=strategies,
-                rounds=options["rounds"],
-                batch=options["batch"],
-                seeds=tuple(range(options["seeds"])),
-                seed_size=options["seed_size"],
-                heldout_fraction=options["heldout_fraction"],
-                random_fraction=options["random_fraction"],
-            )
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
-        if options["backbone"] is not None and not Path(options["backbone"]).is_dir():
-            raise CommandError(f"--backbone {options['backbone']} is not a directory")
-
+        sim = _simulation_config(options)
         if bool(options["files"]) == (options["project"] is not None):
             raise CommandError("give labeled files or --project ID, not both or neither")
         if options["save"] and options["project"] is None:
@@ -258,15 +235,14 @@ class Command(BaseCommand):
         if options["save"] and len(labeled) < needed:
             from prm_training.services.strategy import strategy_evidence_too_few
 
-            evidence = strategy_evidence_too_few(
-                chains=len(labeled), needed=needed, snapshot_version=snapshot_version
-            )
-            _save(options["project"], evidence)
-            self.stdout.write(
-                f"saved for project {options['project']}: {evidence['chosen']}, {evidence['why']}"
+            self._save_evidence(
+                options["project"],
+                strategy_evidence_too_few(
+                    chains=len(labeled), needed=needed, snapshot_version=snapshot_version
+                ),
             )
             return
-        if "convincing_wrong" in strategies and not any(v is not None for v in graded.values()):
+        if "convincing_wrong" in sim.strategies and not any(v is not None for v in graded.values()):
             self.stderr.write(
                 "warning: no final answer can be graded (no reference answers); "
                 "convincing_wrong ranks by step entropy only"
@@ -274,51 +250,18 @@ class Command(BaseCommand):
 
         out: Path = options["out"]
         out.mkdir(parents=True, exist_ok=True)
-        overrides: dict[str, Any] = {
-            "mode": options["mode"],
-            "cache_dir": str(options["cache_dir"] or out / "cache"),
-            "report_every_s": 60.0,
-        }
-        if options["backbone"] is not None:
-            overrides["backbone"] = str(options["backbone"])
-        for name in ("head_epochs", "epochs", "max_length"):
-            if options[name] is not None:
-                overrides[name] = options[name]
-        try:
-            prm = PRMConfig(**overrides)
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
-
-        from tqdm import tqdm
-        from transformers.utils import logging as transformers_logging
-
-        # transformers draws a bar per weight load (two a round); keep stderr to ours.
-        transformers_logging.disable_progress_bar()
-        trainings = len(sim.seeds) * (1 + len(sim.strategies) * sim.rounds)
         started = time.monotonic()
-        with tqdm(total=trainings, desc="trainings", unit="run", file=sys.stderr) as bar:
-            try:
-                rows = simulate(
-                    labeled,
-                    sim,
-                    prm,
-                    answers_correct=graded,
-                    work_dir=out,
-                    progress=lambda: bar.update(1),
-                )
-            except ValueError as exc:
-                raise CommandError(str(exc)) from None
+        rows = _simulated(labeled, sim, _prm_config(options, out), graded, out)
         elapsed = time.monotonic() - started
 
         if options["save"]:
             from prm_training.services.strategy import strategy_evidence_build
 
-            evidence = strategy_evidence_build(
-                rows, sim=sim, chains=len(labeled), snapshot_version=snapshot_version
-            )
-            _save(options["project"], evidence)
-            self.stdout.write(
-                f"saved for project {options['project']}: {evidence['chosen']}, {evidence['why']}"
+            self._save_evidence(
+                options["project"],
+                strategy_evidence_build(
+                    rows, sim=sim, chains=len(labeled), snapshot_version=snapshot_version
+                ),
             )
         write_csv(rows, out / "results.csv")
         plot_learning_curves(rows, out / "learning_curve.png")
@@ -326,7 +269,94 @@ class Command(BaseCommand):
         (out / "summary.txt").write_text(table + "\n")
         self.stdout.write(table)
         self.stdout.write(
-            f"simulated {len(strategies)} strategies x {len(sim.seeds)} seeds x {sim.rounds} "
-            f"rounds on {len(labeled)} labeled chains in {elapsed:.0f}s: "
+            f"simulated {len(sim.strategies)} strategies x {len(sim.seeds)} seeds x "
+            f"{sim.rounds} rounds on {len(labeled)} labeled chains in {elapsed:.0f}s: "
             f"{out / 'results.csv'}, {out / 'summary.txt'}, {out / 'learning_curve.png'}"
         )
+
+    def _save_evidence(self, project_id: int, evidence: dict[str, Any]) -> None:
+        _save(project_id, evidence)
+        self.stdout.write(
+            f"saved for project {project_id}: {evidence['chosen']}, {evidence['why']}"
+        )
+
+
+def _simulation_config(options: dict[str, Any]) -> SimulationConfig:
+    """The simulation the options ask for (random always among the strategies; the quick
+    or full sizes where an option is not given)."""
+    from prm_training.ml.acquisition import STRATEGIES
+    from prm_training.ml.simulate import BASELINE, SimulationConfig
+
+    chosen = options["strategy"] if options["strategy"] is not None else ",".join(STRATEGIES)
+    named = [name.strip() for name in chosen.split(",") if name.strip()]
+    sizes = QUICK if options["quick"] else FULL
+    for name, value in sizes.items():
+        if options[name] is None:
+            options[name] = value
+    if options["seeds"] < 1:
+        raise CommandError("--seeds must be at least 1")
+    if options["backbone"] is not None and not Path(options["backbone"]).is_dir():
+        raise CommandError(f"--backbone {options['backbone']} is not a directory")
+    try:
+        return SimulationConfig(
+            strategies=tuple(dict.fromkeys([BASELINE, *named])),
+            rounds=options["rounds"],
+            batch=options["batch"],
+            seeds=tuple(range(options["seeds"])),
+            seed_size=options["seed_size"],
+            heldout_fraction=options["heldout_fraction"],
+            random_fraction=options["random_fraction"],
+        )
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _prm_config(options: dict[str, Any], out: Path) -> PRMConfig:
+    """The PRM each round trains: the default with the options' overrides, its feature
+    cache under ``out`` unless given."""
+    from prm_training.ml.config import PRMConfig
+
+    overrides: dict[str, Any] = {
+        "mode": options["mode"],
+        "cache_dir": str(options["cache_dir"] or out / "cache"),
+        "report_every_s": 60.0,
+    }
+    if options["backbone"] is not None:
+        overrides["backbone"] = str(options["backbone"])
+    for name in ("head_epochs", "epochs", "max_length"):
+        if options[name] is not None:
+            overrides[name] = options[name]
+    try:
+        return PRMConfig(**overrides)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _simulated(
+    labeled: list[ChainExample],
+    sim: SimulationConfig,
+    prm: PRMConfig,
+    graded: dict[int, bool | None],
+    out: Path,
+) -> list[Any]:
+    """The simulation's rows, with a progress bar of its trainings on stderr."""
+    from tqdm import tqdm
+    from transformers.utils import logging as transformers_logging
+
+    from prm_training.ml.simulate import simulate
+
+    # transformers draws a bar per weight load (two a round); keep stderr to ours.
+    transformers_logging.disable_progress_bar()
+    trainings = len(sim.seeds) * (1 + len(sim.strategies) * sim.rounds)
+    with tqdm(total=trainings, desc="trainings", unit="run", file=sys.stderr) as bar:
+        try:
+            return simulate(
+                labeled,
+                sim,
+                prm,
+                answers_correct=graded,
+                work_dir=out,
+                progress=lambda: bar.update(1),
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
