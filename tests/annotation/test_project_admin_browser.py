@@ -14,7 +14,13 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import LabelingMode, Membership, Project, Role
-from tests.browser import ARTIFACTS, chromium_running, page_login, page_watched
+from tests.browser import (
+    ARTIFACTS,
+    chromium_running,
+    page_login,
+    page_watched,
+    workspace_open,
+)
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -165,9 +171,13 @@ def test_lead_edits_settings_with_a_validation_error_first(
     assert project.guidelines == "Rate **each** step."
     _shot(page, "project_settings", width)
 
-    # And the dashboard shows the guidelines as Markdown
+    # And the dashboard and the workspace show the guidelines as the preview did
     page.goto(f"{live_server.url}/projects/{project.pk}/")
     expect(page.locator(".guidelines strong")).to_have_text("each")
+    workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
+    page.keyboard.press("g")
+    expect(page.locator("#guidelines-dialog .guidelines strong")).to_have_text("each")
+    _shot(page, "workspace_guidelines", width)
 
 
 def test_lead_adds_two_members_changes_a_role_and_removes_one(
