@@ -528,8 +528,8 @@ class Snapshot(models.Model):
 
 class SnapshotChain(models.Model):
     """One chain in a snapshot. ``labels[i]`` is the consensus rating of step i (-1, 0, 1)
-    or None where the step has no label (e.g. after the first error in first_error mode);
-    ``support[i]`` is the share of votes behind it."""
+    or None where the step has no label (e.g. after the first error in first_error mode, or
+    a step the snapshot's options left out); ``support[i]`` is the share of votes behind it."""
 
     snapshot = models.ForeignKey(Snapshot, on_delete=models.CASCADE, related_name="chains")
     chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="snapshot_rows")
@@ -542,6 +542,14 @@ class SnapshotChain(models.Model):
         help_text=(
             'The current labels behind the consensus, one entry per voter: {"by": username '
             'or "import:<source>", "source": "human"|"import"|"adjudication", "labels": [...]}.'
+        ),
+    )
+    tied = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            "Indexes of the steps whose votes tie and that keep the lowest rating, marked "
+            'so (a snapshot taken with ties="mark"); empty otherwise.'
         ),
     )
 

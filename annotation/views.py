@@ -24,6 +24,7 @@ from annotation.selectors.projects import (
     project_get_with_progress,
     project_list_with_progress,
 )
+from annotation.services.snapshots import MIN_SUPPORT_MAX, SEED_MAX
 
 
 class LoginView(auth_views.LoginView):
@@ -201,3 +202,32 @@ def label_workspace(request: HttpRequest, project_id: int) -> HttpResponse:
         },
     }
     return render(request, "annotation/label.html", {"project": project, "config": config})
+
+
+@require_GET
+@login_required
+def snapshots_page(request: HttpRequest, project_id: int) -> HttpResponse:
+    """``/projects/{id}/snapshots/`` (leads only: 403 for other members, 404 for
+    non-members): the dataset snapshots with their options and counts, the training runs'
+    own listed apart, a form to take a new one and the diff between two versions.
+    Everything goes through the snapshot API (``annotation.api.datasets``); the page
+    carries only the endpoints and the defaults of the form."""
+    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    config = {
+        "projectId": project.pk,
+        "api": {
+            "snapshots": reverse("api-project-snapshots", args=[project.pk]),
+            "diff": reverse("api-project-snapshot-diff", args=[project.pk]),
+            "export": reverse("api-project-export", args=[project.pk]),
+        },
+    }
+    return render(
+        request,
+        "annotation/snapshots.html",
+        {
+            "project": project,
+            "config": config,
+            "min_support_max": MIN_SUPPORT_MAX,
+            "seed_max": SEED_MAX,
+        },
+    )

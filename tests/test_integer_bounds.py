@@ -139,8 +139,8 @@ def test_an_integer_past_its_range_is_a_json_4xx(
 
 @pytest.mark.django_db
 def test_a_seed_past_its_column_is_refused_not_stored_wrapped(project, make_member) -> None:
-    # Given: a project with a labeled chain, and its lead
-    chain = ChainFactory(project=project)
+    # Given: a project with a labeled (finished) chain, and its lead
+    chain = ChainFactory(project=project, finished_count=1, is_finished=True)
     annotation_with_ratings(chain=chain, annotator=UserFactory(), labels=[1, 1, 1])
     client = APIClient()
     client.force_login(make_member(project, "lead"))

@@ -97,6 +97,8 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     # ML staff read the snapshots they train on; only leads freeze new ones.
     "api-project-snapshots": {"get": API_ML_AND_LEADS, "post": API_LEADS},
     "api-project-export": {"get": API_LEADS},
+    # A diff shows chains' labels, as an export does: leads only.
+    "api-project-snapshot-diff": {"get": API_LEADS},
     # ---------------------------------------------------------------- review and gold
     "api-project-disagreements": {"get": API_LEADS},
     "api-project-agreement": {"get": API_ML_AND_LEADS},
@@ -129,6 +131,7 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "project-overview": {"get": PAGE_MEMBERS},
     "label-workspace": {"get": PAGE_MEMBERS},
     "review-page": {"get": (302, 403, 200, 403, 404)},
+    "snapshots-page": {"get": (302, 403, 200, 403, 404)},
     # Creating a project is for site staff (as the API's create); none of these is staff.
     "project-new": {"get": (302, 403, 403, 403, 403)},
     "project-settings": {"get": (302, 403, 200, 403, 404)},

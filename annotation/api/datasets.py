@@ -2,7 +2,9 @@
 selector, serialize or stream.
 
 - `GET /api/v1/projects/{id}/snapshots/` (leads and ML staff) lists the snapshots;
-- `POST` the same URL (leads) freezes the current consensus into a new one;
+- `POST` the same URL (leads) freezes the current consensus into a new one, with the
+  lead's options (finished chains only, minimum support, tie policy, split);
+- `GET /api/v1/projects/{id}/snapshots/diff/?a=...&b=...` (leads) compares two versions;
 - `GET /api/v1/projects/{id}/export/?format=...` (leads) streams a snapshot's export.
 """
 
@@ -14,7 +16,12 @@ from typing import Any
 
 from django.http import FileResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound
 from rest_framework.generics import GenericAPIView
@@ -33,9 +40,25 @@ from annotation.exporters.formats import (
     JSON_LINES_FORMATS,
 )
 from annotation.models import Role, Snapshot, SnapshotSplit
-from annotation.selectors.datasets import snapshot_get, snapshot_list
+from annotation.selectors.datasets import (
+    DIFF_CHANGES,
+    DIFF_PAGE_MAX,
+    SNAPSHOT_KINDS,
+    snapshot_diff_counts,
+    snapshot_diff_rows,
+    snapshot_get,
+    snapshot_list,
+    snapshot_options,
+)
 from annotation.services.exports import export_bytes, export_options_check, export_parquet
-from annotation.services.snapshots import AMBIGUOUS_CHOICES, DEFAULT_AMBIGUOUS, snapshot_create
+from annotation.services.snapshots import (
+    AMBIGUOUS_CHOICES,
+    DEFAULT_AMBIGUOUS,
+    DEFAULT_TIES,
+    MIN_SUPPORT_MAX,
+    TIE_POLICIES,
+    snapshot_create,
+)
 
 LEADS_AND_ML: tuple[str, ...] = (Role.LEAD, Role.ML)
 NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is not a member.")
@@ -54,6 +77,42 @@ class SnapshotCreateInputSerializer(serializers.Serializer):
         default=DEFAULT_AMBIGUOUS,
         help_text="Default mapping of an ambiguous (0) step in TRL exports.",
     )
+    finished_only = serializers.BooleanField(
+        default=True,
+        help_text="Only finished chains: their human passes reached the overlap, a lead "
+        "ruled, gold, or an import's labels on a chain no person has started; flagged "
+        "chains left out. Off: every chain with a labeled step.",
+    )
+    min_support = serializers.IntegerField(
+        default=1,
+        min_value=1,
+        max_value=MIN_SUPPORT_MAX,
+        help_text="Votes a step label needs; a step with fewer is left unlabeled. A lead's "
+        "ruling settles a step whatever the count.",
+    )
+    ties = serializers.ChoiceField(
+        choices=TIE_POLICIES,
+        default=DEFAULT_TIES,
+        help_text="A step whose votes tie: drop (left unlabeled), lowest (keeps the lowest "
+        "rating), mark (keeps the lowest, listed in the row's tied steps).",
+    )
+
+
+class SnapshotListInputSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(
+        choices=SNAPSHOT_KINDS,
+        required=False,
+        help_text="dataset: taken by a person or the command line; training: taken by a "
+        "training run for itself. Both when omitted.",
+    )
+
+
+class SnapshotOptionsOutputSerializer(serializers.Serializer):
+    finished_only = serializers.BooleanField()
+    min_support = serializers.IntegerField()
+    ties = serializers.ChoiceField(choices=TIE_POLICIES)
+    heldout_fraction = serializers.FloatField()
+    seed = serializers.IntegerField()
 
 
 class SnapshotOutputSerializer(serializers.Serializer):
@@ -65,9 +124,83 @@ class SnapshotOutputSerializer(serializers.Serializer):
     heldout_fraction = serializers.FloatField()
     seed = serializers.IntegerField()
     counts = serializers.JSONField(
-        help_text="chains, steps_labeled, train_chains, heldout_chains, problems, label_counts"
+        help_text="chains, steps_labeled, train_chains, heldout_chains, problems, "
+        "label_counts, tied_steps, steps_below_support, unfinished_left_out (the last three "
+        "in snapshots taken with options)"
     )
-    meta = serializers.JSONField(help_text="Consensus rules and the TRL ambiguous mapping.")
+    meta = serializers.JSONField(
+        help_text="The options, the consensus rules and the TRL ambiguous mapping."
+    )
+    options = serializers.SerializerMethodField(
+        help_text="What the snapshot holds; a snapshot older than the options holds every "
+        "labeled chain with ties at the lowest rating."
+    )
+    training_run = serializers.SerializerMethodField(
+        help_text="The training run that took it for itself; null for a lead's dataset."
+    )
+
+    @extend_schema_field(SnapshotOptionsOutputSerializer)
+    def get_options(self, snapshot: Snapshot) -> dict[str, Any]:
+        return snapshot_options(snapshot=snapshot)
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_training_run(self, snapshot: Snapshot) -> int | None:
+        run = snapshot.meta.get("training_run") if isinstance(snapshot.meta, dict) else None
+        return run if isinstance(run, int) else None
+
+
+class SnapshotDiffInputSerializer(serializers.Serializer):
+    a = serializers.IntegerField(min_value=1, max_value=INT32_MAX, help_text="Version A.")
+    b = serializers.IntegerField(min_value=1, max_value=INT32_MAX, help_text="Version B.")
+    change = serializers.ChoiceField(
+        choices=DIFF_CHANGES, required=False, help_text="Only chains with this change."
+    )
+    after = serializers.IntegerField(
+        default=0,
+        min_value=0,
+        max_value=2**63 - 1,
+        help_text="The last chain id of the previous page (the counts come on the first).",
+    )
+    limit = serializers.IntegerField(default=50, min_value=1, max_value=DIFF_PAGE_MAX)
+
+
+class SnapshotDiffCountsSerializer(serializers.Serializer):
+    added = serializers.IntegerField(help_text="Chains in B and not in A.")
+    removed = serializers.IntegerField(help_text="Chains in A and not in B.")
+    labels_changed = serializers.IntegerField(help_text="Chains in both whose labels differ.")
+    split_changed = serializers.IntegerField(
+        help_text="Chains in both with the same labels in the other split."
+    )
+    unchanged = serializers.IntegerField()
+
+
+class SnapshotDiffRowSerializer(serializers.Serializer):
+    chain_id = serializers.IntegerField()
+    change = serializers.ChoiceField(choices=DIFF_CHANGES)
+    split_a = serializers.CharField(allow_null=True)
+    split_b = serializers.CharField(allow_null=True)
+    labels_a = serializers.ListField(
+        child=serializers.IntegerField(allow_null=True), allow_null=True
+    )
+    labels_b = serializers.ListField(
+        child=serializers.IntegerField(allow_null=True), allow_null=True
+    )
+    changed_steps = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Step indexes (0-based) whose label differs."
+    )
+    problem = serializers.CharField(help_text="The start of the problem text.")
+
+
+class SnapshotDiffOutputSerializer(serializers.Serializer):
+    a = SnapshotOutputSerializer()
+    b = SnapshotOutputSerializer()
+    counts = SnapshotDiffCountsSerializer(
+        allow_null=True, help_text="On the first page (no `after`) only."
+    )
+    changes = SnapshotDiffRowSerializer(many=True)
+    next_after = serializers.IntegerField(
+        allow_null=True, help_text="Pass as `after` for the next page; null on the last."
+    )
 
 
 class ExportInputSerializer(serializers.Serializer):
@@ -107,21 +240,36 @@ class SnapshotListCreateApi(GenericAPIView):
         tags=["datasets"],
         operation_id="projects_snapshots_list",
         summary="The project's dataset snapshots, newest first (leads and ML staff)",
-        responses={200: SnapshotOutputSerializer(many=True), 403: WRONG_ROLE, 404: NOT_A_MEMBER},
+        parameters=[SnapshotListInputSerializer],
+        responses={
+            200: SnapshotOutputSerializer(many=True),
+            400: OpenApiResponse(description="Bad parameters."),
+            403: WRONG_ROLE,
+            404: NOT_A_MEMBER,
+        },
     )
     def get(self, request: Request, project_id: int) -> Response:
         project = project_for_request(request=request, project_id=project_id, roles=LEADS_AND_ML)
-        page = self.paginate_queryset(snapshot_list(project=project))
+        data = SnapshotListInputSerializer(data=request.query_params)
+        data.is_valid(raise_exception=True)
+        page = self.paginate_queryset(snapshot_list(project=project, **data.validated_data))
         return self.get_paginated_response(SnapshotOutputSerializer(page, many=True).data)
 
     @extend_schema(
         tags=["datasets"],
         operation_id="projects_snapshots_create",
         summary="Freeze the current consensus labels into a new snapshot (leads only)",
+        description=(
+            "By default only finished chains, every step with at least one vote, tied "
+            "steps left unlabeled, 20% of the problems held out with seed 0. The options "
+            "are stored in the snapshot's `meta.options`."
+        ),
         request=SnapshotCreateInputSerializer,
         responses={
             201: SnapshotOutputSerializer,
-            400: OpenApiResponse(description="Bad input, or nothing labeled yet."),
+            400: OpenApiResponse(
+                description="Bad input, or nothing to freeze once the options are applied."
+            ),
             403: WRONG_ROLE,
             404: NOT_A_MEMBER,
         },
@@ -134,6 +282,55 @@ class SnapshotListCreateApi(GenericAPIView):
             project=project, user=request_user(request), **data.validated_data
         )
         return Response(SnapshotOutputSerializer(snapshot).data, status=status.HTTP_201_CREATED)
+
+
+class SnapshotDiffApi(GenericAPIView):
+    serializer_class = SnapshotDiffOutputSerializer
+    pagination_class = None
+
+    @extend_schema(
+        tags=["datasets"],
+        operation_id="projects_snapshots_diff",
+        summary="What changed from snapshot version A to version B (leads only)",
+        description=(
+            "Counts of the chains B adds, removes, relabels or moves to the other split "
+            "(first page only), and the differing chains in chain order, `limit` at a "
+            "time: pass `next_after` as `after` for the next page."
+        ),
+        parameters=[SnapshotDiffInputSerializer],
+        responses={
+            200: SnapshotDiffOutputSerializer,
+            400: OpenApiResponse(description="Bad parameters."),
+            403: WRONG_ROLE,
+            404: OpenApiResponse(description="No such project or version, or not a member."),
+        },
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        data = SnapshotDiffInputSerializer(data=request.query_params)
+        data.is_valid(raise_exception=True)
+        params = data.validated_data
+        a = snapshot_get(project=project, version=params["a"])
+        b = snapshot_get(project=project, version=params["b"])
+        if a is None or b is None:
+            missing = params["a"] if a is None else params["b"]
+            raise NotFound(f"No snapshot version {missing}.")
+        rows = snapshot_diff_rows(
+            a=a,
+            b=b,
+            change=params.get("change"),
+            after_chain=params["after"],
+            limit=params["limit"],
+        )
+        counts = snapshot_diff_counts(a=a, b=b) if params["after"] == 0 else None
+        body = {
+            "a": a,
+            "b": b,
+            "counts": counts,
+            "changes": rows,
+            "next_after": rows[-1].chain_id if len(rows) == params["limit"] else None,
+        }
+        return Response(SnapshotDiffOutputSerializer(body).data)
 
 
 class ExportApi(GenericAPIView):
@@ -151,8 +348,9 @@ class ExportApi(GenericAPIView):
             "(Qwen2.5-Math-PRM's chat messages, <extra_0> after each step), all JSON Lines; "
             "csv (one row per step) and parquet (TRL rows). The response is streamed; "
             "headers name the snapshot "
-            "(`X-Steplab-Snapshot`, `X-Steplab-Snapshot-Hash`) and the ambiguous mapping "
-            "used (`X-Steplab-Ambiguous`)."
+            "(`X-Steplab-Snapshot`, `X-Steplab-Snapshot-Hash`), what it holds "
+            "(`X-Steplab-Snapshot-Options`) and the ambiguous mapping used "
+            "(`X-Steplab-Ambiguous`)."
         ),
         parameters=[
             OpenApiParameter(
@@ -214,6 +412,11 @@ class ExportApi(GenericAPIView):
         response["X-Steplab-Snapshot"] = str(snapshot.version)
         response["X-Steplab-Snapshot-Hash"] = snapshot.content_hash
         response["X-Steplab-Ambiguous"] = ambiguous
+        # What the snapshot holds (its options), e.g. "finished_only=1; min_support=1; ...".
+        response["X-Steplab-Snapshot-Options"] = "; ".join(
+            f"{key}={int(value) if isinstance(value, bool) else value}"
+            for key, value in snapshot_options(snapshot=snapshot).items()
+        )
         return response
 
 

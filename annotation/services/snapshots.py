@@ -1,6 +1,21 @@
 """Snapshots: freezing the consensus labels of a project into an immutable, hashed
 dataset version, split into train and held-out by problem.
 
+What a snapshot holds is the lead's choice, recorded in ``meta["options"]``:
+
+- ``finished_only`` (the default): only finished chains, those whose human passes reached
+  the project's overlap (``Chain.is_finished``), that a lead ruled on, gold chains, and
+  chains labeled by an import (when the project counts imported labels) that no person
+  has started on; flagged chains are left out. Off, every chain with a labeled step
+  counts, as in a training run's own snapshot (the loop learns from every label as soon
+  as it is given).
+- ``min_support``: a step's label needs at least this many votes; below it the step is
+  left unlabeled. A lead's ruling settles a step whatever the count.
+- ``ties``: a step whose votes tie (no ruling) is left unlabeled (``drop``, the default:
+  a tie is not a consensus), keeps the lowest rating (``lowest``, the consensus rule's own
+  pick), or keeps the lowest and is listed in the row's ``tied`` (``mark``).
+- ``heldout_fraction`` and ``seed``: the split by problem (``problem_split``).
+
 A snapshot is written once, here, and never updated: there is no update service, and
 exports and training read it only through ``annotation.selectors.datasets``. Asking for
 a snapshot when nothing changed still makes a new version (numbers are cheap, and a
@@ -12,21 +27,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Exists, Max, OuterRef
+from django.db.models import Exists, Max, OuterRef, Q
 
 from annotation.models import (
     Annotation,
+    AnnotationSource,
     Chain,
+    ImportLabels,
     Project,
     Snapshot,
     SnapshotChain,
     SnapshotSplit,
 )
-from annotation.services.consensus import consensus_for_chains
+from annotation.services.consensus import ChainConsensus, consensus_for_chains
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -35,6 +53,20 @@ if TYPE_CHECKING:
 # dropping the chain from that step on.
 AMBIGUOUS_CHOICES = ("positive", "negative", "drop")
 DEFAULT_AMBIGUOUS = "drop"
+# What a snapshot does with a step whose votes tie (see the module docstring).
+TIE_POLICIES = ("drop", "lowest", "mark")
+DEFAULT_TIES = "drop"
+TIE_RULES = {
+    "drop": "tied steps are left unlabeled",
+    "lowest": "lowest rating",
+    "mark": "lowest rating, the step listed in the row's tied",
+}
+# A step label's least number of votes; no project asks for more annotators (overlap).
+MIN_SUPPORT_MAX = 50
+FINISHED_RULE = (
+    "human passes reached the overlap, a lead ruled, a gold chain, or labels an import "
+    "carried in on a chain no person has started; flagged chains left out"
+)
 # Chains read, voted on and written per round; keeps memory flat for any project size.
 CHUNK_CHAINS = 2_000
 # pg_advisory_xact_lock key space of snapshots: (namespace << 32) | project id.
@@ -60,9 +92,35 @@ def problem_split(*, problem_hash: str, seed: int, heldout_fraction: float) -> s
 SEED_MAX = 2**31 - 1  # Snapshot.seed is an integer column
 
 
-def snapshot_row_digest(*, chain_hash: str, split: str, labels: list[int | None]) -> bytes:
-    """The canonical bytes of one snapshot row in the content hash."""
-    return json.dumps([chain_hash, split, labels], separators=(",", ":")).encode() + b"\n"
+@dataclass(frozen=True, slots=True)
+class SnapshotOptions:
+    """What a snapshot holds (the module docstring says what each option does)."""
+
+    finished_only: bool = True
+    min_support: int = 1
+    ties: str = DEFAULT_TIES
+    heldout_fraction: float = 0.2
+    seed: int = 0
+
+    def as_meta(self) -> dict[str, Any]:
+        return {
+            "finished_only": self.finished_only,
+            "min_support": self.min_support,
+            "ties": self.ties,
+            "heldout_fraction": self.heldout_fraction,
+            "seed": self.seed,
+        }
+
+
+def snapshot_row_digest(
+    *, chain_hash: str, split: str, labels: list[int | None], tied: list[int] | None = None
+) -> bytes:
+    """The canonical bytes of one snapshot row in the content hash. Tie marks are hashed
+    only where a row has some, so a snapshot without them hashes as before they existed."""
+    row: list[Any] = [chain_hash, split, labels]
+    if tied:
+        row.append(tied)
+    return json.dumps(row, separators=(",", ":")).encode() + b"\n"
 
 
 def snapshot_create(
@@ -72,21 +130,30 @@ def snapshot_create(
     heldout_fraction: float = 0.2,
     seed: int = 0,
     ambiguous: str = DEFAULT_AMBIGUOUS,
+    finished_only: bool = True,
+    min_support: int = 1,
+    ties: str = DEFAULT_TIES,
     training_run: int | None = None,
 ) -> Snapshot:
-    """Freeze the consensus of every chain with at least one labeled step.
+    """Freeze the consensus of every chain (finished, with ``finished_only``) that has at
+    least one labeled step once ``min_support`` and ``ties`` are applied (see the module
+    docstring).
 
     ``content_hash`` is sha256 over the rows (chain content hash, split, labels) in chain
     content-hash order, so it depends on what was labeled and how it was split, not on
     ids, timing or who voted. ``counts`` holds chains, steps_labeled, train_chains,
-    heldout_chains, problems and label_counts {"-1", "0", "1"}; ``meta`` the consensus
-    rules in force, ``trl_ambiguous``, the default mapping of ambiguous steps for TRL
-    exports, and ``training_run`` when a training run took it for itself.
+    heldout_chains, problems, label_counts {"-1", "0", "1"}, tied_steps (steps whose votes
+    tie, whatever became of them), steps_below_support (left unlabeled by
+    ``min_support``) and unfinished_left_out (labeled chains ``finished_only`` left out);
+    ``meta`` the options (``options``), the consensus rules in force, ``trl_ambiguous``,
+    the default mapping of ambiguous steps for TRL exports, and ``training_run`` when a
+    training run took it for itself.
 
     Raises ValidationError for a held-out fraction outside [0, 1), a seed outside what
     its column holds (0 .. 2**31 - 1: a larger one would not be stored as given, and the
-    stored seed would not reproduce the split), an unknown ``ambiguous`` or a project
-    with no labeled step. Snapshots of one project are
+    stored seed would not reproduce the split), an unknown ``ambiguous`` or ``ties``, a
+    ``min_support`` outside 1 .. MIN_SUPPORT_MAX, or nothing to freeze (no labeled step
+    left once the options are applied). Snapshots of one project are
     serialised by an advisory lock, so versions are gapless and never collide; labeling
     goes on meanwhile (the snapshot sees what was committed when each chunk was read)."""
     if not 0 <= heldout_fraction < 1:
@@ -95,6 +162,17 @@ def snapshot_create(
         raise ValidationError({"seed": f"Must be between 0 and {SEED_MAX}."})
     if ambiguous not in AMBIGUOUS_CHOICES:
         raise ValidationError({"ambiguous": f"Must be one of {', '.join(AMBIGUOUS_CHOICES)}."})
+    if ties not in TIE_POLICIES:
+        raise ValidationError({"ties": f"Must be one of {', '.join(TIE_POLICIES)}."})
+    if not 1 <= min_support <= MIN_SUPPORT_MAX:
+        raise ValidationError({"min_support": f"Must be between 1 and {MIN_SUPPORT_MAX}."})
+    options = SnapshotOptions(
+        finished_only=finished_only,
+        min_support=min_support,
+        ties=ties,
+        heldout_fraction=heldout_fraction,
+        seed=seed,
+    )
     with transaction.atomic():
         _snapshots_lock(project=project)
         latest = Snapshot.objects.filter(project=project).aggregate(latest=Max("version"))
@@ -106,10 +184,13 @@ def snapshot_create(
             heldout_fraction=heldout_fraction,
             seed=seed,
             meta={
+                # What the snapshot holds, as asked for: an export says it from here.
+                "options": options.as_meta(),
+                **({"finished": FINISHED_RULE} if finished_only else {}),
                 "consensus": {
                     "order": ["adjudication", "majority", "import_fallback"],
                     "adjudication": "the newest ruling wins on the steps it rates",
-                    "tie": "lowest rating",
+                    "tie": TIE_RULES[ties],
                     "import_labels": project.import_labels,
                 },
                 "split": "sha256(seed:problem content hash) < heldout_fraction",
@@ -118,9 +199,9 @@ def snapshot_create(
                 **({"training_run": training_run} if training_run is not None else {}),
             },
         )
-        counts = _write_rows(snapshot=snapshot, project=project)
+        counts = _write_rows(snapshot=snapshot, project=project, options=options)
         if counts["chains"] == 0:
-            raise ValidationError("The project has no labeled step yet: nothing to snapshot.")
+            raise ValidationError(_nothing_to_freeze(counts=counts, options=options))
         snapshot.content_hash = counts.pop("content_hash")
         snapshot.counts = counts
         snapshot.save(update_fields=["content_hash", "counts"])
@@ -140,19 +221,101 @@ def _snapshots_lock(*, project: Project) -> None:
         )
 
 
-def _write_rows(*, snapshot: Snapshot, project: Project) -> dict[str, Any]:
+def _finished(*, project: Project) -> Q:
+    """The chains ``finished_only`` keeps: their labeling is done (see FINISHED_RULE).
+
+    Labels an import carried in (a PRM800K or ProcessBench file) are a finished labeling
+    of their own, as long as the project counts them and no person has started on the
+    chain: from a person's first pass on, the chain waits for the overlap like any other
+    (its consensus then rests on the people's passes, or on them and the import's)."""
+    of_chain = Annotation.objects.filter(chain=OuterRef("pk"))
+    ruled = of_chain.filter(source=AnnotationSource.ADJUDICATION, superseded_by__isnull=True)
+    done = Q(is_finished=True) | Q(is_gold=True) | Q(Exists(ruled))
+    if project.import_labels != ImportLabels.IGNORE:
+        done |= Q(Exists(of_chain.filter(source=AnnotationSource.IMPORT))) & ~Q(
+            Exists(of_chain.filter(source=AnnotationSource.HUMAN))
+        )
+    return done & Q(is_flagged=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One chain's labels once the options are applied."""
+
+    labels: list[int | None]
+    support: list[float | None]
+    tied: list[int]  # the steps marked tied (ties="mark")
+    tied_steps: int  # steps whose votes tie, whatever became of them
+    below_support: int  # steps left unlabeled by min_support
+
+
+def _options_applied(*, result: ChainConsensus, options: SnapshotOptions) -> _Row:
+    """``result``'s labels with ``min_support`` and ``ties`` applied. A lead's ruling
+    settles the steps it rates: it is neither a tie nor short of votes."""
+    ruling = next(
+        (vote for vote in result.votes if vote.source == AnnotationSource.ADJUDICATION), None
+    )
+    counted = [vote for vote in result.votes if vote.source != AnnotationSource.ADJUDICATION]
+    labels, support = list(result.labels), list(result.support)
+    marks: list[int] = []
+    tied_steps = below = 0
+    for index, label in enumerate(result.labels):
+        if label is None:
+            continue
+        if ruling is not None and index < len(ruling.labels) and ruling.labels[index] is not None:
+            continue
+        votes = sum(
+            1 for vote in counted if index < len(vote.labels) and vote.labels[index] is not None
+        )
+        tie = index < len(result.tied) and result.tied[index]
+        tied_steps += tie
+        if votes < options.min_support:
+            below += 1
+            labels[index] = support[index] = None
+        elif tie and options.ties == "drop":
+            labels[index] = support[index] = None
+        elif tie and options.ties == "mark":
+            marks.append(index)
+    return _Row(
+        labels=labels, support=support, tied=marks, tied_steps=tied_steps, below_support=below
+    )
+
+
+def _nothing_to_freeze(*, counts: dict[str, Any], options: SnapshotOptions) -> str:
+    """Why a snapshot came out empty, in the words of the option that emptied it."""
+    if counts["steps_below_support"] or (counts["tied_steps"] and options.ties == "drop"):
+        return (
+            "No step label is left once the minimum support and the tie policy are "
+            "applied: lower min_support or keep tied steps."
+        )
+    if counts["unfinished_left_out"]:
+        return (
+            f"No finished chain has a label yet ({counts['unfinished_left_out']} labeled "
+            "chains are unfinished): take the snapshot without finished_only to include them."
+        )
+    return "The project has no labeled step yet: nothing to snapshot."
+
+
+def _write_rows(
+    *, snapshot: Snapshot, project: Project, options: SnapshotOptions
+) -> dict[str, Any]:
     digest = hashlib.sha256()
     label_counts = {"-1": 0, "0": 0, "1": 0}
-    chains = steps_labeled = heldout = 0
+    chains = steps_labeled = heldout = tied_steps = below_support = 0
     problems: set[str] = set()
     annotated = Annotation.objects.filter(chain=OuterRef("pk"))
+    candidates = Chain.objects.filter(project=project).filter(Exists(annotated))
+    unfinished_left_out = 0
+    if options.finished_only:
+        finished = _finished(project=project)
+        unfinished_left_out = candidates.filter(~finished).count()
+        candidates = candidates.filter(finished)
     last_hash = ""
     while True:
         # Keyset pagination in content-hash order (the chain_unique_content index): the
         # hash is computed as the rows stream by, in its canonical order.
         chunk = list(
-            Chain.objects.filter(project=project, content_hash__gt=last_hash)
-            .filter(Exists(annotated))
+            candidates.filter(content_hash__gt=last_hash)
             .order_by("content_hash")
             .values_list("id", "content_hash", "step_count", "problem__content_hash")[:CHUNK_CHAINS]
         )
@@ -168,21 +331,29 @@ def _write_rows(*, snapshot: Snapshot, project: Project) -> dict[str, Any]:
             result = consensus[chain_id]
             if not result.has_label:
                 continue
+            row = _options_applied(result=result, options=options)
+            tied_steps += row.tied_steps
+            below_support += row.below_support
+            if all(label is None for label in row.labels):
+                continue
             split = problem_split(
                 problem_hash=problem_hash,
                 seed=snapshot.seed,
                 heldout_fraction=snapshot.heldout_fraction,
             )
             digest.update(
-                snapshot_row_digest(chain_hash=chain_hash, split=split, labels=result.labels)
+                snapshot_row_digest(
+                    chain_hash=chain_hash, split=split, labels=row.labels, tied=row.tied
+                )
             )
             rows.append(
                 SnapshotChain(
                     snapshot=snapshot,
                     chain_id=chain_id,
                     split=split,
-                    labels=result.labels,
-                    support=result.support,
+                    labels=row.labels,
+                    support=row.support,
+                    tied=row.tied,
                     votes=[
                         {"by": vote.by, "source": vote.source, "labels": list(vote.labels)}
                         for vote in result.votes
@@ -192,7 +363,7 @@ def _write_rows(*, snapshot: Snapshot, project: Project) -> dict[str, Any]:
             chains += 1
             heldout += split == SnapshotSplit.HELDOUT
             problems.add(problem_hash)
-            for label in result.labels:
+            for label in row.labels:
                 if label is not None:
                     steps_labeled += 1
                     label_counts[str(label)] += 1
@@ -205,4 +376,7 @@ def _write_rows(*, snapshot: Snapshot, project: Project) -> dict[str, Any]:
         "heldout_chains": heldout,
         "problems": len(problems),
         "label_counts": label_counts,
+        "tied_steps": tied_steps,
+        "steps_below_support": below_support,
+        "unfinished_left_out": unfinished_left_out,
     }

@@ -278,7 +278,15 @@ def _ensure_snapshot(run: TrainingRun) -> Snapshot:
         return run.snapshot  # type: ignore[return-value]
     from annotation.services.snapshots import snapshot_create
 
-    snapshot = snapshot_create(project=run.project, user=run.started_by, training_run=run.pk)
+    # The loop learns from every label as soon as it is given: unfinished chains too, and
+    # tied steps at the consensus rule's lowest rating (a lead's dataset may choose less).
+    snapshot = snapshot_create(
+        project=run.project,
+        user=run.started_by,
+        finished_only=False,
+        ties="lowest",
+        training_run=run.pk,
+    )
     TrainingRun.objects.filter(pk=run.pk).update(snapshot=snapshot)
     run.snapshot = snapshot
     return snapshot

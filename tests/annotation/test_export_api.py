@@ -18,7 +18,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def labeled_project(project):
     for labels in ([1, 0, -1], [1, 1, 1], [-1, None, None]):
-        chain = ChainFactory(project=project, step_count=3)
+        # Finished (overlap 1): written directly, as the queue would have left them.
+        chain = ChainFactory(project=project, step_count=3, finished_count=1, is_finished=True)
         annotation_with_ratings(chain=chain, annotator=UserFactory(), labels=labels)
     return project
 

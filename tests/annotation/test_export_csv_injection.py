@@ -45,7 +45,7 @@ def test_other_texts_are_left_as_they_are(text):
 def test_export_neutralises_csv_and_keeps_jsonl_exact(project, make_member, client_for):
     # Given a finished chain whose steps start like formulas, and a snapshot of it
     steps = FORMULAS + PLAIN
-    chain = ChainFactory(project=project, step_count=len(steps))
+    chain = ChainFactory(project=project, step_count=len(steps), finished_count=1, is_finished=True)
     for step in chain.steps.all():
         step.text = steps[step.index]
         step.save(update_fields=["text"])

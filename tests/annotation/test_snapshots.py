@@ -1,4 +1,5 @@
-"""Snapshots: counts, versions, content hash, immutability, the problem-level split, and
+"""Snapshots: counts, versions, content hash, immutability, the problem-level split, the
+lead's options (finished chains only, minimum support, tie policy, split seed), and
 streaming their examples."""
 
 from __future__ import annotations
@@ -6,20 +7,56 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from annotation.models import SnapshotChain
-from annotation.selectors.datasets import snapshot_examples, snapshot_get, snapshot_list
+from annotation.models import ImportLabels, Snapshot, SnapshotChain
+from annotation.selectors.datasets import (
+    snapshot_examples,
+    snapshot_get,
+    snapshot_list,
+    snapshot_options,
+)
+from annotation.services.gold import gold_mark
+from annotation.services.review import AdjudicatedRating, adjudication_create
 from annotation.services.snapshots import problem_split, snapshot_create
-from tests.factories import ChainFactory, ProblemFactory, UserFactory, annotation_with_ratings
+from tests.factories import (
+    ChainFactory,
+    ProblemFactory,
+    ProjectFactory,
+    UserFactory,
+    annotation_with_ratings,
+)
 
 pytestmark = pytest.mark.django_db
 
 
-def _labeled_chain(project, labels, *, annotator=None, problem=None):
+def _labeled_chain(project, labels, *, annotator=None, problem=None, finished=True):
+    """A chain with one person's labels; ``finished`` as the queue leaves a chain of an
+    overlap-1 project after its one pass (the factory writes around the queue)."""
     chain = ChainFactory(
-        project=project, step_count=len(labels), **({"problem": problem} if problem else {})
+        project=project,
+        step_count=len(labels),
+        finished_count=int(finished),
+        is_finished=finished,
+        **({"problem": problem} if problem else {}),
     )
     annotation_with_ratings(chain=chain, annotator=annotator or UserFactory(), labels=labels)
     return chain
+
+
+def _voted_chain(project, *votes, finished=True):
+    """A chain of ``len(votes[0])`` steps with one person's labels per entry of ``votes``."""
+    chain = ChainFactory(
+        project=project,
+        step_count=len(votes[0]),
+        finished_count=len(votes) if finished else 0,
+        is_finished=finished,
+    )
+    for labels in votes:
+        annotation_with_ratings(chain=chain, annotator=UserFactory(), labels=list(labels))
+    return chain
+
+
+def _row(snapshot, chain):
+    return SnapshotChain.objects.get(snapshot=snapshot, chain=chain)
 
 
 def test_snapshot_create_counts_and_rows(project):
@@ -42,6 +79,16 @@ def test_snapshot_create_counts_and_rows(project):
         "heldout_chains": 0,
         "problems": 2,
         "label_counts": {"-1": 2, "0": 1, "1": 2},
+        "tied_steps": 0,
+        "steps_below_support": 0,
+        "unfinished_left_out": 0,
+    }
+    assert snapshot.meta["options"] == {
+        "finished_only": True,
+        "min_support": 1,
+        "ties": "drop",
+        "heldout_fraction": 0.0,
+        "seed": 0,
     }
     assert snapshot.meta["trl_ambiguous"] == "drop"
     assert snapshot.meta["consensus"]["import_labels"] == "fallback"
@@ -98,7 +145,12 @@ def test_snapshot_hash_does_not_depend_on_ids_or_voters(project):
         for text, labels in order:
             problem = ProblemFactory(project=target, text=text, content_hash=f"p-{text}")
             chain = ChainFactory(
-                project=target, problem=problem, step_count=2, content_hash=f"c-{text}"
+                project=target,
+                problem=problem,
+                step_count=2,
+                content_hash=f"c-{text}",
+                finished_count=1,
+                is_finished=True,
             )
             annotation_with_ratings(chain=chain, annotator=UserFactory(), labels=labels)
 
@@ -123,7 +175,12 @@ def test_split_is_by_problem_and_deterministic(project):
     again = snapshot_create(project=project, heldout_fraction=0.3, seed=7)
     reseeded = snapshot_create(project=project, heldout_fraction=0.3, seed=8)
 
-    # Then no problem is in both splits, both splits are used, and the split is stable
+    # Then the seed and the share are the snapshot's options
+    assert snapshot_options(snapshot=snapshot)["seed"] == 7
+    assert snapshot_options(snapshot=snapshot)["heldout_fraction"] == 0.3
+    assert snapshot_options(snapshot=reseeded)["seed"] == 8
+
+    # ...no problem is in both splits, both splits are used, and the split is stable
     def splits(snap):
         return set(
             SnapshotChain.objects.filter(snapshot=snap).values_list("chain__problem_id", "split")
@@ -183,3 +240,223 @@ def test_snapshot_examples_streams_chunks_with_steps_in_order(project, django_as
     assert list(snapshot_examples(snapshot=snapshot, split="heldout")) == []
     assert snapshot_get(project=project) == snapshot
     assert snapshot_get(project=project, version=9) is None
+
+
+# --- the options -----------------------------------------------------------------------------
+
+
+def test_finished_only_is_the_default_and_says_what_it_left_out():
+    # Given: overlap 2, and chains in every state of a labeling
+    project = ProjectFactory(overlap=2)
+    lead = UserFactory()
+    finished = _voted_chain(project, [1, 1], [1, 1])
+    half_done = _voted_chain(project, [1, -1], finished=False)
+    ruled = _voted_chain(project, [1, 1], finished=False)
+    adjudication_create(
+        chain=ruled,
+        lead=lead,
+        ratings=[AdjudicatedRating(step_id=s.pk, rating=-1) for s in ruled.steps.all()],
+    )
+    imported = ChainFactory(project=project, step_count=2)
+    annotation_with_ratings(chain=imported, labels=[1, -1])
+    imported_then_started = ChainFactory(project=project, step_count=2)
+    annotation_with_ratings(chain=imported_then_started, labels=[1, 1])
+    annotation_with_ratings(chain=imported_then_started, annotator=UserFactory(), labels=[-1, 1])
+    gold = ChainFactory(project=project, step_count=2)
+    annotation_with_ratings(chain=gold, labels=[1, 1])
+    gold_mark(project=project, chain_ids=[gold.pk])
+    flagged = _voted_chain(project, [1, 1], [1, 1])
+    flagged.is_flagged = True
+    flagged.save(update_fields=["is_flagged"])
+    ChainFactory(project=project)  # unlabeled
+
+    # When: a snapshot with the defaults, and one of every labeled chain
+    default = snapshot_create(project=project, user=lead)
+    everything = snapshot_create(project=project, user=lead, finished_only=False)
+
+    # Then: the default keeps the chains whose labeling is done, and counts the rest
+    kept = set(SnapshotChain.objects.filter(snapshot=default).values_list("chain_id", flat=True))
+    assert kept == {finished.pk, ruled.pk, imported.pk, gold.pk}
+    assert default.counts["unfinished_left_out"] == 3  # half done, started, flagged
+    assert default.meta["options"]["finished_only"] is True
+    assert "overlap" in default.meta["finished"]
+    assert everything.counts["chains"] == 7
+    assert everything.counts["unfinished_left_out"] == 0
+    assert everything.meta["options"]["finished_only"] is False
+    assert "finished" not in everything.meta
+    assert half_done.pk in set(
+        SnapshotChain.objects.filter(snapshot=everything).values_list("chain_id", flat=True)
+    )
+
+
+def test_imported_labels_are_not_finished_when_the_project_ignores_them():
+    project = ProjectFactory(import_labels=ImportLabels.IGNORE)
+    imported = ChainFactory(project=project, step_count=2)
+    annotation_with_ratings(chain=imported, labels=[1, -1])
+    _labeled_chain(project, [1, 1])
+
+    snapshot = snapshot_create(project=project)
+
+    assert snapshot.counts["chains"] == 1
+    assert snapshot.counts["unfinished_left_out"] == 1
+
+
+def test_finished_only_with_nothing_finished_says_how_to_include_the_rest(project):
+    _labeled_chain(project, [1, 1], finished=False)
+    with pytest.raises(ValidationError, match="1 labeled chains are unfinished"):
+        snapshot_create(project=project)
+    assert snapshot_create(project=project, finished_only=False).counts["chains"] == 1
+
+
+def test_min_support_leaves_steps_with_fewer_votes_unlabeled():
+    # Given: three annotators; step 1 has 3 votes, step 2 has 2, step 3 has 1
+    project = ProjectFactory(overlap=3)
+    chain = _voted_chain(project, [1, 1, -1], [1, 1, None], [1, None, None])
+
+    # When / Then: each minimum drops the steps below it
+    one = snapshot_create(project=project)
+    assert _row(one, chain).labels == [1, 1, -1]
+    two = snapshot_create(project=project, min_support=2)
+    assert _row(two, chain).labels == [1, 1, None]
+    assert _row(two, chain).support == [1.0, 1.0, None]
+    assert two.counts["steps_below_support"] == 1
+    assert two.counts["steps_labeled"] == 2
+    three = snapshot_create(project=project, min_support=3)
+    assert _row(three, chain).labels == [1, None, None]
+    assert three.meta["options"]["min_support"] == 3
+    assert len({one.content_hash, two.content_hash, three.content_hash}) == 3
+
+    # ...and a chain with no step left is not in the snapshot at all
+    with pytest.raises(ValidationError, match="minimum support"):
+        snapshot_create(project=project, min_support=4)
+
+
+def test_a_lead_s_ruling_settles_a_step_whatever_the_minimum():
+    project = ProjectFactory(overlap=3)
+    chain = _voted_chain(project, [1, 1], [1, None], finished=False)
+    adjudication_create(
+        chain=chain,
+        lead=UserFactory(),
+        ratings=[AdjudicatedRating(step_id=chain.steps.get(index=1).pk, rating=-1)],
+    )
+
+    snapshot = snapshot_create(project=project, min_support=2)
+
+    assert _row(snapshot, chain).labels == [1, -1]
+    assert snapshot.counts["steps_below_support"] == 0
+
+
+def _tied_project():
+    """Two annotators who split 1-1 on step 2 of one chain and agree on another."""
+    project = ProjectFactory(overlap=2)
+    tied = _voted_chain(project, [1, 1, 1], [1, -1, 1])
+    calm = _voted_chain(project, [1, 1], [1, 1])
+    return project, tied, calm
+
+
+def test_tied_steps_are_dropped_by_default():
+    project, tied, calm = _tied_project()
+
+    snapshot = snapshot_create(project=project)
+
+    row = _row(snapshot, tied)
+    assert row.labels == [1, None, 1]
+    assert row.support == [1.0, None, 1.0]
+    assert row.tied == []
+    assert _row(snapshot, calm).labels == [1, 1]
+    assert snapshot.counts["tied_steps"] == 1
+    assert snapshot.counts["steps_labeled"] == 4
+    assert snapshot.meta["options"]["ties"] == "drop"
+    assert snapshot.meta["consensus"]["tie"] == "tied steps are left unlabeled"
+
+
+def test_tied_steps_keep_the_lowest_rating_or_are_marked():
+    project, tied, _ = _tied_project()
+
+    lowest = snapshot_create(project=project, ties="lowest")
+    marked = snapshot_create(project=project, ties="mark")
+
+    assert _row(lowest, tied).labels == [1, -1, 1]
+    assert _row(lowest, tied).support == [1.0, 0.5, 1.0]
+    assert _row(lowest, tied).tied == []
+    assert _row(marked, tied).labels == [1, -1, 1]
+    assert _row(marked, tied).tied == [1]
+    assert lowest.counts["tied_steps"] == marked.counts["tied_steps"] == 1
+    assert lowest.counts["steps_labeled"] == 5
+    # The marks are part of what the snapshot holds
+    assert lowest.content_hash != marked.content_hash
+    assert marked.meta["consensus"]["tie"].startswith("lowest rating, the step listed")
+
+
+def test_a_ruling_on_a_tied_step_is_no_longer_a_tie():
+    project, tied, _ = _tied_project()
+    adjudication_create(
+        chain=tied,
+        lead=UserFactory(),
+        ratings=[AdjudicatedRating(step_id=tied.steps.get(index=1).pk, rating=1)],
+    )
+
+    snapshot = snapshot_create(project=project)
+
+    assert _row(snapshot, tied).labels == [1, 1, 1]
+    assert snapshot.counts["tied_steps"] == 0
+
+
+def test_the_split_options_are_recorded_and_reproduce_the_split(project):
+    for _ in range(20):
+        _labeled_chain(project, [1, -1])
+
+    first = snapshot_create(project=project, heldout_fraction=0.5, seed=11)
+    again = snapshot_create(project=project, **_split_of(first))
+    none_held_out = snapshot_create(project=project, heldout_fraction=0.0, seed=11)
+
+    assert first.seed == 11 and first.heldout_fraction == 0.5
+    assert again.content_hash == first.content_hash
+    assert none_held_out.counts["heldout_chains"] == 0
+    assert 0 < first.counts["heldout_chains"] < 20
+
+
+def _split_of(snapshot):
+    options = snapshot_options(snapshot=snapshot)
+    return {"heldout_fraction": options["heldout_fraction"], "seed": options["seed"]}
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"ties": "coin"}, "ties"),
+        ({"min_support": 0}, "min_support"),
+        ({"min_support": 51}, "min_support"),
+    ],
+)
+def test_snapshot_create_rejects_bad_options(project, options, field):
+    _labeled_chain(project, [1])
+    with pytest.raises(ValidationError) as raised:
+        snapshot_create(project=project, **options)
+    assert field in raised.value.message_dict
+    assert not snapshot_list(project=project).exists()
+
+
+def test_a_snapshot_older_than_the_options_says_what_it_holds(project):
+    old = Snapshot.objects.create(
+        project=project, version=1, content_hash="x", heldout_fraction=0.1, seed=4
+    )
+    assert snapshot_options(snapshot=old) == {
+        "finished_only": False,
+        "min_support": 1,
+        "ties": "lowest",
+        "heldout_fraction": 0.1,
+        "seed": 4,
+    }
+
+
+def test_a_training_run_s_snapshot_and_the_dataset_list_apart(project):
+    _labeled_chain(project, [1, 1])
+    _labeled_chain(project, [1, -1], finished=False)
+    dataset = snapshot_create(project=project)
+    trained = snapshot_create(project=project, finished_only=False, ties="lowest", training_run=3)
+
+    assert list(snapshot_list(project=project, kind="dataset")) == [dataset]
+    assert list(snapshot_list(project=project, kind="training")) == [trained]
+    assert list(snapshot_list(project=project)) == [trained, dataset]
+    assert trained.counts["chains"] == 2 and dataset.counts["chains"] == 1

@@ -1,0 +1,161 @@
+"""The snapshots page in a real browser (Debian's chromium driven by Playwright against
+pytest-django's live server, under the site's Content-Security-Policy): a lead sees the
+datasets and the training runs' snapshots apart, takes a snapshot with options, and
+compares two versions; at 1366x768 and on a 390 px phone, with screenshots."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from annotation.models import Role, Snapshot, SnapshotChain
+from annotation.services.snapshots import snapshot_create
+from tests.browser import ARTIFACTS, page_login, page_watched
+from tests.factories import (
+    ChainFactory,
+    MembershipFactory,
+    ProblemFactory,
+    ProjectFactory,
+    annotation_with_ratings,
+)
+
+XSS_IMG = '<img src=x onerror="window.__xss=1">'
+
+
+@pytest.fixture
+def lab() -> Any:
+    """Overlap 2, two annotators: two finished chains (one with a 1-1 tie on step 2), one
+    only the first annotator labeled; the lead's v1 of every labeled chain with ties at
+    the lowest rating, and a training run's v2."""
+    project = ProjectFactory(overlap=2, name="Algebra PRM, round 3")
+    lead = MembershipFactory(project=project, role=Role.LEAD, user__username="lena").user
+    ann = MembershipFactory(project=project, user__username="ann").user
+    bob = MembershipFactory(project=project, user__username="bob").user
+    problem = ProblemFactory(project=project, text=f"Solve $5x = 2(3x-7)$ for $x$. {XSS_IMG}")
+    tied = ChainFactory(
+        project=project, problem=problem, step_count=4, finished_count=2, is_finished=True
+    )
+    annotation_with_ratings(chain=tied, annotator=ann, labels=[1, 1, 1, -1])
+    annotation_with_ratings(chain=tied, annotator=bob, labels=[1, -1, 1, -1])
+    calm = ChainFactory(project=project, step_count=3, finished_count=2, is_finished=True)
+    annotation_with_ratings(chain=calm, annotator=ann, labels=[1, 1, 1])
+    annotation_with_ratings(chain=calm, annotator=bob, labels=[1, 1, 1])
+    partial = ChainFactory(project=project, step_count=3, finished_count=1)
+    annotation_with_ratings(chain=partial, annotator=ann, labels=[1, -1, None])
+    snapshot_create(project=project, user=lead, finished_only=False, ties="lowest")
+    snapshot_create(project=project, user=None, finished_only=False, ties="lowest", training_run=4)
+    return {"project": project, "lead": lead, "tied": tied, "partial": partial}
+
+
+def _open(page: Page, live_server: Any, lab: Any) -> None:
+    page_login(page=page, base_url=live_server.url, username=lab["lead"].username)
+    page.goto(f"{live_server.url}/projects/{lab['project'].pk}/snapshots/")
+    page.wait_for_selector("#snapshots[data-state=ready]")
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    with page_watched(browser=browser, width=1366, height=768, csp_errors=True) as opened:
+        yield opened
+
+
+def test_lead_takes_a_snapshot_with_options_and_compares_it(
+    live_server: Any, page: Page, lab: Any
+) -> None:
+    # Given: the lead opens the snapshots page from the dashboard
+    page_login(page=page, base_url=live_server.url, username=lab["lead"].username)
+    page.goto(f"{live_server.url}/projects/{lab['project'].pk}/")
+    page.get_by_role("link", name="Snapshots").click()
+    page.wait_for_selector("#snapshots[data-state=ready]")
+
+    # Then: the lead's dataset and the training run's snapshot are listed apart
+    datasets = page.locator("#sn-datasets tbody tr")
+    expect(datasets).to_have_count(1)
+    assert datasets.first.get_attribute("data-version") == "1"
+    assert "all labeled chains" in datasets.first.inner_text()
+    assert "ties at lowest" in datasets.first.inner_text()
+    assert "lena" in datasets.first.inner_text()
+    training = page.locator("#sn-training tbody tr")
+    expect(training).to_have_count(1)
+    assert training.first.get_attribute("data-version") == "2"
+    assert "#4" in training.first.inner_text()
+    # ...and the form starts from the defaults: finished chains only, ties dropped
+    assert page.locator("#sn-finished-only").is_checked()
+    assert page.locator("#sn-ties").input_value() == "drop"
+
+    # When: a snapshot of finished chains, tied steps marked, seed 7
+    page.locator("#sn-ties").select_option("mark")
+    page.locator("#sn-seed").fill("7")
+    page.get_by_role("button", name="Take snapshot").click()
+
+    # Then: it is v3, stored with those options, and listed first among the datasets
+    expect(page.locator("#sn-message.ok")).to_contain_text("Snapshot v3 taken: 2 chains")
+    expect(page.locator("#sn-message")).to_contain_text("1 unfinished chain left out")
+    taken = Snapshot.objects.get(project=lab["project"], version=3)
+    assert taken.meta["options"] == {
+        "finished_only": True,
+        "min_support": 1,
+        "ties": "mark",
+        "heldout_fraction": 0.2,
+        "seed": 7,
+    }
+    assert SnapshotChain.objects.get(snapshot=taken, chain=lab["tied"]).tied == [1]
+    expect(datasets).to_have_count(2)
+    assert datasets.first.get_attribute("data-version") == "3"
+    assert "finished only" in datasets.first.inner_text()
+    assert "ties marked" in datasets.first.inner_text()
+    assert "seed 7" in datasets.first.inner_text()
+
+    # When: the lead compares v1 with v3
+    page.locator("#sn-diff-a").select_option("1")
+    page.locator("#sn-diff-b").select_option("3")
+    page.get_by_role("button", name="Compare").click()
+
+    # Then: the unfinished chain is removed, and whatever else changed is listed
+    page.wait_for_selector("#snapshots[data-diff=ready]")
+    expect(page.locator("#sn-diff-counts [data-count=removed]")).to_have_text("1")
+    removed = page.locator(f"#sn-diff-table tr[data-chain='{lab['partial'].pk}']")
+    expect(removed).to_have_attribute("data-change", "removed")
+    assert page.locator("#sn-diff-table img").count() == 0  # problem text shown as text
+    assert page.evaluate("() => typeof window.__xss") == "undefined"
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "snapshots.png"), full_page=True)
+
+    # When: only the removed chains are asked for
+    page.locator("#sn-diff-change").select_option("removed")
+    page.get_by_role("button", name="Compare").click()
+    expect(page.locator("#sn-diff-table tbody tr")).to_have_count(1)
+
+
+def test_a_snapshot_the_options_leave_empty_says_why(
+    live_server: Any, page: Page, lab: Any
+) -> None:
+    _open(page, live_server, lab)
+
+    page.locator("#sn-min-support").fill("3")
+    page.get_by_role("button", name="Take snapshot").click()
+
+    expect(page.locator("#sn-message.error")).to_contain_text("lower min_support")
+    assert not Snapshot.objects.filter(project=lab["project"], version=3).exists()
+
+
+def test_the_snapshots_page_fits_a_phone(browser: Browser, live_server: Any, lab: Any) -> None:
+    with page_watched(browser=browser, width=390, height=844, csp_errors=True) as phone:
+        _open(phone, live_server, lab)
+        phone.get_by_role("button", name="Take snapshot").click()
+        expect(phone.locator("#sn-message.ok")).to_contain_text("Snapshot v3 taken")
+        phone.locator("#sn-diff-a").select_option("1")
+        phone.locator("#sn-diff-b").select_option("3")
+        phone.get_by_role("button", name="Compare").click()
+        phone.wait_for_selector("#snapshots[data-diff=ready]")
+        expect(phone.locator("#sn-diff-table tbody tr").first).to_be_visible()
+        ARTIFACTS.mkdir(exist_ok=True)
+        phone.screenshot(path=str(ARTIFACTS / "snapshots-390.png"), full_page=True)
+        # Nothing scrolls the page sideways: wide tables scroll inside their cards
+        overflow = phone.evaluate(
+            """() => document.documentElement.scrollWidth <= window.innerWidth"""
+        )
+        assert overflow is True
