@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
@@ -156,17 +156,9 @@ def snapshot_create(
     left once the options are applied). Snapshots of one project are
     serialised by an advisory lock, so versions are gapless and never collide; labeling
     goes on meanwhile (the snapshot sees what was committed when each chunk was read)."""
-    if not 0 <= heldout_fraction < 1:
-        raise ValidationError({"heldout_fraction": "Must be at least 0 and below 1."})
-    if not 0 <= seed <= SEED_MAX:
-        raise ValidationError({"seed": f"Must be between 0 and {SEED_MAX}."})
     if ambiguous not in AMBIGUOUS_CHOICES:
         raise ValidationError({"ambiguous": f"Must be one of {', '.join(AMBIGUOUS_CHOICES)}."})
-    if ties not in TIE_POLICIES:
-        raise ValidationError({"ties": f"Must be one of {', '.join(TIE_POLICIES)}."})
-    if not 1 <= min_support <= MIN_SUPPORT_MAX:
-        raise ValidationError({"min_support": f"Must be between 1 and {MIN_SUPPORT_MAX}."})
-    options = SnapshotOptions(
+    options = _options_checked(
         finished_only=finished_only,
         min_support=min_support,
         ties=ties,
@@ -183,21 +175,9 @@ def snapshot_create(
             created_by=user,
             heldout_fraction=heldout_fraction,
             seed=seed,
-            meta={
-                # What the snapshot holds, as asked for: an export says it from here.
-                "options": options.as_meta(),
-                **({"finished": FINISHED_RULE} if finished_only else {}),
-                "consensus": {
-                    "order": ["adjudication", "majority", "import_fallback"],
-                    "adjudication": "the newest ruling wins on the steps it rates",
-                    "tie": TIE_RULES[ties],
-                    "import_labels": project.import_labels,
-                },
-                "split": "sha256(seed:problem content hash) < heldout_fraction",
-                "trl_ambiguous": ambiguous,
-                # A training run's own snapshot, listed apart from the lead's datasets.
-                **({"training_run": training_run} if training_run is not None else {}),
-            },
+            meta=_snapshot_meta(
+                project=project, options=options, ambiguous=ambiguous, training_run=training_run
+            ),
         )
         counts = _write_rows(snapshot=snapshot, project=project, options=options)
         if counts["chains"] == 0:
@@ -206,6 +186,48 @@ def snapshot_create(
         snapshot.counts = counts
         snapshot.save(update_fields=["content_hash", "counts"])
     return snapshot
+
+
+def _options_checked(
+    *, finished_only: bool, min_support: int, ties: str, heldout_fraction: float, seed: int
+) -> SnapshotOptions:
+    """The options, or ValidationError naming the first one out of its range."""
+    if not 0 <= heldout_fraction < 1:
+        raise ValidationError({"heldout_fraction": "Must be at least 0 and below 1."})
+    if not 0 <= seed <= SEED_MAX:
+        raise ValidationError({"seed": f"Must be between 0 and {SEED_MAX}."})
+    if ties not in TIE_POLICIES:
+        raise ValidationError({"ties": f"Must be one of {', '.join(TIE_POLICIES)}."})
+    if not 1 <= min_support <= MIN_SUPPORT_MAX:
+        raise ValidationError({"min_support": f"Must be between 1 and {MIN_SUPPORT_MAX}."})
+    return SnapshotOptions(
+        finished_only=finished_only,
+        min_support=min_support,
+        ties=ties,
+        heldout_fraction=heldout_fraction,
+        seed=seed,
+    )
+
+
+def _snapshot_meta(
+    *, project: Project, options: SnapshotOptions, ambiguous: str, training_run: int | None
+) -> dict[str, Any]:
+    """What a snapshot says of itself: the options it was taken with (an export says
+    them from here), the rules in force, and the training run that took it, if one did."""
+    return {
+        "options": options.as_meta(),
+        **({"finished": FINISHED_RULE} if options.finished_only else {}),
+        "consensus": {
+            "order": ["adjudication", "majority", "import_fallback"],
+            "adjudication": "the newest ruling wins on the steps it rates",
+            "tie": TIE_RULES[options.ties],
+            "import_labels": project.import_labels,
+        },
+        "split": "sha256(seed:problem content hash) < heldout_fraction",
+        "trl_ambiguous": ambiguous,
+        # A training run's own snapshot, listed apart from the lead's datasets.
+        **({"training_run": training_run} if training_run is not None else {}),
+    }
 
 
 def _snapshots_lock(*, project: Project) -> None:
@@ -296,19 +318,107 @@ def _nothing_to_freeze(*, counts: dict[str, Any], options: SnapshotOptions) -> s
     return "The project has no labeled step yet: nothing to snapshot."
 
 
+@dataclass
+class _Tally:
+    """The snapshot's content hash and counts, kept as its rows are written."""
+
+    digest: Any = field(default_factory=hashlib.sha256)
+    chains: int = 0
+    steps_labeled: int = 0
+    heldout: int = 0
+    tied_steps: int = 0
+    below_support: int = 0
+    unfinished_left_out: int = 0
+    problems: set[str] = field(default_factory=set)
+    label_counts: dict[str, int] = field(default_factory=lambda: {"-1": 0, "0": 0, "1": 0})
+
+    def add(self, *, row: _Row, chain_hash: str, split: str, problem_hash: str) -> None:
+        self.digest.update(
+            snapshot_row_digest(
+                chain_hash=chain_hash, split=split, labels=row.labels, tied=row.tied
+            )
+        )
+        self.chains += 1
+        self.heldout += split == SnapshotSplit.HELDOUT
+        self.problems.add(problem_hash)
+        for label in row.labels:
+            if label is not None:
+                self.steps_labeled += 1
+                self.label_counts[str(label)] += 1
+
+    def counts(self) -> dict[str, Any]:
+        return {
+            "content_hash": self.digest.hexdigest(),
+            "chains": self.chains,
+            "steps_labeled": self.steps_labeled,
+            "train_chains": self.chains - self.heldout,
+            "heldout_chains": self.heldout,
+            "problems": len(self.problems),
+            "label_counts": self.label_counts,
+            "tied_steps": self.tied_steps,
+            "steps_below_support": self.below_support,
+            "unfinished_left_out": self.unfinished_left_out,
+        }
+
+
+def _chunk_rows(
+    *,
+    snapshot: Snapshot,
+    project: Project,
+    options: SnapshotOptions,
+    chunk: list[tuple[int, str, int, str]],
+    tally: _Tally,
+) -> list[SnapshotChain]:
+    """The snapshot's rows for a chunk of (chain id, content hash, step count, problem
+    hash), in that order, counted in ``tally``: the chains with a label left once the
+    options are applied."""
+    consensus = consensus_for_chains(
+        chain_step_counts={chain_id: count for chain_id, _, count, _ in chunk},
+        import_labels=project.import_labels,
+    )
+    rows: list[SnapshotChain] = []
+    for chain_id, chain_hash, _, problem_hash in chunk:
+        result = consensus[chain_id]
+        if not result.has_label:
+            continue
+        row = _options_applied(result=result, options=options)
+        tally.tied_steps += row.tied_steps
+        tally.below_support += row.below_support
+        if all(label is None for label in row.labels):
+            continue
+        split = problem_split(
+            problem_hash=problem_hash,
+            seed=snapshot.seed,
+            heldout_fraction=snapshot.heldout_fraction,
+        )
+        tally.add(row=row, chain_hash=chain_hash, split=split, problem_hash=problem_hash)
+        rows.append(
+            SnapshotChain(
+                snapshot=snapshot,
+                chain_id=chain_id,
+                split=split,
+                labels=row.labels,
+                support=row.support,
+                tied=row.tied,
+                votes=[
+                    {"by": vote.by, "source": vote.source, "labels": list(vote.labels)}
+                    for vote in result.votes
+                ],
+            )
+        )
+    return rows
+
+
 def _write_rows(
     *, snapshot: Snapshot, project: Project, options: SnapshotOptions
 ) -> dict[str, Any]:
-    digest = hashlib.sha256()
-    label_counts = {"-1": 0, "0": 0, "1": 0}
-    chains = steps_labeled = heldout = tied_steps = below_support = 0
-    problems: set[str] = set()
+    """Write the snapshot's rows chunk by chunk; its content hash and counts."""
+    tally = _Tally()
     annotated = Annotation.objects.filter(chain=OuterRef("pk"))
     candidates = Chain.objects.filter(project=project).filter(Exists(annotated))
-    unfinished_left_out = 0
     if options.finished_only:
         finished = _finished(project=project)
-        unfinished_left_out = candidates.filter(~finished).count()
+        tally.unfinished_left_out = candidates.filter(~finished).count()
         candidates = candidates.filter(finished)
     last_hash = ""
     while True:
@@ -320,63 +430,10 @@ def _write_rows(
             .values_list("id", "content_hash", "step_count", "problem__content_hash")[:CHUNK_CHAINS]
         )
         if not chunk:
-            break
+            return tally.counts()
         last_hash = chunk[-1][1]
-        consensus = consensus_for_chains(
-            chain_step_counts={chain_id: count for chain_id, _, count, _ in chunk},
-            import_labels=project.import_labels,
+        SnapshotChain.objects.bulk_create(
+            _chunk_rows(
+                snapshot=snapshot, project=project, options=options, chunk=chunk, tally=tally
+            )
         )
-        rows: list[SnapshotChain] = []
-        for chain_id, chain_hash, _, problem_hash in chunk:
-            result = consensus[chain_id]
-            if not result.has_label:
-                continue
-            row = _options_applied(result=result, options=options)
-            tied_steps += row.tied_steps
-            below_support += row.below_support
-            if all(label is None for label in row.labels):
-                continue
-            split = problem_split(
-                problem_hash=problem_hash,
-                seed=snapshot.seed,
-                heldout_fraction=snapshot.heldout_fraction,
-            )
-            digest.update(
-                snapshot_row_digest(
-                    chain_hash=chain_hash, split=split, labels=row.labels, tied=row.tied
-                )
-            )
-            rows.append(
-                SnapshotChain(
-                    snapshot=snapshot,
-                    chain_id=chain_id,
-                    split=split,
-                    labels=row.labels,
-                    support=row.support,
-                    tied=row.tied,
-                    votes=[
-                        {"by": vote.by, "source": vote.source, "labels": list(vote.labels)}
-                        for vote in result.votes
-                    ],
-                )
-            )
-            chains += 1
-            heldout += split == SnapshotSplit.HELDOUT
-            problems.add(problem_hash)
-            for label in row.labels:
-                if label is not None:
-                    steps_labeled += 1
-                    label_counts[str(label)] += 1
-        SnapshotChain.objects.bulk_create(rows)
-    return {
-        "content_hash": digest.hexdigest(),
-        "chains": chains,
-        "steps_labeled": steps_labeled,
-        "train_chains": chains - heldout,
-        "heldout_chains": heldout,
-        "problems": len(problems),
-        "label_counts": label_counts,
-        "tied_steps": tied_steps,
-        "steps_below_support": below_support,
-        "unfinished_left_out": unfinished_left_out,
-    }
