@@ -37,6 +37,13 @@ class ImportLabels(models.TextChoices):
     FALLBACK = "fallback", "Use imported labels only on chains no person has labeled"
 
 
+class ConsensusMethod(models.TextChoices):
+    """How a step's votes become the label training uses (annotation/services/consensus.py)."""
+
+    MAJORITY = "majority", "Majority vote"
+    DAWID_SKENE = "dawid_skene", "Dawid-Skene (annotator reliability learned from the labels)"
+
+
 class Rating(models.IntegerChoices):
     INCORRECT = -1, "incorrect"
     AMBIGUOUS = 0, "ambiguous"
@@ -74,6 +81,14 @@ class Project(models.Model):
         choices=ImportLabels.choices,
         default=ImportLabels.FALLBACK,
         help_text="How labels that came in with an import count toward consensus.",
+    )
+    consensus = models.CharField(
+        max_length=20,
+        choices=ConsensusMethod.choices,
+        default=ConsensusMethod.MAJORITY,
+        help_text="How a step's votes become its label: majority vote, or Dawid-Skene, which "
+        "learns each annotator's reliability from all the project's labels and its gold "
+        "chains and weighs their votes by it. Snapshots use the chosen one; review shows both.",
     )
     # Gold chains and screening (annotation/services/gold.py).
     gold_rate = models.FloatField(
@@ -116,6 +131,10 @@ class Project(models.Model):
             models.CheckConstraint(
                 condition=Q(labeling_mode__in=LabelingMode.values),
                 name="project_labeling_mode_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(consensus__in=ConsensusMethod.values),
+                name="project_consensus_valid",
             ),
         ]
 

@@ -9,7 +9,15 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from annotation.models import ImportLabels, LabelingMode, Membership, Project, Role, StepSplit
+from annotation.models import (
+    ConsensusMethod,
+    ImportLabels,
+    LabelingMode,
+    Membership,
+    Project,
+    Role,
+    StepSplit,
+)
 
 
 class _RejectUnknownFieldsMixin:
@@ -37,6 +45,16 @@ class _ProjectSettingsInputSerializer(_RejectUnknownFieldsMixin, serializers.Ser
         choices=ImportLabels.choices,
         required=False,
         help_text="How labels that came in with an import count toward consensus.",
+    )
+    consensus = serializers.ChoiceField(
+        choices=ConsensusMethod.choices,
+        required=False,
+        help_text="How a step's votes become the label snapshots and training use: "
+        '"majority" (majority vote; a tie goes to the lowest rating and is marked tied) or '
+        '"dawid_skene" (Dawid-Skene: each annotator\'s reliability is learned from all the '
+        "project's labels and its gold chains' answer keys, and a step's label is the "
+        "most probable one, its posterior probability as support). An adjudication wins "
+        "under either; the review page shows both side by side.",
     )
     gold_rate = serializers.FloatField(
         required=False,
@@ -129,6 +147,7 @@ class ProjectOutputSerializer(serializers.ModelSerializer):
             "show_reference_answer",
             "leads_rule_own_labels",
             "import_labels",
+            "consensus",
             "gold_rate",
             "screening_chains",
             "screening_pass_accuracy",

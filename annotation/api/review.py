@@ -3,7 +3,8 @@ service, serialize.
 
 - `GET /api/v1/projects/{id}/disagreements/` (leads): disputed chains, worst first;
 - `GET /api/v1/chains/{id}/labels/` (leads): every current label side by side per step,
-  the consensus, and every revision with who and when;
+  the consensus, majority vote's and Dawid-Skene's labels, and every revision with who
+  and when;
 - `POST /api/v1/chains/{id}/adjudicate/` (leads): set adjudicated labels with a note;
 - `GET /api/v1/projects/{id}/flags/` (leads): chains flagged as broken, with who flagged
   each, why and when;
@@ -29,7 +30,7 @@ from rest_framework.response import Response
 
 from annotation.api.fields import IdField
 from annotation.api.permissions import LEADS, project_for_request, request_user
-from annotation.models import Annotation, Chain, Role
+from annotation.models import Annotation, Chain, ConsensusMethod, Role
 from annotation.selectors.review import chain_disagreements, chain_flags, chain_labels
 from annotation.services.agreement import agreement_compute
 from annotation.services.review import AdjudicatedRating, adjudication_create
@@ -134,6 +135,24 @@ class RevisionOutputSerializer(serializers.Serializer):
     comments = serializers.DictField(child=serializers.CharField(), help_text="step index -> text")
 
 
+class MajorityOutputSerializer(serializers.Serializer):
+    label = serializers.IntegerField(  # type: ignore[assignment]  # a field, not Field.label
+        source="majority", allow_null=True, help_text="On a tie, the lowest tied rating."
+    )
+    support = serializers.FloatField(
+        source="majority_support", allow_null=True, help_text="Share of the votes behind it."
+    )
+    tied = serializers.BooleanField(source="majority_tied", help_text="The votes tie.")
+
+
+class DawidSkeneOutputSerializer(serializers.Serializer):
+    label = serializers.IntegerField(  # type: ignore[assignment]  # a field, not Field.label
+        help_text="The most probable rating; on a tie the lowest."
+    )
+    probability = serializers.FloatField(help_text="Its posterior probability.")
+    tied = serializers.BooleanField(help_text="Another rating is as probable.")
+
+
 class StepLabelsOutputSerializer(serializers.Serializer):
     step = serializers.IntegerField(source="step_id")
     index = serializers.IntegerField()
@@ -149,6 +168,15 @@ class StepLabelsOutputSerializer(serializers.Serializer):
     support = serializers.FloatField(allow_null=True)
     tied = serializers.BooleanField(
         help_text="The votes tie: there is no consensus to take, a lead rules."
+    )
+    majority = MajorityOutputSerializer(
+        source="*", help_text="Majority vote over the counted votes (no adjudication)."
+    )
+    dawid_skene = DawidSkeneOutputSerializer(
+        allow_null=True,
+        help_text="Dawid-Skene's label over the counted votes (no adjudication), with each "
+        "voter weighed by the reliability learned from the project's labels and gold "
+        "chains; null where nobody counted rated the step.",
     )
 
 
@@ -184,6 +212,16 @@ class ChainLabelsOutputSerializer(serializers.Serializer):
         source="chain.problem.reference_answer", help_text="The problem's answer, when known."
     )
     columns = RevisionOutputSerializer(many=True, help_text="The current revisions.")
+    consensus_method = serializers.ChoiceField(
+        source="method",
+        choices=ConsensusMethod.choices,
+        help_text="The project's consensus method: which of `majority` and `dawid_skene` "
+        "each step's `consensus` follows.",
+    )
+    reliability = serializers.DictField(
+        child=serializers.FloatField(),
+        help_text="Dawid-Skene's estimated accuracy (0..1) of this chain's voters, by `by`.",
+    )
     steps = StepLabelsOutputSerializer(many=True)
     history = RevisionOutputSerializer(many=True, help_text="Every revision, oldest first.")
     flag = ChainFlagOutputSerializer(source="chain")

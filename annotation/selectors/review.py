@@ -10,9 +10,24 @@ import numpy as np
 from django.contrib.auth import get_user_model
 from django.db.models import Exists, F, OuterRef, QuerySet
 
-from annotation.models import Annotation, AnnotationSource, Chain, Project, Step, StepRating
+from annotation.models import (
+    Annotation,
+    AnnotationSource,
+    Chain,
+    ConsensusMethod,
+    ImportLabels,
+    Project,
+    Step,
+    StepRating,
+)
 from annotation.services.agreement import current_human_ratings
-from annotation.services.consensus import chain_consensus, votes_for_chains
+from annotation.services.consensus import (
+    StepPosterior,
+    chain_consensus,
+    counted_votes,
+    dawid_skene_fit,
+    votes_for_chains,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,9 +220,15 @@ class StepLabels:
     text: str
     # One entry per current revision, in ``ChainLabels.columns`` order; None = not rated.
     ratings: list[int | None]
+    # The label training uses, by the project's method (an adjudication wins).
     consensus: int | None
     support: float | None
     tied: bool = False
+    # Both methods over the counted votes alone (no adjudication), side by side.
+    majority: int | None = None
+    majority_support: float | None = None
+    majority_tied: bool = False
+    dawid_skene: StepPosterior | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,21 +237,40 @@ class ChainLabels:
     columns: list[LabelRevision]
     steps: list[StepLabels]
     history: list[LabelRevision]
+    # The project's method (ConsensusMethod value): which of the two ``consensus`` follows.
+    method: str = ConsensusMethod.MAJORITY
+    # Dawid-Skene's estimated accuracy of this chain's voters, by ``LabelRevision.by``.
+    reliability: dict[str, float] = field(default_factory=dict)
 
 
 def chain_labels(*, chain: Chain) -> ChainLabels:
-    """Every current label of the chain side by side per step, its consensus, and the
-    whole history. Four queries: steps, annotations, ratings and the consensus votes."""
+    """Every current label of the chain side by side per step, its consensus, majority
+    vote's and Dawid-Skene's labels, and the whole history. Four queries (steps,
+    annotations, ratings and the consensus votes) and Dawid-Skene's fit of the project
+    (two queries when cached, see ``dawid_skene_fit``)."""
     history = chain_label_history(chain=chain)
     columns = [revision for revision in history if revision.current]
     steps = list(
         Step.objects.filter(chain=chain).order_by("index").values_list("id", "index", "text")
     )
+    project = chain.project
+    votes = votes_for_chains(chain_ids=[chain.pk]).get(chain.pk, [])
+    counted = counted_votes(votes=votes, import_labels=project.import_labels)
+    # Only the counted votes: the side-by-side columns compare the methods, not the ruling.
+    majority = chain_consensus(
+        step_count=len(steps), votes=counted, import_labels=ImportLabels.VOTE
+    )
+    fit = dawid_skene_fit(project=project) if counted else None
+    learned = fit.chain(chain_id=chain.pk) if fit is not None else []
+    learned += [None] * (len(steps) - len(learned))
+    method = project.consensus
     consensus = chain_consensus(
         step_count=len(steps),
-        votes=votes_for_chains(chain_ids=[chain.pk]).get(chain.pk, []),
-        import_labels=chain.project.import_labels,
+        votes=votes,
+        import_labels=project.import_labels,
+        learned=learned if method == ConsensusMethod.DAWID_SKENE else None,
     )
+    voters = {column.by for column in columns}
     return ChainLabels(
         chain=chain,
         columns=columns,
@@ -243,10 +283,20 @@ def chain_labels(*, chain: Chain) -> ChainLabels:
                 consensus=consensus.labels[position],
                 support=consensus.support[position],
                 tied=consensus.tied[position],
+                majority=majority.labels[position],
+                majority_support=majority.support[position],
+                majority_tied=majority.tied[position],
+                dawid_skene=learned[position],
             )
             for position, (step_id, index, text) in enumerate(steps)
         ],
         history=history,
+        method=method,
+        reliability={
+            name: share
+            for name, share in (fit.reliability if fit else {}).items()
+            if name in voters
+        },
     )
 
 

@@ -21,18 +21,40 @@ support of a tie is then 1/2 (or 1/3), which lets training down-weight it.
 
 ``support`` is the share of the step's votes that went to the winning rating.
 
+With ``Project.consensus == "dawid_skene"`` rule 2 (and 3) take each step's label from a
+Dawid-Skene model fitted over all the project's counted votes (``dawid_skene_fit``):
+each voter's reliability is learned from the labels, and from the gold chains' answer
+keys, and a step's label is the most probable one, with its posterior probability as its
+support. A posterior tie is a tie, as in majority vote (the lowest of the tied ratings,
+flagged ``tied``). Adjudications still win.
+
 The pure part (``step_consensus``, ``chain_consensus``) takes plain lists so it is tested
 without a database; ``consensus_for_chains`` loads the votes of many chains in one query.
 """
 
 from __future__ import annotations
 
+import time
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from annotation.models import AnnotationSource, ImportLabels, StepRating
+import numpy as np
+from django.core.cache import cache
+from django.db.models import Count, Exists, Max, OuterRef, Sum
+
+from annotation.models import (
+    Annotation,
+    AnnotationSource,
+    Chain,
+    ConsensusMethod,
+    ImportLabels,
+    Project,
+    StepRating,
+)
+from annotation.services.dawid_skene import dawid_skene_posteriors
 
 Label = int | None
 
@@ -92,24 +114,47 @@ def step_tally(ratings: Iterable[int]) -> tuple[Label, float | None, bool]:
     return min(tied), top / total, len(tied) > 1
 
 
-def chain_consensus(
-    *, step_count: int, votes: Sequence[Vote], import_labels: str = ImportLabels.FALLBACK
-) -> ChainConsensus:
-    """Consensus of every step of one chain from its current votes (see the module
-    docstring for the rules). ``votes`` must already hold only current revisions."""
-    adjudications = [vote for vote in votes if vote.source == AnnotationSource.ADJUDICATION]
-    # Votes come oldest first, so the last is the current ruling.
-    ruling = adjudications[-1] if adjudications else None
+@dataclass(frozen=True, slots=True)
+class StepPosterior:
+    """Dawid-Skene's label of one step: the most probable rating, its posterior
+    probability, and whether another rating is as probable (then ``label`` is the lowest
+    of the tied, as in majority vote)."""
+
+    label: int
+    probability: float
+    tied: bool
+
+
+def counted_votes(*, votes: Sequence[Vote], import_labels: str) -> list[Vote]:
+    """The votes rules 2 and 3 count on one chain: its human votes, plus its import votes
+    with ``import_labels == "vote"``, or only its import votes with "fallback" on a chain
+    no person rated."""
     human = [vote for vote in votes if vote.source == AnnotationSource.HUMAN]
     imported = [vote for vote in votes if vote.source == AnnotationSource.IMPORT]
     if import_labels == ImportLabels.VOTE:
-        counted = [*human, *imported]
-    elif import_labels == ImportLabels.FALLBACK and not any(
+        return [*human, *imported]
+    if import_labels == ImportLabels.FALLBACK and not any(
         label is not None for vote in human for label in vote.labels
     ):
-        counted = imported
-    else:
-        counted = human
+        return imported
+    return human
+
+
+def chain_consensus(
+    *,
+    step_count: int,
+    votes: Sequence[Vote],
+    import_labels: str = ImportLabels.FALLBACK,
+    learned: Sequence[StepPosterior | None] | None = None,
+) -> ChainConsensus:
+    """Consensus of every step of one chain from its current votes (see the module
+    docstring for the rules). ``votes`` must already hold only current revisions.
+    ``learned``: Dawid-Skene's posterior per step index (``DawidSkeneFit.chain``), which
+    replaces the majority vote on the steps it covers."""
+    adjudications = [vote for vote in votes if vote.source == AnnotationSource.ADJUDICATION]
+    # Votes come oldest first, so the last is the current ruling.
+    ruling = adjudications[-1] if adjudications else None
+    counted = counted_votes(votes=votes, import_labels=import_labels)
     labels: list[Label] = []
     support: list[float | None] = []
     tied: list[bool] = []
@@ -118,6 +163,12 @@ def chain_consensus(
             labels.append(ruling.labels[index])
             support.append(1.0)
             tied.append(False)
+            continue
+        posterior = learned[index] if learned is not None and index < len(learned) else None
+        if posterior is not None:
+            labels.append(posterior.label)
+            support.append(posterior.probability)
+            tied.append(posterior.tied)
             continue
         label, share, tie = step_tally(
             rating
@@ -210,14 +261,216 @@ def votes_for_chains(*, chain_ids: Sequence[int]) -> dict[int, list[Vote]]:
 
 
 def consensus_for_chains(
-    *, chain_step_counts: Mapping[int, int], import_labels: str
+    *,
+    chain_step_counts: Mapping[int, int],
+    import_labels: str,
+    project: Project | None = None,
 ) -> dict[int, ChainConsensus]:
-    """Consensus of each chain given as {chain id: step count}; two queries in all
-    (the votes, and nothing per chain). Chains with no votes get all-None labels."""
+    """Consensus of each chain given as {chain id: step count}, all of one project, by the
+    project's ``consensus`` method. Two queries with majority vote (the project, unless
+    given, and the votes); Dawid-Skene adds its fit (``dawid_skene_fit``: two queries when
+    it is cached). Chains with no votes get all-None labels."""
+    if not chain_step_counts:
+        return {}
+    if project is None:
+        project = Project.objects.filter(chains__pk=next(iter(chain_step_counts))).first()
     votes = votes_for_chains(chain_ids=list(chain_step_counts))
+    fit = (
+        dawid_skene_fit(project=project, import_labels=import_labels)
+        if project is not None and project.consensus == ConsensusMethod.DAWID_SKENE
+        else None
+    )
     return {
         chain_id: chain_consensus(
-            step_count=step_count, votes=votes.get(chain_id, []), import_labels=import_labels
+            step_count=step_count,
+            votes=votes.get(chain_id, []),
+            import_labels=import_labels,
+            learned=fit.chain(chain_id=chain_id) if fit is not None else None,
         )
         for chain_id, step_count in chain_step_counts.items()
     }
+
+
+# --- Dawid-Skene over a whole project ---------------------------------------------------
+
+# Chains whose votes are loaded at a time while a fit collects a project's votes: memory
+# holds the collected votes as three integer arrays and one batch of Vote objects.
+FIT_CHAIN_BATCH = 2000
+# A fit is kept under a key that changes with any new annotation or gold change (see
+# ``_fit_key``); a day bounds how long an unused one stays in the cache.
+FIT_CACHE_SECONDS = 24 * 3600
+# The newest fits this process used, so a snapshot's chunks do not unpickle one each.
+_RECENT_FITS: dict[str, DawidSkeneFit] = {}
+_RECENT_FITS_MAX = 4
+
+
+@dataclass(frozen=True, slots=True)
+class DawidSkeneFit:
+    """Dawid-Skene's posterior of every voted step of a project, as arrays: the project's
+    voted chains in id order, each owning ``lengths[c]`` consecutive entries from
+    ``starts[c]`` (one per step index) of ``labels``, ``probability``, ``tied`` and
+    ``voted`` (False: nobody counted rated that step)."""
+
+    chain_ids: np.ndarray  # int64 [C], ascending
+    starts: np.ndarray  # int64 [C]
+    lengths: np.ndarray  # int64 [C]
+    voted: np.ndarray  # bool [T]
+    labels: np.ndarray  # int8 [T]
+    probability: np.ndarray  # float64 [T]
+    tied: np.ndarray  # bool [T]
+    # Voter name (as ``Vote.by``) -> estimated accuracy (0..1).
+    reliability: dict[str, float]
+    votes: int
+    gold_steps: int
+    iterations: int
+    seconds: float
+
+    def chain(self, *, chain_id: int) -> list[StepPosterior | None]:
+        """The posterior per step index of one chain; [] for a chain without counted votes."""
+        at = int(np.searchsorted(self.chain_ids, chain_id))
+        if at >= len(self.chain_ids) or int(self.chain_ids[at]) != chain_id:
+            return []
+        start, length = int(self.starts[at]), int(self.lengths[at])
+        return [
+            StepPosterior(
+                label=int(self.labels[task]),
+                probability=float(self.probability[task]),
+                tied=bool(self.tied[task]),
+            )
+            if self.voted[task]
+            else None
+            for task in range(start, start + length)
+        ]
+
+
+def _fit_key(*, project: Project, import_labels: str) -> str:
+    """A key that changes whenever the fit's input may: annotations are only ever added
+    (a correction is a new row), so their count and newest id move with every vote, and
+    a gold chain marked or unmarked moves the gold count or the sum of answer-key ids.
+    Two queries."""
+    annotations = Annotation.objects.filter(chain__project=project).aggregate(
+        newest=Max("id"), count=Count("id")
+    )
+    gold = Chain.objects.filter(project=project, is_gold=True).aggregate(
+        count=Count("id"), keys=Sum("gold_annotation_id")
+    )
+    return (
+        # created_at too: a database that reuses ids (SQLite) must not meet an old fit.
+        f"consensus:dawid-skene:v1:{project.pk}:{project.created_at.timestamp()}:{import_labels}:"
+        f"{annotations['newest']}:{annotations['count']}:{gold['count']}:{gold['keys']}"
+    )
+
+
+def dawid_skene_fit(*, project: Project, import_labels: str | None = None) -> DawidSkeneFit:
+    """Dawid-Skene fitted over every vote the project's consensus counts (rules 2 and 3:
+    current human passes, and import labels as ``import_labels`` says, by default the
+    project's), with the gold chains' answer keys held fixed, cached until a vote or a
+    gold chain changes. Two queries when cached; else also the voted chains and their
+    votes in batches of FIT_CHAIN_BATCH chains, and the answer keys."""
+    import_labels = import_labels or project.import_labels
+    key = _fit_key(project=project, import_labels=import_labels)
+    fit = _RECENT_FITS.get(key)
+    if fit is None:
+        fit = cache.get(key)
+    if fit is None:
+        fit = _fit(project=project, import_labels=import_labels)
+        cache.set(key, fit, FIT_CACHE_SECONDS)
+    _RECENT_FITS.pop(key, None)
+    _RECENT_FITS[key] = fit
+    while len(_RECENT_FITS) > _RECENT_FITS_MAX:
+        _RECENT_FITS.pop(next(iter(_RECENT_FITS)))
+    return fit
+
+
+def _fit(*, project: Project, import_labels: str) -> DawidSkeneFit:
+    began = time.perf_counter()
+    tasks, workers, ratings = array("q"), array("q"), array("q")
+    chain_ids, starts, lengths = array("q"), array("q"), array("q")
+    names: dict[str, int] = {}
+    annotated = Chain.objects.filter(project=project).filter(
+        Exists(Annotation.objects.filter(chain=OuterRef("pk")))
+    )
+    next_task = 0
+    last_id = 0
+    while True:
+        batch = list(
+            annotated.filter(pk__gt=last_id)
+            .order_by("pk")
+            .values_list("pk", flat=True)[:FIT_CHAIN_BATCH]
+        )
+        if not batch:
+            break
+        last_id = batch[-1]
+        votes = votes_for_chains(chain_ids=batch)
+        for chain_id in batch:
+            counted = counted_votes(votes=votes.get(chain_id, []), import_labels=import_labels)
+            length = max((len(vote.labels) for vote in counted), default=0)
+            if not length:
+                continue
+            chain_ids.append(chain_id)
+            starts.append(next_task)
+            lengths.append(length)
+            for vote in counted:
+                worker = names.setdefault(vote.by, len(names))
+                for index, rating in enumerate(vote.labels):
+                    if rating is not None:
+                        tasks.append(next_task + index)
+                        workers.append(worker)
+                        ratings.append(rating)
+            next_task += length
+    chain_array = np.frombuffer(chain_ids, dtype=np.int64)
+    start_array = np.frombuffer(starts, dtype=np.int64)
+    length_array = np.frombuffer(lengths, dtype=np.int64)
+    gold = _gold_tasks(
+        project=project, chain_ids=chain_array, starts=start_array, lengths=length_array
+    )
+    posteriors = dawid_skene_posteriors(
+        steps=np.frombuffer(tasks, dtype=np.int64),
+        workers=np.frombuffer(workers, dtype=np.int64),
+        ratings=np.frombuffer(ratings, dtype=np.int64),
+        worker_count=len(names),
+        gold=gold,
+    )
+    voted = np.zeros(next_task, dtype=bool)
+    labels = np.zeros(next_task, dtype=np.int8)
+    probability = np.zeros(next_task, dtype=np.float64)
+    tied = np.zeros(next_task, dtype=bool)
+    voted[posteriors.steps] = True
+    labels[posteriors.steps] = posteriors.labels
+    probability[posteriors.steps] = posteriors.probability
+    tied[posteriors.steps] = posteriors.tied
+    return DawidSkeneFit(
+        chain_ids=chain_array.copy(),
+        starts=start_array.copy(),
+        lengths=length_array.copy(),
+        voted=voted,
+        labels=labels,
+        probability=probability,
+        tied=tied,
+        reliability={
+            name: float(posteriors.reliability[worker])
+            for name, worker in names.items()
+            if not np.isnan(posteriors.reliability[worker])
+        },
+        votes=len(tasks),
+        gold_steps=len(gold),
+        iterations=posteriors.iterations,
+        seconds=time.perf_counter() - began,
+    )
+
+
+def _gold_tasks(
+    *, project: Project, chain_ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> dict[int, int]:
+    """Task id -> the answer key's rating, for the steps of the project's gold chains that
+    have votes. One query."""
+    keys = Chain.objects.filter(project=project, is_gold=True).values("gold_annotation_id")
+    gold: dict[int, int] = {}
+    rows = StepRating.objects.filter(annotation_id__in=keys).values_list(
+        "annotation__chain_id", "step__index", "rating"
+    )
+    for chain_id, index, rating in rows:
+        at = int(np.searchsorted(chain_ids, chain_id))
+        if at < len(chain_ids) and int(chain_ids[at]) == chain_id and index < lengths[at]:
+            gold[int(starts[at]) + index] = rating
+    return gold

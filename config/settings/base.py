@@ -219,6 +219,7 @@ SPECTACULAR_SETTINGS = {
         "RunTriggerEnum": "prm_training.models.RunTrigger",
         "AcquisitionStrategyEnum": "prm_training.models.AcquisitionStrategy",
         "ScreeningStatusEnum": "annotation.models.ScreeningStatus",
+        "ConsensusMethodEnum": "annotation.models.ConsensusMethod",
     },
 }
 

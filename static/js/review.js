@@ -1,6 +1,9 @@
 // The review page: chains where annotators disagree (worst first), every current label
 // side by side per step, and an adjudication form; every revision with who and when.
 //
+// Each step shows majority vote's label and Dawid-Skene's (with its posterior probability)
+// side by side, the project's method marked "used"; "take consensus" takes that one's.
+//
 // Everything goes through the review API (window.Steplab.api): disagreements/, chains/{id}/
 // labels/ and chains/{id}/adjudicate/. Text from imports and from people (problems, steps,
 // comments, notes, usernames) is put in the page with textContent only; KaTeX (trust off)
@@ -176,11 +179,33 @@
     const head = el("tr");
     head.append(el("th", "#"), el("th", "Step"));
     for (const column of labels.columns) {
-      const th = el("th", column.by);
+      const th = el("th");
+      th.append(el("span", column.by, "rv-voter"));
       th.title = `${column.source}, ${when(column.created_at)}`;
+      // Dawid-Skene's estimate of how often this voter gives the true label.
+      const reliability = labels.reliability[column.by];
+      if (reliability !== undefined) {
+        const share = el("span", `${Math.round(reliability * 100)} % reliable`, "rv-reliability");
+        share.title = "Dawid–Skene's estimate of how often this voter gives the true label";
+        th.append(share);
+      }
       head.append(th);
     }
-    head.append(el("th", "Consensus"), el("th", "Ruling"));
+    // Both methods side by side; the project's (the one snapshots use) is marked.
+    for (const [method, name] of [
+      ["majority", "Majority"],
+      ["dawid_skene", "Dawid–Skene"],
+    ]) {
+      const th = el("th", name, "rv-method");
+      th.dataset.method = method;
+      if (labels.consensus_method === method) {
+        th.classList.add("is-used");
+        th.append(el("span", "used", "rv-used"));
+        th.title = "The project's consensus method: snapshots and training use it";
+      }
+      head.append(th);
+    }
+    head.append(el("th", "Ruling"));
     els.grid.tHead.replaceChildren(head);
 
     rows = labels.steps.map((step, index) => {
@@ -197,21 +222,43 @@
         if (comment) td.append(el("span", comment, "rv-comment"));
         tr.append(td);
       });
-      // A tie is shown as one, never as a consensus: the lead rules on it.
+      // A tie is shown as one, never as a consensus: the lead rules on it. The tied
+      // ratings are those of the counted votes (an adjudication column does not count).
       const counts = new Map();
-      step.ratings.forEach((r) => r !== null && counts.set(r, (counts.get(r) || 0) + 1));
+      step.ratings.forEach(
+        (r, i) =>
+          r !== null &&
+          labels.columns[i].source !== "adjudication" &&
+          counts.set(r, (counts.get(r) || 0) + 1),
+      );
       const top = Math.max(0, ...counts.values());
       const tiedRatings = [...counts].filter(([, n]) => n === top).map(([r]) => r).sort((a, b) => b - a);
-      const consensus = el(
+      const majority = step.majority;
+      const majorityCell = el(
         "td",
-        step.tied
+        majority.tied
           ? `tie (${tiedRatings.map((r) => SYMBOL[r]).join(" / ")})`
-          : step.consensus === null
+          : majority.label === null
             ? "–"
-            : `${SYMBOL[step.consensus]} (${Math.round((step.support || 0) * 100)} %)`,
-        step.tied ? "rv-rating rv-tie" : "rv-rating",
+            : `${SYMBOL[majority.label]} (${Math.round((majority.support || 0) * 100)} %)`,
+        majority.tied ? "rv-rating rv-majority rv-tie" : "rv-rating rv-majority",
       );
-      consensus.dataset.rating = step.tied || step.consensus === null ? "" : String(step.consensus);
+      majorityCell.dataset.rating = majority.tied || majority.label === null ? "" : String(majority.label);
+      // Dawid-Skene: the most probable rating and its posterior probability.
+      const learned = step.dawid_skene;
+      const learnedCell = el(
+        "td",
+        learned === null
+          ? "–"
+          : learned.tied
+            ? `tie (${Math.round(learned.probability * 100)} % each)`
+            : `${SYMBOL[learned.label]} (p ${learned.probability.toFixed(2)})`,
+        learned && learned.tied ? "rv-rating rv-ds rv-tie" : "rv-rating rv-ds",
+      );
+      learnedCell.dataset.rating = learned === null || learned.tied ? "" : String(learned.label);
+      if (learned && !learned.tied) {
+        learnedCell.title = `Posterior probability ${Math.round(learned.probability * 1000) / 10} %`;
+      }
       const choiceCell = el("td");
       const group = el("span", undefined, "rv-choice");
       const buttons = {};
@@ -228,7 +275,7 @@
         group.append(button);
       }
       choiceCell.append(group);
-      tr.append(consensus, choiceCell);
+      tr.append(majorityCell, learnedCell, choiceCell);
       tr.addEventListener("click", (event) => {
         if (!(event.target instanceof Element && event.target.closest("button"))) moveTo(index);
       });

@@ -122,10 +122,12 @@ def test_consensus_for_chains_majority_and_superseded_revision(django_assert_num
     annotation_with_ratings(chain=chain, annotator=cat, labels=[1, 1, -1])
     other = ChainFactory(project=chain.project, step_count=2)
 
-    # When
+    # When (one query: the votes; the project, given, says majority vote)
     with django_assert_num_queries(1):
         result = consensus_for_chains(
-            chain_step_counts={chain.pk: 3, other.pk: 2}, import_labels=ImportLabels.FALLBACK
+            chain_step_counts={chain.pk: 3, other.pk: 2},
+            import_labels=ImportLabels.FALLBACK,
+            project=chain.project,
         )
 
     # Then: the superseded all--1 pass does not count
