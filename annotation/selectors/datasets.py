@@ -39,8 +39,17 @@ _STREAM_TYPES = (
     "text",
     "text",
     "text",
+    "text",
     "text[]",
 )
+
+
+def _verdict(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _meta_get(meta: Any, key: str) -> Any:
+    return meta.get(key) if isinstance(meta, dict) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +67,9 @@ class SnapshotExample:
     final_answer: str
     generator: str
     steps: list[str]
+    # The import's own verdict on the final answer (ProcessBench's final_answer_correct,
+    # kept in the chain's meta) when it gave one: what the PRM reads as the answer's grade.
+    answer_correct: bool | None = None
 
 
 # Which snapshots ``snapshot_list`` returns: a person's (or the command line's) datasets,
@@ -139,6 +151,7 @@ def snapshot_examples(
         "chain__generator",
         "chain__problem__text",
         "chain__problem__reference_answer",
+        "chain__meta",
     ]
     if with_votes:
         fields.append("votes")
@@ -170,12 +183,13 @@ def snapshot_examples(
                 split=row[2],
                 labels=row[3],
                 support=row[4],
-                votes=row[10] if with_votes else [],
+                votes=row[11] if with_votes else [],
                 problem=row[8],
                 reference_answer=row[9],
                 final_answer=row[6],
                 generator=row[7],
                 steps=steps.get(row[1], []),
+                answer_correct=_verdict(_meta_get(row[10], "final_answer_correct")),
             )
 
 
@@ -198,7 +212,8 @@ _STREAM_SQL = f"""
     )
     FROM (
         SELECT sc.chain_id, c.content_hash, sc.split, sc.labels::text, sc.support::text,
-               {{votes}}, p.text, p.reference_answer, c.final_answer, c.generator
+               {{votes}}, p.text, p.reference_answer, c.final_answer, c.generator,
+               (c.meta -> 'final_answer_correct')::text
         FROM {SnapshotChain._meta.db_table} sc
         JOIN {Chain._meta.db_table} c ON c.id = sc.chain_id
         JOIN {Problem._meta.db_table} p ON p.id = c.problem_id
@@ -267,6 +282,7 @@ def snapshot_examples_streamed(
                 reference_answer,
                 final_answer,
                 generator,
+                verdict,
                 steps,
             ) in copy.rows():
                 yield SnapshotExample(
@@ -281,6 +297,7 @@ def snapshot_examples_streamed(
                     final_answer=final_answer,
                     generator=generator,
                     steps=steps,
+                    answer_correct=_verdict(loads(verdict) if verdict is not None else None),
                 )
 
 

@@ -6,20 +6,31 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from annotation.models import Chain, Snapshot, SnapshotChain, Step
+from annotation.models import Chain, Snapshot, Step
+from annotation.selectors.datasets import snapshot_examples_streamed
 
 if TYPE_CHECKING:
     from prm_training.ml.data import ChainExample
 
 
 def snapshot_chain_examples(*, snapshot: Snapshot, split: str | None = None) -> list[ChainExample]:
-    """The snapshot's chains as the ML package's ChainExample, labels from the snapshot
-    (consensus at snapshot time, not the chain's labels now)."""
-    rows = SnapshotChain.objects.filter(snapshot=snapshot).select_related("chain__problem")
-    if split is not None:
-        rows = rows.filter(split=split)
-    rows = rows.order_by("chain_id")
-    return chain_examples_build(chains=[(row.chain, tuple(row.labels)) for row in rows])
+    """The snapshot's chains as the ML package's ChainExample, in chain order, labels from
+    the snapshot (consensus at snapshot time, not the chain's labels now), read by the
+    same streamed reader as the exports."""
+    from prm_training.ml.data import ChainExample
+
+    return [
+        ChainExample(
+            chain_id=example.chain_id,
+            problem=example.problem,
+            steps=tuple(example.steps),
+            labels=tuple(example.labels),
+            answer=example.final_answer,
+            reference_answer=example.reference_answer,
+            answer_correct=example.answer_correct,
+        )
+        for example in snapshot_examples_streamed(snapshot=snapshot, split=split)
+    ]
 
 
 def _stated_verdict(meta: dict[str, Any]) -> bool | None:

@@ -347,6 +347,39 @@ def test_the_prm_reads_the_final_answer_s_grade_from_the_reference_or_the_import
     assert answer_grade(examples[unknown.pk]) is None
 
 
+@pytest.mark.parametrize("vendor", ["postgresql", "sqlite"])
+def test_a_snapshots_chains_reach_the_prm_with_the_import_s_verdict(
+    project: Any, vendor: str, monkeypatch: Any
+) -> None:
+    # Given: a snapshot of two finished chains, one whose import stated its answer wrong
+    # (ProcessBench's final_answer_correct) and one that said nothing
+    from django.db import connection
+
+    from annotation.services.snapshots import snapshot_create
+    from prm_training.services.examples import snapshot_chain_examples
+    from tests.factories import annotation_with_ratings
+
+    stated = ChainFactory(
+        project=project, meta={"final_answer_correct": False}, finished_count=1, is_finished=True
+    )
+    silent = ChainFactory(project=project, finished_count=1, is_finished=True)
+    for chain in (stated, silent):
+        annotation_with_ratings(chain=chain, annotator=UserFactory(), labels=[1, 1, -1])
+    snapshot = snapshot_create(project=project)
+
+    # When the PRM's examples are read, by COPY (PostgreSQL) or by keyset pages (elsewhere)
+    monkeypatch.setattr(connection, "vendor", vendor)
+    examples = {e.chain_id: e for e in snapshot_chain_examples(snapshot=snapshot)}
+
+    # Then each carries its steps, the snapshot's labels and the import's verdict
+    assert examples[stated.pk].answer_correct is False
+    assert examples[silent.pk].answer_correct is None
+    assert examples[stated.pk].labels == (1, 1, -1)
+    assert examples[stated.pk].steps == tuple(
+        stated.steps.order_by("index").values_list("text", flat=True)
+    )
+
+
 def test_a_new_version_is_compared_with_the_active_one_by_a_paired_interval(
     arithmetic_project: Any, tiny_bert_dir: Path, model_dir: Path, monkeypatch: Any
 ) -> None:
