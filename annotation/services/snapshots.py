@@ -218,7 +218,9 @@ def _snapshot_meta(
         "options": options.as_meta(),
         **({"finished": FINISHED_RULE} if options.finished_only else {}),
         "consensus": {
-            "order": ["adjudication", "majority", "import_fallback"],
+            # majority or dawid_skene (Project.consensus): how the votes became labels.
+            "method": project.consensus,
+            "order": ["adjudication", project.consensus, "import_fallback"],
             "adjudication": "the newest ruling wins on the steps it rates",
             "tie": TIE_RULES[options.ties],
             "import_labels": project.import_labels,

@@ -300,6 +300,8 @@ def test_snapshots_use_the_projects_method(project):
 
     assert target_row(majority).labels == [-1, -1]
     assert target_row(learned).labels == [1, 1]
+    assert majority.meta["consensus"]["method"] == "majority"
+    assert learned.meta["consensus"]["method"] == "dawid_skene"
     assert all(share > 0.95 for share in target_row(learned).support)
 
 
