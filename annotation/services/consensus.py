@@ -347,8 +347,10 @@ def _fit_key(*, project: Project, import_labels: str) -> str:
     """A key that changes whenever the fit's input may: annotations are only ever added
     (a correction is a new row), so their count and newest id move with every vote, and
     a gold chain marked or unmarked moves the gold count or the sum of answer-key ids.
-    Two queries."""
-    annotations = Annotation.objects.filter(chain__project=project).aggregate(
+    Adjudications are no votes: a lead ruling chain after chain does not refit each time
+    (a ruling that becomes a gold answer key moves the gold sum). Two queries."""
+    votes = [AnnotationSource.HUMAN, AnnotationSource.IMPORT]
+    annotations = Annotation.objects.filter(chain__project=project, source__in=votes).aggregate(
         newest=Max("id"), count=Count("id")
     )
     gold = Chain.objects.filter(project=project, is_gold=True).aggregate(

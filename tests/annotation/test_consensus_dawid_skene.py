@@ -231,7 +231,7 @@ def test_an_adjudication_still_wins_under_dawid_skene(project, make_member):
 
 
 @pytest.mark.django_db
-def test_a_new_vote_refits(project):
+def test_a_new_vote_refits(project, make_member):
     project.consensus = ConsensusMethod.DAWID_SKENE
     project.save(update_fields=["consensus"])
     people, _, target = _calibrated_project(project)
@@ -241,6 +241,16 @@ def test_a_new_vote_refits(project):
     after = dawid_skene_fit(project=project)
     assert after.votes == before.votes + 2
     assert dawid_skene_fit(project=project) is after  # the same fit, from this process
+    # A lead's ruling is no vote: the fit stands
+    from annotation.services.review import AdjudicatedRating, adjudication_create
+
+    adjudication_create(
+        chain=target,
+        lead=make_member(project, "lead"),
+        ratings=[AdjudicatedRating(step_id=target.steps.get(index=0).pk, rating=1)],
+        note="",
+    )
+    assert dawid_skene_fit(project=project) is after
 
 
 @pytest.mark.django_db
