@@ -440,7 +440,16 @@ class Annotation(models.Model):
                 name="annotation_unique_request",
             ),
         ]
-        indexes = [models.Index(fields=["chain", "source"], name="annotation_by_chain")]
+        indexes = [
+            models.Index(fields=["chain", "source"], name="annotation_by_chain"),
+            # An annotator's history (selectors/history.py), newest first: one page of
+            # entries read in order, however long the history.
+            models.Index(
+                fields=["annotator", "id"],
+                condition=Q(source="human"),
+                name="annotation_history",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"annotation {self.pk} of chain {self.chain_id}"

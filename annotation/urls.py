@@ -26,6 +26,7 @@ urlpatterns = [
     path("projects/<id:project_id>/settings/", views.project_settings, name="project-settings"),
     path("projects/<id:project_id>/members/", views.project_members, name="project-members"),
     path("projects/<id:project_id>/label/", views.label_workspace, name="label-workspace"),
+    path("projects/<id:project_id>/history/", views.history_page, name="history-page"),
     path("projects/<id:project_id>/review/", views.review_page, name="review-page"),
     path("projects/<id:project_id>/snapshots/", views.snapshots_page, name="snapshots-page"),
 ]

@@ -4,12 +4,12 @@ user does not belong to is a 404 here too."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
@@ -18,6 +18,7 @@ from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
 from annotation.models import ImportBatch, ImportLabels, LabelingMode, Project, Role, StepSplit
 from annotation.selectors.access import project_create_allowed, project_get_for_member
 from annotation.selectors.datasets import snapshot_get, training_snapshots
+from annotation.selectors.history import history_annotator_resolve
 from annotation.selectors.projects import (
     membership_list,
     progress_as_annotators_see_it,
@@ -25,6 +26,9 @@ from annotation.selectors.projects import (
     project_list_with_progress,
 )
 from annotation.services.snapshots import MIN_SUPPORT_MAX, SEED_MAX
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 class LoginView(auth_views.LoginView):
@@ -202,6 +206,35 @@ def label_workspace(request: HttpRequest, project_id: int) -> HttpResponse:
         },
     }
     return render(request, "annotation/label.html", {"project": project, "config": config})
+
+
+@require_GET
+@login_required
+def history_page(request: HttpRequest, project_id: int) -> HttpResponse:
+    """``/projects/{id}/history/`` (members; 404 for non-members): the chains the caller
+    submitted, newest first, each reopened read-only on the page. A lead reads a member's
+    with ``?annotator=<user id>`` (anyone else naming another member: 403). Entries and
+    chains come from the history API (``annotation.api.history``); the page carries only
+    the endpoints and whose history it is."""
+    project = project_get_for_member(user=request.user, project_id=project_id)
+    raw = request.GET.get("annotator", "")
+    if raw and not raw.isdigit():
+        raise Http404("No such member of this project.")
+    user = cast("User", request.user)  # login_required lets only signed-in users through
+    annotator = history_annotator_resolve(
+        project=project, user=user, annotator_id=int(raw) if raw else None
+    )
+    own = annotator.pk == user.pk
+    config = {
+        "annotator": None if own else annotator.pk,
+        "api": {
+            "history": reverse("api-project-history", args=[project.pk]),
+            # The prefix of /api/v1/projects/{id}/history/{annotation_id}/.
+            "chain": reverse("api-project-history-chain", args=[project.pk, 0]).removesuffix("0/"),
+        },
+    }
+    context = {"project": project, "config": config, "annotator": annotator, "own": own}
+    return render(request, "annotation/history.html", context)
 
 
 @require_GET

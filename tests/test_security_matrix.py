@@ -32,6 +32,7 @@ from tests.factories import (
     ChainFactory,
     MembershipFactory,
     ProjectFactory,
+    annotation_with_ratings,
     scoring_run_with_model_version,
 )
 
@@ -93,6 +94,11 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "assignment-flag": {"post": API_OWN_ASSIGNMENT},
     "assignment-submit-and-next": {"post": API_OWN_ASSIGNMENT},
     "project-my-stats": {"get": API_MEMBERS},
+    # Every member reads their own history (a lead, any member's with ?annotator=). A
+    # submitted chain reopens for its annotator and the project's leads; for anyone else
+    # the annotation is not there (404, as a lease).
+    "api-project-history": {"get": API_MEMBERS},
+    "api-project-history-chain": {"get": (401, 200, 200, 404, 404)},
     # ---------------------------------------------------------------- datasets
     # ML staff read the snapshots they train on; only leads freeze new ones.
     "api-project-snapshots": {"get": API_ML_AND_LEADS, "post": API_LEADS},
@@ -130,6 +136,7 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "home": {"get": (302, 200, 200, 200, 200)},
     "project-overview": {"get": PAGE_MEMBERS},
     "label-workspace": {"get": PAGE_MEMBERS},
+    "history-page": {"get": PAGE_MEMBERS},
     "review-page": {"get": (302, 403, 200, 403, 404)},
     "snapshots-page": {"get": (302, 403, 200, 403, 404)},
     # Creating a project is for site staff (as the API's create); none of these is staff.
@@ -208,6 +215,10 @@ def world(db: Any) -> dict[str, Any]:
         annotator=users["annotator"],
         expires_at=timezone.now() + timedelta(hours=1),
     )
+    # The annotator's submit of another chain (the lease above stays live).
+    submitted = annotation_with_ratings(
+        chain=ChainFactory(project=project), annotator=users["annotator"], labels=[1, 1, 1]
+    )
     run = TrainingRun.objects.create(project=project, status=RunStatus.QUEUED)
     scoring = scoring_run_with_model_version(project=project, content_hash="matrix")
     ids = {
@@ -218,6 +229,7 @@ def world(db: Any) -> dict[str, Any]:
         "version_id": scoring.model_version_id,
         "scoring_run_id": scoring.pk,
         "user_id": users["annotator"].pk,
+        "annotation_id": submitted.pk,
     }
     return {"users": users, "ids": ids}
 

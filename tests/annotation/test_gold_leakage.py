@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -116,6 +117,12 @@ def test_no_annotator_response_reveals_gold(project, make_member, client_for, go
         ),
     )
     record("stats_after", api.get(f"{base}/my-stats/"))
+    history = record("history", api.get(f"{base}/history/"))
+    assert [e["chain"] for e in history["results"]] == [ordinary.pk, adjudicated.pk]
+    ordinary_pass, gold_pass = (
+        record(f"history_{name}", api.get(f"{base}/history/{entry['annotation']}/"))
+        for name, entry in zip(("ordinary", "gold"), history["results"], strict=True)
+    )
     record("project", api.get(f"{base}/"))
     record("projects", api.get("/api/v1/projects/"))
     record("members", api.get(f"{base}/members/"))
@@ -148,6 +155,11 @@ def test_no_annotator_response_reveals_gold(project, make_member, client_for, go
     assert json.dumps(shape(first)) == json.dumps(shape(normal))
     assert json.dumps(shape(second)) == json.dumps(shape(normal))
     assert json.dumps(shape(prefetched)) == json.dumps(shape(normal))
+    # A reopened gold chain reads as an ordinary one, and its history entry alike.
+    assert json.dumps(shape(gold_pass)) == json.dumps(shape(ordinary_pass))
+    assert {k: v for k, v in history["results"][1].items() if k not in _HISTORY_IDS} == {
+        k: v for k, v in history["results"][0].items() if k not in _HISTORY_IDS
+    }
 
     # The submit recorded an ordinary human annotation of the gold chain.
     mine = Annotation.objects.get(chain=adjudicated, annotator=user)
@@ -158,7 +170,12 @@ def test_no_annotator_response_reveals_gold(project, make_member, client_for, go
 def test_no_page_sent_to_an_annotator_reveals_gold(project, make_member, gold_project):
     browser = Client()
     browser.force_login(make_member(project))
-    pages = ["/", f"/projects/{project.pk}/", f"/projects/{project.pk}/label/"]
+    pages = [
+        "/",
+        f"/projects/{project.pk}/",
+        f"/projects/{project.pk}/label/",
+        f"/projects/{project.pk}/history/",
+    ]
 
     for url in pages:
         response = browser.get(url)
@@ -231,6 +248,30 @@ def _flat(value: Any, path: str = "") -> dict[str, Any]:
 _VOLATILE_HTML = re.compile(r'(csrfmiddlewaretoken" value="|nonce="|csrftoken=)[^"]*')
 
 
+# What names a history entry rather than describes the pass: which annotation and chain,
+# when, and the problem's text.
+_HISTORY_IDS = ("annotation", "chain", "submitted_at", "problem")
+
+
+@dataclass(frozen=True)
+class _HistoryReading:
+    """The history as the moves compare it: each entry (by annotation id) without what
+    names it, and the rest of the answer. It moves by the entries it gains."""
+
+    entries: dict[int, dict[str, Any]]
+    rest: dict[str, Any]
+
+
+def _history_reading(body: dict[str, Any]) -> _HistoryReading:
+    return _HistoryReading(
+        entries={
+            entry["annotation"]: {k: v for k, v in entry.items() if k not in _HISTORY_IDS}
+            for entry in body["results"]
+        },
+        rest={key: value for key, value in body.items() if key != "results"},
+    )
+
+
 def _numbers(html: str) -> list[int]:
     return [int(n) for n in re.findall(r"\d+", _VOLATILE_HTML.sub("", html))]
 
@@ -244,7 +285,9 @@ def _readable(api: Any, page: Client, project_id: int) -> dict[str, Any]:
         response = (page if not url.startswith("/api/") else api).get(url)
         if response.status_code != 200:
             continue
-        if "json" in response.get("Content-Type", ""):
+        if url.startswith("/api/") and url.endswith("/history/"):
+            seen[url] = _history_reading(response.json())
+        elif "json" in response.get("Content-Type", ""):
             seen[url] = response.json()
         else:
             seen[url] = _numbers(response.content.decode())
@@ -259,6 +302,15 @@ def _moves(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     moved: dict[str, Any] = {}
     assert before.keys() == after.keys()
     for url in before:
+        if isinstance(before[url], _HistoryReading):
+            a, b = before[url], after[url]
+            added = [b.entries[key] for key in sorted(b.entries.keys() - a.entries.keys())]
+            if added:
+                moved[url + ".added"] = added
+            if any(b.entries.get(key) != entry for key, entry in a.entries.items()):
+                moved[url + ".entries"] = "changed"
+            moved.update(_moves({url: a.rest}, {url: b.rest}))
+            continue
         if isinstance(before[url], list) and all(isinstance(n, int) for n in before[url]):
             a, b = before[url], after[url]
             moved[url] = (
@@ -328,6 +380,9 @@ def test_what_an_annotator_reads_moves_alike_for_gold_and_real_chains(
     # Then: the readings moved alike
     assert first_gold in {c.pk for c in gold} and first_real in {c.pk for c in real}
     assert gold_moves == real_moves
+    # The history is among the readings: it gains the submitted chain, nothing else.
+    history = f"/api/v1/projects/{project.pk}/history/.added"
+    assert (history in gold_moves) == (action == "submit")
 
 
 def test_annotators_see_the_day_s_first_reading_and_leads_the_live_figures(

@@ -1,0 +1,186 @@
+"""An annotator's own history over HTTP: read-only, thin views over
+``annotation.selectors.history``.
+
+- `GET /api/v1/projects/{id}/history/` (members): the chains the caller submitted in the
+  project, newest first, a keyset page at a time (``cursor``, ``next_cursor``);
+- `GET /api/v1/projects/{id}/history/{annotation_id}/` (members): one of them reopened,
+  with the caller's own ratings, comments and rewrite.
+
+A lead may name any member with ``?annotator=<user id>`` and reopen any member's
+annotation; anyone else who names another member gets 403, and another person's
+annotation is a 404. Non-members get 404, as everywhere (invariant 6). Nothing here says
+whether a chain is gold (``tests/annotation/test_gold_leakage.py``)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotation.api.fields import BIGINT_MAX, IdField
+from annotation.api.permissions import project_for_request, request_user
+from annotation.models import Role
+from annotation.selectors.access import membership_role
+from annotation.selectors.history import (
+    HISTORY_PAGE_SIZE,
+    HISTORY_PAGE_SIZE_MAX,
+    annotator_history_chain,
+    annotator_history_page,
+    history_annotator_resolve,
+)
+
+NOT_FOUND = OpenApiResponse(
+    description="No such project, or not a member; for a lead's ?annotator=, not a member."
+)
+
+
+class HistoryQuerySerializer(serializers.Serializer):
+    annotator = IdField(
+        required=False,
+        help_text="Whose history: a member's user id (leads only); your own when left out.",
+    )
+    cursor = serializers.RegexField(
+        r"^[1-9][0-9]{0,18}$",
+        required=False,
+        help_text="The next_cursor of the previous page: the entries after it (older).",
+    )
+    limit = serializers.IntegerField(
+        required=False,
+        default=HISTORY_PAGE_SIZE,
+        min_value=1,
+        max_value=HISTORY_PAGE_SIZE_MAX,
+        help_text="Entries per page.",
+    )
+
+    def validate_cursor(self, value: str) -> int:
+        before = int(value)
+        if before > BIGINT_MAX:
+            raise serializers.ValidationError("Not a cursor of this list.")
+        return before
+
+
+class HistoryEntryOutputSerializer(serializers.Serializer):
+    annotation = serializers.IntegerField(source="annotation_id")
+    chain = serializers.IntegerField(source="chain_id")
+    submitted_at = serializers.DateTimeField()
+    problem = serializers.CharField(
+        source="problem_line", help_text="The problem's first line (cut at 200 characters)."
+    )
+    step_count = serializers.IntegerField(help_text="Steps in the chain.")
+    steps_rated = serializers.IntegerField(help_text="Steps you rated.")
+    correct = serializers.IntegerField(help_text="Steps you rated +1.")
+    ambiguous = serializers.IntegerField(help_text="Steps you rated 0.")
+    incorrect = serializers.IntegerField(help_text="Steps you rated −1.")
+    first_error = serializers.IntegerField(
+        allow_null=True, help_text="The number (from 1) of the first step you rated −1."
+    )
+    comments = serializers.IntegerField(help_text="Steps you commented.")
+    rewritten = serializers.BooleanField(help_text="Whether you wrote a corrected step.")
+
+
+class HistoryAnnotatorOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="annotator_id")
+    username = serializers.CharField(source="annotator_username")
+
+
+class HistoryPageOutputSerializer(serializers.Serializer):
+    annotator = HistoryAnnotatorOutputSerializer(source="*")
+    results = HistoryEntryOutputSerializer(source="entries", many=True)
+    next_cursor = serializers.CharField(
+        source="next_before",
+        allow_null=True,
+        help_text="Pass as ?cursor= for the next (older) page; null on the last page.",
+    )
+
+
+class HistoryView(APIView):
+    @extend_schema(
+        tags=["history"],
+        operation_id="projects_history_list",
+        summary="The chains you submitted in this project, newest first",
+        description="A keyset page: pass next_cursor as ?cursor= for older entries (a cursor "
+        "stays valid while new chains are submitted). Gold chains are listed like any other.",
+        parameters=[HistoryQuerySerializer],
+        responses={
+            200: HistoryPageOutputSerializer,
+            400: OpenApiResponse(description="A bad annotator, cursor or limit."),
+            403: OpenApiResponse(
+                description="?annotator= names someone else and you do not lead the project."
+            ),
+            404: NOT_FOUND,
+        },
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id)
+        query = HistoryQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        annotator = history_annotator_resolve(
+            project=project,
+            user=request_user(request),
+            annotator_id=query.validated_data.get("annotator"),
+        )
+        page = annotator_history_page(
+            project=project,
+            annotator=annotator,
+            before=query.validated_data.get("cursor"),
+            limit=query.validated_data["limit"],
+        )
+        return Response(HistoryPageOutputSerializer(page).data)
+
+
+class HistoryStepOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    index = serializers.IntegerField()
+    text = serializers.CharField()
+    rating = serializers.IntegerField(
+        allow_null=True, help_text="Your rating, −1, 0 or 1; null where you gave none."
+    )
+    comment = serializers.CharField(allow_blank=True)
+
+
+class HistoryChainOutputSerializer(serializers.Serializer):
+    annotation = serializers.IntegerField(source="annotation_id")
+    annotator = HistoryAnnotatorOutputSerializer(source="*")
+    submitted_at = serializers.DateTimeField()
+    duration_ms = serializers.IntegerField(allow_null=True)
+    labeling_mode = serializers.CharField()
+    chain = serializers.IntegerField(source="chain_id")
+    problem = serializers.CharField(source="problem_text")
+    reference_answer = serializers.CharField(
+        allow_null=True, help_text="Null unless the project shows reference answers."
+    )
+    final_answer = serializers.CharField(allow_blank=True)
+    steps = HistoryStepOutputSerializer(many=True)
+    rewrite = serializers.CharField(
+        allow_blank=True, help_text="Your corrected text of the first step you rated −1."
+    )
+    first_error = serializers.IntegerField(
+        allow_null=True, help_text="The number (from 1) of the first step you rated −1."
+    )
+
+
+class HistoryChainView(APIView):
+    @extend_schema(
+        tags=["history"],
+        operation_id="projects_history_retrieve",
+        summary="One chain you submitted, reopened read-only with your ratings",
+        responses={
+            200: HistoryChainOutputSerializer,
+            404: OpenApiResponse(
+                description="No such project or annotation, or not yours (a lead reads any "
+                "member's)."
+            ),
+        },
+    )
+    def get(self, request: Request, project_id: int, annotation_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id)
+        user = request_user(request)
+        chain = annotator_history_chain(
+            project=project,
+            user=user,
+            annotation_id=annotation_id,
+            lead=membership_role(user=user, project=project) == Role.LEAD,
+        )
+        return Response(HistoryChainOutputSerializer(chain).data)
