@@ -159,13 +159,23 @@ class TrainingRun(models.Model):
 
 
 class ModelVersion(models.Model):
-    """A trained PRM checkpoint, published only by a run that succeeded (invariant 4)."""
+    """A PRM checkpoint, published only by a run that succeeded (invariant 4): trained on
+    ``snapshot``, or zero-shot (``is_zero_shot``: an open PRM's own step scores, nothing
+    trained), which has no snapshot when the project had no label to freeze."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="model_versions")
     training_run = models.OneToOneField(
         TrainingRun, on_delete=models.PROTECT, related_name="model_version"
     )
-    snapshot = models.ForeignKey(Snapshot, on_delete=models.PROTECT, related_name="model_versions")
+    snapshot = models.ForeignKey(
+        Snapshot,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="model_versions",
+        help_text="The labels it learned from (or, zero-shot, was measured on); empty for a "
+        "zero-shot version of a project with no labels yet.",
+    )
     version = models.PositiveIntegerField(help_text="1, 2, 3 ... per project.")
     checkpoint_dir = models.CharField(max_length=1000)
     metrics = models.JSONField(default=dict, blank=True)
@@ -193,6 +203,11 @@ class ModelVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project} model v{self.version}"
+
+    @property
+    def is_zero_shot(self) -> bool:
+        """Made without training (``PRMConfig.zero_shot``): its metrics say so."""
+        return bool(self.metrics.get("zero_shot"))
 
 
 class ScoringRun(models.Model):

@@ -87,6 +87,11 @@ def model_version_list(*, project: Project) -> QuerySet[ModelVersion]:
     )
 
 
+def model_version_active_get(*, project: Project) -> ModelVersion | None:
+    """The project's active version, or None."""
+    return ModelVersion.objects.filter(project=project, is_active=True).first()
+
+
 def scoring_run_list(*, project: Project) -> QuerySet[ScoringRun]:
     return ScoringRun.objects.filter(project=project).select_related("model_version")
 

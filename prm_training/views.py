@@ -12,8 +12,12 @@ from annotation.models import Role
 from annotation.selectors.access import membership_role, project_get_for_member
 from prm_training.ml.config import AMBIGUOUS_RULES, CLASS_WEIGHTS, MODES
 from prm_training.models import STRATEGY_SETTINGS, AcquisitionStrategy
-from prm_training.selectors import ML_AND_LEADS, project_training_settings_get
-from prm_training.services.backbones import backbone_choices
+from prm_training.selectors import (
+    ML_AND_LEADS,
+    model_version_active_get,
+    project_training_settings_get,
+)
+from prm_training.services.backbones import backbone_choices, step_head_backbone_choices
 from prm_training.services.strategy import acquisition_strategy_resolve
 
 
@@ -25,7 +29,8 @@ def models_page(request: HttpRequest, project_id: int) -> HttpResponse:
     role = membership_role(user=request.user, project=project)
     can_manage = role == Role.ML or request.user.is_superuser
     loop = project_training_settings_get(project=project)
-    applied, why = acquisition_strategy_resolve(loop=loop)
+    active = model_version_active_get(project=project)
+    applied, why = acquisition_strategy_resolve(loop=loop, version=active)
     context = {
         "project": project,
         "can_manage": can_manage,
@@ -38,5 +43,6 @@ def models_page(request: HttpRequest, project_id: int) -> HttpResponse:
         "applied_strategy": applied,
         "applied_why": why,
         "backbones": backbone_choices(project=project) if can_manage else [],
+        "open_prms": step_head_backbone_choices() if can_manage else [],
     }
     return render(request, "prm_training/models.html", context)

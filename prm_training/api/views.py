@@ -28,6 +28,7 @@ from prm_training.models import (
 from prm_training.selectors import (
     ML_AND_LEADS,
     ML_ONLY,
+    model_version_active_get,
     model_version_get_for_member,
     model_version_list,
     project_training_settings_get,
@@ -208,7 +209,17 @@ class RulesVerdictSerializer(serializers.Serializer):
 
 
 class ModelVersionOutputSerializer(serializers.ModelSerializer):
-    snapshot_version = serializers.IntegerField(source="snapshot.version", read_only=True)
+    snapshot_version = serializers.IntegerField(
+        source="snapshot.version",
+        read_only=True,
+        allow_null=True,
+        help_text="None: a zero-shot version made before the project had a label.",
+    )
+    zero_shot = serializers.BooleanField(
+        source="is_zero_shot",
+        read_only=True,
+        help_text="Made without training: the backbone's own step scores (the zero_shot setting).",
+    )
     activated_by: serializers.SlugRelatedField = serializers.SlugRelatedField(
         slug_field="username", read_only=True
     )
@@ -235,6 +246,7 @@ class ModelVersionOutputSerializer(serializers.ModelSerializer):
             "snapshot",
             "snapshot_version",
             "metrics",
+            "zero_shot",
             "against_rules",
             "is_active",
             "created_at",
@@ -406,7 +418,8 @@ class TrainingSettingsOutputSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(StrategyChoiceSerializer)
     def get_applied_strategy(self, loop: ProjectTrainingSettings) -> dict[str, str]:
-        strategy, why = acquisition_strategy_resolve(loop=loop)
+        active = model_version_active_get(project=loop.project)
+        strategy, why = acquisition_strategy_resolve(loop=loop, version=active)
         return {"strategy": strategy, "why": why}
 
     class Meta:

@@ -98,6 +98,16 @@ class PRMConfig:
             "directory that ships its own modeling code (auto_map) runs it.",
         },
     )
+    zero_shot: bool = field(
+        default=False,
+        metadata={
+            "run": Run(),
+            "help": "Train nothing: the version scores every step with the backbone's own "
+            "step head (needs step_prior, an open PRM), so a project can rank its chains "
+            "from round 0, before any label. Its metrics say zero_shot; held-out metrics "
+            "and the rules' only when the project has labeled held-out chains.",
+        },
+    )
     mode: str = field(
         default="frozen_head",
         metadata={
@@ -416,6 +426,11 @@ class PRMConfig:
             raise ValueError(
                 "step_prior reads the backbone's own step head, which full mode would "
                 "change: use mode 'frozen_head'"
+            )
+        if self.zero_shot and not self.step_prior:
+            raise ValueError(
+                "zero_shot scores with the backbone's own step head: set step_prior (an "
+                "open PRM whose model scores steps)"
             )
         if self.step_prior and self.save_backbone:
             raise ValueError(

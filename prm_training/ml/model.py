@@ -348,6 +348,19 @@ class EnsembleHead(nn.Module):
             logits = logits + self.prior_weight[:, None] * features[:, self.width]
         return logits
 
+    @torch.no_grad()
+    def pass_prior_through(self) -> EnsembleHead:
+        """Every member's logit becomes the prior's log-odds exactly: the MLP's output
+        layer at zero and the prior's weight at 1 (the weight it starts from), so the head
+        scores as the backbone's own step head does (a zero-shot version,
+        ``PRMConfig.zero_shot``). Returns the head."""
+        if not self.prior:
+            raise ValueError("a head without a prior column has nothing to pass through")
+        self.w2.zero_()
+        self.b2.zero_()
+        self.prior_weight.fill_(1.0)
+        return self
+
     def describe(self) -> dict[str, Any]:
         return {
             "width": self.width,

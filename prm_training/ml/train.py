@@ -10,6 +10,8 @@ Two modes (``PRMConfig.mode``):
   chains (Poisson(1) weights per chain). With ``step_prior`` the backbone is a PRM whose
   own step head's log-odds join the features, and the heads start from them
   (``model.EnsembleHead``); the held-out metrics then include the zero-shot prior's.
+  With ``zero_shot`` too nothing trains (``zero_shot_prm``): the version is that prior,
+  usable before the project has a label.
 * ``full``: backbone and heads are fine-tuned together, AdamW with separate learning
   rates, linear warm-up and decay, bf16 autocast on CUDA, float32 on the CPU. With
   ``lora_r`` > 0 the backbone trains LoRA adapters (peft) on every linear layer instead of
@@ -62,7 +64,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -730,6 +732,69 @@ def _run_metrics(
     return metrics, scores
 
 
+def zero_shot_prm(
+    config: PRMConfig,
+    train: Sequence[ChainExample],
+    heldout: Sequence[ChainExample],
+    out_dir: str | Path,
+    *,
+    should_stop: Callable[[], bool] | None = None,
+) -> TrainResult:
+    """A version that trains nothing (``PRMConfig.zero_shot``): every step is scored by the
+    backbone's own step head. The checkpoint is an ordinary frozen_head one whose single
+    head passes the prior through unchanged (``EnsembleHead.pass_prior_through``), so
+    ``load_prm``, ``score_chains`` and the feature cache read it as any other version.
+
+    Labels are optional. The labeled chains of ``train`` choose the readout (as the rules'
+    and the zero-shot baseline's are chosen); the labeled ones of ``heldout`` give the
+    held-out metrics and the rules' on the same chains. Without labels the readout is P <
+    0.5 and the metrics hold ``zero_shot`` (1), the readout, calibration (identity) and
+    truncation only."""
+    config = replace(config, ensemble_size=1)
+    if not config.zero_shot:
+        raise ValueError("zero_shot_prm needs a config with zero_shot (and step_prior)")
+    _seed_everything(config.seed)
+    examples = [example for example in train if example.labels is not None]
+    labeled_heldout = [example for example in heldout if example.labels is not None]
+    prm = _prm_to_train(config, resolve_device(config.device))
+    prm.head.pass_prior_through()
+    readout = Readout()
+    if examples:
+        readout = choose_readout(
+            examples,
+            [s.step_probs for s in prior_scores(examples, prm.frozen_features(examples))],
+            answer_aware=config.outcome_readout,
+        )
+    prm.threshold, prm.threshold_right = readout.threshold, readout.threshold_right
+    metrics, scores = _run_metrics(prm, examples, labeled_heldout, train_loss=0.0, readout=readout)
+    del metrics["train_loss"]  # nothing was trained
+    metrics["zero_shot"] = 1.0
+    if should_stop is not None and should_stop():
+        raise TrainingCancelled("stopped on request")
+    _write_checkpoint(
+        out_dir=Path(out_dir),
+        config=config,
+        kind=prm.kind,
+        fingerprint=prm.fingerprint,
+        head=prm.head,
+        backbone=prm.backbone,
+        tokenizer=prm.tokenizer,
+        metrics=metrics,
+        train_chains=len(examples),
+        heldout_chains=len(labeled_heldout),
+    )
+    return TrainResult(
+        checkpoint_dir=str(out_dir),
+        metrics=metrics,
+        config=config.to_dict(),
+        seed=config.seed,
+        train_chains=len(examples),
+        heldout_chains=len(labeled_heldout),
+        heldout_scores=scores,
+        readout=readout,
+    )
+
+
 def train_prm(
     config: PRMConfig,
     train: Sequence[ChainExample],
@@ -745,7 +810,10 @@ def train_prm(
     Raises TrainingCancelled as soon as ``should_stop()`` returns true (checked with
     progress, see ``PRMConfig.report_every_s``), and ValueError when no training step
     carries a usable label. With ``config.processes`` > 1 and no process group yet, the
-    training runs in that many processes (``distributed``)."""
+    training runs in that many processes (``distributed``). With ``config.zero_shot``
+    nothing trains: ``zero_shot_prm``."""
+    if config.zero_shot:
+        return zero_shot_prm(config, train, heldout, out_dir, should_stop=should_stop)
     if config.processes > 1 and process_group()[1] == 1:
         return train_prm_processes(
             config, train, heldout, out_dir, progress=progress, should_stop=should_stop

@@ -14,11 +14,13 @@ version, a name that is not there) is refused with one message that says nothing
 worker's files, when the settings are saved or the run is started, before it is queued;
 the worker resolves the name again when the run starts (``backbone_path``), so a
 directory removed in between fails the run with the same message. The web process lists
-the choices (``backbone_choices``) for the API and the ML page.
+the choices (``backbone_choices``) for the API and the ML page, and apart those that
+score steps themselves (``step_head_backbone_choices``), what a zero-shot version reads.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -103,6 +105,33 @@ def backbone_choices(*, project: Project) -> list[BackboneChoice]:
         number = labels[int(name.removeprefix(VERSION_PREFIX))]
         choices.append(BackboneChoice(name, f"v{number} of this project (fine-tuned backbone)"))
     return choices
+
+
+def _declares_step_head(path: Path) -> bool:
+    """Whether the model directory declares a model that scores tokens, the step head a
+    zero-shot version reads (``ml.model.load_backbone_with_step_head`` decides the same
+    way, and the worker checks the head itself when it loads it)."""
+    try:
+        declared = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(declared, dict):
+        return False
+    architectures = declared.get("architectures") or []
+    auto_map = declared.get("auto_map") or {}
+    return any(str(name).endswith("ForTokenClassification") for name in architectures) or (
+        isinstance(auto_map, dict) and "AutoModel" in auto_map
+    )
+
+
+def step_head_backbone_choices() -> list[BackboneChoice]:
+    """The model directories under the backbone root that score steps themselves (open
+    PRMs such as Qwen2.5-Math-PRM-7B): what a zero-shot version can be made from."""
+    return [
+        BackboneChoice(name, name)
+        for name, path in _root_dirs().items()
+        if _declares_step_head(path)
+    ]
 
 
 def backbone_path(*, name: str, project: Project) -> str:

@@ -44,7 +44,10 @@ from prm_training.services.runs import (
     run_finish,
     run_heartbeat,
 )
-from prm_training.services.strategy import acquisition_strategy_resolve
+from prm_training.services.strategy import (
+    acquisition_strategy_resolve,
+    version_zero_shot_unmeasured,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -78,9 +81,15 @@ def scoring_run_start(
     ``acquisition_strategy_resolve``, the reason kept in the run's note); enqueue it once
     committed."""
     loop = project_training_settings_get(project=project)
+    if model_version is None:
+        model_version = ModelVersion.objects.filter(project=project, is_active=True).first()
+        if model_version is None:
+            raise ValidationError("The project has no active model version to score with.")
+    elif model_version.project_id != project.pk:
+        raise ValidationError({"model_version": "The version belongs to another project."})
     note = ""
     if not strategy:
-        strategy, why = acquisition_strategy_resolve(loop=loop)
+        strategy, why = acquisition_strategy_resolve(loop=loop, version=model_version)
         if loop.acquisition_strategy == AUTO_STRATEGY:
             note = f"Chosen from evidence: {strategy}, {why}."
     if strategy not in AcquisitionStrategy.values:
@@ -88,12 +97,6 @@ def scoring_run_start(
     fraction = loop.random_fraction if random_fraction is None else float(random_fraction)
     if not 0.0 <= fraction <= 1.0 or math.isnan(fraction):
         raise ValidationError({"random_fraction": "Must be between 0 and 1."})
-    if model_version is None:
-        model_version = ModelVersion.objects.filter(project=project, is_active=True).first()
-        if model_version is None:
-            raise ValidationError("The project has no active model version to score with.")
-    elif model_version.project_id != project.pk:
-        raise ValidationError({"model_version": "The version belongs to another project."})
     with transaction.atomic():
         run = ScoringRun.objects.create(
             project=project,
@@ -197,7 +200,12 @@ def cold_start_strategy(*, strategy: str, version: ModelVersion) -> tuple[str, s
     ``verdict_against_rules``). Before that its uncertainty is no better informed than a
     coin: on ProcessBench (BENCHMARKS.md, issue #15) no strategy driven by a version
     below the outcome rule beat random picks, and some lost to them. So the run picks at
-    random and says why; the chosen strategy takes over by itself with a better version."""
+    random and says why; the chosen strategy takes over by itself with a better version.
+
+    A zero-shot version with no held-out labels (``strategy.version_zero_shot_unmeasured``)
+    has no comparison to lose: its own step scores steer, and the note says so.
+    ``disagreement`` then applies ``entropy``: the version is one head, the PRM's own,
+    with nothing to disagree."""
     from prm_training.ml.baselines import verdict_against_rules
 
     if strategy == AcquisitionStrategy.RANDOM:
@@ -205,6 +213,17 @@ def cold_start_strategy(*, strategy: str, version: ModelVersion) -> tuple[str, s
     verdict = verdict_against_rules(version.metrics)
     if verdict.beaten:
         return strategy, ""
+    if version_zero_shot_unmeasured(version):
+        unmeasured = (
+            f"Zero-shot v{version.version} has no labeled held-out chains to compare with "
+            "the rules: its own step scores steer the queue."
+        )
+        if strategy == AcquisitionStrategy.DISAGREEMENT:
+            return AcquisitionStrategy.ENTROPY, (
+                f"{unmeasured} Step uncertainty instead of ensemble disagreement: the "
+                "version is one head, the PRM's own."
+            )
+        return strategy, unmeasured
     label = AcquisitionStrategy(strategy).label
     return AcquisitionStrategy.RANDOM, (
         f"Random picks instead of {label}: v{version.version} {verdict.text}. "

@@ -9,6 +9,15 @@ significantly worse than random on AUROC or first-error accuracy; the best such 
 Without such a strategy, or without evidence, it is random: on ProcessBench no strategy
 has yet beaten random (BENCHMARKS.md, issue #15), so a model-driven default would cost
 labels. Every choice comes with the sentence that says why; the ML page shows it.
+
+A zero-shot version (an open PRM's own step scores, ``PRMConfig.zero_shot``) scoring a
+project that has no held-out labels is the exception: there is nothing to compare it or
+the strategies on, and it is not a head trained on a handful of labels but a PRM that
+was trained to find errors. So until the evidence has lines, 'auto' applies ``entropy``,
+its step uncertainty (per step that would be rated): of the strategies it is the one that
+needs no ensemble and the only one measured to gain over random on ProcessBench (AUROC
++0.018 ± 0.011, BENCHMARKS.md); the cold-start rule lets it steer
+(``scoring.cold_start_strategy``).
 """
 
 from __future__ import annotations
@@ -18,12 +27,27 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from prm_training.models import AUTO_STRATEGY, AcquisitionStrategy, ProjectTrainingSettings
+from prm_training.models import (
+    AUTO_STRATEGY,
+    AcquisitionStrategy,
+    ModelVersion,
+    ProjectTrainingSettings,
+)
 
 if TYPE_CHECKING:
     from prm_training.ml.simulate import SimulationConfig, SimulationRow
 
 RANDOM = AcquisitionStrategy.RANDOM.value
+# What 'auto' applies for a zero-shot version with no held-out labels (module docstring).
+ZERO_SHOT_STRATEGY = AcquisitionStrategy.ENTROPY.value
+
+
+def version_zero_shot_unmeasured(version: ModelVersion) -> bool:
+    """Whether ``version`` is zero-shot with no held-out comparison with the rules (the
+    project had no labeled held-out chains when it was made)."""
+    from prm_training.ml.baselines import verdict_against_rules
+
+    return version.is_zero_shot and verdict_against_rules(version.metrics).beaten is None
 
 
 def strategy_evidence_build(
@@ -110,11 +134,22 @@ def strategy_from_evidence(evidence: dict[str, Any]) -> tuple[str, str]:
     )
 
 
-def acquisition_strategy_resolve(*, loop: ProjectTrainingSettings) -> tuple[str, str]:
+def acquisition_strategy_resolve(
+    *, loop: ProjectTrainingSettings, version: ModelVersion | None = None
+) -> tuple[str, str]:
     """(the strategy a scoring run of this project applies by default, why): the one set,
-    or with 'auto' the one ``strategy_from_evidence`` supports."""
+    or with 'auto' the one ``strategy_from_evidence`` supports; without evidence lines and
+    with a zero-shot ``version`` (the one scoring) that nothing measured,
+    ``ZERO_SHOT_STRATEGY`` (module docstring)."""
     if loop.acquisition_strategy != AUTO_STRATEGY:
         return loop.acquisition_strategy, "set in the loop settings"
+    lines = (loop.strategy_evidence or {}).get("lines")
+    if not lines and version is not None and version_zero_shot_unmeasured(version):
+        return ZERO_SHOT_STRATEGY, (
+            f"v{version.version} is zero-shot with no labeled held-out chains: the open "
+            "PRM's own step uncertainty orders the queue until a comparison on this "
+            "project's labels says otherwise"
+        )
     if not loop.strategy_evidence:
         return RANDOM, (
             "no comparison on this project's labels yet (manage.py "

@@ -109,9 +109,22 @@ def training_config_clean(*, config: Mapping[str, Any], project: Project) -> dic
                 errors.setdefault(name, []).extend(exc.messages)
                 continue
         cleaned[name] = value
+    if cleaned.get("zero_shot") and not errors:
+        errors.update(_zero_shot_errors(cleaned))
     if errors:
         raise ValidationError(errors)
     return cleaned
+
+
+def _zero_shot_errors(cleaned: Mapping[str, Any]) -> dict[str, list[str]]:
+    """What a zero-shot run's settings lack (``PRMConfig.zero_shot``), said before it is
+    queued rather than by the worker: the backbone's own step head, read in frozen_head
+    mode. Whether the named backbone has a step head the worker finds out on loading it."""
+    if not cleaned.get("step_prior"):
+        return {"zero_shot": ["Needs step_prior: an open PRM whose model scores steps."]}
+    if cleaned.get("mode") == "full":
+        return {"zero_shot": ["Trains nothing: leave mode at frozen_head."]}
+    return {}
 
 
 LOOP_FIELDS = ("acquisition_strategy", "random_fraction", "retrain_every_n_finished")
@@ -166,7 +179,12 @@ def training_run_start(
 ) -> TrainingRun:
     """Create a QUEUED run and enqueue its task once the row is committed, so a worker
     never looks for a row that was rolled back. Without ``snapshot`` the worker takes a
-    fresh one of the project's consensus labels when the run starts."""
+    fresh one of the project's consensus labels when the run starts.
+
+    With the ``zero_shot`` setting (and ``step_prior``) nothing trains: the version scores
+    every step with the backbone's own step head (``ml.train.zero_shot_prm``), so a
+    project with no labels yet can order its queue; labels, when there are any, only
+    choose its readout and measure it."""
     config = training_config_clean(config=settings or {}, project=project)
     if snapshot is not None and snapshot.project_id != project.pk:
         raise ValidationError({"snapshot": "The snapshot belongs to another project."})
@@ -292,6 +310,26 @@ def _ensure_snapshot(run: TrainingRun) -> Snapshot:
     return snapshot
 
 
+def _zero_shot_snapshot(run: TrainingRun) -> Snapshot | None:
+    """A zero-shot run's snapshot: the project's labels, to choose the readout and measure
+    the version on when there are any; None when there is no label to freeze (the version
+    then has no held-out metrics)."""
+    try:
+        return _ensure_snapshot(run)
+    except ValidationError:  # nothing to freeze: no chain has a label yet
+        return None
+
+
+def _snapshot_splits(snapshot: Snapshot | None) -> tuple[list[ChainExample], list[ChainExample]]:
+    """(training chains, held-out chains) of ``snapshot``; none without one."""
+    if snapshot is None:
+        return [], []
+    return (
+        snapshot_chain_examples(snapshot=snapshot, split=SnapshotSplit.TRAIN),
+        snapshot_chain_examples(snapshot=snapshot, split=SnapshotSplit.HELDOUT),
+    )
+
+
 def _beats(new: Mapping[str, float], old: Mapping[str, float]) -> bool:
     """ProcessBench F1 first, step AUROC to break a tie. A missing or NaN metric loses."""
 
@@ -345,13 +383,14 @@ def training_run_execute(*, run_id: int, task_id: str = "", worker: str = "") ->
     reporter = _RunReporter(run, span=0.95)
     out_dir = training_attempt_dir(run)
     try:
-        snapshot = _ensure_snapshot(run)
-        train = snapshot_chain_examples(snapshot=snapshot, split=SnapshotSplit.TRAIN)
-        heldout = snapshot_chain_examples(snapshot=snapshot, split=SnapshotSplit.HELDOUT)
-        if not train:
-            raise ValidationError(f"Snapshot v{snapshot.version} has no training chains.")
-        if not heldout:
-            raise ValidationError(f"Snapshot v{snapshot.version} has no held-out chains.")
+        zero_shot = bool(run.settings.get("zero_shot"))
+        snapshot = _zero_shot_snapshot(run) if zero_shot else _ensure_snapshot(run)
+        train, heldout = _snapshot_splits(snapshot)
+        if not zero_shot and snapshot is not None:
+            if not train:
+                raise ValidationError(f"Snapshot v{snapshot.version} has no training chains.")
+            if not heldout:
+                raise ValidationError(f"Snapshot v{snapshot.version} has no held-out chains.")
         # Fields left out take the ML package's defaults (the bundled MiniLM backbone).
         # The backbone is a name, resolved again here: gone since the run was queued, it
         # fails the run with the message that refused it then.
@@ -396,10 +435,13 @@ def _paired_with(
     return paired_f1_difference(hits, previous_hits)
 
 
+ZERO_SHOT_NOTE = "Zero-shot: the backbone's own step scores, nothing trained."
+
+
 def _compare_with_active(
     *,
     project_id: int,
-    snapshot: Snapshot,
+    snapshot: Snapshot | None,
     result: Any,
     metrics: dict[str, float],
     heldout: list[ChainExample],
@@ -407,10 +449,20 @@ def _compare_with_active(
 ) -> tuple[ModelVersion | None, bool, str]:
     """(the active version the new one was compared with, whether the new one replaces
     it, the run's note). Both are scored on the same held-out chains; ``metrics`` gains
-    the paired F1 interval and the active version's figures."""
+    the paired F1 interval and the active version's figures. A zero-shot version without
+    held-out chains has nothing to be compared on: it is active only where no version is."""
     compared = ModelVersion.objects.filter(project_id=project_id, is_active=True).order_by().first()
+    zero_shot = bool(metrics.get("zero_shot"))
+    prefix = f"{ZERO_SHOT_NOTE} " if zero_shot else ""
     if compared is None:
-        return None, True, "No active version: the new version is active."
+        return None, True, f"{prefix}No active version: the new version is active."
+    if snapshot is None or not heldout:
+        return (
+            compared,
+            False,
+            f"{prefix}No labeled held-out chains to compare it with active "
+            f"v{compared.version} on: not activated (activate it by hand to score with it).",
+        )
     try:
         previous, previous_hits = _evaluate_version(
             version=compared, heldout=heldout, reporter=reporter
@@ -440,18 +492,22 @@ def _compare_with_active(
         if name in previous:
             metrics[f"active_{name}"] = float(previous[name])
     if activate:
-        return compared, True, f"Beats active v{compared.version} ({summary}): made active."
+        return (
+            compared,
+            True,
+            f"{prefix}Beats active v{compared.version} ({summary}): made active.",
+        )
     return (
         compared,
         False,
-        f"Does not beat active v{compared.version} ({summary}): not activated.",
+        f"{prefix}Does not beat active v{compared.version} ({summary}): not activated.",
     )
 
 
 def _publish(
     *,
     run: TrainingRun,
-    snapshot: Snapshot,
+    snapshot: Snapshot | None,
     result: Any,
     heldout: list[ChainExample],
     reporter: _RunReporter,

@@ -101,7 +101,10 @@
   // Says plainly whether the version's held-out F1 and AUROC beat every rule that reads no
   // step (fitted on the same training chains, scored on the same held-out ones); the
   // server words it (``verdict_against_rules``).
-  function againstRules(verdict) {
+  function againstRules(verdict, zeroShot) {
+    if (zeroShot && (!verdict || verdict.beaten === null)) {
+      return el("span", "zero-shot: no labeled held-out chains to compare it on", "muted");
+    }
     if (!verdict || verdict.beaten === null) return "—";
     return el("span", verdict.text, verdict.beaten ? "rules-beaten" : "rules-not-beaten");
   }
@@ -111,7 +114,7 @@
   function verdictCell(version) {
     const metrics = version.metrics;
     const cell = el("div");
-    cell.append(againstRules(version.against_rules));
+    cell.append(againstRules(version.against_rules, version.zero_shot));
     const cut = metrics.truncated_chains;
     if (typeof cut === "number" && cut > 0) {
       const chains = cut === 1 ? "1 chain" : `${cut} chains`;
@@ -130,7 +133,12 @@
             "priorities will follow it instead of the current one.",
         )
         : "";
-      return [`v${v.version}`, `v${v.snapshot_version}`, num(v.metrics.processbench_f1, 3),
+      // A zero-shot version (an open PRM's own step scores) says so; one made before the
+      // project had a label has no snapshot.
+      const name = el("span", `v${v.version}`);
+      if (v.zero_shot) name.append(el("span", "zero-shot", "zero-shot-tag"));
+      const snapshot = v.snapshot_version === null ? "—" : `v${v.snapshot_version}`;
+      return [name, snapshot, num(v.metrics.processbench_f1, 3),
         num(v.metrics.step_auroc, 3), num(v.metrics.first_error_accuracy, 3),
         verdictCell(v), when(v.created_at), v.is_active ? "active" : "", action];
     }), 9, "No model versions yet.");
@@ -197,12 +205,14 @@
     return runs.some((run) => BUSY.has(run.status));
   }
 
-  // The strategy asked for, and the one applied with the reason when they differ (the
-  // cold-start rule: random picks while the version does not beat the rules).
+  // The strategy asked for, the one applied when they differ (the cold-start rule: random
+  // picks while the version does not beat the rules), and why: the run's note ('auto''s
+  // choice, the cold-start rule, a zero-shot version steering with nothing to compare).
   function strategyCell(run) {
-    if (!run.applied_strategy || run.applied_strategy === run.strategy) return run.strategy;
+    const differs = run.applied_strategy && run.applied_strategy !== run.strategy;
+    if (!differs && !run.strategy_note) return run.strategy;
     const cell = el("div");
-    cell.append(el("span", `${run.strategy} → ${run.applied_strategy}`));
+    cell.append(el("span", differs ? `${run.strategy} → ${run.applied_strategy}` : run.strategy));
     cell.append(el("div", run.strategy_note, "muted strategy-note"));
     return cell;
   }
@@ -256,6 +266,9 @@
   bindForm("train-form", "train-message",
     ["epochs", "head_epochs", "learning_rate", "batch_size"],
     `/api/v1/projects/${projectId}/training-runs/`, (run) => `Run #${run.id} queued.`);
+  bindForm("zero-shot-form", "zero-shot-message", ["max_length"],
+    `/api/v1/projects/${projectId}/training-runs/`,
+    (run) => `Run #${run.id} queued: a zero-shot version once it ends.`);
   bindForm("score-form", "score-message", ["random_fraction"],
     `/api/v1/projects/${projectId}/scoring-runs/`, (run) => `Scoring run #${run.id} queued.`);
   // Loop settings: one PATCH with the loop fields and the automatic runs' config (sent

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +140,36 @@ def test_an_untrained_head_scores_like_the_prior(prm_dir: Path) -> None:
 
     # Then: every member's logit is the prior's log-odds
     assert torch.allclose(head(features), features[:, -1].expand(3, 5))
+
+
+def test_a_zero_shot_version_scores_every_step_with_the_prm_s_own_head(
+    prm_dir: Path, tmp_path: Path
+) -> None:
+    # Given: the tiny PRM and chains nobody labeled
+    chains = synthetic_chains(30, seed=26)
+    unlabeled = [replace(chain, labels=None) for chain in chains]
+    config = _frozen(prm_dir, step_prior=True, zero_shot=True)
+
+    # When: a zero-shot version is made (train_prm hands it to zero_shot_prm)
+    result = train_prm(config, unlabeled[:20], unlabeled[20:], tmp_path / "zero")
+
+    # Then: its checkpoint scores every step as the backbone's own step head does, with
+    # one head (nothing to disagree), and its metrics say zero-shot with no held-out ones
+    prm = load_prm(result.checkpoint_dir)
+    ours = [p for item in score_chains(prm, chains) for p in item.step_probs]
+    own = [p for item in zero_shot_scores(config, chains) for p in item.step_probs]
+    assert ours == pytest.approx(own, abs=1e-6)
+    assert prm.head.members == 1 and prm.readout.threshold == 0.5
+    assert result.metrics["zero_shot"] == 1.0
+    assert "train_loss" not in result.metrics and "step_auroc" not in result.metrics
+
+    # ...and with labeled chains: the readout is chosen on them and the held-out metrics
+    # are the prior's, beside the rules'
+    labeled = train_prm(config, chains[:20], chains[20:], tmp_path / "zero-labeled")
+    assert labeled.metrics["step_auroc"] == pytest.approx(labeled.metrics["zero_shot_step_auroc"])
+    assert "baseline_position_prior_step_auroc" in labeled.metrics
+    with pytest.raises(ValueError, match="set step_prior"):
+        PRMConfig(zero_shot=True)
 
 
 def test_a_backbone_without_a_step_head_is_refused_for_the_prior(llama_dir: Path) -> None:

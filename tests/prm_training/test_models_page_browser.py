@@ -195,3 +195,66 @@ def test_the_page_says_which_strategy_auto_applies_and_shows_its_evidence(
     )
     page.locator("#evidence-table").scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "models-strategy-evidence.png"), full_page=True)
+
+
+@pytest.mark.parametrize(("width", "height"), [(1366, 768), (390, 844)])
+def test_a_zero_shot_version_is_made_from_a_listed_open_prm_and_says_what_it_is(
+    live_server: Any, browser: Browser, tmp_path: Any, monkeypatch: Any, width: int, height: int
+) -> None:
+    # Given: an open PRM in the model directory (a model that scores tokens) beside a
+    # plain backbone, and a zero-shot version made before the project had a label
+    import json
+
+    for name, architecture in (
+        ("qwen-prm", "LlamaForTokenClassification"),
+        ("plain", "LlamaModel"),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"architectures": [architecture]}))
+    monkeypatch.setenv("STEPLAB_BACKBONE_DIR", str(tmp_path))
+    project = ProjectFactory()
+    ml = MembershipFactory(project=project, role=Role.ML).user
+    ModelVersion.objects.create(
+        project=project,
+        training_run=TrainingRun.objects.create(
+            project=project, status=RunStatus.SUCCEEDED, settings={"zero_shot": True}
+        ),
+        version=1,
+        checkpoint_dir="/nonexistent",
+        metrics={"zero_shot": 1.0, "threshold": 0.5},
+        is_active=True,
+    )
+    with page_watched(browser=browser, width=width, height=height) as page:
+        page_login(page=page, base_url=live_server.url, username=ml.username)
+
+        # When: ML staff open the ML page
+        page.goto(f"{live_server.url}/projects/{project.pk}/models/")
+        page.wait_for_selector("#versions-table .zero-shot-tag")
+
+        # Then: only the open PRM is offered, and the version says it is zero-shot, with
+        # no snapshot and nothing to be compared on
+        form = page.locator("#zero-shot-form")
+        assert form.locator("select[name=backbone] option").all_inner_texts() == ["qwen-prm"]
+        cells = page.locator("#versions-table tbody tr td").all_inner_texts()
+        assert cells[1] == "—" and "no labeled held-out chains" in cells[5]
+        assert (
+            "own step scores steer from round 0" in page.locator("#applied-strategy").inner_text()
+        )
+        page.locator("#zero-shot").scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"models-zero-shot-{width}.png"), full_page=True)
+
+        # When: they start one, with the PRM's step token
+        form.locator("input[name=step_separator]").fill("<extra_0>")
+        form.locator("input[name=chat_template]").check()
+        form.get_by_role("button", name="Create zero-shot version").click()
+
+        # Then: a run is queued with the zero-shot settings
+        expect(page.locator("#zero-shot-message")).to_contain_text("queued")
+        run = TrainingRun.objects.exclude(settings={"zero_shot": True}).get(project=project)
+        assert run.settings == {
+            "zero_shot": True,
+            "step_prior": True,
+            "backbone": "qwen-prm",
+            "step_separator": "<extra_0>",
+            "chat_template": True,
+        }

@@ -101,6 +101,56 @@ def test_worker_trains_publishes_an_active_version_and_scoring_reorders_the_queu
     assert labeled_priorities == {0.0}
 
 
+def test_worker_makes_a_zero_shot_version_that_orders_an_unlabeled_queue(
+    celery_workers: WorkerFactory, project: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    # Given a project with no label, an open PRM (the tiny Llama with its own step head)
+    # under the backbone root, and a worker that sees it
+    from annotation.models import Step
+    from prm_training.ml.synthetic import synthetic_chains
+    from tests.factories import ChainFactory, ProblemFactory
+    from tests.prm_training.ml_tiny import tiny_step_prm_dir
+
+    tiny_step_prm_dir(tmp_path / "open-prms")
+    monkeypatch.setenv("STEPLAB_BACKBONE_DIR", str(tmp_path / "open-prms"))
+    for example in synthetic_chains(8, seed=41, labeled=False):
+        chain = ChainFactory(
+            project=project, problem=ProblemFactory(project=project, text=example.problem)
+        )
+        Step.objects.filter(chain=chain).delete()
+        Step.objects.bulk_create(
+            [Step(chain=chain, index=k, text=text) for k, text in enumerate(example.steps)]
+        )
+    worker = celery_workers.start(env={"STEPLAB_BACKBONE_DIR": str(tmp_path / "open-prms")})
+    settings = {"backbone": "llama-prm", "zero_shot": True, "step_prior": True, "max_length": 64}
+
+    # When ML staff make a zero-shot version, then score with it
+    run = training_run_start(project=project, user=None, settings={**settings, "device": "cpu"})
+    wait_until(
+        lambda: _run_status(TrainingRun, run.pk) in (RunStatus.SUCCEEDED, RunStatus.FAILED),
+        timeout=300,
+        what="the zero-shot run",
+        diagnose=worker.output,
+    )
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    version = ModelVersion.objects.get(training_run=run)
+    assert version.is_active and version.is_zero_shot and version.snapshot is None
+    scoring = scoring_run_start(project=project, user=None, random_fraction=0.0)
+    wait_until(
+        lambda: _run_status(ScoringRun, scoring.pk) in (RunStatus.SUCCEEDED, RunStatus.FAILED),
+        timeout=180,
+        what="the scoring run",
+        diagnose=worker.output,
+    )
+
+    # Then the queue of the unlabeled project follows the PRM's own step uncertainty
+    scoring.refresh_from_db()
+    assert scoring.status == RunStatus.SUCCEEDED, scoring.error
+    assert scoring.applied_strategy == "entropy" and scoring.priorities_updated == 8
+    assert Chain.objects.filter(project=project, priority__gt=0).count() == 8
+
+
 def test_a_worker_killed_mid_run_publishes_nothing_and_the_next_worker_reaps_the_run(
     celery_workers: WorkerFactory, arithmetic_project: Any, make_member: Any
 ) -> None:
