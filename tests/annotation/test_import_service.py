@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -461,12 +460,10 @@ def test_a_medium_file_goes_through_copy_in_chunks(project: Project, tmp_path: P
             out.write(json.dumps(record) + "\n")
     seen: list[int] = []
 
-    # When it is imported
-    started = time.perf_counter()
+    # When it is imported (its speed is bench/bench_foundation.py's to measure)
     result = chain_import(project=project, path=path, progress=seen.append)
-    elapsed = time.perf_counter() - started
 
-    # Then every row is there, the progress covered every record, and it was quick
+    # Then every row is there and the progress covered every record
     assert (result.chains_created, result.steps_created, result.labels_created) == (
         5_000,
         50_000,
@@ -482,7 +479,6 @@ def test_a_medium_file_goes_through_copy_in_chunks(project: Project, tmp_path: P
         )
     )
     assert chain_steps(last)[-1] == "chain 4999 step 9"
-    assert elapsed < 10, f"5,000 chains took {elapsed:.1f}s"
 
 
 # --- concurrency ---------------------------------------------------------------------
