@@ -259,6 +259,9 @@ class Chain(models.Model):
     gold_annotation = models.ForeignKey(
         "Annotation", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    # Human passes a lead asked for beyond the project's overlap (``chain_requeue``): the
+    # chain needs ``overlap + extra_labels`` finished annotations.
+    extra_labels = models.PositiveSmallIntegerField(default=0, db_default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -284,6 +287,21 @@ class Chain(models.Model):
             # Gold chains of a project: few, scanned at every gold claim and score.
             models.Index(
                 fields=["project", "id"], condition=Q(is_gold=True), name="chain_gold_idx"
+            ),
+            # The data manager (selectors/chains.py) pages a project's chains by id; these
+            # let a status filter read its page in order instead of walking every chain.
+            models.Index(fields=["project", "id"], name="chain_by_project"),
+            models.Index(
+                fields=["project", "id"], condition=Q(is_flagged=True), name="chain_flagged_idx"
+            ),
+            models.Index(
+                fields=["project", "id"], condition=Q(is_finished=True), name="chain_finished_idx"
+            ),
+            # Chains two or more people finished: the only ones that can be disputed.
+            models.Index(
+                fields=["project", "id"],
+                condition=Q(finished_count__gte=2),
+                name="chain_multi_labeled_idx",
             ),
         ]
 
@@ -379,6 +397,12 @@ class Assignment(models.Model):
                 condition=Q(status__in=["submitted", "skipped"]),
                 name="assignment_done_by_chain",
             ),
+            # The data manager's "skipped" filter: a project's skipped chains in id order.
+            models.Index(
+                fields=["project", "chain"],
+                condition=Q(status="skipped"),
+                name="assignment_skipped_by_project",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -448,6 +472,12 @@ class Annotation(models.Model):
                 fields=["annotator", "id"],
                 condition=Q(source="human"),
                 name="annotation_history",
+            ),
+            # The data manager's annotator filter: the chains one person labeled, by id.
+            models.Index(
+                fields=["annotator", "chain"],
+                condition=Q(source="human"),
+                name="annotation_by_annotator_chain",
             ),
         ]
 

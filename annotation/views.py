@@ -187,6 +187,54 @@ def review_page(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @require_GET
 @login_required
+def chains_page(request: HttpRequest, project_id: int) -> HttpResponse:
+    """``/projects/{id}/chains/`` (leads only: 403 for other members, 404 for
+    non-members): the data manager, the project's chains filtered, searched and paged by
+    the chains API (``annotation.api.chains``); the page carries only the endpoints and
+    the members to filter by."""
+    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    config = {
+        "projectId": project.pk,
+        "api": {"chains": reverse("api-project-chains", args=[project.pk])},
+        "chainPage": reverse("chain-page", args=[project.pk, 0]).removesuffix("0/"),
+    }
+    members = project.memberships.select_related("user").order_by("user__username")
+    return render(
+        request,
+        "annotation/chains.html",
+        {"project": project, "config": config, "members": members},
+    )
+
+
+@require_GET
+@login_required
+def chain_page(request: HttpRequest, project_id: int, chain_id: int) -> HttpResponse:
+    """``/projects/{id}/chains/{chain_id}/`` (leads only): one chain's revisions, steps
+    with ratings and PRM scores, leases with skip and flag reasons, and the unflag,
+    requeue and mark-gold buttons, all through the API."""
+    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    if not project.chains.filter(pk=chain_id).exists():
+        raise Http404("No such chain in this project.")
+    config = {
+        "projectId": project.pk,
+        "chainId": chain_id,
+        "api": {
+            "chain": reverse("api-chain", args=[chain_id]),
+            "labels": reverse("api-chain-labels", args=[chain_id]),
+            "unflag": reverse("api-chain-unflag", args=[chain_id]),
+            "requeue": reverse("api-chain-requeue", args=[chain_id]),
+            "goldMark": reverse("api-gold-mark", args=[project.pk]),
+        },
+    }
+    return render(
+        request,
+        "annotation/chain.html",
+        {"project": project, "config": config, "chain_id": chain_id},
+    )
+
+
+@require_GET
+@login_required
 def label_workspace(request: HttpRequest, project_id: int) -> HttpResponse:
     """The annotator workspace. The page carries only the project's settings; chains come
     from the queue API (``assignments/next/``), so the page and any other client see the

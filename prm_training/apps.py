@@ -13,5 +13,10 @@ class PrmTrainingConfig(AppConfig):
         from prm_training.services.training import training_autostart_enqueue
 
         chain_finished_register(training_autostart_enqueue)
+        # The data manager's PRM score and uncertainty columns, read through the ORM.
+        from annotation.selectors.chain_scores import chain_score_source_register
+        from prm_training.chain_scores import SOURCE
+
+        chain_score_source_register(SOURCE)
         # Every process registers the tasks: the services send them by name.
         from prm_training import tasks  # noqa: F401

@@ -112,6 +112,10 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "api-chain-adjudicate": {"post": API_LEADS},
     "api-project-flags": {"get": API_LEADS},
     "api-chain-unflag": {"post": API_LEADS},
+    # The data manager: a project's chains, one chain, and asking it for more labels.
+    "api-project-chains": {"get": API_LEADS},
+    "api-chain": {"get": API_LEADS},
+    "api-chain-requeue": {"post": API_LEADS},
     "api-gold-chains": {"get": API_LEADS},
     "api-gold-mark": {"post": API_LEADS},
     "api-gold-unmark": {"post": API_LEADS},
@@ -138,6 +142,8 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "label-workspace": {"get": PAGE_MEMBERS},
     "history-page": {"get": PAGE_MEMBERS},
     "review-page": {"get": (302, 403, 200, 403, 404)},
+    "chains-page": {"get": (302, 403, 200, 403, 404)},
+    "chain-page": {"get": (302, 403, 200, 403, 404)},
     "snapshots-page": {"get": (302, 403, 200, 403, 404)},
     # Creating a project is for site staff (as the API's create); none of these is staff.
     "project-new": {"get": (302, 403, 403, 403, 403)},

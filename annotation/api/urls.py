@@ -12,6 +12,7 @@ urlpatterns = [
     path("", include("annotation.api.workspace_urls")),
     path("", include("annotation.api.history_urls")),
     path("", include("annotation.api.review_urls")),
+    path("", include("annotation.api.chain_urls")),
     path("", include("annotation.api.gold_urls")),
     path("", include("annotation.api.dashboard_urls")),
 ]

@@ -1,0 +1,240 @@
+"""The data manager over HTTP (leads only; annotators 403, non-members 404). Thin: check
+access, validate, call one selector or service, serialize.
+
+- `GET /api/v1/projects/{id}/chains/`: one page of the project's chains, filtered and
+  searched, by id; `after` (the previous page's `next_after`) walks on (keyset paging);
+- `GET /api/v1/chains/{id}/`: one chain with its status, steps, the PRM's step scores and
+  every lease with its skip or flag reason (its labels: `chains/{id}/labels/`);
+- `POST /api/v1/chains/{id}/requeue/`: ask for more human passes on a chain.
+
+Unflagging (`chains/{id}/unflag/`) and marking gold (`projects/{id}/gold/mark/`) have
+their own endpoints, which the chain page calls."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.generics import GenericAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from annotation.api.fields import IdField
+from annotation.api.permissions import LEADS, project_for_request
+from annotation.api.review import NOT_A_MEMBER, WRONG_ROLE, _chain_for_lead
+from annotation.models import Chain, Membership
+from annotation.selectors.chains import (
+    PAGE_SIZE_MAX,
+    ChainFilters,
+    ChainStatus,
+    chain_detail,
+    chain_list,
+)
+from annotation.services.chains import EXTRA_LABELS_MAX, chain_requeue
+
+BAD_FILTER = OpenApiResponse(description="A filter out of range or an unknown status.")
+
+
+class ChainListFilterSerializer(serializers.Serializer):
+    status = serializers.ListField(
+        child=serializers.ChoiceField(choices=ChainStatus.ALL),
+        required=False,
+        default=list,
+        help_text="Repeat for several (any of them): " + ", ".join(ChainStatus.ALL) + ".",
+    )
+    annotator = IdField(required=False, help_text="Only chains this member (user id) labeled.")
+    max_agreement = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="Only chains two or more people labeled whose share of undisputed steps "
+        "is at most this.",
+    )
+    min_score = serializers.FloatField(required=False, min_value=0.0, max_value=1.0)
+    max_score = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="PRM score bounds: the least step P(correct) in the newest scoring run.",
+    )
+    min_uncertainty = serializers.FloatField(required=False, min_value=0.0, max_value=1.0)
+    max_uncertainty = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="PRM uncertainty bounds: 1 - |2p - 1| at the least sure step.",
+    )
+    q = serializers.CharField(
+        required=False, default="", max_length=200, help_text="Words in the problem or a step."
+    )
+    after = IdField(required=False, help_text="The previous page's `next_after`.")
+    limit = serializers.IntegerField(required=False, default=50, min_value=1, max_value=200)
+
+
+class ChainRowOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="chain_id")
+    problem = serializers.CharField(help_text="The problem's first 200 characters.")
+    step_count = serializers.IntegerField()
+    finished_count = serializers.IntegerField(help_text="Finished human passes.")
+    needed = serializers.IntegerField(help_text="Passes the chain needs: overlap + extra.")
+    status = serializers.ChoiceField(choices=ChainStatus.ALL, help_text="Its main status.")
+    is_flagged = serializers.BooleanField()
+    is_gold = serializers.BooleanField()
+    skipped = serializers.BooleanField(help_text="Someone skipped it.")
+    leased = serializers.BooleanField(help_text="Someone holds a live lease on it.")
+    agreement = serializers.FloatField(
+        allow_null=True, help_text="Share of undisputed steps; null under two passes."
+    )
+    priority = serializers.FloatField(help_text="Its place in the queue (higher first).")
+    prm_score = serializers.FloatField(allow_null=True)
+    prm_uncertainty = serializers.FloatField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+class ChainPageOutputSerializer(serializers.Serializer):
+    results = ChainRowOutputSerializer(many=True, source="rows")
+    next_after = serializers.IntegerField(
+        allow_null=True, help_text="Pass as `after` for the next page; null on the last."
+    )
+
+
+class ChainListApi(GenericAPIView):
+    serializer_class = ChainPageOutputSerializer
+    queryset = Chain.objects.none()
+
+    @extend_schema(
+        tags=["chains"],
+        operation_id="projects_chains_list",
+        summary="The project's chains, filtered and searched, a page at a time (leads only)",
+        parameters=[ChainListFilterSerializer],
+        responses={
+            200: ChainPageOutputSerializer,
+            400: BAD_FILTER,
+            403: WRONG_ROLE,
+            404: NOT_A_MEMBER,
+        },
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        query = ChainListFilterSerializer(
+            data={**request.query_params.dict(), "status": request.query_params.getlist("status")}
+        )
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        annotator = data.get("annotator")
+        if (
+            annotator is not None
+            and not Membership.objects.filter(project=project, user_id=annotator).exists()
+        ):
+            raise serializers.ValidationError({"annotator": "Not a member of this project."})
+        filters = ChainFilters(
+            statuses=tuple(data["status"]),
+            annotator=annotator,
+            max_agreement=data.get("max_agreement"),
+            min_score=data.get("min_score"),
+            max_score=data.get("max_score"),
+            min_uncertainty=data.get("min_uncertainty"),
+            max_uncertainty=data.get("max_uncertainty"),
+            search=data["q"],
+        )
+        page = chain_list(
+            project=project,
+            filters=filters,
+            after=data.get("after"),
+            limit=min(data["limit"], PAGE_SIZE_MAX),
+        )
+        return Response(ChainPageOutputSerializer(page).data)
+
+
+class LeaseOutputSerializer(serializers.Serializer):
+    assignment = serializers.IntegerField(source="assignment_id")
+    annotator = serializers.CharField()
+    status = serializers.CharField(help_text="active, submitted, skipped or expired")
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(help_text="A skip's reason (a flag's starts 'flag:').")
+
+
+class ChainStepOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="pk")
+    index = serializers.IntegerField()
+    text = serializers.CharField()
+
+
+class ChainDetailOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="chain.pk")
+    project = serializers.IntegerField(source="chain.project_id")
+    problem = serializers.CharField(source="chain.problem.text")
+    final_answer = serializers.CharField(source="chain.final_answer")
+    generator = serializers.CharField(source="chain.generator")
+    status = serializers.ChoiceField(choices=ChainStatus.ALL)
+    finished_count = serializers.IntegerField(source="chain.finished_count")
+    needed = serializers.IntegerField()
+    is_finished = serializers.BooleanField(source="chain.is_finished")
+    is_flagged = serializers.BooleanField(source="chain.is_flagged")
+    is_gold = serializers.BooleanField(source="chain.is_gold")
+    flagged_by = serializers.CharField(
+        source="chain.flagged_by.username", allow_null=True, default=None
+    )
+    flag_reason = serializers.CharField(source="chain.flag_reason")
+    flagged_at = serializers.DateTimeField(source="chain.flagged_at", allow_null=True)
+    flag_cleared_by = serializers.CharField(
+        source="chain.flag_cleared_by.username", allow_null=True, default=None
+    )
+    flag_cleared_at = serializers.DateTimeField(source="chain.flag_cleared_at", allow_null=True)
+    steps = ChainStepOutputSerializer(many=True)
+    step_scores = serializers.ListField(
+        child=serializers.FloatField(),
+        allow_null=True,
+        help_text="The PRM's P(correct) per step in its newest scoring run; null if unscored.",
+    )
+    leases = LeaseOutputSerializer(many=True, help_text="Every lease, oldest first.")
+
+
+class ChainDetailApi(GenericAPIView):
+    serializer_class = ChainDetailOutputSerializer
+    queryset = Chain.objects.none()
+
+    @extend_schema(
+        tags=["chains"],
+        operation_id="chains_retrieve",
+        summary="One chain: status, steps, PRM step scores, leases, skips, flag (leads only)",
+        responses={200: ChainDetailOutputSerializer, 403: WRONG_ROLE, 404: NOT_A_MEMBER},
+    )
+    def get(self, request: Request, chain_id: int) -> Response:
+        chain = _chain_for_lead(request=request, chain_id=chain_id)
+        return Response(ChainDetailOutputSerializer(chain_detail(chain=chain)).data)
+
+
+class ChainRequeueInputSerializer(serializers.Serializer):
+    more = serializers.IntegerField(
+        required=False,
+        default=1,
+        min_value=1,
+        max_value=EXTRA_LABELS_MAX,
+        help_text="How many more human passes to ask for.",
+    )
+
+
+class ChainRequeueApi(GenericAPIView):
+    serializer_class = ChainRequeueInputSerializer
+    queryset = Chain.objects.none()
+
+    @extend_schema(
+        tags=["chains"],
+        operation_id="chains_requeue",
+        summary="Ask for more human passes on a chain (leads only)",
+        request=ChainRequeueInputSerializer,
+        responses={
+            200: ChainDetailOutputSerializer,
+            400: OpenApiResponse(description="A gold chain, or `more` out of range."),
+            403: WRONG_ROLE,
+            404: NOT_A_MEMBER,
+        },
+    )
+    def post(self, request: Request, chain_id: int) -> Response:
+        chain = _chain_for_lead(request=request, chain_id=chain_id)
+        data = ChainRequeueInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        chain_requeue(chain=chain, more=data.validated_data["more"])
+        reread = _chain_for_lead(request=request, chain_id=chain_id)
+        return Response(ChainDetailOutputSerializer(chain_detail(chain=reread)).data)

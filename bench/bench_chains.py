@@ -1,0 +1,179 @@
+#!/usr/bin/env python
+"""Data manager benchmark: one filtered page of the chain list (``chain_list``, the
+selector the API and page call) at 1,000,000 chains, on PostgreSQL.
+
+    .venv/bin/python bench/bench_chains.py --database-url postgres://.../steplab_chains_bench \
+        [--chains 1000000] [--rounds 30] [--keep-db]
+
+Builds one project in a fresh database (``bench_foundation.bench_database_prepare``:
+created and migrated, dropped first unless --keep-db): problems, chains and three steps
+each written by the server itself (INSERT ... SELECT over generate_series, faster than
+COPY from a client and with every index of the schema in place), 1 % flagged, 20 %
+finished by two annotators (their annotations and ratings too, one chain in ten of those
+disputed), 1 % skipped, 0.1 % gold; ANALYZE; then times ``--rounds`` pages of 50 for each
+filter, the first page and a page deep in the list (keyset ``after``), and prints p50 and
+p95 per filter. A measurement, not a test."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from bench.bench_foundation import bench_database_prepare, django_setup  # noqa: E402
+
+FILL_SQL = """
+INSERT INTO annotation_problem (project_id, text, reference_answer, content_hash, created_at)
+SELECT %(p)s, 'Problem ' || i || ': how many ways to tile a ' || (i %% 97) || ' by '
+       || (i %% 13) || ' board with dominoes?', '', md5('p' || i), now()
+FROM generate_series(1, %(problems)s) i;
+
+INSERT INTO annotation_chain (project_id, problem_id, content_hash, final_answer, generator,
+    meta, step_count, priority, finished_count, is_finished, is_flagged, flag_reason,
+    is_gold, created_at)
+SELECT %(p)s, %(first_problem)s + (i %% %(problems)s), md5('c' || i), '42', 'bench', '{}', 3,
+       random(),
+       CASE WHEN i %% 5 = 0 THEN 2 ELSE 0 END, i %% 5 = 0, i %% 100 = 1,
+       CASE WHEN i %% 100 = 1 THEN 'garbled' ELSE '' END, false, now()
+FROM generate_series(1, %(chains)s) i;
+
+INSERT INTO annotation_step (chain_id, index, text)
+SELECT c.id, k, 'Step ' || k || ' of chain ' || c.id || CASE WHEN c.id %% 1000 = 7
+       THEN ' uses the transfer matrix' ELSE ' counts the tilings' END
+FROM annotation_chain c, generate_series(0, 2) k WHERE c.project_id = %(p)s;
+
+INSERT INTO annotation_annotation (chain_id, source, source_name, annotator_id, rewrite,
+    note, request_id, created_at)
+SELECT c.id, 'human', '', u.id, '', '', '', now()
+FROM annotation_chain c, unnest(%(annotators)s::bigint[]) u(id)
+WHERE c.project_id = %(p)s AND c.finished_count = 2;
+
+INSERT INTO annotation_steprating (annotation_id, step_id, rating, comment)
+SELECT a.id, s.id,
+       CASE WHEN a.annotator_id = %(second)s AND s.index = 1 AND c.id %% 50 = 0 THEN -1
+            ELSE 1 END, ''
+FROM annotation_annotation a JOIN annotation_chain c ON c.id = a.chain_id
+JOIN annotation_step s ON s.chain_id = c.id WHERE c.project_id = %(p)s;
+
+INSERT INTO annotation_assignment (project_id, chain_id, annotator_id, status, created_at,
+    expires_at, skip_reason, chain_open)
+SELECT %(p)s, c.id, %(first)s, 'skipped', now(), now(), 'too long', true
+FROM annotation_chain c WHERE c.project_id = %(p)s AND c.id %% 100 = 3;
+"""
+
+
+def fill(*, chains: int) -> int:
+    from django.db import connection, transaction
+
+    from annotation.models import Chain, Problem, Project, Role
+    from annotation.services.gold import gold_mark
+    from tests.factories import MembershipFactory
+
+    project = Project.objects.create(name="chains bench", overlap=2)
+    users = [MembershipFactory(project=project, role=Role.ANNOTATOR).user for _ in range(2)]
+    problems = max(1, chains // 10)
+    started = time.perf_counter()
+    with transaction.atomic(), connection.cursor() as cursor:
+        first_problem = (
+            Problem.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        ) + 1
+        for statement in FILL_SQL.split(";\n"):
+            if statement.strip():
+                cursor.execute(
+                    statement,
+                    {
+                        "p": project.pk,
+                        "problems": problems,
+                        "first_problem": first_problem,
+                        "chains": chains,
+                        "annotators": [u.pk for u in users],
+                        "first": users[0].pk,
+                        "second": users[1].pk,
+                    },
+                )
+    # Gold: 0.1 % of chains, answer keys from their (agreeing) annotations.
+    gold_ids = list(
+        Chain.objects.filter(project=project, finished_count=2)
+        .order_by("id")
+        .values_list("id", flat=True)[: max(1, chains // 1000)]
+    )
+    try:
+        gold_mark(project=project, chain_ids=gold_ids)
+    except Exception as error:  # no answer key without an adjudication: note and go on
+        print(f"gold not marked ({error})", file=sys.stderr)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    print(f"filled {chains:,} chains in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return project.pk
+
+
+def measure(*, project_id: int, rounds: int) -> list[tuple[str, float, float, int]]:
+    from annotation.models import Chain, Project
+    from annotation.selectors.chains import ChainFilters, chain_list
+    from tests.factories import UserFactory  # noqa: F401  (factories set the test password)
+
+    project = Project.objects.get(pk=project_id)
+    annotator = project.memberships.order_by("id").values_list("user_id", flat=True).first()
+    middle = (
+        Chain.objects.filter(project=project)
+        .order_by("id")
+        .values_list("id", flat=True)[Chain.objects.filter(project=project).count() // 2]
+    )
+    cases = {
+        "no filter, first page": (ChainFilters(), None),
+        "no filter, page at 500,000th chain": (ChainFilters(), middle),
+        "status=unlabeled": (ChainFilters(statuses=("unlabeled",)), None),
+        "status=in_progress": (ChainFilters(statuses=("in_progress",)), None),
+        "status=finished": (ChainFilters(statuses=("finished",)), None),
+        "status=disputed": (ChainFilters(statuses=("disputed",)), None),
+        "status=flagged": (ChainFilters(statuses=("flagged",)), None),
+        "status=skipped": (ChainFilters(statuses=("skipped",)), None),
+        "annotator=<one of two>": (ChainFilters(annotator=annotator), None),
+        "agreement <= 0.75": (ChainFilters(max_agreement=0.75), None),
+        "search 'transfer matrix' (0.1 %)": (ChainFilters(search="transfer matrix"), None),
+        "status=finished + search 'tilings'": (
+            ChainFilters(statuses=("finished",), search="tilings"),
+            None,
+        ),
+    }
+    rows = []
+    for name, (filters, after) in cases.items():
+        times = []
+        found = 0
+        for _ in range(rounds):
+            started = time.perf_counter()
+            page = chain_list(project=project, filters=filters, after=after, limit=50)
+            times.append((time.perf_counter() - started) * 1000)
+            found = len(page.rows)
+        times.sort()
+        p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+        rows.append((name, statistics.median(times), p95, found))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--chains", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--keep-db", action="store_true", help="reuse a filled database")
+    args = parser.parse_args()
+    bench_database_prepare(url=args.database_url, recreate=not args.keep_db)
+    django_setup(args.database_url)
+    from annotation.models import Project
+
+    existing = Project.objects.filter(name="chains bench").values_list("id", flat=True).first()
+    project_id = existing if args.keep_db and existing else fill(chains=args.chains)
+    rows = measure(project_id=project_id, rounds=args.rounds)
+    print(f"{'filter (page of 50)':45} {'p50 ms':>8} {'p95 ms':>8} {'rows':>5}")
+    for name, p50, p95, found in rows:
+        print(f"{name:45} {p50:8.1f} {p95:8.1f} {found:5d}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+// One chain in the data manager: its steps with every current rating and the PRM's step
+// scores, every revision with who and when, every lease with its skip or flag reason, and
+// the lead's actions (unflag, requeue for one more label, mark gold), all through the API.
+// Text from imports and people goes in with textContent only; KaTeX renders math after.
+"use strict";
+
+(function () {
+  const config = JSON.parse(document.getElementById("chain-config").textContent);
+  const { api, formatWhen, renderMath } = window.Steplab;
+  const $ = (id) => document.getElementById(id);
+  const root = $("chain");
+  const SYMBOL = { 1: "+1", 0: "0", "-1": "−1" };
+
+  function el(tag, text, className) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = text;
+    if (className) node.className = className;
+    return node;
+  }
+
+  function say(text, kind = "info") {
+    const message = $("cp-message");
+    message.textContent = text;
+    message.className = `ch-message ${kind}`;
+    message.hidden = false;
+  }
+
+  function when(value) {
+    return value ? formatWhen(value) : "";
+  }
+
+  function steps(chain, labels) {
+    const table = $("cp-steps");
+    const head = el("tr");
+    head.append(el("th", "#"), el("th", "Step"));
+    for (const column of labels.columns) head.append(el("th", column.by));
+    head.append(el("th", "Consensus"), el("th", "PRM P(correct)"));
+    table.tHead.replaceChildren(head);
+    const byIndex = new Map(labels.steps.map((step) => [step.index, step]));
+    table.tBodies[0].replaceChildren(
+      ...chain.steps.map((step) => {
+        const tr = el("tr");
+        const labeled = byIndex.get(step.index);
+        const text = el("td", null, "math");
+        renderMath(text, step.text);
+        tr.append(el("td", String(step.index + 1)), text);
+        for (let i = 0; i < labels.columns.length; i += 1) {
+          const rating = labeled ? labeled.ratings[i] : null;
+          tr.append(el("td", rating === null || rating === undefined ? "·" : SYMBOL[rating]));
+        }
+        const consensus = labeled && labeled.consensus !== null ? SYMBOL[labeled.consensus] : "·";
+        tr.append(el("td", labeled && labeled.tied ? `${consensus} (tie)` : consensus));
+        const score = chain.step_scores ? chain.step_scores[step.index] : null;
+        tr.append(el("td", score === null || score === undefined ? "—" : score.toFixed(2)));
+        return tr;
+      }),
+    );
+  }
+
+  function history(labels) {
+    $("cp-history").replaceChildren(
+      ...labels.history.map((revision) => {
+        const ratings = Object.entries(revision.ratings)
+          .map(([index, rating]) => `${Number(index) + 1}:${SYMBOL[rating]}`)
+          .join(" ");
+        const state = revision.current ? "current" : "superseded";
+        const text = `${revision.by} (${revision.source}) · ${when(revision.created_at)} · ${state} · ${ratings}`;
+        const li = el("li", text);
+        if (revision.note) li.append(el("div", `Note: ${revision.note}`, "muted"));
+        return li;
+      }),
+    );
+    if (!labels.history.length) $("cp-history").append(el("li", "No labels yet.", "muted"));
+  }
+
+  function leases(chain) {
+    $("cp-leases").replaceChildren(
+      ...chain.leases.map((lease) => {
+        const li = el("li", `${lease.annotator} · ${lease.status} · ${when(lease.created_at)}`);
+        if (lease.reason) li.append(el("div", `Reason: ${lease.reason}`, "muted"));
+        return li;
+      }),
+    );
+    if (!chain.leases.length) $("cp-leases").append(el("li", "Never leased.", "muted"));
+  }
+
+  function show(chain, labels) {
+    $("cp-status").textContent = chain.status.replace("_", " ");
+    renderMath($("cp-problem"), chain.problem);
+    renderMath($("cp-final"), chain.final_answer);
+    $("cp-counts").textContent =
+      `${chain.finished_count} of ${chain.needed} human passes` + (chain.is_gold ? " · gold" : "");
+    const flag = $("cp-flag");
+    if (chain.is_flagged) {
+      flag.textContent = `Flagged by ${chain.flagged_by || "someone"} ${when(chain.flagged_at)}: ${chain.flag_reason}`;
+    } else if (chain.flag_cleared_by) {
+      flag.textContent = `Flag cleared by ${chain.flag_cleared_by} ${when(chain.flag_cleared_at)} (was: ${chain.flag_reason})`;
+    }
+    flag.hidden = !chain.is_flagged && !chain.flag_cleared_by;
+    $("cp-unflag").hidden = !chain.is_flagged;
+    $("cp-gold").hidden = chain.is_gold;
+    $("cp-requeue").hidden = chain.is_gold;
+    steps(chain, labels);
+    history(labels);
+    leases(chain);
+  }
+
+  async function load() {
+    const [chain, labels] = await Promise.all([api(config.api.chain), api(config.api.labels)]);
+    show(chain, labels);
+    root.dataset.state = "ready";
+  }
+
+  async function act(button, call, done) {
+    button.disabled = true;
+    try {
+      await call();
+      await load();
+      say(done);
+    } catch (error) {
+      say(`Not done: ${error.body ? JSON.stringify(error.body) : error}`, "error");
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  $("cp-unflag").addEventListener("click", (event) =>
+    act(event.target, () => api(config.api.unflag, { method: "POST" }), "Unflagged: back in the queue."),
+  );
+  $("cp-requeue").addEventListener("click", (event) =>
+    act(
+      event.target,
+      () => api(config.api.requeue, { method: "POST", body: { more: 1 } }),
+      "Requeued: the chain asks for one more label.",
+    ),
+  );
+  $("cp-gold").addEventListener("click", (event) =>
+    act(
+      event.target,
+      () => api(config.api.goldMark, { method: "POST", body: { chain_ids: [config.chainId] } }),
+      "Marked gold.",
+    ),
+  );
+  load().catch((error) => {
+    say(`Could not load the chain: ${error}`, "error");
+    root.dataset.state = "error";
+  });
+})();
