@@ -92,10 +92,70 @@
           `Cancel training run #${run.id}? What it has trained so far is discarded.`,
         )
         : "";
-      return [`#${run.id} (${run.trigger})`, status, cell, num(run.last_loss, 4),
+      return [`#${run.id} (${run.trigger})`, status, cell, lossCell(run),
         when(run.started_at), note, action];
     }), 7, "No training runs yet.");
+    drawLoss(runs);
     return runs.some((run) => BUSY.has(run.status));
+  }
+
+  // The loss curve shown under the runs: the run chosen in the table, else the newest run
+  // that trains or has trained (its loss history, thinned by the server to a few hundred
+  // points), redrawn at every poll, so a running run's curve grows as it learns.
+  let chosenRun = null;
+  let lossChart = null;
+
+  function lossCell(run) {
+    if (!run.loss_history || !run.loss_history.length) return num(run.last_loss, 4);
+    const link = el("button", num(run.last_loss, 4), "link-button");
+    link.type = "button";
+    link.title = `Show run #${run.id}'s loss curve`;
+    link.addEventListener("click", () => {
+      chosenRun = run.id;
+      refresh();
+    });
+    return link;
+  }
+
+  function drawLoss(runs) {
+    const withLoss = runs.filter((run) => run.loss_history && run.loss_history.length);
+    const shown = withLoss.find((run) => run.id === chosenRun)
+      || withLoss.find((run) => BUSY.has(run.status)) || withLoss[0];
+    const box = document.getElementById("loss-curve");
+    if (!shown || !window.Chart) {
+      box.hidden = true;
+      return;
+    }
+    box.hidden = false;
+    document.getElementById("loss-title").textContent =
+      `Training loss · run #${shown.id} (${shown.status})`;
+    const points = shown.loss_history;
+    const data = {
+      labels: points.map((_, i) => i + 1),
+      datasets: [{
+        label: `run #${shown.id}`,
+        data: points,
+        borderColor: "#2b59c3",
+        backgroundColor: "#2b59c3",
+        borderWidth: 2,
+        // One point has no line to draw: mark every point then.
+        pointRadius: points.length === 1 ? 4 : 0,
+      }],
+    };
+    if (lossChart) lossChart.destroy();
+    lossChart = new window.Chart(document.getElementById("loss-chart"), {
+      type: "line",
+      data,
+      options: {
+        animation: false,
+        maintainAspectRatio: false,
+        plugins: { legend: { display: false } },
+        scales: {
+          x: { title: { display: true, text: "training progress (reports)" }, offset: points.length === 1 },
+          y: { title: { display: true, text: "loss" } },
+        },
+      },
+    });
   }
 
   // Says plainly whether the version's held-out F1 and AUROC beat every rule that reads no

@@ -124,6 +124,47 @@ def test_one_version_shows_its_point_on_the_plot(live_server: Any, page: Page) -
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}", created), created
 
 
+def test_a_running_runs_loss_curve_grows_live_and_an_earlier_run_can_be_chosen(
+    live_server: Any, page: Page
+) -> None:
+    # Given: a finished run with its loss history, and a run that is training now
+    project = ProjectFactory()
+    ml = MembershipFactory(project=project, role=Role.ML).user
+    done = TrainingRun.objects.create(
+        project=project,
+        status=RunStatus.SUCCEEDED,
+        progress=1.0,
+        last_loss=0.31,
+        loss_history=[0.9, 0.6, 0.45, 0.31],
+    )
+    running = TrainingRun.objects.create(
+        project=project, status=RunStatus.RUNNING, progress=0.2, last_loss=0.8, loss_history=[0.8]
+    )
+    page_login(page=page, base_url=live_server.url, username=ml.username)
+
+    # When: ML staff open the ML page
+    page.goto(f"{live_server.url}/projects/{project.pk}/models/")
+
+    # Then: the running run's curve is shown, one point so far
+    expect(page.locator("#loss-title")).to_have_text(f"Training loss · run #{running.pk} (running)")
+    points = "window.Chart.getChart('loss-chart').data.datasets[0].data.length"
+    assert page.evaluate(points) == 1
+
+    # When: the worker reports more losses, the page's next poll (every 2 s) draws them
+    TrainingRun.objects.filter(pk=running.pk).update(
+        progress=0.6, last_loss=0.5, loss_history=[0.8, 0.7, 0.5]
+    )
+    # (a locator assertion, not wait_for_function: the CSP forbids evaluating strings)
+    expect(page.locator("#runs-table")).to_contain_text("60%", timeout=10_000)
+    assert page.evaluate(points) == 3
+    page.locator("#loss-curve").screenshot(path=str(ARTIFACTS / "models-loss-curve.png"))
+
+    # When: the finished run's loss is chosen in the table; then its whole curve is shown
+    page.get_by_title(f"Show run #{done.pk}'s loss curve").click()
+    expect(page.locator("#loss-title")).to_have_text(f"Training loss · run #{done.pk} (succeeded)")
+    assert page.evaluate(points) == 4
+
+
 def test_activating_a_version_asks_first(live_server: Any, page: Page) -> None:
     # Given: v1 active and v2 not
     project = ProjectFactory()
