@@ -48,7 +48,7 @@ PLACE_FREE_SQL = f"""
         SELECT COUNT(*) FROM {Assignment._meta.db_table} a
         WHERE a.chain_id = c.id AND a.status = '{AssignmentStatus.ACTIVE}'
           AND a.expires_at > %(now)s AND a.annotator_id <> %(user)s
-    ) < %(overlap)s
+    ) < %(overlap)s + c.extra_labels
     AND NOT EXISTS (
         SELECT 1 FROM {Assignment._meta.db_table} a
         WHERE a.chain_id = c.id AND a.annotator_id = %(user)s

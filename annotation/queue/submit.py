@@ -236,7 +236,7 @@ def _hold_place(*, chain: Chain, assignment: Assignment, user: User, now: dateti
     if assignment.status == AssignmentStatus.SKIPPED:
         raise LeaseClosed("You skipped this chain; its lease is closed.")
     if assignment.status == AssignmentStatus.ACTIVE and assignment.expires_at > now:
-        if chain.finished_count >= chain.project.overlap and not chain.is_gold:
+        if chain.finished_count >= chain.project.overlap + chain.extra_labels and not chain.is_gold:
             raise LeaseConflict("This chain already has all the annotations it needs.")
     else:
         take_back_expired(chain=chain, assignment=assignment, user=user, now=now)
@@ -318,7 +318,7 @@ def assignment_submit(
         counted = None
         if not chain.is_gold:
             finished = chain.finished_count + 1
-            counted = (finished, finished >= project.overlap)
+            counted = (finished, finished >= project.overlap + chain.extra_labels)
         _submit_write(
             annotation=annotation,
             ratings=rating_rows,

@@ -180,7 +180,7 @@ def gold_unmark(*, project: Project, chain_ids: Iterable[int]) -> list[Chain]:
             chain.is_gold = False
             chain.gold_annotation = None
             chain.finished_count = done.get(chain.pk, 0)
-            chain.is_finished = chain.finished_count >= project.overlap
+            chain.is_finished = chain.finished_count >= project.overlap + chain.extra_labels
         Chain.objects.bulk_update(
             chains,
             ["is_gold", "gold_annotation", "finished_count", "is_finished"],

@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Case, Value, When
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from annotation.models import (
@@ -117,7 +117,7 @@ def project_update(*, project: Project, data: dict[str, Any]) -> Project:
 
 
 def chain_finished_recompute(*, project: Project) -> int:
-    """Set ``is_finished = finished_count >= overlap`` for every chain of the project in a
+    """Set ``is_finished = finished_count >= overlap + extra_labels`` for every chain in a
     single UPDATE. Returns the number of rows touched.
 
     Call it inside the transaction that changed ``project.overlap`` (holding the project
@@ -125,7 +125,8 @@ def chain_finished_recompute(*, project: Project) -> int:
     closed leases' ``chain_open`` follows (``closed_leases_sync``)."""
     touched = Chain.objects.filter(project=project).update(
         is_finished=Case(
-            When(finished_count__gte=project.overlap, then=Value(True)), default=Value(False)
+            When(finished_count__gte=F("extra_labels") + project.overlap, then=Value(True)),
+            default=Value(False),
         )
     )
     closed_leases_sync(leases=Assignment.objects.filter(project=project))

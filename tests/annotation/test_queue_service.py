@@ -717,3 +717,57 @@ def test_the_candidate_scan_walks_the_queue_index(make_member) -> None:
     # Then it reads the partial index in queue order instead of sorting the table
     assert "Index Scan using chain_queue_idx" in plan, plan
     assert "Sort" not in plan, plan
+
+
+# --- a chain a lead asked more labels of (the data manager's requeue) --------------------
+
+
+def test_a_requeued_chain_is_offered_again_until_its_extra_passes_come_in(
+    make_member,
+) -> None:
+    from annotation.services.chains import chain_requeue
+    from annotation.services.projects import project_update
+
+    # Given a finished chain (overlap 1) that a lead asks one more pass of
+    project = ProjectFactory(overlap=1)
+    chain = ChainFactory(project=project)
+    first, second, third = (make_member(project) for _ in range(3))
+    claim_and_submit(project, first)
+    chain.refresh_from_db()
+    assert chain.is_finished
+    chain_requeue(chain=chain, more=1)
+
+    # When another annotator asks for the next chain, then submits it
+    lease = claim(project, second)
+    assert lease.chain_id == chain.pk
+    submitted = assignment_submit(assignment_id=lease.pk, user=second, ratings=rate_all(chain))
+
+    # Then the chain counts both passes and is finished again: nobody else is offered it,
+    # and the first annotator was never offered it twice
+    chain.refresh_from_db()
+    assert submitted.created and (chain.finished_count, chain.is_finished) == (2, True)
+    assert assignment_claim_next(project=project, user=third) is None
+    assert assignment_claim_next(project=project, user=first) is None
+
+    # And a change of the overlap keeps the lead's extra pass in what a chain needs
+    project_update(project=project, data={"overlap": 2})
+    chain.refresh_from_db()
+    assert (chain.extra_labels, chain.is_finished) == (1, False)
+
+
+def test_a_requeued_chain_takes_as_many_leases_as_passes_asked(make_member) -> None:
+    from annotation.services.chains import chain_requeue
+
+    # Given a requeued chain (overlap 1, one more pass asked) leased by two annotators at once
+    project = ProjectFactory(overlap=1)
+    chain = ChainFactory(project=project)
+    first, second, third = (make_member(project) for _ in range(3))
+    claim_and_submit(project, first)
+    chain_requeue(chain=chain, more=1)
+    lease = claim(project, second)
+
+    # Then the place is taken: a third annotator gets nothing while the lease is live
+    assert assignment_claim_next(project=project, user=third) is None
+    assignment_submit(assignment_id=lease.pk, user=second, ratings=rate_all(chain))
+    chain.refresh_from_db()
+    assert chain.finished_count == 2
