@@ -1,31 +1,19 @@
 """The PRM's chain scores, as the annotation app's data manager reads them
 (``annotation.selectors.chain_scores``): registered in ``PrmTrainingConfig.ready()``.
 
-A chain's PRM score is its least step probability (the chain is as sound as its weakest
-step, the usual PRM aggregate); its uncertainty is ``1 - |2p - 1|`` at its least sure
-step. Both come from the project's newest succeeded scoring run, computed in SQL from the
-stored ``step_probs`` so the data manager filters on them in its own query: one
-correlated sub-select per row on the (scoring run, chain) unique index."""
+A chain's PRM score and uncertainty come from the project's newest succeeded scoring run
+(``ChainScore.chain_score``, ``chain_uncertainty``: its least step probability, and
+``1 - |2p - 1|`` at its least sure step), read in the data manager's own query so it
+filters on them: one correlated sub-select per row on the (scoring run, chain) unique
+index."""
 
 from __future__ import annotations
 
-from django.db import connection
 from django.db.models import FloatField, OuterRef, QuerySet, Subquery, Value
-from django.db.models.expressions import RawSQL
 
 from annotation.models import Chain
 from annotation.selectors.chain_scores import ChainScoreSource
 from prm_training.models import ChainScore, RunStatus, ScoringRun
-
-
-def _aggregate_sql(expression: str) -> str:
-    """An aggregate over the elements of the row's ``step_probs``: ``expression`` names
-    each element ``{p}``, written in this database's JSON functions."""
-    if connection.vendor == "postgresql":
-        p = "e::double precision"
-        return f"(SELECT {expression.format(p=p)} FROM jsonb_array_elements_text(step_probs) e)"
-    p = "CAST(value AS REAL)"
-    return f"(SELECT {expression.format(p=p)} FROM json_each(step_probs))"
 
 
 def _newest_run_id(*, project_id: int) -> int | None:
@@ -45,13 +33,9 @@ def chains_scored(chains: QuerySet[Chain], *, project_id: int) -> QuerySet[Chain
         null = Value(None, output_field=FloatField())
         return chains.annotate(prm_score=null, prm_uncertainty=null)
     row = ChainScore.objects.filter(scoring_run_id=run_id, chain_id=OuterRef("pk"))
-    score = RawSQL(_aggregate_sql("MIN({p})"), (), output_field=FloatField())
-    uncertainty = RawSQL(_aggregate_sql("MAX(1 - ABS(2 * {p} - 1))"), (), output_field=FloatField())
     return chains.annotate(
-        prm_score=Subquery(row.annotate(v=score).values("v")[:1], output_field=FloatField()),
-        prm_uncertainty=Subquery(
-            row.annotate(v=uncertainty).values("v")[:1], output_field=FloatField()
-        ),
+        prm_score=Subquery(row.values("chain_score")[:1], output_field=FloatField()),
+        prm_uncertainty=Subquery(row.values("chain_uncertainty")[:1], output_field=FloatField()),
     )
 
 

@@ -277,6 +277,11 @@ class ChainScore(models.Model):
     member_probs = models.JSONField(null=True, blank=True)
     acquisition = models.FloatField(null=True, blank=True)
     priority = models.FloatField(null=True, blank=True)
+    # The chain's score (its least step probability: a chain is as sound as its weakest
+    # step) and uncertainty (1 - |2p - 1| at its least sure step), written with
+    # ``step_probs`` so the data manager filters and sorts on plain columns.
+    chain_score = models.FloatField(null=True, blank=True)
+    chain_uncertainty = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -287,3 +292,15 @@ class ChainScore(models.Model):
 
     def __str__(self) -> str:
         return f"scores of chain {self.chain_id} in scoring run {self.scoring_run_id}"
+
+
+def chain_aggregates(step_probs: list[float]) -> tuple[float | None, float | None]:
+    """(score, uncertainty) of a chain from its step probabilities; (None, None) for a
+    chain without steps.
+
+    >>> chain_aggregates([0.9, 0.2, 0.6])
+    (0.2, 0.8)
+    """
+    if not step_probs:
+        return None, None
+    return min(step_probs), round(max(1 - abs(2 * p - 1) for p in step_probs), 12)

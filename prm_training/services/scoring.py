@@ -18,7 +18,7 @@ import logging
 import math
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -33,6 +33,7 @@ from prm_training.models import (
     ModelVersion,
     RunStatus,
     ScoringRun,
+    chain_aggregates,
 )
 from prm_training.selectors import project_training_settings_get
 from prm_training.services.examples import chain_examples_build
@@ -273,27 +274,33 @@ def _score_chains(run: ScoringRun) -> None:
             .order_by("id")
         )
         examples = chain_examples_build(chains=[(chain, None) for chain in page])
-        rows = [
-            ChainScore(
-                scoring_run=run,
-                chain_id=item.chain_id,
-                step_probs=[float(p) for p in item.step_probs],
-                member_probs=(
-                    [[float(p) for p in member] for member in item.member_probs]
-                    if item.member_probs is not None
-                    else None
-                ),
-            )
-            for item in score_chains(prm, examples)
-        ]
+        rows = [_chain_score(run, item) for item in score_chains(prm, examples)]
         ChainScore.objects.bulk_create(
             rows,
             update_conflicts=True,
             unique_fields=["scoring_run", "chain"],
-            update_fields=["step_probs", "member_probs"],
+            update_fields=["step_probs", "member_probs", "chain_score", "chain_uncertainty"],
         )
         scored += len(rows)
         run_heartbeat(run, chains_scored=scored)
+
+
+def _chain_score(run: ScoringRun, item: Any) -> ChainScore:
+    """The stored row of one chain's scores (``item``: the ML package's ChainScores)."""
+    probs = [float(p) for p in item.step_probs]
+    score, uncertainty = chain_aggregates(probs)
+    return ChainScore(
+        scoring_run=run,
+        chain_id=item.chain_id,
+        step_probs=probs,
+        member_probs=(
+            [[float(p) for p in member] for member in item.member_probs]
+            if item.member_probs is not None
+            else None
+        ),
+        chain_score=score,
+        chain_uncertainty=uncertainty,
+    )
 
 
 def _prioritize(run: ScoringRun) -> None:

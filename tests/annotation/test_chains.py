@@ -17,7 +17,7 @@ from annotation.selectors.chains import ChainFilters, ChainStatus, chain_detail,
 from annotation.services.chains import chain_requeue
 from annotation.services.gold import gold_mark
 from annotation.services.workspace import chain_flag_clear
-from prm_training.models import ChainScore, RunStatus
+from prm_training.models import ChainScore, RunStatus, chain_aggregates
 from tests.factories import (
     ChainFactory,
     MembershipFactory,
@@ -156,8 +156,15 @@ def test_prm_score_and_uncertainty_filters(world) -> None:
         status=RunStatus.SUCCEEDED,
         finished_at=timezone.now(),
     )
-    ChainScore.objects.create(scoring_run=run, chain_id=world["unlabeled"], step_probs=[0.9, 0.2])
-    ChainScore.objects.create(scoring_run=run, chain_id=world["leased"], step_probs=[0.95, 0.99])
+    for chain, probs in ((world["unlabeled"], [0.9, 0.2]), (world["leased"], [0.95, 0.99])):
+        score, uncertainty = chain_aggregates(probs)
+        ChainScore.objects.create(
+            scoring_run=run,
+            chain_id=chain,
+            step_probs=probs,
+            chain_score=score,
+            chain_uncertainty=uncertainty,
+        )
     assert _ids(project, max_score=0.5) == [world["unlabeled"]]
     assert _ids(project, min_score=0.5) == [world["leased"]]
     # 1 - |2p - 1| at the least sure step: 0.4 for p = 0.2, 0.1 for p = 0.95.

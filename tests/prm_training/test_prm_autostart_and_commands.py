@@ -160,6 +160,13 @@ def test_train_prm_and_score_chains_commands_run_on_the_worker(
     )
     scores = ChainScore.objects.filter(scoring_run=scoring)
     assert sorted(scores.values_list("chain_id", flat=True)) == project.unlabeled_ids
+    # each row carries the chain's score (its weakest step) and uncertainty for the data
+    # manager's filters
+    for row in scores:
+        assert row.chain_score == min(row.step_probs)
+        assert row.chain_uncertainty == pytest.approx(
+            max(1 - abs(2 * p - 1) for p in row.step_probs)
+        )
     by_acquisition = [
         s.chain_id for s in sorted(scores, key=lambda s: (-s.acquisition, s.chain_id))
     ]
