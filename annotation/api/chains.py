@@ -18,7 +18,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from annotation.api.fields import IdField
+from annotation.api.fields import CursorField, IdField
 from annotation.api.permissions import LEADS, project_for_request
 from annotation.api.review import NOT_A_MEMBER, WRONG_ROLE, _chain_for_lead
 from annotation.models import Chain, Membership
@@ -66,7 +66,7 @@ class ChainListFilterSerializer(serializers.Serializer):
     q = serializers.CharField(
         required=False, default="", max_length=200, help_text="Words in the problem or a step."
     )
-    after = IdField(required=False, help_text="The previous page's `next_after`.")
+    after = CursorField(required=False, help_text="The previous page's `next_after`.")
     limit = serializers.IntegerField(required=False, default=50, min_value=1, max_value=200)
 
 
@@ -145,7 +145,7 @@ class ChainListApi(GenericAPIView):
         return Response(ChainPageOutputSerializer(page).data)
 
 
-class LeaseOutputSerializer(serializers.Serializer):
+class ChainLeaseOutputSerializer(serializers.Serializer):
     assignment = serializers.IntegerField(source="assignment_id")
     annotator = serializers.CharField()
     status = serializers.CharField(help_text="active, submitted, skipped or expired")
@@ -187,7 +187,7 @@ class ChainDetailOutputSerializer(serializers.Serializer):
         allow_null=True,
         help_text="The PRM's P(correct) per step in its newest scoring run; null if unscored.",
     )
-    leases = LeaseOutputSerializer(many=True, help_text="Every lease, oldest first.")
+    leases = ChainLeaseOutputSerializer(many=True, help_text="Every lease, oldest first.")
 
 
 class ChainDetailApi(GenericAPIView):

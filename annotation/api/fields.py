@@ -8,6 +8,7 @@ the OpenAPI schema states it (``tests/test_integer_bounds.py`` checks both)."""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,23 @@ def RatingField(**kwargs: Any) -> serializers.IntegerField:  # noqa: N802
     """A step rating, -1 (incorrect), 0 (ambiguous) or 1 (correct), as an integer column
     holds it: the service checks the value itself, with a message naming the step."""
     return serializers.IntegerField(min_value=INT32_MIN, max_value=INT32_MAX, **kwargs)
+
+
+class CursorField(serializers.RegexField):
+    """A keyset page's cursor: the id the previous page ended at, as digits. Not an
+    integer input: an id may pass 2**31, which no integer input of the API takes (see the
+    module docstring), so the schema states a pattern and this field the bigint range."""
+
+    PATTERN = r"^[1-9][0-9]{0,18}$"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(self.PATTERN, **kwargs)
+
+    def to_internal_value(self, data: Any) -> int:  # type: ignore[override]  # the id
+        text = super().to_internal_value(data)
+        if not re.fullmatch(self.PATTERN, text) or int(text) > BIGINT_MAX:
+            self.fail("invalid")
+        return int(text)
 
 
 def int_between(low: int, high: int) -> Callable[[str], int]:

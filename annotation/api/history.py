@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api.fields import BIGINT_MAX, IdField
+from annotation.api.fields import CursorField, IdField
 from annotation.api.permissions import project_for_request, request_user
 from annotation.models import Role
 from annotation.selectors.access import membership_role
@@ -41,8 +41,7 @@ class HistoryQuerySerializer(serializers.Serializer):
         required=False,
         help_text="Whose history: a member's user id (leads only); your own when left out.",
     )
-    cursor = serializers.RegexField(
-        r"^[1-9][0-9]{0,18}$",
+    cursor = CursorField(
         required=False,
         help_text="The next_cursor of the previous page: the entries after it (older).",
     )
@@ -53,12 +52,6 @@ class HistoryQuerySerializer(serializers.Serializer):
         max_value=HISTORY_PAGE_SIZE_MAX,
         help_text="Entries per page.",
     )
-
-    def validate_cursor(self, value: str) -> int:
-        before = int(value)
-        if before > BIGINT_MAX:
-            raise serializers.ValidationError("Not a cursor of this list.")
-        return before
 
 
 class HistoryEntryOutputSerializer(serializers.Serializer):

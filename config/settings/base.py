@@ -220,6 +220,7 @@ SPECTACULAR_SETTINGS = {
         "AcquisitionStrategyEnum": "prm_training.models.AcquisitionStrategy",
         "ScreeningStatusEnum": "annotation.models.ScreeningStatus",
         "ConsensusMethodEnum": "annotation.models.ConsensusMethod",
+        "ChainStatusEnum": "annotation.selectors.chains.ChainStatus.ALL",
     },
 }
 
@@ -255,6 +256,12 @@ CELERY_TASK_ANNOTATIONS = {
     }
     for name in ("prm_training.train", "prm_training.score")
 }
+# An uploaded file's import (queue "default"): a 2 GB upload is millions of chains.
+STEPLAB_IMPORT_TASK_TIME_LIMIT = int(os.environ.get("STEPLAB_IMPORT_TASK_TIME_LIMIT", "7200"))
+CELERY_TASK_ANNOTATIONS["annotation.import_job"] = {
+    "time_limit": STEPLAB_IMPORT_TASK_TIME_LIMIT,
+    "soft_time_limit": max(STEPLAB_IMPORT_TASK_TIME_LIMIT - 60, 1),
+}
 # Redis redelivers a message not acknowledged within the visibility timeout. With late
 # acks a run still going past it would be delivered a second time, so it is kept above the
 # longest time limit (plus an hour's margin) whatever the environment asks for.
@@ -273,6 +280,9 @@ STEPLAB_IMPORT_MAX_UPLOAD_BYTES = int(
     os.environ.get("STEPLAB_IMPORT_MAX_UPLOAD_BYTES", str(2 * 1024**3))
 )
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+# Uploads waiting for their import task (annotation.services.import_jobs): web and workers
+# must both see this directory (one volume); a file is removed once its job finishes.
+STEPLAB_IMPORT_DIR = Path(os.environ.get("STEPLAB_IMPORT_DIR") or BASE_DIR / "var" / "imports")
 # Per-chain limits at import (a chain over one is a bad line), so every chain imported
 # can be leased and submitted. The largest submit body is a rating per step with a
 # 10,000-character comment, plus a 20,000-character rewrite, each character as a 6-byte
