@@ -307,6 +307,36 @@ def test_export_dataset_command_creates_a_snapshot_and_prints_a_summary(labeled,
     assert project.snapshots.count() == 2
 
 
+def test_export_dataset_command_takes_the_snapshot_options(labeled, tmp_path):
+    # Given a project whose chain "Problem 0" has a step its two annotators tie on
+    project, _, _ = labeled()
+
+    # When a new snapshot is exported with its tied steps kept and marked, unfinished
+    # chains included and every label backed by two votes
+    call_command(
+        "export_dataset",
+        project.name,
+        "--format",
+        "trl",
+        "--out",
+        str(tmp_path / "marked.jsonl"),
+        "--ties",
+        "mark",
+        "--include-unfinished",
+        "--min-support",
+        "2",
+        stdout=StringIO(),
+    )
+
+    # Then the snapshot says what it was taken with and marks the tied step
+    snapshot = project.snapshots.get(version=2)
+    assert snapshot.meta["options"]["ties"] == "mark"
+    assert snapshot.meta["options"]["finished_only"] is False
+    assert snapshot.meta["options"]["min_support"] == 2
+    tie_chain = Chain.objects.get(project=project, problem__text__startswith="Problem 0:")
+    assert snapshot.chains.get(chain=tie_chain).tied == [1]
+
+
 def test_export_dataset_command_errors(project, tmp_path):
     with pytest.raises(CommandError, match="no labeled step"):
         call_command(

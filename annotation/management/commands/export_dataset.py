@@ -14,7 +14,13 @@ from annotation.models import Project, SnapshotSplit
 from annotation.selectors.access import project_resolve
 from annotation.selectors.datasets import snapshot_get
 from annotation.services.exports import export_write
-from annotation.services.snapshots import AMBIGUOUS_CHOICES, snapshot_create
+from annotation.services.snapshots import (
+    AMBIGUOUS_CHOICES,
+    DEFAULT_TIES,
+    MIN_SUPPORT_MAX,
+    TIE_POLICIES,
+    snapshot_create,
+)
 
 
 class Command(BaseCommand):
@@ -51,6 +57,25 @@ class Command(BaseCommand):
         parser.add_argument(
             "--seed", type=int_between(0, INT32_MAX), default=0, help="for a new snapshot"
         )
+        parser.add_argument(
+            "--include-unfinished",
+            action="store_true",
+            help="for a new snapshot: also chains still waiting for passes (default: "
+            "finished chains only)",
+        )
+        parser.add_argument(
+            "--min-support",
+            type=int_between(1, MIN_SUPPORT_MAX),
+            default=1,
+            help="for a new snapshot: the least votes a step label needs (default 1)",
+        )
+        parser.add_argument(
+            "--ties",
+            choices=TIE_POLICIES,
+            default=DEFAULT_TIES,
+            help="for a new snapshot: a step whose votes tie is dropped, kept at the lowest "
+            f"rating, or kept and marked (default {DEFAULT_TIES})",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -67,6 +92,9 @@ class Command(BaseCommand):
                     heldout_fraction=options["heldout_fraction"],
                     seed=options["seed"],
                     ambiguous=options["ambiguous"] or "drop",
+                    finished_only=not options["include_unfinished"],
+                    min_support=options["min_support"],
+                    ties=options["ties"],
                 )
                 made = "new snapshot"
             else:
