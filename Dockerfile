@@ -45,10 +45,11 @@ RUN DJANGO_SECRET_KEY="collectstatic-only-$(python -c 'import secrets; print(sec
     DJANGO_ALLOWED_HOSTS=localhost \
     python manage.py collectstatic --noinput --verbosity 0
 
-# Never run as root: a non-root user with no shell login, owning only the model folder.
+# Never run as root: a non-root user with no shell login, owning only the model folder
+# and the folder where uploads wait for their import job (a volume web and worker share).
 RUN useradd --system --uid 10001 --create-home --shell /usr/sbin/nologin steplab \
-    && mkdir -p /models \
-    && chown steplab:steplab /models
+    && mkdir -p /models /imports \
+    && chown steplab:steplab /models /imports
 USER steplab
 
 EXPOSE 8000

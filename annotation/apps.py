@@ -4,3 +4,7 @@ from django.apps import AppConfig
 class AnnotationConfig(AppConfig):
     name = "annotation"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Every process registers the tasks: the services send them by name.
+        from annotation import tasks  # noqa: F401

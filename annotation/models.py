@@ -191,6 +191,55 @@ class ImportBatch(models.Model):
         return f"{self.filename} ({self.format})"
 
 
+class ImportJobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class ImportJob(models.Model):
+    """One uploaded file waiting for, going through, or done with its import (a Celery
+    task, ``services.import_jobs``). The upload is kept under STEPLAB_IMPORT_DIR at
+    ``stored_name`` until the job finishes. ``records_read`` and ``bytes_read`` move while
+    it runs; a finished job holds either ``result`` (the counts) or the bad lines in
+    ``errors`` (the first ``services.imports.MAX_KEPT_ERRORS``; ``error_count`` all of
+    them) and ``detail``, and then nothing of the file was written."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="import_jobs")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    filename = models.CharField(max_length=500)
+    # Relative to STEPLAB_IMPORT_DIR, so web and worker may mount it at different paths.
+    stored_name = models.CharField(max_length=200)
+    size = models.BigIntegerField(help_text="The upload's size in bytes.")
+    format_requested = models.CharField(max_length=30, default="auto")
+    status = models.CharField(
+        max_length=10, choices=ImportJobStatus.choices, default=ImportJobStatus.QUEUED
+    )
+    records_read = models.BigIntegerField(default=0)
+    bytes_read = models.BigIntegerField(default=0)
+    result = models.JSONField(null=True, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    error_count = models.PositiveIntegerField(default=0)
+    detail = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "-id"], name="import_job_by_project")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=ImportJobStatus.values), name="import_job_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"import job {self.pk}: {self.filename} ({self.status})"
+
+
 class Problem(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="problems")
     text = models.TextField()

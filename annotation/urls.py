@@ -33,4 +33,5 @@ urlpatterns = [
         "projects/<id:project_id>/chains/<id:chain_id>/", views.chain_page, name="chain-page"
     ),
     path("projects/<id:project_id>/snapshots/", views.snapshots_page, name="snapshots-page"),
+    path("projects/<id:project_id>/import/", views.import_page, name="import-page"),
 ]

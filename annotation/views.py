@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -15,6 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
+from annotation.importers.formats import FORMATS as IMPORT_FORMATS
 from annotation.models import ImportBatch, ImportLabels, LabelingMode, Project, Role, StepSplit
 from annotation.selectors.access import project_create_allowed, project_get_for_member
 from annotation.selectors.datasets import snapshot_get, training_snapshots
@@ -283,6 +285,22 @@ def history_page(request: HttpRequest, project_id: int) -> HttpResponse:
     }
     context = {"project": project, "config": config, "annotator": annotator, "own": own}
     return render(request, "annotation/history.html", context)
+
+
+@require_GET
+@login_required
+def import_page(request: HttpRequest, project_id: int) -> HttpResponse:
+    """``/projects/{id}/import/`` (leads only: 403 for other members, 404 for non-members):
+    drop a file, follow its import job, then read its counts or its bad lines. The page
+    uploads to the imports API and polls the job (``annotation.api.imports``); it carries
+    only the endpoints, the formats and the size limit."""
+    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    config = {
+        "api": {"imports": reverse("api-project-imports", args=[project.pk])},
+        "maxBytes": settings.STEPLAB_IMPORT_MAX_UPLOAD_BYTES,
+    }
+    context = {"project": project, "config": config, "formats": IMPORT_FORMATS}
+    return render(request, "annotation/import.html", context)
 
 
 @require_GET

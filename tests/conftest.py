@@ -44,6 +44,19 @@ def require_shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(autouse=True)
+def import_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where this test's uploads wait for their import job (STEPLAB_IMPORT_DIR): a folder
+    of its own, never the checkout's var/imports. Set in the environment too, so the
+    worker and child processes a test starts use it."""
+    from django.conf import settings
+
+    path = tmp_path_factory.mktemp("imports")
+    monkeypatch.setattr(settings, "STEPLAB_IMPORT_DIR", path, raising=False)
+    monkeypatch.setenv("STEPLAB_IMPORT_DIR", str(path))
+    return path
+
+
 @pytest.fixture
 def shared_data() -> Path:
     return require_shared_data()

@@ -93,11 +93,21 @@ def test_workers_consume_their_queues_and_the_gpu_worker_reserves_a_gpu(
     # The backbones a run may name: listed by the web (read-only), loaded by the worker
     for name in ("web", "gpu-worker"):
         assert services[name]["environment"]["STEPLAB_BACKBONE_DIR"] == "/models/backbones"
-    (web_volume,) = services["web"]["volumes"]
+    web_volume, web_imports = services["web"]["volumes"]
     if isinstance(web_volume, dict):
         assert (web_volume["target"], web_volume.get("read_only")) == ("/models", True)
     else:
         assert web_volume.split(":")[1:] == ["/models", "ro"]
+    # Uploads wait for their import job in one volume that the web writes and the worker
+    # reads, at STEPLAB_IMPORT_DIR in both.
+    (worker_imports,) = services["worker"]["volumes"]
+    for volume in (web_imports, worker_imports):
+        if isinstance(volume, dict):
+            assert (volume["source"], volume["target"]) == ("imports", "/imports")
+        else:
+            assert volume.split(":")[1] == "/imports"
+    for name in ("web", "worker"):
+        assert services[name]["environment"]["STEPLAB_IMPORT_DIR"] == "/imports"
     web = " ".join(services["web"]["command"])
     assert web.startswith("gunicorn config.wsgi:application")
 

@@ -14,6 +14,7 @@ from django.test import Client
 
 from annotation.importers import MAX_LINE_BYTES
 from annotation.models import Chain, ImportBatch, Role
+from annotation.services.import_jobs import import_job_execute
 from tests.conftest import REPO_ROOT
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 
@@ -104,9 +105,10 @@ def test_an_import_line_over_the_limit_is_rejected_with_its_line_number() -> Non
         f"/api/v1/projects/{project.pk}/imports/",
         {"file": SimpleUploadedFile("chains.jsonl", content, "application/jsonl")},
     )
+    assert response.status_code == 202, response.content
+    import_job_execute(job_id=response.json()["id"])  # its task
+    job = client.get(response.json()["url"]).json()
     # Then: the file is refused whole, naming line 2 and why
-    assert response.status_code == 400, response.content
-    assert response.json()["errors"] == [
-        {"line": 2, "reason": f"line longer than {MAX_LINE_BYTES} bytes"}
-    ]
+    assert job["status"] == "failed", job
+    assert job["errors"] == [{"line": 2, "reason": f"line longer than {MAX_LINE_BYTES} bytes"}]
     assert (ImportBatch.objects.count(), Chain.objects.count()) == (0, 0)

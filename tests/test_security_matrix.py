@@ -26,7 +26,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from annotation.models import Assignment, Role, Step
+from annotation.models import Assignment, ImportJob, Role, Step
 from prm_training.models import RunStatus, TrainingRun
 from tests.factories import (
     ChainFactory,
@@ -84,6 +84,7 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     # there is a project): any signed-in user.
     "api-guidelines-preview": {"post": (401, OK, OK, OK, OK)},
     "api-project-imports": {"post": API_LEADS},
+    "api-project-import-job": {"get": API_LEADS},
     "api-project-dashboard": {"get": API_LEADS},
     # ---------------------------------------------------------------- labeling queue
     "assignment-next": {"post": API_MEMBERS},
@@ -145,6 +146,7 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "chains-page": {"get": (302, 403, 200, 403, 404)},
     "chain-page": {"get": (302, 403, 200, 403, 404)},
     "snapshots-page": {"get": (302, 403, 200, 403, 404)},
+    "import-page": {"get": (302, 403, 200, 403, 404)},
     # Creating a project is for site staff (as the API's create); none of these is staff.
     "project-new": {"get": (302, 403, 403, 403, 403)},
     "project-settings": {"get": (302, 403, 200, 403, 404)},
@@ -226,6 +228,9 @@ def world(db: Any) -> dict[str, Any]:
         chain=ChainFactory(project=project), annotator=users["annotator"], labels=[1, 1, 1]
     )
     run = TrainingRun.objects.create(project=project, status=RunStatus.QUEUED)
+    import_job = ImportJob.objects.create(
+        project=project, filename="matrix.jsonl", stored_name="matrix.upload", size=1
+    )
     scoring = scoring_run_with_model_version(project=project, content_hash="matrix")
     ids = {
         "project_id": project.pk,
@@ -236,6 +241,7 @@ def world(db: Any) -> dict[str, Any]:
         "scoring_run_id": scoring.pk,
         "user_id": users["annotator"].pk,
         "annotation_id": submitted.pk,
+        "job_id": import_job.pk,
     }
     return {"users": users, "ids": ids}
 

@@ -1,9 +1,12 @@
-"""Imports over HTTP: `POST /api/v1/projects/{id}/imports/`. Thin: check access, take the
-upload as a file on disk, call ``chain_import``, serialize its result or its rejection.
+"""Imports over HTTP: `POST /api/v1/projects/{id}/imports/` stores the upload and queues
+its import as a job (202); `GET /api/v1/projects/{id}/imports/{job_id}/` polls the job:
+its progress, then its counts or its bad lines. Thin: check access, validate, call
+``import_job_create``, serialize the job (``services.import_jobs`` runs it).
 
 The upload is spooled to a temporary file that has no name in the temporary directory
 (``tempfile.TemporaryFile``: O_TMPFILE on Linux, else unlinked as it is created), so
-nothing is left behind whatever ends the request: an error, or the process killed."""
+nothing is left behind in it whatever ends the request: an error, or the process killed.
+The job's own copy goes to STEPLAB_IMPORT_DIR, a block at a time."""
 
 from __future__ import annotations
 
@@ -14,8 +17,14 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 from django.http import HttpRequest, QueryDict
+from django.urls import reverse
 from django.utils.datastructures import MultiValueDict
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException
 from rest_framework.generics import GenericAPIView
@@ -25,10 +34,11 @@ from rest_framework.response import Response
 
 from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.importers.formats import FORMATS
-from annotation.services.imports import ImportRejected, chain_import
+from annotation.models import ImportJob, ImportJobStatus
+from annotation.selectors.imports import import_job_get
+from annotation.services.import_jobs import import_job_create
+from annotation.services.imports import MAX_KEPT_ERRORS
 
-# Bad lines listed in a 400; `errors_omitted` says how many more there were.
-MAX_LISTED_ERRORS = 1000
 # Multipart framing around the file (boundaries, headers, the `format` field): a request
 # this much over the file limit may still hold an acceptable file.
 _MULTIPART_SLACK_BYTES = 64 * 1024
@@ -65,13 +75,50 @@ class LineErrorOutputSerializer(serializers.Serializer):
     reason = serializers.CharField()
 
 
-class ImportRejectedOutputSerializer(serializers.Serializer):
-    detail = serializers.CharField()
-    format = serializers.CharField(required=False)
-    errors = LineErrorOutputSerializer(many=True, required=False)  # type: ignore[assignment]  # a field, not Serializer.errors
-    errors_omitted = serializers.IntegerField(
-        required=False, help_text="Bad lines beyond those listed in `errors`."
+class ImportJobOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    url = serializers.SerializerMethodField(help_text="Where to poll this job.")
+    status = serializers.ChoiceField(
+        choices=ImportJobStatus.choices,
+        help_text="queued, running, done (imported) or failed (nothing written).",
     )
+    filename = serializers.CharField()
+    size = serializers.IntegerField(help_text="The upload's size in bytes.")
+    format_requested = serializers.CharField(help_text="`auto` or the format named.")
+    records_read = serializers.IntegerField(
+        help_text="Records (chains) read so far; updated about once a second while running."
+    )
+    bytes_read = serializers.IntegerField(help_text="Bytes of the file read so far.")
+    result = serializers.SerializerMethodField(
+        help_text="The counts once done (null before, and for a failed job)."
+    )
+    format = serializers.SerializerMethodField(help_text="The format the file was read as.")
+    detail = serializers.CharField(help_text="Why a failed job failed.")
+    errors = LineErrorOutputSerializer(  # type: ignore[assignment]  # a field, not Serializer.errors
+        many=True, help_text=f"The bad lines, in file order (the first {MAX_KEPT_ERRORS:,})."
+    )
+    errors_omitted = serializers.SerializerMethodField(
+        help_text="Bad lines beyond those listed in `errors`."
+    )
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_url(self, job: ImportJob) -> str:
+        return reverse("api-project-import-job", args=[job.project_id, job.pk])
+
+    @extend_schema_field(ImportResultOutputSerializer(allow_null=True))
+    def get_result(self, job: ImportJob) -> dict[str, Any] | None:
+        if job.status != ImportJobStatus.DONE or not job.result:
+            return None
+        return dict(ImportResultOutputSerializer(job.result).data)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_format(self, job: ImportJob) -> str | None:
+        return (job.result or {}).get("format")
+
+    def get_errors_omitted(self, job: ImportJob) -> int:
+        return max(job.error_count - len(job.errors), 0)
 
 
 class UploadTooLarge(APIException):
@@ -163,28 +210,20 @@ class ImportCreateApi(GenericAPIView):
 
     @extend_schema(
         operation_id="projects_imports_create",
-        summary="Import a file of chains (leads only)",
+        summary="Upload a file of chains to import (leads only)",
         description=(
-            "Imports every chain in the file, with the step labels it carries (kept as "
-            "import annotations, never as a person's). The file is imported whole or not "
-            "at all: any bad line rejects it with every bad line listed. Formats: "
+            "Stores the file and queues its import (a Celery task); answers 202 with the "
+            "job, to poll at its `url`. The import takes every chain in the file, with the "
+            "step labels it carries (kept as import annotations, never as a person's), "
+            "whole or not at all: any bad line fails the job with every bad line listed "
+            "and nothing written. Formats: "
             f"{', '.join(FORMATS)}; `auto` detects the format. A file imported into the "
-            "project before adds nothing (200, `already_imported`)."
+            "project before adds nothing (`result.already_imported`)."
         ),
         request={"multipart/form-data": ImportCreateInputSerializer},
         responses={
-            201: OpenApiResponse(ImportResultOutputSerializer, description="Imported."),
-            200: OpenApiResponse(
-                ImportResultOutputSerializer,
-                description="This file was imported before; nothing was added.",
-            ),
-            400: OpenApiResponse(
-                ImportRejectedOutputSerializer,
-                description=(
-                    "Rejected, nothing written: bad lines (each with its line number and "
-                    "reason), an undetectable or unknown format, or no file."
-                ),
-            ),
+            202: OpenApiResponse(ImportJobOutputSerializer, description="Queued."),
+            400: OpenApiResponse(description="No file, or an unknown format name."),
             403: OpenApiResponse(description="A member who is not a lead of the project."),
             404: OpenApiResponse(description="No such project, or not a member of it."),
             413: OpenApiResponse(
@@ -203,38 +242,40 @@ class ImportCreateApi(GenericAPIView):
         upload: UploadedFile = data.validated_data["file"]
         if upload.size is not None and upload.size > limit:
             raise UploadTooLarge(_too_large_message(limit))
-
         try:
-            result = chain_import(
+            job = import_job_create(
                 project=project,
-                path=cast(BinaryIO, upload.file),
-                filename=upload.name,
+                upload=cast(BinaryIO, upload.file),
+                filename=upload.name or "upload",
+                size=upload.size or 0,
                 fmt=data.validated_data["format"],
                 user=request_user(request),
             )
-        except ImportRejected as exc:
-            return Response(_rejection_payload(name=upload.name, rejected=exc), status=400)
-        except ValueError as exc:  # FormatDetectionError and unknown formats
-            return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
         finally:
             upload.close()
-        return Response(
-            ImportResultOutputSerializer(result).data,
-            status=status.HTTP_200_OK if result.already_imported else status.HTTP_201_CREATED,
-        )
+        # Where Celery runs tasks in-process (the demo), the job has already run.
+        job.refresh_from_db()
+        return Response(ImportJobOutputSerializer(job).data, status=status.HTTP_202_ACCEPTED)
 
 
-def _rejection_payload(*, name: str | None, rejected: ImportRejected) -> dict[str, Any]:
-    listed = rejected.errors[:MAX_LISTED_ERRORS]
-    noun = "bad line" if rejected.error_count == 1 else "bad lines"
-    return ImportRejectedOutputSerializer(
-        {
-            "detail": (
-                f"{name or 'The file'} was not imported: {rejected.error_count:,} {noun} "
-                f"(read as {rejected.format}); nothing was written."
-            ),
-            "format": rejected.format,
-            "errors": listed,
-            "errors_omitted": rejected.error_count - len(listed),
-        }
-    ).data
+class ImportJobApi(GenericAPIView):
+    serializer_class = ImportJobOutputSerializer
+
+    @extend_schema(
+        operation_id="projects_imports_retrieve",
+        summary="Follow an import (leads only)",
+        description=(
+            "The job's status and progress (records and bytes read, updated about once a "
+            "second), then its counts (`result`) or, for a failed job, `detail` and every "
+            "bad line with its number and reason (nothing was written)."
+        ),
+        responses={
+            200: ImportJobOutputSerializer,
+            403: OpenApiResponse(description="A member who is not a lead of the project."),
+            404: OpenApiResponse(description="No such project, job, or not a member."),
+        },
+    )
+    def get(self, request: Request, project_id: int, job_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        job = import_job_get(project=project, job_id=job_id)
+        return Response(ImportJobOutputSerializer(job).data)

@@ -7,11 +7,19 @@ the exit status. Each input goes through the API upload and through `import_chai
 and must be imported whole or rejected with line numbers, with nothing written on a
 rejection and nothing left in the temporary directory ($TMPDIR) either way.
 
+The child runs without a broker (the parent clears CELERY_BROKER_URL), so Celery runs
+the upload's import job in-process, at its commit, as in the demo: the upload answers
+202 with the job, which is then read back finished. No stored upload may outlive its job
+(STEPLAB_IMPORT_DIR, from the parent).
+
 Modes (JSON argument: project and user ids, and what the mode needs):
 - `property`: hypothesis draws nested, long, deep and malformed files up to the upload
   cap (`examples` of them);
 - `cases`: the explicit worst cases, files named in `files`;
-- `upload`: one API upload of `file`, then exit (the parent may kill it mid-import).
+- `upload`: one API upload of `file`, then exit (the parent may kill it mid-import);
+- `stream`: one upload of the large `file` through Django's WSGI handler, its request
+  body read from disk as a server reads it from the socket, never built in memory (the
+  test client builds it whole); prints the resident-memory peak before and after.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ def main() -> None:
     setup_test_environment()  # the test client's host, as under pytest
 
     cap = arguments.get("cap", UPLOAD_CAP_BYTES)
-    if mode != "upload":
+    if mode not in ("upload", "stream"):
         settings.STEPLAB_IMPORT_MAX_UPLOAD_BYTES = cap
     checker = _Checker(project_id=arguments["project"], user_id=arguments["user"], cap=cap)
     if mode == "upload":
@@ -60,6 +68,8 @@ def main() -> None:
             for fmt in FORMATS_TRIED:
                 checker.check(content, fmt, work=Path(arguments["work"]))
             print("ok", Path(name).name, len(content), flush=True)
+    elif mode == "stream":
+        _stream(arguments)
     elif mode == "property":
         _property(checker, examples=arguments["examples"], work=Path(arguments["work"]))
     else:
@@ -81,7 +91,7 @@ class _Checker:
         self.client = APIClient()
         self.client.force_authenticate(user=get_user_model().objects.get(pk=user_id))
         self.temporary = Path(os.environ["TMPDIR"])
-        self.outcomes: Counter[int] = Counter()
+        self.outcomes: Counter[str] = Counter()
         self.cap = cap
 
     def upload(self, content: bytes, fmt: str) -> Any:
@@ -108,19 +118,30 @@ class _Checker:
     def _check_api(self, content: bytes, fmt: str) -> None:
         before = self.counts()
         response = self.upload(content, fmt)
-        self.outcomes[response.status_code] += 1
-        body = response.json()
+        outcome = "too large"
         if response.status_code == 413:
-            assert len(content) > self.cap, body
-        elif response.status_code == 200:  # the same bytes, imported whole before
-            assert body["already_imported"], body
-        elif response.status_code == 201:
-            _assert_whole(content, body["chains_created"] + body["chains_duplicate"], body)
+            assert len(content) > self.cap, response.json()
+        elif response.status_code == 400:  # the form: an empty file is no file
+            assert not content and "file" in response.json(), response.json()
+            outcome = "rejected"
         else:
-            assert response.status_code == 400, (response.status_code, body)
-            _assert_line_numbered(content, fmt, [e["line"] for e in body.get("errors", [])], body)
-        if response.status_code != 201:
-            assert self.counts() == before, body
+            assert response.status_code == 202, (response.status_code, response.content)
+            body = self.client.get(response.json()["url"]).json()
+            result = body["result"]
+            if body["status"] == "done" and result["already_imported"]:  # imported before
+                outcome = "imported before"
+            elif body["status"] == "done":
+                outcome = "imported"
+                _assert_whole(content, result["chains_created"] + result["chains_duplicate"], body)
+            else:
+                outcome = "rejected"
+                assert body["status"] == "failed", body
+                _assert_line_numbered(content, fmt, [e["line"] for e in body["errors"]], body)
+            stored = sorted(Path(os.environ["STEPLAB_IMPORT_DIR"]).rglob("*.upload"))
+            assert not stored, f"stored uploads left behind: {stored}"
+        self.outcomes[outcome] += 1
+        if outcome != "imported":
+            assert self.counts() == before, outcome
 
     def _check_command(self, content: bytes, fmt: str, work: Path) -> None:
         import re
@@ -200,6 +221,76 @@ def _property(checker: _Checker, *, examples: int, work: Path) -> None:
         checker.check(content, fmt, work=work)
 
     imported_whole_or_rejected_with_line_numbers()
+
+
+def _resident_peak_kib() -> int:
+    """VmHWM: the most resident memory this process has held so far."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def _stream(arguments: dict[str, Any]) -> None:
+    import shutil
+    import uuid
+
+    from django.contrib.auth import get_user_model
+    from django.core.handlers.wsgi import WSGIHandler
+    from rest_framework.authtoken.models import Token
+
+    from annotation.models import ImportJob
+
+    source = Path(arguments["file"])
+    body = Path(arguments["work"]) / "body.multipart"
+    boundary = uuid.uuid4().hex
+    with body.open("wb") as out, source.open("rb") as stream:
+        out.write(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+            f'filename="{source.name}"\r\nContent-Type: application/jsonl\r\n\r\n'.encode()
+        )
+        shutil.copyfileobj(stream, out, 1024 * 1024)
+        out.write(f"\r\n--{boundary}--\r\n".encode())
+    token = Token.objects.create(user=get_user_model().objects.get(pk=arguments["user"]))
+    handler = WSGIHandler()
+    before = _resident_peak_kib()
+    with body.open("rb") as wsgi_input:
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": f"/api/v1/projects/{arguments['project']}/imports/",
+            "SERVER_NAME": "localhost",
+            "SERVER_PORT": "80",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "wsgi.url_scheme": "http",
+            "wsgi.input": wsgi_input,
+            "wsgi.errors": sys.stderr,
+            "CONTENT_TYPE": f"multipart/form-data; boundary={boundary}",
+            "CONTENT_LENGTH": str(body.stat().st_size),
+            "HTTP_AUTHORIZATION": f"Token {token.key}",
+            "HTTP_HOST": "localhost",
+        }
+        statuses: list[str] = []
+        response = handler(environ, lambda status, headers, *rest: statuses.append(status))
+        answer = json.loads(b"".join(response))
+    after = _resident_peak_kib()
+    assert statuses[0].startswith("202"), (statuses, answer)
+    job = ImportJob.objects.get(pk=answer["id"])
+    print(
+        "stream",
+        json.dumps(
+            {
+                "status": statuses[0],
+                "job": job.status,
+                "records_read": job.records_read,
+                "chains_created": (job.result or {}).get("chains_created"),
+                "detail": job.detail,
+                "file_bytes": source.stat().st_size,
+                "peak_before_kib": before,
+                "peak_after_kib": after,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import pytest
 from django.db import connection, transaction
 
 from annotation.importers import MAX_LINE_BYTES
-from annotation.models import Chain, ImportBatch, Project, Role
+from annotation.models import Chain, ImportBatch, ImportJob, ImportJobStatus, Project, Role
 from tests.annotation.import_inputs import nested_bytes
 from tests.conftest import REPO_ROOT
 from tests.factories import MembershipFactory, ProjectFactory
@@ -63,6 +63,8 @@ def _child_env(temporary_dir: Path) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
         "PYTHONPATH": str(REPO_ROOT),
         "TMPDIR": str(temporary_dir),
+        # No broker: the upload's import job runs in-process, as in the demo.
+        "CELERY_BROKER_URL": "",
     }
 
 
@@ -105,8 +107,46 @@ def test_any_file_is_imported_whole_or_rejected_with_line_numbers_in_bounded_mem
 
     # Both ways out were taken: some files imported, some rejected.
     outcomes = json.loads(output.split("outcomes ", 1)[1].splitlines()[0])
-    assert outcomes.get("201") and outcomes.get("400"), outcomes
+    assert outcomes.get("imported") and outcomes.get("rejected"), outcomes
     assert os.listdir(temporary_dir) == []
+
+
+# The large upload: 100,000 chains of 10 steps, about 160 MB.
+LARGE_CHAINS = int(os.environ.get("STEPLAB_MEMORY_LARGE_CHAINS", "100000"))
+# What the whole upload (spooled, stored, imported) may add to the process's resident
+# peak: far less than the file, however large it is.
+LARGE_PEAK_GROWTH_MIB = 120
+
+
+@pytest.mark.slow
+def test_a_large_upload_streams_from_request_to_import_in_flat_memory(
+    lead_project: tuple[Project, Any], temporary_dir: Path, tmp_path: Path, import_dir: Path
+) -> None:
+    # Given: a file of LARGE_CHAINS chains, larger than the memory its import may take
+    project, lead = lead_project
+    path = tmp_path / "large.jsonl"
+    with path.open("w") as out:
+        for index in range(LARGE_CHAINS):
+            steps = [f"Step {k} of chain {index}: " + "y" * 120 for k in range(10)]
+            out.write(json.dumps({"problem": f"Problem {index}", "steps": steps}) + "\n")
+    arguments = {"project": project.pk, "user": lead.pk, "file": str(path), "work": str(tmp_path)}
+
+    # When: it is uploaded through the WSGI handler, its body read from disk, and its job
+    # runs in the same process (no broker), under the address-space cap
+    output = _run_child("stream", arguments, temporary_dir)
+
+    # Then: imported whole, and the resident peak grew by far less than the file
+    report = json.loads(output.split("stream ", 1)[1].splitlines()[0])
+    print(report)
+    assert report["status"].startswith("202"), report
+    assert (report["job"], report["chains_created"]) == ("done", LARGE_CHAINS), report
+    assert report["records_read"] == LARGE_CHAINS
+    growth_mib = (report["peak_after_kib"] - report["peak_before_kib"]) / 1024
+    assert growth_mib < LARGE_PEAK_GROWTH_MIB, report
+    if LARGE_CHAINS >= 100_000:
+        assert report["file_bytes"] > 1024 * 1024 * LARGE_PEAK_GROWTH_MIB
+    assert os.listdir(temporary_dir) == []
+    assert list(import_dir.rglob("*.upload")) == []
 
 
 def _wide(value: bytes) -> bytes:
@@ -204,6 +244,9 @@ def test_a_worker_killed_mid_import_leaves_no_upload_behind(
     # Then the upload is not left in the temporary directory
     assert os.listdir(temporary_dir) == []
     assert ImportBatch.objects.count() == 0
+    # (its job stays RUNNING with its stored copy under STEPLAB_IMPORT_DIR: nothing reaps
+    # the job of a killed worker yet; the lead uploads the file again)
+    assert ImportJob.objects.get().status == ImportJobStatus.RUNNING
 
 
 def _wait_for_a_waiting_advisory_lock(child: subprocess.Popen[bytes]) -> None:

@@ -1,0 +1,172 @@
+"""The import job service (``annotation.services.import_jobs``) called directly: progress
+written to the row, visible outside the import's transaction and never per record; a
+broker that cannot be reached; an upload stored a block at a time."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import current_app
+from django.db import connections
+
+from annotation.models import Chain, ImportJob, ImportJobStatus, Project, Role
+from annotation.services import import_jobs, imports
+from annotation.services.import_jobs import (
+    IMPORT_TASK,
+    import_job_create,
+    import_job_enqueue,
+    import_job_execute,
+)
+from tests.factories import MembershipFactory, ProjectFactory
+
+
+def _lines(count: int) -> bytes:
+    return b"".join(
+        b'{"problem": "p%d", "steps": ["step %d", "done"]}\n' % (index, index)
+        for index in range(count)
+    )
+
+
+def _job(project: Project, content: bytes, user: Any = None) -> ImportJob:
+    return import_job_create(
+        project=project,
+        upload=io.BytesIO(content),
+        filename="f.jsonl",
+        size=len(content),
+        user=user,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_progress_reaches_the_row_while_the_import_runs(monkeypatch: Any) -> None:
+    # Given: a committed job of 50 chains, read 10 at a time, progress written every time
+    project = ProjectFactory()
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    content = _lines(50)
+    # (the commit sends no task: this test runs the task's body itself)
+    monkeypatch.setattr(import_jobs, "import_job_enqueue", lambda *, job_id: None)
+    job = _job(project, content, lead)
+    monkeypatch.setattr(imports, "CHUNK_CHAINS", 10)
+    monkeypatch.setattr(import_jobs, "PROGRESS_INTERVAL_SECONDS", 0.0)
+    seen: list[tuple[int, int, int]] = []
+    observer = connections.create_connection("default")
+    write = import_jobs._ProgressWriter._write
+
+    def write_and_look(self: Any, *, records: int, position: int) -> None:
+        write(self, records=records, position=position)
+        # What another connection (the page's poll) sees of the row and of the chains,
+        # while the import's transaction is still open.
+        with observer.cursor() as cursor:
+            cursor.execute(
+                "SELECT records_read, bytes_read FROM annotation_importjob WHERE id = %s",
+                [job.pk],
+            )
+            row = cursor.fetchone()
+            cursor.execute("SELECT count(*) FROM annotation_chain")
+            seen.append((row[0], row[1], cursor.fetchone()[0]))
+
+    monkeypatch.setattr(import_jobs._ProgressWriter, "_write", write_and_look)
+
+    # When: the task's body runs
+    try:
+        import_job_execute(job_id=job.pk)
+    finally:
+        observer.close()
+
+    # Then: the row moved chunk by chunk, bytes within the file, before any chain was
+    # visible (all-or-nothing), and the job ended with the counts
+    assert [records for records, _, _ in seen] == [10, 20, 30, 40, 50]
+    assert all(0 < position <= len(content) for _, position, _ in seen)
+    assert {chains for _, _, chains in seen} == {0}
+    job.refresh_from_db()
+    assert (job.status, job.records_read, job.bytes_read) == ("done", 50, len(content))
+    assert job.result is not None and job.result["chains_created"] == 50
+    assert Chain.objects.count() == 50
+
+
+def test_progress_is_written_at_most_once_a_second(db: Any, monkeypatch: Any) -> None:
+    # Given: a progress writer and a clock that moves 0.3 s per chunk
+    project = ProjectFactory()
+    job = ImportJob.objects.create(project=project, filename="f", stored_name="f", size=10**6)
+    now = [100.0]
+    monkeypatch.setattr(import_jobs.time, "monotonic", lambda: now[0])
+    writes: list[int] = []
+    monkeypatch.setattr(
+        import_jobs._ProgressWriter,
+        "_write",
+        lambda self, *, records, position: writes.append(records),
+    )
+
+    # When: 20 chunks of 2,000 records are reported
+    with import_jobs._ProgressWriter(job=job, stream=io.BytesIO(b"x" * 10)) as progress:
+        for _ in range(20):
+            now[0] += 0.3
+            progress(2_000)
+
+    # Then: about one write per second of the 6 s, and every record counted
+    assert writes == [8_000, 16_000, 24_000, 32_000, 40_000]
+    assert progress.records == 40_000
+
+
+def test_an_unreachable_broker_fails_the_job_and_removes_its_file(
+    db: Any, monkeypatch: Any, import_dir: Path
+) -> None:
+    # Given: a queued job whose task cannot be sent
+    job = _job(ProjectFactory(), _lines(3))
+    assert (import_dir / job.stored_name).exists()
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr(current_app.tasks[IMPORT_TASK], "apply_async", refuse)
+
+    # When: the commit sends it
+    import_job_enqueue(job_id=job.pk)
+
+    # Then: the job says so, and nothing is left behind
+    job.refresh_from_db()
+    assert job.status == ImportJobStatus.FAILED
+    assert "task queue could not be reached" in job.detail
+    assert not (import_dir / job.stored_name).exists()
+
+
+def test_the_upload_is_stored_a_block_at_a_time(
+    db: Any, monkeypatch: Any, import_dir: Path
+) -> None:
+    # Given: an upload that hands out at most the block size asked for, and counts
+    class Upload(io.BytesIO):
+        largest = 0
+
+        def read(self, size: int | None = -1) -> bytes:
+            block = super().read(size)
+            Upload.largest = max(Upload.largest, len(block))
+            return block
+
+    monkeypatch.setattr(import_jobs, "COPY_BLOCK_BYTES", 4096)
+    content = _lines(2_000)
+
+    # When: a job is created from it
+    job = import_job_create(
+        project=ProjectFactory(), upload=Upload(content), filename="f", size=len(content)
+    )
+
+    # Then: the stored copy is whole and was read in blocks
+    assert (import_dir / job.stored_name).read_bytes() == content
+    assert Upload.largest == 4096 < len(content)
+
+
+def test_a_task_sent_before_its_job_is_created_or_after_it_ran_does_nothing(db: Any) -> None:
+    job = _job(ProjectFactory(), _lines(2))
+    import_job_execute(job_id=job.pk)
+    job.refresh_from_db()
+    finished_at = job.finished_at
+
+    import_job_execute(job_id=job.pk)
+    import_job_execute(job_id=job.pk + 1000)
+
+    job.refresh_from_db()
+    assert (job.status, job.finished_at) == ("done", finished_at)
+    assert Chain.objects.count() == 2
