@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 
-from annotation.models import Assignment, Role
+from annotation.models import Assignment, ImportJob, Role
 from config.wsgi import application
 from prm_training.models import RunStatus, TrainingRun
 from tests.factories import (
@@ -70,6 +70,9 @@ def seeded(request: Any, db: Any) -> dict[str, Any]:
     )
     scoring = scoring_run_with_model_version(project=project, content_hash="fuzz")
     run = TrainingRun.objects.create(project=project, status=RunStatus.QUEUED)
+    import_job = ImportJob.objects.create(
+        project=project, filename="fuzz.jsonl", stored_name="fuzz.upload", size=1
+    )
     token = Token.objects.create(user=caller)
     return {
         "headers": {"Authorization": f"Token {token.key}"},
@@ -82,6 +85,7 @@ def seeded(request: Any, db: Any) -> dict[str, Any]:
             "version_id": scoring.model_version_id,
             "scoring_run_id": scoring.pk,
             "user_id": annotator.pk,
+            "job_id": import_job.pk,
         },
     }
 
