@@ -10,8 +10,9 @@ created and migrated, dropped first unless --keep-db): problems, chains and thre
 each written by the server itself (INSERT ... SELECT over generate_series, faster than
 COPY from a client and with every index of the schema in place), 1 % flagged, 20 %
 finished by two annotators (their annotations and ratings too, one chain in ten of those
-disputed), 1 % skipped, 0.1 % gold; ANALYZE; then times ``--rounds`` pages of 50 for each
-filter, the first page and a page deep in the list (keyset ``after``), and prints p50 and
+disputed), 1 % skipped, 0.1 % gold (answer keys from an import); ANALYZE; then times
+``--rounds`` pages of 50 for each filter, the first page and a page deep in the list
+(keyset ``after``), and a common, a rare and an absent word searched, and prints p50 and
 p95 per filter. A measurement, not a test."""
 
 from __future__ import annotations
@@ -70,7 +71,17 @@ FROM annotation_chain c WHERE c.project_id = %(p)s AND c.id %% 100 = 3;
 def fill(*, chains: int) -> int:
     from django.db import connection, transaction
 
-    from annotation.models import Chain, Problem, Project, Role
+    from annotation.models import (
+        Annotation,
+        AnnotationSource,
+        Chain,
+        ImportBatch,
+        Problem,
+        Project,
+        Role,
+        Step,
+        StepRating,
+    )
     from annotation.services.gold import gold_mark
     from tests.factories import MembershipFactory
 
@@ -96,16 +107,32 @@ def fill(*, chains: int) -> int:
                         "second": users[1].pk,
                     },
                 )
-    # Gold: 0.1 % of chains, answer keys from their (agreeing) annotations.
+    # Gold: 0.1 % of chains, among the finished ones; their answer keys are imported
+    # labels (a gold chain needs an adjudication or an import's labels), every step +1.
     gold_ids = list(
         Chain.objects.filter(project=project, finished_count=2)
         .order_by("id")
         .values_list("id", flat=True)[: max(1, chains // 1000)]
     )
-    try:
-        gold_mark(project=project, chain_ids=gold_ids)
-    except Exception as error:  # no answer key without an adjudication: note and go on
-        print(f"gold not marked ({error})", file=sys.stderr)
+    batch = ImportBatch.objects.create(
+        project=project, filename="gold.jsonl", format="prm800k", content_hash="bench-gold"
+    )
+    keys = Annotation.objects.bulk_create(
+        Annotation(
+            chain_id=chain_id,
+            source=AnnotationSource.IMPORT,
+            source_name="prm800k",
+            import_batch=batch,
+        )
+        for chain_id in gold_ids
+    )
+    steps = Step.objects.filter(chain_id__in=gold_ids).values_list("chain_id", "id")
+    key_of = {key.chain_id: key.pk for key in keys}
+    StepRating.objects.bulk_create(
+        StepRating(annotation_id=key_of[chain_id], step_id=step_id, rating=1)
+        for chain_id, step_id in steps
+    )
+    gold_mark(project=project, chain_ids=gold_ids)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     print(f"filled {chains:,} chains in {time.perf_counter() - started:.0f} s", file=sys.stderr)
@@ -133,9 +160,12 @@ def measure(*, project_id: int, rounds: int) -> list[tuple[str, float, float, in
         "status=disputed": (ChainFilters(statuses=("disputed",)), None),
         "status=flagged": (ChainFilters(statuses=("flagged",)), None),
         "status=skipped": (ChainFilters(statuses=("skipped",)), None),
+        "status=gold": (ChainFilters(statuses=("gold",)), None),
         "annotator=<one of two>": (ChainFilters(annotator=annotator), None),
         "agreement <= 0.75": (ChainFilters(max_agreement=0.75), None),
         "search 'transfer matrix' (0.1 %)": (ChainFilters(search="transfer matrix"), None),
+        "search 'tilings' (99.9 %)": (ChainFilters(search="tilings"), None),
+        "search 'permanent' (no chain)": (ChainFilters(search="permanent"), None),
         "status=finished + search 'tilings'": (
             ChainFilters(statuses=("finished",), search="tilings"),
             None,

@@ -135,9 +135,16 @@ def _status_q(status: str, *, project: Project) -> Q:
     raise ValueError(f"Unknown chain status {status!r}.")
 
 
-def _search_q(*, project: Project, text: str) -> Q:
+def _search_q(*, text: str) -> Q:
     """Chains whose problem or a step has the words: PostgreSQL's full text (``simple``
-    configuration, the GIN indexes of migration 0014), elsewhere a plain substring."""
+    configuration, the GIN indexes of migration 0014), elsewhere a plain substring.
+
+    Written as EXISTS of the chain's own problem and steps, not ``IN`` over every match:
+    PostgreSQL plans both a hashed sub-plan (the GIN index's matches, built once: cheap
+    for a rare word) and a per-chain one (the chain's steps by ``chain_id``, tested as
+    the id walk reaches them: the page stops after ``limit`` matches, so a word most
+    chains have costs a page, not a pass over millions of steps) and keeps the cheaper;
+    BENCHMARKS.md has both at 1,000,000 chains."""
     problems: QuerySet[Any, Any]
     steps: QuerySet[Any, Any]
     if connection.vendor == "postgresql":
@@ -148,12 +155,14 @@ def _search_q(*, project: Project, text: str) -> Q:
             (text,),
             output_field=BooleanField(),
         )
-        problems = Problem.objects.filter(project=project).alias(found=found).filter(found=True)
-        steps = Step.objects.alias(found=found).filter(found=True).values("chain_id")
+        problems = Problem.objects.alias(found=found).filter(found=True)
+        steps = Step.objects.alias(found=found).filter(found=True)
     else:
-        problems = Problem.objects.filter(project=project, text__icontains=text)
-        steps = Step.objects.filter(text__icontains=text).values("chain_id")
-    return Q(problem__in=problems.values("pk")) | Q(pk__in=steps)
+        problems = Problem.objects.filter(text__icontains=text)
+        steps = Step.objects.filter(text__icontains=text)
+    return Q(Exists(problems.filter(pk=OuterRef("problem_id")))) | Q(
+        Exists(steps.filter(chain_id=OuterRef("pk")))
+    )
 
 
 def _status_of(chain: Chain) -> str:
@@ -228,7 +237,7 @@ def _filtered(chains: QuerySet[Any], *, project: Project, filters: ChainFilters)
     }
     chains = chains.filter(**{key: value for key, value in bounds.items() if value is not None})
     if filters.search.strip():
-        chains = chains.filter(_search_q(project=project, text=filters.search.strip()))
+        chains = chains.filter(_search_q(text=filters.search.strip()))
     return chains
 
 

@@ -98,7 +98,13 @@
     }
     flag.hidden = !chain.is_flagged && !chain.flag_cleared_by;
     $("cp-unflag").hidden = !chain.is_flagged;
-    $("cp-gold").hidden = chain.is_gold;
+    // Gold needs an answer key (annotation.services.gold): a current adjudication or
+    // imported labels. Without one the button would only fail, so it is not offered.
+    const keyed = labels.history.some(
+      (revision) => revision.current && (revision.source === "adjudication" || revision.source === "import"),
+    );
+    $("cp-gold").hidden = chain.is_gold || !keyed;
+    $("cp-gold-note").hidden = chain.is_gold || keyed;
     $("cp-requeue").hidden = chain.is_gold;
     steps(chain, labels);
     history(labels);

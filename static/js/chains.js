@@ -47,14 +47,20 @@
     link.href = `${config.chainPage}${chain.id}/`;
     const first = el("td");
     first.append(link);
+    // data-label names a figure where a narrow screen stacks the row (chains.css).
+    const figure = (label, text) => {
+      const cell = el("td", text);
+      cell.dataset.label = label;
+      return cell;
+    };
     tr.append(
       first,
       el("td", chain.problem, "ch-problem"),
       el("td", STATUS[chain.status] || chain.status),
       el("td", `${chain.finished_count} / ${chain.needed}`),
-      el("td", chain.agreement === null ? "—" : `${Math.round(chain.agreement * 100)} %`),
-      el("td", fixed(chain.prm_score)),
-      el("td", fixed(chain.prm_uncertainty)),
+      figure("Agreement", chain.agreement === null ? "—" : `${Math.round(chain.agreement * 100)} %`),
+      figure("PRM score", fixed(chain.prm_score)),
+      figure("Uncertainty", fixed(chain.prm_uncertainty)),
     );
     return tr;
   }

@@ -148,6 +148,32 @@ def test_search_over_problems_and_steps(world) -> None:
     assert _ids(project, search="nowhere-to-be-found") == []
 
 
+def test_a_searched_list_pages_through_every_match_once(world) -> None:
+    # Given: a word in most chains' steps, in one chain's problem only, and in another
+    # project's chain
+    project = world["project"]
+    Step.objects.filter(chain__project=project, index=1).exclude(chain_id=world["flagged"]).update(
+        text="count the tilings"
+    )
+    problem = Chain.objects.get(pk=world["flagged"]).problem
+    problem.text = "How many tilings?"
+    problem.save()
+    _chain(ProjectFactory(), steps=("tilings", "b"))
+    # When: the search is walked two chains at a time
+    seen: list[int] = []
+    after = None
+    while True:
+        page = chain_list(
+            project=project, filters=ChainFilters(search="tilings"), after=after, limit=2
+        )
+        seen += [row.chain_id for row in page.rows]
+        if page.next_after is None:
+            break
+        after = page.next_after
+    # Then: every chain of the project, by id, each once
+    assert seen == sorted(Chain.objects.filter(project=project).values_list("pk", flat=True))
+
+
 def test_prm_score_and_uncertainty_filters(world) -> None:
     project = world["project"]
     run = scoring_run_with_model_version(
