@@ -29,9 +29,7 @@ urlpatterns = [
     path("projects/<id:project_id>/history/", views.history_page, name="history-page"),
     path("projects/<id:project_id>/review/", views.review_page, name="review-page"),
     path("projects/<id:project_id>/chains/", views.chains_page, name="chains-page"),
-    path(
-        "projects/<id:project_id>/chains/<id:chain_id>/", views.chain_page, name="chain-page"
-    ),
+    path("projects/<id:project_id>/chains/<id:chain_id>/", views.chain_page, name="chain-page"),
     path("projects/<id:project_id>/snapshots/", views.snapshots_page, name="snapshots-page"),
     path("projects/<id:project_id>/import/", views.import_page, name="import-page"),
 ]

@@ -115,7 +115,7 @@ def test_an_integer_past_its_range_is_a_json_4xx(
     name = resolve(re.sub(r"\{(\w+)\}", lambda m: str(ids[m.group(1)]), path)).url_name
     statuses = MATRIX[name][method]
     caller = next((ROLES[i] for i, s in enumerate(statuses) if s == OK), "lead")
-    client = APIClient()  # with a token: next and submit take their lean path
+    client = APIClient()  # with a token: next and submit take their token door
     key = Token.objects.create(user=world["users"][caller]).key
     client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
 
