@@ -1,0 +1,238 @@
+"""A lead runs a project from the browser, from an empty database to a trusted dataset,
+with no terminal and no admin: creates the project, uploads a real ProcessBench file (a
+real Celery worker imports it), adds two annotators, watches them label (driven through
+the API, as their workspaces would), rules on their disagreement, takes a snapshot of
+finished chains, and downloads it in every format; each file is checked against the
+labels the annotators and the lead gave."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from playwright.sync_api import Browser, Page, expect
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from annotation.exporters.formats import EXPORT_FORMATS
+from annotation.models import Annotation, AnnotationSource, Chain, Project, Snapshot
+from tests.annotation.import_worker import import_worker  # noqa: F401 - a fixture
+from tests.browser import ARTIFACTS, chromium_running, page_login, page_watched
+from tests.factories import UserFactory
+from tests.prm_training.prm_worker import WorkerHandle
+
+pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+CHAINS_LABELED = 3  # each annotator labels the same three chains (overlap 2)
+DISPUTED_STEP = 1  # bob calls the first chain's second step wrong, ann right
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium_running() as launched:
+        yield launched
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    with page_watched(
+        browser=browser, width=1366, height=768, accept_downloads=True, csp_errors=True
+    ) as opened:
+        yield opened
+
+
+def _shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"lead-e2e-{name}.png"), full_page=True)
+
+
+def _label(client: APIClient, project: Project, *, wrong_step: int | None) -> int:
+    """One annotator's next chain, every step rated +1 (``wrong_step`` -1); its id."""
+    leased = client.post(f"/api/v1/projects/{project.pk}/assignments/next/")
+    assert leased.status_code == 200, leased.content
+    chain = leased.json()["chain"]
+    ratings = [
+        {"step": step["id"], "rating": -1 if step["index"] == wrong_step else 1}
+        for step in chain["steps"]
+    ]
+    submitted = client.post(
+        f"/api/v1/assignments/{leased.json()['assignment']['id']}/submit/",
+        {"ratings": ratings},
+        format="json",
+    )
+    assert submitted.status_code == 201, submitted.content
+    return int(chain["id"])
+
+
+def _download(page: Page, fmt: str) -> bytes:
+    with page.expect_download() as download:
+        page.locator(f".db-export[data-format={fmt}]").click()
+    return Path(download.value.path()).read_bytes()
+
+
+def _json_lines(data: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+
+
+def test_a_lead_runs_a_project_from_an_empty_database_to_every_export(
+    live_server: Any,
+    page: Page,
+    shared_data: Path,
+    import_worker: WorkerHandle,  # noqa: F811 - the fixture
+) -> None:
+    # Given: an empty database but for three accounts an administrator made: a staff
+    # user who will lead, and two annotators
+    assert not Project.objects.exists()
+    lead = UserFactory(username="lena", is_staff=True)
+    ann, bob = UserFactory(username="ann"), UserFactory(username="bob")
+    page_login(page=page, base_url=live_server.url, username=lead.username)
+
+    # When: the lead creates a project from the home page: every step graded, two
+    # annotators a chain, the file's own labels ignored (the people's labels decide)
+    page.get_by_role("link", name="New project").first.click()
+    page.fill("#f-name", "GSM8K round 1")
+    page.select_option("#f-labeling_mode", "all_steps")
+    page.fill("#f-overlap", "2")
+    page.locator("input[name=import_labels][value=ignore]").check()
+    page.get_by_role("button", name="Create project").click()
+    page.wait_for_url("**/members/?created=1")
+    project = Project.objects.get(name="GSM8K round 1")
+
+    # ...adds the two annotators on the members page
+    page.wait_for_selector("#project-members[data-state=ready]")
+    for user in (ann, bob):
+        page.fill("#f-username", user.username)
+        page.select_option("#f-role", "annotator")
+        page.get_by_role("button", name="Add").click()
+        expect(page.locator("#members-message")).to_contain_text(f"{user.username} was added")
+    expect(page.locator("#members tbody tr")).to_have_count(3)
+    _shot(page, "members")
+
+    # ...and uploads the real ProcessBench GSM8K file on the import page
+    page.goto(f"{live_server.url}/projects/{project.pk}/")
+    page.get_by_role("link", name="Import chains").click()
+    page.wait_for_selector("#import[data-state=idle]")
+    page.locator("#im-file").set_input_files(str(shared_data / "processbench" / "gsm8k.json"))
+    page.get_by_role("button", name="Import").click()
+    page.wait_for_selector("#import[data-state=done]", timeout=120_000)
+    expect(page.locator("#im-chains-created")).to_have_text("400")
+    _shot(page, "import")
+    assert Chain.objects.filter(project=project).count() == 400
+
+    # When: the annotators label through the API, as their workspaces do: the same three
+    # chains each, bob calling the first chain's second step wrong
+    clients = {}
+    for user in (ann, bob):
+        clients[user.username] = APIClient()
+        key = Token.objects.create(user=user).key
+        clients[user.username].credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    labeled: list[int] = []
+    for index in range(CHAINS_LABELED):
+        chain_ann = _label(clients["ann"], project, wrong_step=None)
+        chain_bob = _label(
+            clients["bob"], project, wrong_step=DISPUTED_STEP if index == 0 else None
+        )
+        assert chain_ann == chain_bob  # overlap 2: both get the oldest chain
+        labeled.append(chain_ann)
+    disputed = labeled[0]
+
+    # Then: the lead watches it on the dashboard: three chains finished
+    page.goto(f"{live_server.url}/projects/{project.pk}/")
+    expect(page.locator("#bar-chains")).to_have_attribute("value", str(CHAINS_LABELED))
+    _shot(page, "dashboard-labeled")
+
+    # When: the lead rules on the disagreement on the review page: the disputed step
+    # incorrect, the rest as the annotators agree
+    page.get_by_role("link", name="Review").first.click()
+    page.wait_for_selector("#review[data-state=ready]")
+    assert page.locator("#review").get_attribute("data-chain") == str(disputed)
+    page.keyboard.press("3")
+    page.keyboard.press("a")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#rv-message.ok")
+    _shot(page, "review")
+    ruling = Annotation.objects.get(chain_id=disputed, source=AnnotationSource.ADJUDICATION)
+    assert ruling.annotator == lead
+
+    # ...takes a snapshot of finished chains (the default) on the snapshots page
+    page.goto(f"{live_server.url}/projects/{project.pk}/snapshots/")
+    page.wait_for_selector("#snapshots[data-state=ready]")
+    assert page.locator("#sn-finished-only").is_checked()
+    page.get_by_role("button", name="Take snapshot").click()
+    expect(page.locator("#sn-message.ok")).to_contain_text(
+        f"Snapshot v1 taken: {CHAINS_LABELED} chains"
+    )
+    _shot(page, "snapshot")
+    snapshot = Snapshot.objects.get(project=project)
+    assert snapshot.meta["options"]["finished_only"] is True
+
+    # ...and downloads it in every format from the dashboard
+    page.goto(f"{live_server.url}/projects/{project.pk}/")
+    files = {fmt: _download(page, fmt) for fmt in EXPORT_FORMATS}
+    _shot(page, "exports")
+
+    # Then: every file holds the three finished chains, and the labels the people gave:
+    # the disputed step wrong (the lead's ruling), every other step right
+    chains = {
+        chain.pk: chain for chain in Chain.objects.filter(pk__in=labeled).select_related("problem")
+    }
+    problems = {chain.problem.text: chain.pk for chain in chains.values()}
+    steps = {pk: chain.steps.count() for pk, chain in chains.items()}
+
+    def expected(chain_id: int) -> list[int]:
+        wrong = DISPUTED_STEP if chain_id == disputed else None
+        return [-1 if i == wrong else 1 for i in range(steps[chain_id])]
+
+    def by_problem(records: list[dict[str, Any]], text: Any) -> dict[int, dict[str, Any]]:
+        found = {}
+        for record in records:
+            matches = [pk for problem, pk in problems.items() if problem in text(record)]
+            assert len(matches) == 1, text(record)[:200]
+            found[matches[0]] = record
+        assert set(found) == set(labeled)
+        return found
+
+    trl = by_problem(_json_lines(files["trl"]), lambda r: r["prompt"])
+    for pk, record in trl.items():
+        assert record["labels"] == [rating == 1 for rating in expected(pk)]
+        assert len(record["completions"]) == steps[pk]
+
+    table = pq.read_table(io.BytesIO(files["parquet"])).to_pylist()
+    parquet = by_problem(table, lambda r: r["prompt"])
+    for pk, record in parquet.items():
+        assert record["labels"] == [rating == 1 for rating in expected(pk)]
+
+    rows = list(csv.DictReader(io.StringIO(files["csv"].decode("utf-8"))))
+    hashes = {chains[pk].content_hash: pk for pk in labeled}
+    consensus: dict[int, dict[int, int]] = {}
+    for row in rows:
+        consensus.setdefault(hashes[row["chain_hash"]], {})[int(row["step_index"])] = int(
+            row["consensus"]
+        )
+    assert {pk: [by[i] for i in sorted(by)] for pk, by in consensus.items()} == {
+        pk: expected(pk) for pk in labeled
+    }
+
+    processbench = by_problem(_json_lines(files["processbench"]), lambda r: r["problem"])
+    for pk, record in processbench.items():
+        assert record["label"] == (DISPUTED_STEP if pk == disputed else -1)
+
+    prm800k = by_problem(_json_lines(files["prm800k"]), lambda r: r["question"]["problem"])
+    for pk, record in prm800k.items():
+        ratings = [step["completions"][0]["rating"] for step in record["label"]["steps"]]
+        assert ratings == expected(pk)
+
+    openrlhf = by_problem(_json_lines(files["openrlhf"]), lambda r: r["input"])
+    for pk, record in openrlhf.items():
+        assert record["value"] == [1.0 if rating == 1 else 0.0 for rating in expected(pk)]
+
+    qwen = by_problem(_json_lines(files["qwen_prm"]), lambda r: r["messages"][1]["content"])
+    for pk, record in qwen.items():
+        assert record["labels"] == [rating == 1 for rating in expected(pk)]
+        assert record["messages"][2]["content"].count("<extra_0>") == steps[pk]
