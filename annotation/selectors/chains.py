@@ -12,10 +12,25 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.contrib.postgres.search import SearchQuery, SearchVector
 from django.db import connection
-from django.db.models import BooleanField, Exists, FloatField, OuterRef, Q, QuerySet
-from django.db.models.expressions import RawSQL
-from django.db.models.functions import Substr
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    F,
+    FloatField,
+    IntegerField,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Cast, Coalesce, Greatest, Substr
 from django.utils import timezone
 
 from annotation.models import (
@@ -27,6 +42,7 @@ from annotation.models import (
     Problem,
     Project,
     Step,
+    StepRating,
 )
 from annotation.selectors.chain_scores import chain_step_scores, chains_with_scores
 
@@ -46,22 +62,41 @@ class ChainStatus:
 PAGE_SIZE_MAX = 200
 PROBLEM_PREVIEW = 200
 
-# Steps two or more current human passes rated differently, of the chain in the outer
-# query (a pass is current when no correction supersedes it). Plain SQL both databases run.
-_DISAGREEING_SQL = f"""(
-    SELECT COUNT(*) FROM (
-        SELECT r.step_id FROM annotation_steprating r
-        JOIN annotation_annotation a ON a.id = r.annotation_id
-        WHERE a.chain_id = annotation_chain.id AND a.source = '{AnnotationSource.HUMAN}'
-          AND NOT EXISTS (SELECT 1 FROM annotation_annotation s WHERE s.supersedes_id = a.id)
-        GROUP BY r.step_id HAVING MAX(r.rating) > MIN(r.rating)
-    ) d
-)"""
-# Share of the chain's steps nobody disputes; null while fewer than two people finished it.
-_AGREEMENT_SQL = f"""(CASE WHEN annotation_chain.finished_count < 2 THEN NULL ELSE
-    1.0 - CAST({_DISAGREEING_SQL} AS REAL) /
-    (CASE WHEN annotation_chain.step_count > 0 THEN annotation_chain.step_count ELSE 1 END)
-END)"""
+
+def _disagreeing() -> Coalesce:
+    """How many steps of the chain (the outer query's row) two or more current human
+    passes (not superseded by a correction) rated differently: per step, the spread of
+    its current human ratings; the steps whose spread is above zero, counted."""
+    spread = (
+        StepRating.objects.filter(
+            step=OuterRef("pk"),
+            annotation__source=AnnotationSource.HUMAN,
+            annotation__superseded_by__isnull=True,
+        )
+        .values("step")
+        .annotate(spread=Max("rating") - Min("rating"))
+        .values("spread")
+    )
+    disputed = (
+        Step.objects.filter(chain=OuterRef("pk"))
+        .annotate(spread=Subquery(spread, output_field=IntegerField()))
+        .filter(spread__gt=0)
+        .values("chain")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Coalesce(Subquery(disputed, output_field=IntegerField()), 0)
+
+
+def _agreement() -> Case:
+    """The share of the chain's steps nobody disputes; null while fewer than two people
+    finished it. Reads the row's ``disagreeing``."""
+    steps = Greatest(F("step_count"), Value(1))
+    return Case(
+        When(finished_count__lt=2, then=Value(None)),
+        default=Value(1.0) - Cast(F("disagreeing"), FloatField()) / Cast(steps, FloatField()),
+        output_field=FloatField(),
+    )
 
 
 @dataclass(frozen=True)
@@ -148,15 +183,10 @@ def _search_q(*, text: str) -> Q:
     problems: QuerySet[Any, Any]
     steps: QuerySet[Any, Any]
     if connection.vendor == "postgresql":
-        # Written as the indexes' own expression (Django's SearchVector adds a COALESCE
-        # the GIN indexes would not match); ``text`` is the sub-select's own column.
-        found = RawSQL(
-            "to_tsvector('simple'::regconfig, text) @@ plainto_tsquery('simple'::regconfig, %s)",
-            (text,),
-            output_field=BooleanField(),
-        )
-        problems = Problem.objects.alias(found=found).filter(found=True)
-        steps = Step.objects.alias(found=found).filter(found=True)
+        # The GIN indexes of migration 0014 are built on this very expression.
+        words = SearchQuery(text, config="simple", search_type="plain")
+        problems = Problem.objects.alias(v=SearchVector("text", config="simple")).filter(v=words)
+        steps = Step.objects.alias(v=SearchVector("text", config="simple")).filter(v=words)
     else:
         problems = Problem.objects.filter(text__icontains=text)
         steps = Step.objects.filter(text__icontains=text)
@@ -191,12 +221,15 @@ def chain_list(
     chains = Chain.objects.filter(project=project)
     if after is not None:
         chains = chains.filter(pk__gt=after)
-    chains = chains_with_scores(chains=chains, project_id=project.pk).annotate(
-        disagreeing=RawSQL(_DISAGREEING_SQL, ()),
-        agreement=RawSQL(_AGREEMENT_SQL, (), output_field=FloatField()),
-        leased=Exists(_live_leases()),
-        skipped=Exists(_skips()),
-        preview=Substr("problem__text", 1, PROBLEM_PREVIEW),
+    chains = (
+        chains_with_scores(chains=chains, project_id=project.pk)
+        .annotate(
+            disagreeing=_disagreeing(),
+            leased=Exists(_live_leases()),
+            skipped=Exists(_skips()),
+            preview=Substr("problem__text", 1, PROBLEM_PREVIEW),
+        )
+        .annotate(agreement=_agreement())
     )
     chains = _filtered(chains, project=project, filters=filters)
     page = list(
@@ -306,7 +339,7 @@ def chain_detail(*, chain: Chain) -> ChainDetail:
     listed = (
         Chain.objects.filter(pk=chain.pk)
         .annotate(
-            disagreeing=RawSQL(_DISAGREEING_SQL, ()),
+            disagreeing=_disagreeing(),
             leased=Exists(_live_leases()),
             skipped=Exists(_skips()),
         )
