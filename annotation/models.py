@@ -258,8 +258,8 @@ class Problem(models.Model):
 
 class Chain(models.Model):
     """One sampled solution. ``finished_count`` counts finished human annotations;
-    ``is_finished`` is kept equal to ``finished_count >= project.overlap`` by the services
-    so the queue can use a partial index instead of counting."""
+    ``is_finished`` is kept equal to ``finished_count >= project.overlap + extra_labels``
+    by the services so the queue can use a partial index instead of counting."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="chains")
     problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="chains")
