@@ -2,8 +2,8 @@
 """Data manager benchmark: one filtered page of the chain list (``chain_list``, the
 selector the API and page call) at 1,000,000 chains, on PostgreSQL.
 
-    .venv/bin/python bench/bench_chains.py --database-url postgres://.../steplab_chains_bench \
-        [--chains 1000000] [--rounds 30] [--keep-db]
+    .venv/bin/python bench/bench_chains.py [--database-url postgres://.../steplab_chains_bench]
+        [--chains 1000000] [--rounds 30] [--keep-db] [--quick] [--out bench/out/chains.json]
 
 Builds one project in a fresh database (``bench_foundation.bench_database_prepare``:
 created and migrated, dropped first unless --keep-db): problems, chains and three steps
@@ -13,11 +13,13 @@ finished by two annotators (their annotations and ratings too, one chain in ten 
 disputed), 1 % skipped, 0.1 % gold (answer keys from an import); ANALYZE; then times
 ``--rounds`` pages of 50 for each filter, the first page and a page deep in the list
 (keyset ``after``), and a common, a rare and an absent word searched, and prints p50 and
-p95 per filter. A measurement, not a test."""
+p95 per filter, and writes them to ``--out`` as JSON. A measurement, not a test.
+``--quick`` (20,000 chains, 5 rounds) is what ``bench/run_all.py --quick`` runs."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -186,23 +188,40 @@ def measure(*, project_id: int, rounds: int) -> list[tuple[str, float, float, in
     return rows
 
 
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/steplab_chains_bench"
+DEFAULT_OUT = Path(__file__).resolve().parent / "out" / "chains.json"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database-url", required=True)
-    parser.add_argument("--chains", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
+    parser.add_argument("--chains", type=int, help="chains to fill (1,000,000; --quick 20,000)")
+    parser.add_argument("--rounds", type=int, help="pages timed per filter (30; --quick 5)")
     parser.add_argument("--keep-db", action="store_true", help="reuse a filled database")
+    parser.add_argument("--quick", action="store_true", help="small sizes for the test suite")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON report path")
     args = parser.parse_args()
+    chains = args.chains or (20_000 if args.quick else 1_000_000)
+    rounds = args.rounds or (5 if args.quick else 30)
     bench_database_prepare(url=args.database_url, recreate=not args.keep_db)
     django_setup(args.database_url)
     from annotation.models import Project
 
     existing = Project.objects.filter(name="chains bench").values_list("id", flat=True).first()
-    project_id = existing if args.keep_db and existing else fill(chains=args.chains)
-    rows = measure(project_id=project_id, rounds=args.rounds)
+    project_id = existing if args.keep_db and existing else fill(chains=chains)
+    rows = measure(project_id=project_id, rounds=rounds)
     print(f"{'filter (page of 50)':45} {'p50 ms':>8} {'p95 ms':>8} {'rows':>5}")
     for name, p50, p95, found in rows:
         print(f"{name:45} {p50:8.1f} {p95:8.1f} {found:5d}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    report = {
+        "config": {"chains": chains, "rounds": rounds},
+        "pages": [
+            {"filter": name, "p50_ms": p50, "p95_ms": p95, "rows": found}
+            for name, p50, p95, found in rows
+        ],
+    }
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -132,6 +132,14 @@ SUITE: tuple[Bench, ...] = (
         "scoring tokens/s against a bare forward pass",
     ),
     Bench(
+        "chains",
+        "bench_chains.py",
+        (),
+        ("--quick",),
+        "chains.json",
+        "the data manager's filtered pages at 1,000,000 chains",
+    ),
+    Bench(
         "workspace",
         "bench_workspace.py",
         (),

@@ -227,6 +227,9 @@
     }
   }
 
+  // "idle" once the page listens (the template says "loading"): a file dropped before
+  // this line would be dropped on nothing.
   const following = new URL(window.location.href).searchParams.get("job");
   if (following && /^\d+$/.test(following)) poll(`${config.api.imports}${following}/`);
+  else root.dataset.state = "idle";
 })();
