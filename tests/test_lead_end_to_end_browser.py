@@ -96,6 +96,7 @@ def test_a_lead_runs_a_project_from_an_empty_database_to_every_export(
     # When: the lead creates a project from the home page: every step graded, two
     # annotators a chain, the file's own labels ignored (the people's labels decide)
     page.get_by_role("link", name="New project").first.click()
+    page.wait_for_selector("#project-settings[data-state=ready]")
     page.fill("#f-name", "GSM8K round 1")
     page.select_option("#f-labeling_mode", "all_steps")
     page.fill("#f-overlap", "2")

@@ -224,6 +224,8 @@
 
   async function start() {
     if (config.mode === "create") {
+      // "ready" once the form's handlers are bound (the template says "loading").
+      root.dataset.state = "ready";
       inputs.name.focus();
       return;
     }

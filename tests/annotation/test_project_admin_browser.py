@@ -73,6 +73,7 @@ def test_staff_creates_a_project_with_previewed_guidelines(
     _shot(page, "home_new_project", width)
     page.get_by_role("link", name="New project").first.click()
     page.wait_for_url(f"{live_server.url}/projects/new/")
+    page.wait_for_selector("#project-settings[data-state=ready]")
     name = f"Algebra chains {width}"
     page.fill("#f-name", name)
     page.select_option("#f-labeling_mode", LabelingMode.FIRST_ERROR)
@@ -109,6 +110,7 @@ def test_staff_creates_a_project_with_previewed_guidelines(
 
     # A name that is taken is refused beside the field, and nothing is created
     page.goto(f"{live_server.url}/projects/new/")
+    page.wait_for_selector("#project-settings[data-state=ready]")
     page.fill("#f-name", name)
     page.get_by_role("button", name="Create project").click()
     expect(page.locator("#e-name")).to_contain_text("already exists")
