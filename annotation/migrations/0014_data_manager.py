@@ -1,8 +1,7 @@
 """The data manager (annotation/selectors/chains.py): a chain's extra labels asked by a
 lead, the indexes its status and annotator filters page through in id order, and on
-PostgreSQL the full-text indexes its search reads (on problems and steps, built on the
-expression Django's ``SearchVector("text", config="simple")`` writes, so the search's
-own query matches them; SQLite searches with LIKE and needs none)."""
+PostgreSQL the full-text indexes its search reads (``to_tsvector('simple', text)`` on
+problems and steps; SQLite searches with LIKE and needs none)."""
 
 from django.db import migrations, models
 
@@ -18,7 +17,7 @@ def search_indexes_create(apps, schema_editor):
     for name, table in SEARCH_INDEXES:
         schema_editor.execute(
             f"CREATE INDEX IF NOT EXISTS {name} ON {table} "
-            "USING gin (to_tsvector('simple'::regconfig, COALESCE(text, '')))"
+            "USING gin (to_tsvector('simple'::regconfig, text))"
         )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.contrib.postgres.search import SearchQuery, SearchVector
+from django.contrib.postgres.search import SearchQuery, SearchVectorField
 from django.db import connection
 from django.db.models import (
     Case,
@@ -20,6 +20,7 @@ from django.db.models import (
     Exists,
     F,
     FloatField,
+    Func,
     IntegerField,
     Max,
     Min,
@@ -170,6 +171,23 @@ def _status_q(status: str, *, project: Project) -> Q:
     raise ValueError(f"Unknown chain status {status!r}.")
 
 
+class _SimpleVector(Func):
+    """``to_tsvector('simple', text)``, the expression migration 0014's GIN indexes are
+    built on. The configuration is written in, not sent as a parameter (as Django's
+    SearchVector sends it, with a COALESCE): in a prepared statement's generic plan a
+    parameter no longer matches the index's expression, and every step would be read."""
+
+    function = "to_tsvector"
+    template = "%(function)s('simple'::regconfig, %(expressions)s)"
+    output_field = SearchVectorField()
+
+
+class _SimpleWords(SearchQuery):
+    """``plainto_tsquery('simple', words)``: the words, parsed as the index parsed the text."""
+
+    template = "%(function)s('simple'::regconfig, %(expressions)s)"
+
+
 def _search_q(*, text: str) -> Q:
     """Chains whose problem or a step has the words: PostgreSQL's full text (``simple``
     configuration, the GIN indexes of migration 0014), elsewhere a plain substring.
@@ -183,10 +201,9 @@ def _search_q(*, text: str) -> Q:
     problems: QuerySet[Any, Any]
     steps: QuerySet[Any, Any]
     if connection.vendor == "postgresql":
-        # The GIN indexes of migration 0014 are built on this very expression.
-        words = SearchQuery(text, config="simple", search_type="plain")
-        problems = Problem.objects.alias(v=SearchVector("text", config="simple")).filter(v=words)
-        steps = Step.objects.alias(v=SearchVector("text", config="simple")).filter(v=words)
+        words = _SimpleWords(Value(text))
+        problems = Problem.objects.alias(v=_SimpleVector("text")).filter(v=words)
+        steps = Step.objects.alias(v=_SimpleVector("text")).filter(v=words)
     else:
         problems = Problem.objects.filter(text__icontains=text)
         steps = Step.objects.filter(text__icontains=text)
