@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from annotation.models import ConsensusMethod, Project, Role
-from tests.annotation.test_consensus_dawid_skene import _calibrated_project
+from tests.annotation.services.test_consensus_dawid_skene import _calibrated_project
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -31,7 +31,7 @@ from annotation.services.exports import export_write
 from annotation.services.imports import chain_import
 from annotation.services.review import AdjudicatedRating, adjudication_create
 from annotation.services.snapshots import snapshot_create
-from tests.annotation.test_exports import _rate, _reimport
+from tests.annotation.services.test_exports import _rate, _reimport
 from tests.factories import (
     ChainFactory,
     MembershipFactory,

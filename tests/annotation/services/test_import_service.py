@@ -28,7 +28,7 @@ from annotation.services.imports import ImportRejected, chain_import
 
 pytestmark = pytest.mark.django_db
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "imports"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "imports"
 
 
 def write_jsonl(path: Path, records: Iterable[Any]) -> Path:

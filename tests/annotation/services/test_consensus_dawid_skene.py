@@ -346,7 +346,7 @@ def test_crowd_kit_loads_only_to_fit_and_never_brings_torch():
     # Given a fresh interpreter; when it imports the module and then fits
     result = subprocess.run(
         [sys.executable, "-c", PROBE],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
         capture_output=True,
         text=True,
         timeout=120,

@@ -40,7 +40,7 @@ from annotation.importers.reading import (
     unstorable_string,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "imports"
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
