@@ -341,7 +341,12 @@ def _field_value(field: serializers.Field, data: dict, errors: dict[str, Any]) -
     elif value == "" and type(value) is str:
         if getattr(field, "allow_blank", False):
             return value
-    elif value is empty and not field.required and not callable(field.default):
+    elif (
+        value is empty
+        and not field.required
+        and field.default is not empty
+        and not callable(field.default)
+    ):
         return field.default
     try:
         return field.run_validation(value)

@@ -124,7 +124,7 @@ LEASE_IF_FREE_SQL = f"""
 """
 
 # PostgreSQL: the lease as above and, in the same trip, what the lease's answer shows (the
-# chain's steps with its final answer and problem; ``Assignment.chain_rows``). No rows: no
+# chain's steps with its final answer and problem: ``leases.LeasedChain``). No rows: no
 # lease. SQLite cannot write inside a WITH, so there the answer reads them afterwards.
 LEASE_WITH_CHAIN_SQL = f"""
     WITH l AS ({LEASE_IF_FREE_SQL})

@@ -3,10 +3,10 @@ the annotation, its ratings, the lease's close and the chain's count together.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
@@ -161,6 +161,79 @@ def _idempotent_repeat(*, annotation_id: int, assignment_id: int, request_id: st
 _RATINGS_PER_STATEMENT = 1_000
 
 
+@dataclass(frozen=True, slots=True)
+class _Writes:
+    """What a validated submit writes, decided under the chain's lock: the annotation's
+    INSERT, its rating rows (step id, rating, comment, duration), the lease's close and,
+    unless ``counted`` is None (a gold pass), the chain's new (finished_count,
+    is_finished)."""
+
+    chain_id: int
+    insert_sql: str
+    insert_params: list[Any]
+    rows: list[tuple[int, int, str, int | None]]
+    assignment_id: int
+    finished_at: Any
+    counted: tuple[int, bool] | None
+
+    @property
+    def chain_open(self) -> bool:
+        """Whether the chain still waits in the queue: not after a gold pass (it never
+        counts) or the annotation that finishes it."""
+        return self.counted is not None and not self.counted[1]
+
+    @property
+    def shuts(self) -> bool:
+        """Whether this annotation finishes the chain (its other closed leases close too)."""
+        return self.counted is not None and self.counted[1]
+
+
+def _write_postgresql(writes: _Writes) -> int:
+    """Every write in one statement (``SUBMIT_WRITE_SQL``); the new annotation's id."""
+    count_sql = ""
+    count_params: list[Any] = []
+    if writes.counted is not None:
+        count_sql = f", c AS ({CHAIN_COUNTED_SQL})"
+        count_params = [*writes.counted, writes.chain_id]
+    if writes.shuts:
+        count_sql += f", o AS ({CHAIN_SHUT_SQL})"
+        count_params.append(writes.chain_id)
+    sql = SUBMIT_WRITE_SQL.format(annotation=writes.insert_sql, count=count_sql)
+    columns = [list(c) for c in zip(*writes.rows, strict=True)] if writes.rows else [[]] * 4
+    params = [*writes.insert_params, *columns]
+    params += [writes.finished_at, writes.chain_open, writes.assignment_id, *count_params]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        (annotation_id,) = cursor.fetchone()
+    return int(annotation_id)
+
+
+def _write_sqlite(writes: _Writes) -> int:
+    """The same writes as a few statements (SQLite has no data-modifying CTEs); the new
+    annotation's id."""
+    with connection.cursor() as cursor:
+        cursor.execute(writes.insert_sql, writes.insert_params)
+        (annotation_id,) = cursor.fetchone()
+        for start in range(0, len(writes.rows), _RATINGS_PER_STATEMENT):
+            batch = writes.rows[start : start + _RATINGS_PER_STATEMENT]
+            cursor.execute(
+                f"{RATINGS_INSERT} VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * len(batch))}",
+                [value for row in batch for value in (annotation_id, *row)],
+            )
+        if writes.shuts:
+            cursor.execute(CHAIN_SHUT_SQL, [writes.chain_id])
+        cursor.execute(
+            LEASE_SUBMITTED_SQL, [writes.finished_at, writes.chain_open, writes.assignment_id]
+        )
+        if writes.counted is not None:
+            cursor.execute(CHAIN_COUNTED_SQL, [*writes.counted, writes.chain_id])
+    return int(annotation_id)
+
+
+# The submit's one writer interface: the database's own way to write ``_Writes``.
+_WRITERS: dict[str, Callable[[_Writes], int]] = {"postgresql": _write_postgresql}
+
+
 def _submit_write(
     *,
     annotation: Annotation,
@@ -177,42 +250,17 @@ def _submit_write(
 
     Precondition: the chain's row lock is held and the submit was validated; these are
     the writes it decided on. One statement on PostgreSQL, four or more on SQLite."""
-    insert_sql, params = insert_statement(annotation)
-    rows = [(r.step_id, r.rating, r.comment, r.duration_ms) for r in ratings]
-    finished_at = connection.ops.adapt_datetimefield_value(now)
-    # A gold pass (``counted`` None) or the last annotation leaves the chain out of the queue.
-    chain_open = counted is not None and not counted[1]
-    shuts = counted is not None and counted[1]
-    if connection.vendor == "postgresql":
-        count_sql = ""
-        count_params: list = []
-        if counted is not None:
-            count_sql = f", c AS ({CHAIN_COUNTED_SQL})"
-            count_params = [*counted, annotation.chain_id]
-        if shuts:
-            count_sql += f", o AS ({CHAIN_SHUT_SQL})"
-            count_params.append(annotation.chain_id)
-        sql = SUBMIT_WRITE_SQL.format(annotation=insert_sql, count=count_sql)
-        params += [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * 4
-        params += [finished_at, chain_open, assignment_id, *count_params]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            (annotation.pk,) = cursor.fetchone()
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute(insert_sql, params)
-            (annotation.pk,) = cursor.fetchone()
-            for start in range(0, len(rows), _RATINGS_PER_STATEMENT):
-                batch = rows[start : start + _RATINGS_PER_STATEMENT]
-                cursor.execute(
-                    f"{RATINGS_INSERT} VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * len(batch))}",
-                    [value for row in batch for value in (annotation.pk, *row)],
-                )
-            if shuts:
-                cursor.execute(CHAIN_SHUT_SQL, [annotation.chain_id])
-            cursor.execute(LEASE_SUBMITTED_SQL, [finished_at, chain_open, assignment_id])
-            if counted is not None:
-                cursor.execute(CHAIN_COUNTED_SQL, [*counted, annotation.chain_id])
+    insert_sql, insert_params = insert_statement(annotation)
+    writes = _Writes(
+        chain_id=annotation.chain_id,
+        insert_sql=insert_sql,
+        insert_params=insert_params,
+        rows=[(r.step_id, r.rating, r.comment, r.duration_ms) for r in ratings],
+        assignment_id=assignment_id,
+        finished_at=connection.ops.adapt_datetimefield_value(now),
+        counted=counted,
+    )
+    annotation.pk = _WRITERS.get(connection.vendor, _write_sqlite)(writes)
     annotation._state.adding = False
     annotation._state.db = connection.alias
 
