@@ -4,6 +4,7 @@ user does not belong to is a 404 here too."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
@@ -15,6 +16,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from annotation.api.fields import BIGINT_MAX
 from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
 from annotation.importers.formats import FORMATS as IMPORT_FORMATS
 from annotation.models import ImportBatch, ImportLabels, LabelingMode, Project, Role, StepSplit
@@ -268,7 +270,8 @@ def history_page(request: HttpRequest, project_id: int) -> HttpResponse:
     the endpoints and whose history it is."""
     project = project_get_for_member(user=request.user, project_id=project_id)
     raw = request.GET.get("annotator", "")
-    if raw and not raw.isdigit():
+    # ASCII digits within a bigint, as the URL's id converter reads ids ("²".isdigit()).
+    if raw and (not re.fullmatch(r"[0-9]{1,19}", raw) or int(raw) > BIGINT_MAX):
         raise Http404("No such member of this project.")
     user = cast("User", request.user)  # login_required lets only signed-in users through
     annotator = history_annotator_resolve(

@@ -323,8 +323,11 @@ def test_page_access_and_configuration(project: Project, make_member: Any) -> No
     assert f"/api/v1/projects/{project.pk}/history/" in html
     assert page.get(url, {"annotator": other.pk}).status_code == 403
     assert page.get(url, {"annotator": "abc"}).status_code == 404
+    # a digit Python reads but int() refuses, and an id past a bigint: no such member
+    assert page.get(url, {"annotator": "²"}).status_code == 404
     as_lead = Client()
     as_lead.force_login(lead)
+    assert as_lead.get(url, {"annotator": "9" * 20}).status_code == 404
     response = as_lead.get(url, {"annotator": other.pk})
     assert response.status_code == 200
     assert f"History of {other.username}" in response.content.decode()
