@@ -34,6 +34,7 @@ without a database; ``consensus_for_chains`` loads the votes of many chains in o
 
 from __future__ import annotations
 
+import threading
 import time
 from array import array
 from collections import Counter
@@ -265,21 +266,20 @@ def consensus_for_chains(
     chain_step_counts: Mapping[int, int],
     import_labels: str,
     project: Project | None = None,
+    fit: DawidSkeneFit | None = None,
 ) -> dict[int, ChainConsensus]:
     """Consensus of each chain given as {chain id: step count}, all of one project, by the
     project's ``consensus`` method. Two queries with majority vote (the project, unless
     given, and the votes); Dawid-Skene adds its fit (``dawid_skene_fit``: two queries when
-    it is cached). Chains with no votes get all-None labels."""
+    it is cached) unless the caller passes the ``fit`` to use (a snapshot fits once for
+    all its chunks). Chains with no votes get all-None labels."""
     if not chain_step_counts:
         return {}
     if project is None:
         project = Project.objects.filter(chains__pk=next(iter(chain_step_counts))).first()
     votes = votes_for_chains(chain_ids=list(chain_step_counts))
-    fit = (
-        dawid_skene_fit(project=project, import_labels=import_labels)
-        if project is not None and project.consensus == ConsensusMethod.DAWID_SKENE
-        else None
-    )
+    if fit is None and project is not None and project.consensus == ConsensusMethod.DAWID_SKENE:
+        fit = dawid_skene_fit(project=project, import_labels=import_labels)
     return {
         chain_id: chain_consensus(
             step_count=step_count,
@@ -296,12 +296,15 @@ def consensus_for_chains(
 # Chains whose votes are loaded at a time while a fit collects a project's votes: memory
 # holds the collected votes as three integer arrays and one batch of Vote objects.
 FIT_CHAIN_BATCH = 2000
-# A fit is kept under a key that changes with any new annotation or gold change (see
-# ``_fit_key``); a day bounds how long an unused one stays in the cache.
+# A project's fit is kept under one key per project with the stamp of the votes it was
+# fitted on (``_fit_stamp``), replaced when they change; a day bounds how long an unused
+# one stays in the cache.
 FIT_CACHE_SECONDS = 24 * 3600
-# The newest fits this process used, so a snapshot's chunks do not unpickle one each.
-_RECENT_FITS: dict[str, DawidSkeneFit] = {}
+# The newest fits this process used, by the same key, so pages and snapshots do not
+# unpickle one each time; web threads share it, hence the lock.
+_RECENT_FITS: dict[str, tuple[str, DawidSkeneFit]] = {}
 _RECENT_FITS_MAX = 4
+_RECENT_FITS_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,8 +346,8 @@ class DawidSkeneFit:
         ]
 
 
-def _fit_key(*, project: Project, import_labels: str) -> str:
-    """A key that changes whenever the fit's input may: annotations are only ever added
+def _fit_stamp(*, project: Project, import_labels: str) -> str:
+    """A stamp that changes whenever the fit's input may: annotations are only ever added
     (a correction is a new row), so their count and newest id move with every vote, and
     a gold chain marked or unmarked moves the gold count or the sum of answer-key ids.
     Adjudications are no votes: a lead ruling chain after chain does not refit each time
@@ -356,10 +359,10 @@ def _fit_key(*, project: Project, import_labels: str) -> str:
     gold = Chain.objects.filter(project=project, is_gold=True).aggregate(
         count=Count("id"), keys=Sum("gold_annotation_id")
     )
+    # created_at too: a database that reuses ids (SQLite) must not meet an old fit.
     return (
-        # created_at too: a database that reuses ids (SQLite) must not meet an old fit.
-        f"consensus:dawid-skene:v1:{project.pk}:{project.created_at.timestamp()}:{import_labels}:"
-        f"{annotations['newest']}:{annotations['count']}:{gold['count']}:{gold['keys']}"
+        f"{project.created_at.timestamp()}:{annotations['newest']}:{annotations['count']}:"
+        f"{gold['count']}:{gold['keys']}"
     )
 
 
@@ -370,18 +373,21 @@ def dawid_skene_fit(*, project: Project, import_labels: str | None = None) -> Da
     gold chain changes. Two queries when cached; else also the voted chains and their
     votes in batches of FIT_CHAIN_BATCH chains, and the answer keys."""
     import_labels = import_labels or project.import_labels
-    key = _fit_key(project=project, import_labels=import_labels)
-    fit = _RECENT_FITS.get(key)
-    if fit is None:
-        fit = cache.get(key)
-    if fit is None:
-        fit = _fit(project=project, import_labels=import_labels)
-        cache.set(key, fit, FIT_CACHE_SECONDS)
-    _RECENT_FITS.pop(key, None)
-    _RECENT_FITS[key] = fit
-    while len(_RECENT_FITS) > _RECENT_FITS_MAX:
-        _RECENT_FITS.pop(next(iter(_RECENT_FITS)))
-    return fit
+    key = f"consensus:dawid-skene:v2:{project.pk}:{import_labels}"
+    stamp = _fit_stamp(project=project, import_labels=import_labels)
+    with _RECENT_FITS_LOCK:
+        held = _RECENT_FITS.get(key)
+    if held is None or held[0] != stamp:
+        held = cache.get(key)
+    if held is None or held[0] != stamp:
+        held = (stamp, _fit(project=project, import_labels=import_labels))
+        cache.set(key, held, FIT_CACHE_SECONDS)  # one entry a project, replaced
+    with _RECENT_FITS_LOCK:
+        _RECENT_FITS.pop(key, None)
+        _RECENT_FITS[key] = held
+        while len(_RECENT_FITS) > _RECENT_FITS_MAX:
+            _RECENT_FITS.pop(next(iter(_RECENT_FITS)), None)
+    return held[1]
 
 
 def _fit(*, project: Project, import_labels: str) -> DawidSkeneFit:

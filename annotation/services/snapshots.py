@@ -38,13 +38,19 @@ from annotation.models import (
     Annotation,
     AnnotationSource,
     Chain,
+    ConsensusMethod,
     ImportLabels,
     Project,
     Snapshot,
     SnapshotChain,
     SnapshotSplit,
 )
-from annotation.services.consensus import ChainConsensus, consensus_for_chains
+from annotation.services.consensus import (
+    ChainConsensus,
+    DawidSkeneFit,
+    consensus_for_chains,
+    dawid_skene_fit,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -370,6 +376,7 @@ def _chunk_rows(
     options: SnapshotOptions,
     chunk: list[tuple[int, str, int, str]],
     tally: _Tally,
+    fit: DawidSkeneFit | None,
 ) -> list[SnapshotChain]:
     """The snapshot's rows for a chunk of (chain id, content hash, step count, problem
     hash), in that order, counted in ``tally``: the chains with a label left once the
@@ -377,6 +384,8 @@ def _chunk_rows(
     consensus = consensus_for_chains(
         chain_step_counts={chain_id: count for chain_id, _, count, _ in chunk},
         import_labels=project.import_labels,
+        project=project,
+        fit=fit,
     )
     rows: list[SnapshotChain] = []
     for chain_id, chain_hash, _, problem_hash in chunk:
@@ -416,6 +425,13 @@ def _write_rows(
 ) -> dict[str, Any]:
     """Write the snapshot's rows chunk by chunk; its content hash and counts."""
     tally = _Tally()
+    # One Dawid-Skene fit for the whole snapshot: votes arriving meanwhile would
+    # otherwise refit the project for a later chunk, and chunks would mix fits.
+    fit = (
+        dawid_skene_fit(project=project)
+        if project.consensus == ConsensusMethod.DAWID_SKENE
+        else None
+    )
     annotated = Annotation.objects.filter(chain=OuterRef("pk"))
     candidates = Chain.objects.filter(project=project).filter(Exists(annotated))
     if options.finished_only:
@@ -436,6 +452,11 @@ def _write_rows(
         last_hash = chunk[-1][1]
         SnapshotChain.objects.bulk_create(
             _chunk_rows(
-                snapshot=snapshot, project=project, options=options, chunk=chunk, tally=tally
+                snapshot=snapshot,
+                project=project,
+                options=options,
+                chunk=chunk,
+                tally=tally,
+                fit=fit,
             )
         )

@@ -311,6 +311,48 @@ def test_snapshots_use_the_projects_method(project):
 
 
 @pytest.mark.django_db
+def test_a_snapshot_fits_once_though_votes_arrive_between_its_chunks(project, monkeypatch):
+    from django.core.cache import cache
+
+    from annotation.services import consensus, snapshots
+
+    # Given a Dawid-Skene project of finished chains, read one chunk (chain) at a time
+    people, calibration, target = _calibrated_project(project)
+    for chain in (calibration, target):
+        chain.is_finished, chain.finished_count = True, 3
+        chain.save(update_fields=["is_finished", "finished_count"])
+    project.consensus = ConsensusMethod.DAWID_SKENE
+    project.save(update_fields=["consensus"])
+    monkeypatch.setattr(snapshots, "CHUNK_CHAINS", 1)
+    fits: list[int] = []
+    real_fit = consensus._fit
+    monkeypatch.setattr(consensus, "_fit", lambda **kw: fits.append(1) or real_fit(**kw))
+    # ...and a vote that lands while the first chunk is written
+    real_rows = snapshots._chunk_rows
+    late = ChainFactory(project=project, step_count=2)
+
+    def rows_then_a_vote(**kwargs):
+        rows = real_rows(**kwargs)
+        if not late.annotations.exists():
+            annotation_with_ratings(chain=late, annotator=people["bob"], labels=[1, 1])
+        return rows
+
+    monkeypatch.setattr(snapshots, "_chunk_rows", rows_then_a_vote)
+
+    # When the snapshot is taken
+    snapshot_create(project=project, ties="lowest")
+
+    # Then the project was fitted once, for every chunk alike
+    assert fits == [1]
+    # And the cache holds one fit for the project, replaced (not added to) on a refit
+    dawid_skene_fit(project=project)
+    assert fits == [1, 1]
+    key = f"consensus:dawid-skene:v2:{project.pk}:{project.import_labels}"
+    stamp, _ = cache.get(key)
+    assert stamp == consensus._fit_stamp(project=project, import_labels=project.import_labels)
+
+
+@pytest.mark.django_db
 def test_chain_labels_show_both_methods_side_by_side(project):
     people, _, target = _calibrated_project(project)
     labels = chain_labels(chain=target)
