@@ -250,6 +250,13 @@ def test_requeue_refuses_gold_and_out_of_range(world) -> None:
         chain_requeue(chain=Chain.objects.get(pk=world["gold"]))
     with pytest.raises(ValidationError):
         chain_requeue(chain=Chain.objects.get(pk=world["agreed"]), more=0)
+    # A chain that already has far more passes than the overlap (it was lowered) cannot
+    # ask for more past the cap: refused, not answered "requeued" while still finished
+    many = Chain.objects.get(pk=world["agreed"])
+    Chain.objects.filter(pk=many.pk).update(finished_count=many.project.overlap + 50)
+    with pytest.raises(ValidationError):
+        chain_requeue(chain=many, more=1)
+    assert Chain.objects.get(pk=many.pk).is_finished
 
 
 def test_unflag_and_mark_gold_through_their_services(world) -> None:
