@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from annotation.agreement_math import CATEGORIES, alpha_from_coincidences
 from annotation.models import Annotation, AnnotationSource, Project, StepRating
-from annotation.selectors.projects import progress_annotations
+from annotation.selectors.projects import annotations_needed, progress_annotations
 from annotation.services.agreement import (
     CurrentRatings,
     ProjectAgreement,
@@ -118,14 +118,21 @@ def _progress(*, project: Project) -> Progress:
         Project.objects.filter(pk=project.pk)
         .annotate(**progress_annotations())
         .values(  # type: ignore[misc]  # names annotated by progress_annotations()
-            "chains_total", "chains_finished", "chains_flagged", "annotations_finished"
+            "chains_total",
+            "chains_finished",
+            "chains_flagged",
+            "annotations_finished",
+            "extra_needed",
         )
         .get()
     )
+    extra = row.pop("extra_needed")
     return Progress(
         **row,
         overlap=project.overlap,
-        annotations_needed=row["chains_total"] * project.overlap,
+        annotations_needed=annotations_needed(
+            chains=row["chains_total"], overlap=project.overlap, extra=extra
+        ),
     )
 
 

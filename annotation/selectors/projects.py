@@ -37,11 +37,13 @@ def progress_annotations() -> dict[str, Any]:
     - ``chains_total``, ``chains_finished`` (``Chain.is_finished``), ``chains_flagged``:
       gold chains left out (every annotator labels them, so they never finish),
     - ``annotations_finished``: finished human annotations, counting at most ``overlap``
-      per chain so that lowering the overlap never shows more than 100 %.
+      (plus the chain's ``extra_labels``) per chain so that lowering the overlap never
+      shows more than 100 %;
+    - ``extra_needed``: the extra passes leads asked for (``chain_requeue``).
 
     Aggregates read ``Chain.finished_count`` instead of joining annotations: the count is
     kept by the submit service, and joining millions of rating rows for a list page would
-    not scale. ``annotations_needed`` (chains x overlap) is annotated on top by the caller,
+    not scale. ``annotations_needed`` (chains x overlap + extra) is annotated on top by the caller,
     as an expression over these."""
     # Also filters out the chain-less LEFT JOIN row: LEAST ignores NULL on PostgreSQL, so
     # that row would otherwise count ``overlap`` finished annotations.
@@ -52,15 +54,32 @@ def progress_annotations() -> dict[str, Any]:
         "chains_flagged": Count("chains", filter=work & Q(chains__is_flagged=True)),
         "annotations_finished": Coalesce(
             Sum(
-                Least("chains__finished_count", "overlap", output_field=IntegerField()),
+                Least(
+                    "chains__finished_count",
+                    F("overlap") + F("chains__extra_labels"),
+                    output_field=IntegerField(),
+                ),
                 filter=work,
             ),
             0,
         ),
+        # Passes leads asked for past the overlap (requeued chains).
+        "extra_needed": Coalesce(Sum("chains__extra_labels", filter=work), 0),
     }
 
 
-PROGRESS_FIELDS = ("chains_total", "chains_finished", "chains_flagged", "annotations_finished")
+PROGRESS_FIELDS = (
+    "chains_total",
+    "chains_finished",
+    "chains_flagged",
+    "annotations_finished",
+    "extra_needed",
+)
+
+
+def annotations_needed(*, chains: int, overlap: int, extra: int) -> int:
+    """Passes the project's work needs: ``overlap`` a chain, plus what leads asked for."""
+    return chains * overlap + extra
 
 
 def progress_as_annotators_see_it(
@@ -105,15 +124,19 @@ def progress_as_annotators_see_it(
         if figures is None:
             continue
         for name in PROGRESS_FIELDS:
-            setattr(project, name, figures[name])
-        project.annotations_needed = figures["chains_total"] * project.overlap  # type: ignore[attr-defined]
+            setattr(project, name, figures.get(name, 0))  # a day stored before a field: 0
+        project.annotations_needed = annotations_needed(  # type: ignore[attr-defined]
+            chains=figures["chains_total"],
+            overlap=project.overlap,
+            extra=figures.get("extra_needed", 0),
+        )
         project.progress_as_of = figures["day"]  # type: ignore[attr-defined]
     return shown
 
 
 def project_list_with_progress(*, user: User | AnonymousUser) -> QuerySet[Project]:
     """The user's projects, each annotated in one query with ``progress_annotations``,
-    ``annotations_needed`` = chains x overlap, and ``my_role``: the user's role (a
+    ``annotations_needed`` = chains x overlap + extra passes, and ``my_role``: the user's role (a
     superuser without a membership counts as lead). Live figures: pass what is shown
     through ``progress_as_annotators_see_it``."""
     if not user.is_authenticated:
@@ -127,7 +150,7 @@ def project_list_with_progress(*, user: User | AnonymousUser) -> QuerySet[Projec
     return (
         project_list_for_user(user=user)
         .annotate(**progress_annotations(), my_role=role)
-        .annotate(annotations_needed=F("chains_total") * F("overlap"))
+        .annotate(annotations_needed=F("chains_total") * F("overlap") + F("extra_needed"))
         .order_by("id")
     )
 

@@ -245,6 +245,23 @@ def test_requeue_asks_a_finished_chain_for_one_more_pass(world) -> None:
     assert world["agreed"] in _ids(world["project"], statuses=(ChainStatus.IN_PROGRESS,))
 
 
+def test_a_requeued_chain_counts_its_extra_pass_in_the_project_s_progress(world) -> None:
+    from annotation.selectors.dashboard import project_dashboard
+
+    # Given the project's progress before a lead asks one chain for one more pass
+    project = world["project"]
+    before = project_dashboard(project=project).progress
+
+    # When the chain is requeued
+    chain_requeue(chain=Chain.objects.get(pk=world["agreed"]), more=1)
+
+    # Then the project needs one pass more and is one finished chain short
+    after = project_dashboard(project=project).progress
+    assert after.annotations_needed == before.annotations_needed + 1
+    assert after.annotations_finished == before.annotations_finished
+    assert after.chains_finished == before.chains_finished - 1
+
+
 def test_requeue_refuses_gold_and_out_of_range(world) -> None:
     with pytest.raises(ValidationError):
         chain_requeue(chain=Chain.objects.get(pk=world["gold"]))
