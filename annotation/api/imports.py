@@ -36,7 +36,7 @@ from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.importers.formats import FORMATS
 from annotation.models import ImportJob, ImportJobStatus
 from annotation.selectors.imports import import_job_get
-from annotation.services.import_jobs import import_job_create
+from annotation.services.import_jobs import import_job_create, import_jobs_reap_stale
 from annotation.services.imports import MAX_KEPT_ERRORS
 
 # Multipart framing around the file (boundaries, headers, the `format` field): a request
@@ -234,6 +234,7 @@ class ImportCreateApi(GenericAPIView):
     )
     def post(self, request: Request, project_id: int) -> Response:
         project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        import_jobs_reap_stale(project=project)
         limit = self.upload_limit.limit
         data = ImportCreateInputSerializer(data=request.data)
         if self.upload_limit.exceeded:
@@ -277,5 +278,6 @@ class ImportJobApi(GenericAPIView):
     )
     def get(self, request: Request, project_id: int, job_id: int) -> Response:
         project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        import_jobs_reap_stale(project=project)  # a dead worker's job says so
         job = import_job_get(project=project, job_id=job_id)
         return Response(ImportJobOutputSerializer(job).data)

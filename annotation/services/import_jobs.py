@@ -17,7 +17,9 @@ most every PROGRESS_INTERVAL_SECONDS. SQLite (the demo) allows one writer at a t
 import holds it, so there the row moves only at the end.
 
 A worker killed mid-import leaves its job RUNNING and its file on disk (the import itself
-rolls back); nothing reaps such jobs yet: the lead uploads the file again."""
+rolls back), and a lost task message leaves it QUEUED: ``import_jobs_reap_stale`` fails
+such jobs once they are older than the task's time limit (and a margin), removing their
+files; the import API runs it whenever a lead starts or follows a project's import."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import shutil
 import time
 import uuid
 from dataclasses import asdict
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -33,6 +36,7 @@ from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connections, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from annotation.models import ImportJob, ImportJobStatus, Project
@@ -144,6 +148,40 @@ def import_job_execute(*, job_id: int) -> None:
         job.finished_at = timezone.now()
         job.save(update_fields=["status", "result", "records_read", "bytes_read", "finished_at"])
         path.unlink(missing_ok=True)
+
+
+# Past the task's hard time limit, plus this, a job no worker finished never will.
+REAP_MARGIN_SECONDS = 300
+
+
+def import_jobs_reap_stale(*, project: Project, now: datetime | None = None) -> int:
+    """Fail the project's jobs that no worker will finish: RUNNING since, or QUEUED since,
+    longer than the task's time limit (STEPLAB_IMPORT_TASK_TIME_LIMIT) plus
+    REAP_MARGIN_SECONDS (a worker killed mid-import; a task message lost). Their files go
+    and their rows say why; nothing of theirs was written (an import is one transaction).
+    How many were failed. One query when there are none."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.STEPLAB_IMPORT_TASK_TIME_LIMIT + REAP_MARGIN_SECONDS)
+    stale = ImportJob.objects.filter(project=project).filter(
+        Q(status=ImportJobStatus.RUNNING, started_at__lt=cutoff)
+        | Q(status=ImportJobStatus.QUEUED, created_at__lt=cutoff)
+    )
+    reaped = 0
+    for job in stale:
+        with transaction.atomic():
+            locked = ImportJob.objects.select_for_update().filter(pk=job.pk).first()
+            if locked is None or locked.status not in (
+                ImportJobStatus.RUNNING,
+                ImportJobStatus.QUEUED,
+            ):
+                continue
+            _finish(
+                locked,
+                detail=f"{locked.filename} was not imported: the worker stopped before the "
+                "import ended, and nothing was written. Upload the file again.",
+            )
+            reaped += 1
+    return reaped
 
 
 def _claim(*, job_id: int) -> ImportJob | None:

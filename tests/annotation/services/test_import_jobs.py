@@ -170,3 +170,39 @@ def test_a_task_sent_before_its_job_is_created_or_after_it_ran_does_nothing(db: 
     job.refresh_from_db()
     assert (job.status, job.finished_at) == ("done", finished_at)
     assert Chain.objects.count() == 2
+
+
+def test_a_job_no_worker_finished_is_failed_once_past_the_time_limit(
+    db: Any, import_dir: Path, settings: Any
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from annotation.services.import_jobs import REAP_MARGIN_SECONDS, import_jobs_reap_stale
+
+    # Given: a job whose worker died mid-import, one whose task was lost, and a live one
+    project = ProjectFactory()
+    settings.STEPLAB_IMPORT_TASK_TIME_LIMIT = 60
+    long_ago = timezone.now() - timedelta(seconds=60 + REAP_MARGIN_SECONDS + 1)
+    dead, lost, live = (_job(project, _lines(2)) for _ in range(3))
+    ImportJob.objects.filter(pk=dead.pk).update(status=ImportJobStatus.RUNNING, started_at=long_ago)
+    ImportJob.objects.filter(pk=lost.pk).update(created_at=long_ago)
+    ImportJob.objects.filter(pk=live.pk).update(
+        status=ImportJobStatus.RUNNING, started_at=timezone.now()
+    )
+
+    # When: the project's stale jobs are reaped (as the import API does on every call)
+    reaped = import_jobs_reap_stale(project=project)
+
+    # Then: the two are failed, say why, and their files are gone; the live one runs on
+    assert reaped == 2
+    for job in (dead, lost):
+        job.refresh_from_db()
+        assert job.status == ImportJobStatus.FAILED
+        assert "the worker stopped before the import ended" in job.detail
+        assert not (import_dir / job.stored_name).exists()
+    live.refresh_from_db()
+    assert live.status == ImportJobStatus.RUNNING
+    assert (import_dir / live.stored_name).exists()
+    assert import_jobs_reap_stale(project=project) == 0
