@@ -771,25 +771,50 @@ def zero_shot_prm(
     metrics["zero_shot"] = 1.0
     if should_stop is not None and should_stop():
         raise TrainingCancelled("stopped on request")
-    _write_checkpoint(
-        out_dir=Path(out_dir),
-        config=config,
-        kind=prm.kind,
-        fingerprint=prm.fingerprint,
-        head=prm.head,
-        backbone=prm.backbone,
-        tokenizer=prm.tokenizer,
+    return _version_written(
+        prm,
+        Path(out_dir),
         metrics=metrics,
         train_chains=len(examples),
         heldout_chains=len(labeled_heldout),
+        scores=scores,
+        readout=readout,
     )
+
+
+def _version_written(
+    prm: LoadedPRM,
+    out: Path,
+    *,
+    metrics: dict[str, float],
+    train_chains: int,
+    heldout_chains: int,
+    scores: list[ChainScores],
+    readout: Readout,
+) -> TrainResult:
+    """Write ``prm``'s checkpoint to ``out`` (rank 0 of a process group; the others wait
+    until it is in place) and return what the run produced."""
+    if process_group()[0] == 0:
+        _write_checkpoint(
+            out_dir=out,
+            config=prm.config,
+            kind=prm.kind,
+            fingerprint=prm.fingerprint,
+            head=prm.head,
+            backbone=prm.backbone,
+            tokenizer=prm.tokenizer,
+            metrics=metrics,
+            train_chains=train_chains,
+            heldout_chains=heldout_chains,
+        )
+    barrier()
     return TrainResult(
-        checkpoint_dir=str(out_dir),
+        checkpoint_dir=str(out),
         metrics=metrics,
-        config=config.to_dict(),
-        seed=config.seed,
-        train_chains=len(examples),
-        heldout_chains=len(labeled_heldout),
+        config=prm.config.to_dict(),
+        seed=prm.config.seed,
+        train_chains=train_chains,
+        heldout_chains=heldout_chains,
         heldout_scores=scores,
         readout=readout,
     )
@@ -835,28 +860,12 @@ def train_prm(
     if should_stop is not None and should_stop():
         raise TrainingCancelled("training stopped on request")
 
-    out = Path(out_dir)
-    if process_group()[0] == 0:
-        _write_checkpoint(
-            out_dir=out,
-            config=config,
-            kind=prm.kind,
-            fingerprint=prm.fingerprint,
-            head=prm.head,
-            backbone=prm.backbone,
-            tokenizer=prm.tokenizer,
-            metrics=metrics,
-            train_chains=len(examples),
-            heldout_chains=len(heldout),
-        )
-    barrier()  # the other ranks return once the checkpoint is in place
-    return TrainResult(
-        checkpoint_dir=str(out),
+    return _version_written(
+        prm,
+        Path(out_dir),
         metrics=metrics,
-        config=config.to_dict(),
-        seed=config.seed,
         train_chains=len(examples),
         heldout_chains=len(heldout),
-        heldout_scores=scores,
+        scores=scores,
         readout=readout,
     )
