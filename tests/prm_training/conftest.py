@@ -6,13 +6,12 @@ another process and only sees committed rows."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prm_worker import PrivateRedis, WorkerFactory
+from prm_worker import PrivateRedis, WorkerFactory, worker_broker_flush, worker_env
 
 
 @pytest.fixture(scope="session")
@@ -44,43 +43,16 @@ def celery_workers(
     transactional_db: Any, settings: Any, tmp_path: Path, model_dir: Path, monkeypatch: Any
 ) -> Iterator[WorkerFactory]:
     """Start ``celery -A config worker -Q default,gpu -c 1 --pool=solo`` subprocesses
-    against the pytest-django test database and Redis db 7 (flushed first). They are
-    terminated before the database is flushed at teardown."""
-    import redis
-
-    db = settings.DATABASES["default"]
-    if db["ENGINE"] != "django.db.backends.postgresql":
-        pytest.skip("the worker tests need PostgreSQL")
-    # The worker reads the broker this process publishes to: the test broker of the run
-    # (redis://127.0.0.1:6379/7 for this area), flushed so no stale message is delivered.
-    broker = settings.CELERY_BROKER_URL
-    if not broker.startswith("redis://"):
-        pytest.skip("the worker tests need a Redis broker (CELERY_BROKER_URL)")
-    try:
-        redis.Redis.from_url(broker).flushdb()
-    except redis.exceptions.ConnectionError:
-        if os.environ.get("CI", "").lower() == "true":
-            raise
-        pytest.skip("Redis is not running")
+    against the pytest-django test database and the run's Redis broker (flushed first).
+    They are terminated before the database is flushed at teardown."""
+    env = worker_env(settings, STEPLAB_MODEL_DIR=str(model_dir))
     monkeypatch.setenv("STEPLAB_MODEL_DIR", str(model_dir))
-    user = db.get("USER") or "postgres"
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    host = db.get("HOST") or "127.0.0.1"
-    port = db.get("PORT") or 5432
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings.test",
-        "DATABASE_URL": f"postgres://{user}{password}@{host}:{port}/{db['NAME']}",
-        "CELERY_BROKER_URL": broker,
-        "STEPLAB_MODEL_DIR": str(model_dir),
-        "PYTHONUNBUFFERED": "1",
-    }
     factory = WorkerFactory(env=env, tmp=tmp_path)
     try:
         yield factory
     finally:
         factory.stop_all()
-        redis.Redis.from_url(broker).flushdb()
+        worker_broker_flush(settings)
 
 
 @pytest.fixture

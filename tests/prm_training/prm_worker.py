@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,6 +92,47 @@ class WorkerFactory:
                     worker.process.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     worker.kill()
+
+
+def worker_env(settings: Any, **extra: str) -> dict[str, str]:
+    """The environment of a ``celery -A config worker`` subprocess of a test: the test
+    database and the run's Redis broker (flushed first, so no stale message is
+    delivered), with ``extra`` variables. Skips without PostgreSQL or Redis, except that
+    in CI a missing Redis fails (``CI=true``)."""
+    import os
+
+    import redis
+
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] != "django.db.backends.postgresql":
+        pytest.skip("the worker tests need PostgreSQL")
+    broker = settings.CELERY_BROKER_URL
+    if not broker.startswith("redis://"):
+        pytest.skip("the worker tests need a Redis broker (CELERY_BROKER_URL)")
+    try:
+        redis.Redis.from_url(broker).flushdb()
+    except redis.exceptions.ConnectionError:
+        if os.environ.get("CI", "").lower() == "true":
+            raise
+        pytest.skip("Redis is not running")
+    user = db.get("USER") or "postgres"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": f"postgres://{user}{password}@{host}:{port}/{db['NAME']}",
+        "CELERY_BROKER_URL": broker,
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
+
+
+def worker_broker_flush(settings: Any) -> None:
+    import redis
+
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
 
 
 def wait_until(
