@@ -85,3 +85,20 @@ def workspace_open(*, page: Page, base_url: str, project_id: int) -> None:
     """Open the label page and wait until a chain (or the empty page) is on screen."""
     page.goto(f"{base_url}/projects/{project_id}/label/")
     page.wait_for_selector("#workspace[data-state=ready], #workspace[data-state=empty]")
+
+
+def page_overflow(page: Page, width: int | None = None) -> list[str]:
+    """Up to 8 elements past the screen's right edge when the page itself scrolls
+    sideways (a table scrolling inside its own box does not count); [] when it fits.
+    ``width``: the viewport's by default."""
+    return page.evaluate(
+        """(width) => {
+          width = width || document.documentElement.clientWidth;
+          if (document.documentElement.scrollWidth <= width) return [];
+          return [...document.querySelectorAll('body *')]
+            .filter((el) => el.getBoundingClientRect().right > width + 1)
+            .slice(0, 8)
+            .map((el) => el.tagName.toLowerCase() + (el.id ? '#' + el.id : ''));
+        }""",
+        width,
+    )

@@ -15,7 +15,7 @@ from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import Chain, Role, Step
-from tests.browser import ARTIFACTS, page_login, page_watched
+from tests.browser import ARTIFACTS, page_login, page_overflow, page_watched
 from tests.factories import (
     ChainFactory,
     MembershipFactory,
@@ -93,21 +93,6 @@ def _open_list(page: Page, live_server: Any, lab: dict[str, Any]) -> None:
 def _shown(page: Page) -> list[int]:
     page.wait_for_selector("#chains[data-state=ready]")
     return [int(row.get_attribute("data-chain") or 0) for row in page.locator("#ch-rows tr").all()]
-
-
-def _overflow(page: Page, width: int) -> list[str]:
-    """Elements past the screen's right edge when the page itself scrolls sideways
-    (a table scrolling inside its own box does not count)."""
-    return page.evaluate(
-        """(width) => {
-          if (document.documentElement.scrollWidth <= width) return [];
-          return [...document.querySelectorAll('body *')]
-            .filter((el) => el.getBoundingClientRect().right > width + 1)
-            .slice(0, 8)
-            .map((el) => el.tagName.toLowerCase() + (el.id ? '#' + el.id : ''));
-        }""",
-        width,
-    )
 
 
 def test_lead_filters_searches_pages_and_opens_a_chain(
@@ -242,9 +227,9 @@ def test_the_data_manager_fits_a_phone(
         expect(phone.locator("#ch-rows tr")).to_have_count(50)
         ARTIFACTS.mkdir(exist_ok=True)
         phone.screenshot(path=str(ARTIFACTS / f"chains-{width}.png"), full_page=True)
-        assert _overflow(phone, width) == []
+        assert page_overflow(phone, width) == []
 
         phone.goto(f"{live_server.url}/projects/{lab['project'].pk}/chains/{lab['disputed'].pk}/")
         phone.wait_for_selector("#chain[data-state=ready]")
         phone.screenshot(path=str(ARTIFACTS / f"chain-{width}.png"), full_page=True)
-        assert _overflow(phone, width) == []
+        assert page_overflow(phone, width) == []

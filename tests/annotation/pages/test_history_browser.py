@@ -13,7 +13,14 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import Chain, LabelingMode, Project, Role, Step
-from tests.browser import ARTIFACTS, chromium_running, page_login, page_watched, workspace_open
+from tests.browser import (
+    ARTIFACTS,
+    chromium_running,
+    page_login,
+    page_overflow,
+    page_watched,
+    workspace_open,
+)
 from tests.factories import (
     ChainFactory,
     MembershipFactory,
@@ -66,9 +73,7 @@ def _shot(page: Page, name: str, width: str) -> None:
 
 
 def _no_sideways_scroll(page: Page) -> None:
-    assert page.evaluate(
-        "() => document.documentElement.scrollWidth <= document.documentElement.clientWidth"
-    )
+    assert page_overflow(page) == [], "the page scrolls sideways"
 
 
 SUBMIT_NEXT = """async ({next, ratings, comments, rewrite}) => {

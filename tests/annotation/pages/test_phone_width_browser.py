@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from annotation.models import Role
-from tests.browser import ARTIFACTS, chromium_running, page_login, page_watched
+from tests.browser import ARTIFACTS, chromium_running, page_login, page_overflow, page_watched
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, annotation_with_ratings
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -45,20 +45,6 @@ def disputed_project() -> Any:
     return project
 
 
-def _overflow(page: Page) -> list[str]:
-    """Elements wider than the screen that the page itself would scroll sideways for."""
-    return page.evaluate(
-        """(width) => {
-          if (document.documentElement.scrollWidth <= width) return [];
-          return [...document.querySelectorAll('body *')]
-            .filter((el) => el.getBoundingClientRect().right > width + 1)
-            .slice(0, 8)
-            .map((el) => el.tagName.toLowerCase() + (el.id ? '#' + el.id : ''));
-        }""",
-        WIDTH,
-    )
-
-
 @pytest.mark.parametrize(("name", "path", "ready"), [
     ("dashboard", "", "#dashboard[data-state=ready]"),
     ("review", "review/", "#review[data-state=ready]"),
@@ -71,4 +57,4 @@ def test_the_lead_s_pages_fit_a_phone(
     page.wait_for_selector(ready)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}-390.png"), full_page=True)
-    assert _overflow(page) == []
+    assert page_overflow(page, WIDTH) == []

@@ -18,6 +18,7 @@ from tests.browser import (
     ARTIFACTS,
     chromium_running,
     page_login,
+    page_overflow,
     page_watched,
     workspace_open,
 )
@@ -56,9 +57,7 @@ def _shot(page: Page, name: str, width: str) -> None:
 
 
 def _no_sideways_scroll(page: Page) -> None:
-    assert page.evaluate(
-        "() => document.documentElement.scrollWidth <= document.documentElement.clientWidth"
-    ), "the page scrolls sideways"
+    assert page_overflow(page) == [], "the page scrolls sideways"
 
 
 def test_staff_creates_a_project_with_previewed_guidelines(
