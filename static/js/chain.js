@@ -34,7 +34,13 @@
     const head = el("tr");
     head.append(el("th", "#"), el("th", "Step"));
     for (const column of labels.columns) head.append(el("th", column.by));
-    head.append(el("th", "Consensus"), el("th", "PRM P(correct)"));
+    const used = labels.consensus_method === "dawid_skene" ? "Dawid–Skene" : "Majority";
+    head.append(
+      el("th", "Consensus"),
+      el("th", used === "Majority" ? "Majority (used)" : "Majority"),
+      el("th", used === "Dawid–Skene" ? "Dawid–Skene (used)" : "Dawid–Skene"),
+      el("th", "PRM P(correct)"),
+    );
     table.tHead.replaceChildren(head);
     const byIndex = new Map(labels.steps.map((step) => [step.index, step]));
     table.tBodies[0].replaceChildren(
@@ -50,11 +56,28 @@
         }
         const consensus = labeled && labeled.consensus !== null ? SYMBOL[labeled.consensus] : "·";
         tr.append(el("td", labeled && labeled.tied ? `${consensus} (tie)` : consensus));
+        tr.append(el("td", majorityText(labeled), "cp-majority"));
+        tr.append(el("td", dawidSkeneText(labeled), "cp-dawid-skene"));
         const score = chain.step_scores ? chain.step_scores[step.index] : null;
         tr.append(el("td", score === null || score === undefined ? "—" : score.toFixed(2)));
         return tr;
       }),
     );
+  }
+
+  // Both methods side by side, ties shown as ties (never as a label to take).
+  function majorityText(labeled) {
+    const majority = labeled ? labeled.majority : null;
+    if (!majority || majority.label === null) return "·";
+    if (majority.tied) return "tie";
+    return `${SYMBOL[majority.label]} (${Math.round(majority.support * 100)} %)`;
+  }
+
+  function dawidSkeneText(labeled) {
+    const learned = labeled ? labeled.dawid_skene : null;
+    if (!learned) return "·";
+    if (learned.tied) return "tie";
+    return `${SYMBOL[learned.label]} (p ${learned.probability.toFixed(2)})`;
   }
 
   function history(labels) {

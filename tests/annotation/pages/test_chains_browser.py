@@ -6,6 +6,7 @@ and on a 390 px phone, with screenshots."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -168,6 +169,12 @@ def test_lead_filters_searches_pages_and_opens_a_chain(
     assert heads[2:5] == ["ann", "bob", "import:prm800k"]
     second = page.locator("#cp-steps tbody tr").nth(1).locator("td").all_inner_texts()
     assert second[2:5] == ["+1", "−1", "−1"]
+    # ...and both consensus methods side by side, the project's own marked as used
+    assert heads[5:8] == ["Consensus", "Majority (used)", "Dawid–Skene"]
+    # (ann's +1 against bob's -1: a tie for majority, never taken as a label; Dawid-Skene
+    # weighs the two by what it learned of them)
+    assert second[5:7] == ["−1 (tie)", "tie"]
+    assert re.fullmatch(r"[+−]1 \(p [01]\.\d\d\)", second[7]), second[7]
     expect(page.locator("#cp-flag")).to_contain_text("Flagged by bob")
     expect(page.locator("#cp-flag")).to_contain_text("step 2 is cut in half")
     assert page.locator("#cp-problem img").count() == 0
