@@ -20,7 +20,7 @@ from rest_framework.response import Response
 
 from annotation.api.fields import CursorField, IdField
 from annotation.api.permissions import LEADS, project_for_request
-from annotation.api.review import NOT_A_MEMBER, WRONG_ROLE, _chain_for_lead
+from annotation.api.review import NOT_A_MEMBER, WRONG_ROLE, chain_for_lead
 from annotation.models import Chain, Membership
 from annotation.selectors.chains import (
     PAGE_SIZE_MAX,
@@ -201,7 +201,7 @@ class ChainDetailApi(GenericAPIView):
         responses={200: ChainDetailOutputSerializer, 403: WRONG_ROLE, 404: NOT_A_MEMBER},
     )
     def get(self, request: Request, chain_id: int) -> Response:
-        chain = _chain_for_lead(request=request, chain_id=chain_id)
+        chain = chain_for_lead(request=request, chain_id=chain_id)
         return Response(ChainDetailOutputSerializer(chain_detail(chain=chain)).data)
 
 
@@ -232,9 +232,9 @@ class ChainRequeueApi(GenericAPIView):
         },
     )
     def post(self, request: Request, chain_id: int) -> Response:
-        chain = _chain_for_lead(request=request, chain_id=chain_id)
+        chain = chain_for_lead(request=request, chain_id=chain_id)
         data = ChainRequeueInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         chain_requeue(chain=chain, more=data.validated_data["more"])
-        reread = _chain_for_lead(request=request, chain_id=chain_id)
+        reread = chain_for_lead(request=request, chain_id=chain_id)
         return Response(ChainDetailOutputSerializer(chain_detail(chain=reread)).data)

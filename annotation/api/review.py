@@ -41,7 +41,7 @@ NOT_A_MEMBER = OpenApiResponse(description="No such project or chain, or not a m
 WRONG_ROLE = OpenApiResponse(description="A member whose role does not allow this.")
 
 
-def _chain_for_lead(*, request: Request, chain_id: int) -> Chain:
+def chain_for_lead(*, request: Request, chain_id: int) -> Chain:
     """The chain if the caller leads its project: 404 for a missing chain or a
     non-member (the chain's existence is not revealed), 403 for another role."""
     project_id = Chain.objects.filter(pk=chain_id).values_list("project_id", flat=True).first()
@@ -238,7 +238,7 @@ class ChainLabelsApi(GenericAPIView):
         responses={200: ChainLabelsOutputSerializer, 403: WRONG_ROLE, 404: NOT_A_MEMBER},
     )
     def get(self, request: Request, chain_id: int) -> Response:
-        chain = _chain_for_lead(request=request, chain_id=chain_id)
+        chain = chain_for_lead(request=request, chain_id=chain_id)
         return Response(ChainLabelsOutputSerializer(chain_labels(chain=chain)).data)
 
 
@@ -285,7 +285,7 @@ class AdjudicateApi(GenericAPIView):
         },
     )
     def post(self, request: Request, chain_id: int) -> Response:
-        chain = _chain_for_lead(request=request, chain_id=chain_id)
+        chain = chain_for_lead(request=request, chain_id=chain_id)
         data = AdjudicateInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         annotation = adjudication_create(
@@ -341,7 +341,7 @@ class ChainUnflagApi(GenericAPIView):
         responses={200: ChainFlagOutputSerializer, 403: WRONG_ROLE, 404: NOT_A_MEMBER},
     )
     def post(self, request: Request, chain_id: int) -> Response:
-        chain = _chain_for_lead(request=request, chain_id=chain_id)
+        chain = chain_for_lead(request=request, chain_id=chain_id)
         cleared = chain_flag_clear(chain=chain, user=request_user(request))
         return Response(ChainFlagOutputSerializer(cleared).data)
 
