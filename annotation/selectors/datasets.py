@@ -48,8 +48,10 @@ def _verdict(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def _meta_get(meta: Any, key: str) -> Any:
-    return meta.get(key) if isinstance(meta, dict) else None
+def stated_verdict(meta: Any) -> bool | None:
+    """The import's own verdict on a chain's final answer (ProcessBench's
+    ``final_answer_correct``, kept in the chain's meta), if it gave one."""
+    return _verdict(meta.get("final_answer_correct") if isinstance(meta, dict) else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +191,7 @@ def snapshot_examples(
                 final_answer=row[6],
                 generator=row[7],
                 steps=steps.get(row[1], []),
-                answer_correct=_verdict(_meta_get(row[10], "final_answer_correct")),
+                answer_correct=stated_verdict(row[10]),
             )
 
 

@@ -4,10 +4,10 @@ database; this module is where rows become its input."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from annotation.models import Chain, Snapshot, Step
-from annotation.selectors.datasets import snapshot_examples_streamed
+from annotation.selectors.datasets import snapshot_examples_streamed, stated_verdict
 
 if TYPE_CHECKING:
     from prm_training.ml.data import ChainExample
@@ -33,13 +33,6 @@ def snapshot_chain_examples(*, snapshot: Snapshot, split: str | None = None) -> 
     ]
 
 
-def _stated_verdict(meta: dict[str, Any]) -> bool | None:
-    """The import's own verdict on the final answer (ProcessBench's final_answer_correct,
-    kept in the chain's meta), if it gave one."""
-    verdict = meta.get("final_answer_correct") if isinstance(meta, dict) else None
-    return verdict if isinstance(verdict, bool) else None
-
-
 def chain_examples_build(
     *, chains: list[tuple[Chain, tuple[int | None, ...] | None]]
 ) -> list[ChainExample]:
@@ -62,7 +55,7 @@ def chain_examples_build(
             labels=labels,
             answer=chain.final_answer,
             reference_answer=chain.problem.reference_answer,
-            answer_correct=_stated_verdict(chain.meta),
+            answer_correct=stated_verdict(chain.meta),
         )
         for chain, labels in chains
     ]
