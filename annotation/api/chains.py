@@ -236,5 +236,5 @@ class ChainRequeueApi(GenericAPIView):
         data = ChainRequeueInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         chain_requeue(chain=chain, more=data.validated_data["more"])
-        reread = chain_for_lead(request=request, chain_id=chain_id)
-        return Response(ChainDetailOutputSerializer(chain_detail(chain=reread)).data)
+        chain.refresh_from_db(fields=["extra_labels", "is_finished", "finished_count"])
+        return Response(ChainDetailOutputSerializer(chain_detail(chain=chain)).data)
