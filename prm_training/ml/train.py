@@ -707,15 +707,15 @@ def _run_metrics(
     examples: list[ChainExample],
     heldout: Sequence[ChainExample],
     *,
-    train_loss: float,
+    train_loss: float | None,
     readout: Readout,
 ) -> tuple[dict[str, float], list[ChainScores]]:
-    """The run's metrics (training loss, readout and calibration, truncation, and on
-    ``heldout`` when asked: the PRM's, the rules' and the zero-shot prior's) and the
-    held-out chains' scores."""
+    """The run's metrics (training loss unless nothing trained, readout and calibration,
+    truncation, and on ``heldout`` when asked: the PRM's, the rules' and the zero-shot
+    prior's) and the held-out chains' scores."""
     config = prm.config
     metrics: dict[str, float] = {
-        "train_loss": float(train_loss),
+        **({"train_loss": float(train_loss)} if train_loss is not None else {}),
         "threshold": readout.threshold,
         **({"threshold_right": readout.threshold_right} if readout.threshold_right else {}),
         "calibration_scale": prm.calibration[0],
@@ -766,8 +766,7 @@ def zero_shot_prm(
             answer_aware=config.outcome_readout,
         )
     prm.threshold, prm.threshold_right = readout.threshold, readout.threshold_right
-    metrics, scores = _run_metrics(prm, examples, labeled_heldout, train_loss=0.0, readout=readout)
-    del metrics["train_loss"]  # nothing was trained
+    metrics, scores = _run_metrics(prm, examples, labeled_heldout, train_loss=None, readout=readout)
     metrics["zero_shot"] = 1.0
     if should_stop is not None and should_stop():
         raise TrainingCancelled("stopped on request")
