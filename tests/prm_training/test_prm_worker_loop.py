@@ -31,6 +31,17 @@ def _run_status(model: Any, pk: int) -> str:
     return model.objects.values_list("status", flat=True).get(pk=pk)
 
 
+def _wait_until_ended(model: Any, run: Any, *, worker: Any, timeout: float, what: str) -> None:
+    """Wait until the worker has ended ``run`` (succeeded or failed), showing the worker's
+    output if it never does."""
+    wait_until(
+        lambda: _run_status(model, run.pk) in (RunStatus.SUCCEEDED, RunStatus.FAILED),
+        timeout=timeout,
+        what=what,
+        diagnose=worker.output,
+    )
+
+
 def test_worker_trains_publishes_an_active_version_and_scoring_reorders_the_queue(
     celery_workers: WorkerFactory, arithmetic_project: Any, make_member: Any, model_dir: Path
 ) -> None:
@@ -48,12 +59,7 @@ def test_worker_trains_publishes_an_active_version_and_scoring_reorders_the_queu
     run = training_run_start(project=project, user=ml, settings=FAST)
 
     # Then the worker trains it and publishes an active version from a fresh snapshot
-    wait_until(
-        lambda: _run_status(TrainingRun, run.pk) in (RunStatus.SUCCEEDED, RunStatus.FAILED),
-        timeout=300,
-        what="the training run",
-        diagnose=worker.output,
-    )
+    _wait_until_ended(TrainingRun, run, worker=worker, timeout=300, what="the training run")
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.progress == 1.0
@@ -70,12 +76,7 @@ def test_worker_trains_publishes_an_active_version_and_scoring_reorders_the_queu
 
     # When they score the unlabeled chains by entropy, without the random share
     scoring = scoring_run_start(project=project, user=ml, strategy="entropy", random_fraction=0.0)
-    wait_until(
-        lambda: _run_status(ScoringRun, scoring.pk) in (RunStatus.SUCCEEDED, RunStatus.FAILED),
-        timeout=180,
-        what="the scoring run",
-        diagnose=worker.output,
-    )
+    _wait_until_ended(ScoringRun, scoring, worker=worker, timeout=180, what="the scoring run")
 
     # Then every unlabeled chain has scores, and the queue follows the acquisition order
     scoring.refresh_from_db()
@@ -126,23 +127,13 @@ def test_worker_makes_a_zero_shot_version_that_orders_an_unlabeled_queue(
 
     # When ML staff make a zero-shot version, then score with it
     run = training_run_start(project=project, user=None, settings={**settings, "device": "cpu"})
-    wait_until(
-        lambda: _run_status(TrainingRun, run.pk) in (RunStatus.SUCCEEDED, RunStatus.FAILED),
-        timeout=300,
-        what="the zero-shot run",
-        diagnose=worker.output,
-    )
+    _wait_until_ended(TrainingRun, run, worker=worker, timeout=300, what="the zero-shot run")
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.error
     version = ModelVersion.objects.get(training_run=run)
     assert version.is_active and version.is_zero_shot and version.snapshot is None
     scoring = scoring_run_start(project=project, user=None, random_fraction=0.0)
-    wait_until(
-        lambda: _run_status(ScoringRun, scoring.pk) in (RunStatus.SUCCEEDED, RunStatus.FAILED),
-        timeout=180,
-        what="the scoring run",
-        diagnose=worker.output,
-    )
+    _wait_until_ended(ScoringRun, scoring, worker=worker, timeout=180, what="the scoring run")
 
     # Then the queue of the unlabeled project follows the PRM's own step uncertainty
     scoring.refresh_from_db()
