@@ -668,3 +668,23 @@ class SnapshotChain(models.Model):
 
     def __str__(self) -> str:
         return f"chain {self.chain_id} in {self.snapshot}"
+
+
+class KnownSignIn(models.Model):
+    """A username that signed in successfully from a client address, and when it last did
+    (``annotation.login_lockout``). An address past its failure bound is locked only for
+    usernames with no recent row here, so a guesser spraying usernames from a lab's address
+    locks out none of the people who work there. Written only by successful sign-ins, so
+    the table grows with real sign-ins, never with a guesser's."""
+
+    username = models.CharField(max_length=150)
+    address = models.GenericIPAddressField()
+    last_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["username", "address"], name="known_sign_in_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username} from {self.address}"

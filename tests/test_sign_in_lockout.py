@@ -1,7 +1,8 @@
 """Sign-in lockout (django-axes): failed attempts lock a username on every entry point
 (the login page, the token endpoint, the admin login); successful sign-ins are never
 counted, so a lab behind one office address signs in at once; an address is locked only
-after many more failures, by the trusted proxies' rule for X-Forwarded-For.
+after many more failures, by the trusted proxies' rule for X-Forwarded-For, and then only
+for usernames that have not signed in from it lately.
 (Across two gunicorn workers: tests/test_deploy_processes.py.)"""
 
 from __future__ import annotations
@@ -123,9 +124,56 @@ def test_an_address_is_locked_only_after_many_more_failures(settings: Any) -> No
     assert _token(Client(), users[0].username, PASSWORD).status_code == 200
     # When: one more failure reaches the address limit
     _token(Client(), users[6].username, "typo")
-    # Then: the address is locked for everyone behind it, and no one else
+    # Then: the address is locked for the accounts that have not signed in from it, and
+    # only there; the one that signed in from it before still does
     assert _token(Client(), users[1].username, PASSWORD).status_code == 429
     assert _token(Client(), users[1].username, PASSWORD, "198.51.100.2").status_code == 200
+    assert _token(Client(), users[0].username, PASSWORD).status_code == 200
+
+
+def test_a_guesser_spraying_usernames_from_a_lab_s_address_locks_out_no_one_who_works_there(
+    settings: Any,
+) -> None:
+    settings.STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT = 40
+    # Given: 17 people who sign in from the lab's one address, through the page or the API
+    lab = [UserFactory(username=f"lab-{i}") for i in range(17)]
+    for i, user in enumerate(lab):
+        post = _login_page if i % 2 else _token
+        assert post(Client(), user.username, PASSWORD).status_code in (200, 302)
+    newcomer = UserFactory(username="newcomer")
+    # When: a guesser at the same address sprays random usernames past the address's bound
+    codes = [_token(Client(), f"guess-{i:03d}", "hunter2").status_code for i in range(41)]
+    # Then: the guesser is refused once the bound is reached
+    assert codes == [400] * 39 + [429] * 2
+    # And: all 17 still sign in from there, through the page and the API
+    for user in lab:
+        assert _login_page(Client(), user.username, PASSWORD).status_code == 302
+        assert _token(Client(), user.username, PASSWORD).status_code == 200
+    # And: a username never seen at this address waits out the cool-off there, not elsewhere
+    assert _token(Client(), newcomer.username, PASSWORD).status_code == 429
+    assert _token(Client(), newcomer.username, PASSWORD, "198.51.100.2").status_code == 200
+    # And: a known account is still held by its own limit against the guesser
+    for i in range(settings.AXES_FAILURE_LIMIT):
+        _token(Client(), lab[0].username, f"guess-{i}")
+    assert _token(Client(), lab[0].username, PASSWORD).status_code == 429
+    assert _token(Client(), lab[1].username, PASSWORD).status_code == 200
+
+
+def test_a_sign_in_counts_as_known_at_an_address_only_for_a_while(settings: Any) -> None:
+    from annotation.models import KnownSignIn
+
+    settings.STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT = 3
+    user = UserFactory()
+    assert _token(Client(), user.username, PASSWORD).status_code == 200
+    for i in range(3):
+        _token(Client(), f"guess-{i}", "wrong")
+    assert _token(Client(), user.username, PASSWORD).status_code == 200
+    # When: the last sign-in from here is older than the window
+    KnownSignIn.objects.update(
+        last_at=timezone.now() - timedelta(days=settings.STEPLAB_LOGIN_KNOWN_ADDRESS_DAYS + 1)
+    )
+    # Then: the address's lock holds for this username too
+    assert _token(Client(), user.username, PASSWORD).status_code == 429
 
 
 @pytest.mark.parametrize("num_proxies", [0, 1])

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.api.permissions import request_user
+from annotation.login_lockout import client_address, sign_in_record
 
 
 class TokenCreateInputSerializer(serializers.Serializer):
@@ -62,6 +63,7 @@ class AuthTokenApi(APIView):
             raise serializers.ValidationError(
                 {"non_field_errors": ["Unable to log in with these credentials."]}
             )
+        sign_in_record(username=user.get_username(), address=client_address(request._request))
         token, _ = Token.objects.get_or_create(user=user)
         return Response(TokenOutputSerializer({"token": token.key}).data)
 

@@ -167,7 +167,10 @@ REST_FRAMEWORK = {
 # same ones with nothing else to configure. A username is locked after
 # STEPLAB_LOGIN_FAILURE_LIMIT failures; a client address only after
 # STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT, so a lab behind one office address is not locked
-# out by one person's typos. A lock lifts after the cool-off, counted from the last failure.
+# out by one person's typos, and then only for usernames that have not signed in from it
+# within STEPLAB_LOGIN_KNOWN_ADDRESS_DAYS, so a guesser spraying usernames from that
+# address locks out none of the people who work there (annotation/login_lockout.py).
+# A lock lifts after the cool-off, counted from the last failure.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -178,6 +181,7 @@ AXES_FAILURE_LIMIT = int(os.environ.get("STEPLAB_LOGIN_FAILURE_LIMIT", "10"))
 STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT = int(
     os.environ.get("STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT", "200")
 )
+STEPLAB_LOGIN_KNOWN_ADDRESS_DAYS = int(os.environ.get("STEPLAB_LOGIN_KNOWN_ADDRESS_DAYS", "90"))
 AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("STEPLAB_LOGIN_COOLOFF_MINUTES", "15")))
 # The client address by the same rule as DRF's NUM_PROXIES above (one spelling of it).
 AXES_CLIENT_IP_CALLABLE = "annotation.login_lockout.client_address"
