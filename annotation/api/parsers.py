@@ -8,11 +8,16 @@
 - Depth: a JSON body nested deeper than Python's json decoder recurses (about 1,000
   levels) is the 400 of any malformed body: DRF let the RecursionError through, so a few
   KB of brackets were a 500 on every JSON endpoint.
+- Numbers: ``NaN`` and ``Infinity`` are not JSON, and ``1e400`` is JSON that no double
+  holds (Python reads it as infinity): each is the 400 of a malformed body, the same
+  rule the imports keep (``importers.reading``).
 """
 
 from __future__ import annotations
 
+import codecs
 import io
+import json
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -20,6 +25,7 @@ from django.conf import settings
 from rest_framework import parsers, status
 from rest_framework.exceptions import APIException, ParseError
 
+from annotation.importers.reading import finite_float, reject_constant
 from config.errors import body_too_large_detail
 
 
@@ -44,10 +50,14 @@ class JSONParser(parsers.JSONParser):
         media_type: str | None = None,
         parser_context: Mapping[str, Any] | None = None,
     ) -> Any:
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
-            return super().parse(_bounded(stream), media_type, parser_context)
+            text = codecs.getreader(encoding)(_bounded(stream)).read()
+            return json.loads(text, parse_constant=reject_constant, parse_float=finite_float)
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply") from None
+        except ValueError as exc:  # malformed, not UTF-8, or a number no double holds
+            raise ParseError(f"JSON parse error - {exc}") from None
 
 
 class FormParser(parsers.FormParser):

@@ -19,6 +19,7 @@ refuses the record at its line.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from itertools import accumulate
@@ -260,7 +261,7 @@ def _decode_line(content: bytes, line_number: int) -> JsonRecord | LineError:
     if shape_problem:
         return LineError(line_number, shape_problem)
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=reject_constant, parse_float=finite_float)
     except json.JSONDecodeError as error:
         return LineError(line_number, f"invalid JSON: {error.msg} (col {error.colno})")
     except ValueError as error:  # NaN/Infinity, or an integer with too many digits
@@ -274,10 +275,19 @@ def _decode_line(content: bytes, line_number: int) -> JsonRecord | LineError:
     return line_number, value
 
 
-def _reject_constant(name: str) -> Any:
+def reject_constant(name: str) -> Any:
     # Python's json accepts NaN and Infinity; PostgreSQL's jsonb does not, and they are
     # not JSON, so a file carrying them is refused at the line rather than at COPY time.
     raise ValueError(f"{name} is not valid JSON")
+
+
+def finite_float(text: str) -> float:
+    """A JSON number with a fraction or an exponent, as a float; one past a double's range
+    (``1e400``) is valid JSON but becomes infinity, which no JSON column stores."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is out of range (beyond a 64-bit float)")
+    return value
 
 
 def _iter_array(reader: _PrefixedReader, max_record_bytes: int) -> Iterator[JsonRecord | LineError]:
@@ -370,7 +380,9 @@ def unstorable_string(value: Any) -> str | None:
 
     A JSON escape can produce NUL (`\\u0000`) or an unpaired surrogate (`\\ud800`); neither
     can be written to PostgreSQL text/jsonb or encoded as UTF-8, so the import would
-    fail at COPY time with no line number. Finding it here names the line and field.
+    fail at COPY time with no line number. Finding it here names the line and field. A
+    float that is not finite cannot be stored either (yajl refuses ``1e400`` itself; the
+    walk keeps the rule whatever ijson backend reads the array).
     The walk keeps its own stack rather than recursing, so no nesting can overflow it;
     it reports the first bad text in document order.
     """
@@ -381,6 +393,8 @@ def unstorable_string(value: Any) -> str | None:
             reason = _bad_text_reason(item, path or "value")
             if reason:
                 return reason
+        elif isinstance(item, float) and not math.isfinite(item):
+            return f"{path or 'value'}: the number {item} is out of range (beyond a 64-bit float)"
         elif isinstance(item, dict):
             entries: list[tuple[Any, str]] = []
             for key, child in item.items():
