@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -24,18 +25,34 @@ CSV_HEADER = (
 )
 
 
-# OWASP's "CSV injection": a cell a spreadsheet evaluates as a formula. Excel and
-# LibreOffice skip leading spaces and accept the fullwidth signs too, so those count.
-_FORMULA_START = re.compile(r"^[ \u3000]*[=+\-@\uff1d\uff0b\uff0d\uff20\t\r]")
+# OWASP's "CSV injection": a cell a spreadsheet evaluates as a formula, one that starts
+# with = + - @, a tab, a carriage return or a line feed (OWASP; ASVS 1.2.10 adds NUL). A
+# spreadsheet skips what it does not show before it decides: spaces of every kind, and
+# invisible characters (Unicode's format characters, such as the zero-width space U+200B,
+# the byte-order mark U+FEFF, joiners and direction marks, and control characters), so
+# "\u200b=1+1" ran as a formula. Those are skipped here too; and the fullwidth and small
+# forms of the signs (and the minus sign U+2212) count as the signs.
+_FORMULA_SIGNS = frozenset("=+-@\t\r\n\x00\uff1d\uff0b\uff0d\uff20\ufe62\ufe63\ufe66\ufe6b\u2212")
+_SKIPPED_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
+def _starts_a_formula(text: str) -> bool:
+    for char in text:
+        if char in _FORMULA_SIGNS:
+            return True
+        if unicodedata.category(char) not in _SKIPPED_CATEGORIES:
+            return False
+    return False
 
 
 def csv_cell(text: str) -> str:
     """A step text as a spreadsheet must show it: one that would start a formula gets a
     leading apostrophe (``'=1+1``), which spreadsheets read as "this is text" and hide;
     every other text is left as it is. Quoting is the CSV writer's business."""
-    if _FORMULA_START.match(text) is not None:
-        return "'" + text
-    return text
+    # Most texts start with a letter or a digit: settled without the walk.
+    if text[:1].isalnum() or not _starts_a_formula(text):
+        return text
+    return "'" + text
 
 
 def csv_rows(*, example: SnapshotExample, version: int) -> Iterator[tuple[Any, ...]]:

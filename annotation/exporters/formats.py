@@ -30,19 +30,30 @@ Formats (one record per chain unless said otherwise):
   it with ``--input_key input --label_key value --placeholder_token ки --reward_tokens +
   -`` (soft labels want the positive token first). The steps are TRL's labeled prefix.
   A chain whose text holds ``ки`` itself is not written: its labels would land on the
-  wrong placeholders. The ``math_shepherd`` import reads the file back (without labels).
+  wrong placeholders. Nor is one holding a trainer's control token (below). The
+  ``math_shepherd`` import reads the file back (without labels).
 - ``qwen_prm``: the chat format of open math PRMs with their own step separator,
   Qwen2.5-Math-PRM's (its model card's usage): ``{"messages", "labels"}`` with a system
   turn (Qwen2.5-Math's prompt), the problem as the user's turn and the steps as the
   assistant's, ``<extra_0>`` after each, and ``labels`` TRL's booleans of that prefix, one
-  per separator. A chain whose text holds ``<extra_0>`` itself is not written.
+  per separator. A chain whose text holds ``<extra_0>`` itself is not written, nor one
+  holding another token Qwen's tokenizer adds (``<extra_N>``, ``<tool_call>``) or a
+  control token.
+- Control tokens: text of the ``<|name|>`` shape (``<|im_start|>``, ``<|im_end|>``,
+  ``<|endoftext|>``, ``<|eot_id|>``; also with fullwidth bars, DeepSeek's) is what a Hugging
+  Face tokenizer turns into the special token itself, so a step holding ``<|im_end|>``
+  would end the assistant's turn inside the chat a trainer builds. The two formats a
+  trainer reads as they are (``openrlhf``, ``qwen_prm``) leave such a chain out (no escape
+  survives a chat template); the others carry the text byte for byte, for a reader to
+  tokenize with ``split_special_tokens=True``.
 - ``csv``: one row per step: snapshot version, split, chain id and hash, step index and
   text, consensus, support, and ``raw_labels``, a JSON object {voter: rating} of the
   current votes on that step (per-annotator columns would change with every export).
   A step text that a spreadsheet would read as a formula (it begins, after any spaces,
-  with ``= + - @``, their fullwidth forms, a tab or a carriage return) is written with a
-  leading apostrophe (OWASP's rule against CSV injection, see ``csv_cell``); the JSON
-  Lines and Parquet outputs carry every text byte for byte.
+  with ``= + - @``, their fullwidth forms, a tab, a carriage return, a line feed or a NUL,
+  skipping what a spreadsheet skips: spaces and invisible characters such as U+200B and
+  U+FEFF) is written with a leading apostrophe (OWASP's rule against CSV injection, see
+  ``csv_cell``); the other outputs carry every text byte for byte.
 """
 
 EXPORT_FORMATS = (

@@ -3,6 +3,7 @@ pure functions of one example."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +119,20 @@ QWEN_PRM_SYSTEM_PROMPT = "Please reason step by step, and put your final answer 
 # The ``source`` of a lead's ruling among ``SnapshotChain.votes`` (AnnotationSource).
 _ADJUDICATION = "adjudication"
 
+# Text that a trainer's tokenizer reads as one of its control tokens, not as text: the
+# ``<|name|>`` family (Qwen's <|im_start|>, <|im_end|> and <|endoftext|>, Llama 3's
+# <|eot_id|>, Phi's <|end|>), also with DeepSeek's fullwidth bars (<｜end▁of▁sentence｜>).
+# Hugging Face tokenizers split such text into the special token itself, so a step holding
+# <|im_end|> would end the assistant's turn inside the chat the trainer builds, and
+# whatever follows would be read as another turn. A chain holding one is not written to the
+# trainer formats (there is no escape inside a chat template that the tokenizer undoes).
+_CONTROL_TOKEN = r"<[|\uff5c][^\s<>|\uff5c]{1,64}[|\uff5c]>"
+# Per format, the control tokens and the format's own marker: Qwen2.5-Math-PRM's tokenizer
+# also adds <extra_N> (its separator is <extra_0>) and <tool_call>; OpenRLHF labels the
+# placeholder wherever it stands.
+_QWEN_PRM_RESERVED = re.compile(rf"{_CONTROL_TOKEN}|<extra_\d+>|</?tool_call>")
+_OPENRLHF_RESERVED = re.compile(rf"{_CONTROL_TOKEN}|{OPENRLHF_PLACEHOLDER}")
+
 
 def _vote_target(rating: int, ambiguous: str) -> float | None:
     """What one vote says about "this step is correct": 1.0, 0.0, or None (no say)."""
@@ -193,13 +208,15 @@ def soft_labels(
     return out
 
 
-def _holds(marker: str, example: SnapshotExample, steps: list[str]) -> bool:
-    return marker in example.problem or any(marker in step for step in steps)
+def _holds(reserved: re.Pattern[str], example: SnapshotExample, steps: list[str]) -> bool:
+    """Whether the problem or a written step holds text the format reserves."""
+    search = reserved.search
+    return search(example.problem) is not None or any(search(step) for step in steps)
 
 
 def openrlhf_record(*, example: SnapshotExample, ambiguous: str) -> dict[str, Any] | None:
     """OpenRLHF's PRM record in Math-Shepherd's layout (``formats`` says why), or None
-    when no step is labeled or the text holds the placeholder itself.
+    when no step is labeled or the text holds the placeholder or a control token.
 
     >>> from annotation.selectors.datasets import SnapshotExample
     >>> example = SnapshotExample(chain_id=1, chain_hash="", split="train",
@@ -214,7 +231,7 @@ def openrlhf_record(*, example: SnapshotExample, ambiguous: str) -> dict[str, An
     if not value:
         return None
     steps = example.steps[: len(value)]
-    if _holds(OPENRLHF_PLACEHOLDER, example, steps):
+    if _holds(_OPENRLHF_RESERVED, example, steps):
         return None
     lines = "\n".join(
         f"Step {number}: {step} {OPENRLHF_PLACEHOLDER}" for number, step in enumerate(steps, 1)
@@ -224,12 +241,13 @@ def openrlhf_record(*, example: SnapshotExample, ambiguous: str) -> dict[str, An
 
 def qwen_prm_record(*, example: SnapshotExample, ambiguous: str) -> dict[str, Any] | None:
     """Qwen2.5-Math-PRM's chat messages with TRL's labels of the prefix they hold, or None
-    when no step is labeled or the text holds the separator itself."""
+    when no step is labeled or the text holds the separator, another token the Qwen
+    tokenizer adds, or a control token."""
     labels = trl_labels(labels=example.labels, ambiguous=ambiguous)
     if not labels:
         return None
     steps = example.steps[: len(labels)]
-    if _holds(QWEN_PRM_SEPARATOR, example, steps):
+    if _holds(_QWEN_PRM_RESERVED, example, steps):
         return None
     return {
         "messages": [
