@@ -34,6 +34,7 @@ from rest_framework.response import Response
 
 from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.importers.formats import FORMATS
+from annotation.importers.records import RecordAt
 from annotation.models import ImportJob, ImportJobStatus
 from annotation.selectors.imports import import_job_get
 from annotation.services.import_jobs import import_job_create, import_jobs_reap_stale
@@ -71,8 +72,23 @@ class ImportResultOutputSerializer(serializers.Serializer):
 
 
 class LineErrorOutputSerializer(serializers.Serializer):
-    line = serializers.IntegerField(help_text="1-based line (JSONL) or record (JSON array).")
+    line = serializers.IntegerField(
+        allow_null=True,
+        help_text="1-based line: of the record in JSON Lines, where the record starts in a "
+        "JSON array (null when the file ended before it did).",
+    )
+    record = serializers.IntegerField(
+        allow_null=True,
+        default=None,
+        help_text="1-based index of the record in a JSON array; null in JSON Lines.",
+    )
+    where = serializers.SerializerMethodField(
+        help_text='The two for a person: "line 74", or "record 74 (line 1)" in a JSON array.'
+    )
     reason = serializers.CharField()
+
+    def get_where(self, error: dict[str, Any]) -> str:
+        return str(RecordAt(line=error.get("line"), record=error.get("record")))
 
 
 class ImportJobOutputSerializer(serializers.Serializer):

@@ -3,6 +3,9 @@
 Every check raises `RecordError` whose message starts with the field's path in the source
 record ("label.steps[3].completions[0].rating: ..."), so a lead can find the bad spot in a
 100,000-line file from the import report alone.
+
+A key the record lacks is read with `field` as MISSING, not as None, so the message says
+"missing" where the file has no such key and "got null" only where it says `null`.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from annotation.importers.records import ParsedChain
+from annotation.importers.records import ParsedChain, RecordAt
 
 JsonObject = dict[str, Any]
 
@@ -22,9 +25,34 @@ class RecordError(ValueError):
     """A record that cannot become a chain; `str(error)` is the LineError reason."""
 
 
+class _Missing:
+    """The value of a key the record does not have (see `field`)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+def field(record: Mapping[str, Any], key: str) -> Any:
+    """`record[key]`, or MISSING when the record has no such key."""
+    return record.get(key, MISSING)
+
+
+def mismatch(path: str, expected: str, value: object) -> RecordError:
+    """The error for a value of the wrong type: "problem: missing (expected a string)"
+    for an absent key, "problem: expected a string, got null" for a present one."""
+    if value is MISSING:
+        return RecordError(f"{path}: missing (expected {expected})")
+    return RecordError(f"{path}: expected {expected}, got {json_type(value)}")
+
+
 def json_type(value: object) -> str:
     """The JSON name of a decoded value's type, for messages written to people who
     wrote JSON, not Python."""
+    if value is MISSING:
+        return "nothing (the key is missing)"
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -49,20 +77,20 @@ def shown_value(value: object) -> str:
 
 def require_object(value: object, path: str) -> JsonObject:
     if not isinstance(value, dict):
-        raise RecordError(f"{path}: expected an object, got {json_type(value)}")
+        raise mismatch(path, "an object", value)
     return value
 
 
 def require_list(value: object, path: str) -> list[Any]:
     if not isinstance(value, list):
-        raise RecordError(f"{path}: expected an array, got {json_type(value)}")
+        raise mismatch(path, "an array", value)
     return value
 
 
 def require_text(value: object, path: str) -> str:
     """A mandatory text such as the problem: a string, non-empty once stripped."""
     if not isinstance(value, str):
-        raise RecordError(f"{path}: expected a string, got {json_type(value)}")
+        raise mismatch(path, "a string", value)
     text = value.strip()
     if not text:
         raise RecordError(f"{path}: empty")
@@ -72,7 +100,7 @@ def require_text(value: object, path: str) -> str:
 def optional_text(value: object, path: str) -> str:
     """An optional text such as an answer: absent or null is ""; anything but a string is
     an error, since silently str()-ing a number would change "1.50" into "1.5"."""
-    if value is None:
+    if value is None or value is MISSING:
         return ""
     if not isinstance(value, str):
         raise RecordError(f"{path}: expected a string or null, got {json_type(value)}")
@@ -81,7 +109,7 @@ def optional_text(value: object, path: str) -> str:
 
 def step_text(value: object, path: str) -> str:
     if not isinstance(value, str):
-        raise RecordError(f"{path}: expected a string, got {json_type(value)}")
+        raise mismatch(path, "a string", value)
     text = value.strip()
     if not text:
         raise RecordError(f"{path}: empty step")
@@ -101,7 +129,7 @@ def rating(value: object, path: str) -> int | None:
 
     Booleans are refused although Python counts them as ints: `true` in a ratings array
     is almost surely a TRL-style label put in the wrong format, and would read as +1."""
-    if value is None:
+    if value is None or value is MISSING:
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value in RATINGS:
         return value
@@ -128,7 +156,7 @@ def extra_fields(record: Mapping[str, Any], known: Iterable[str]) -> JsonObject:
 
 def build_chain(
     *,
-    line: int,
+    at: RecordAt,
     problem: str,
     steps: Sequence[str],
     labels: Sequence[int | None] | None,
@@ -147,7 +175,8 @@ def build_chain(
         if all(label is None for label in labels):
             labels = None
     return ParsedChain(
-        line=line,
+        line=at.line,
+        record=at.record,
         problem=problem,
         steps=steps,
         answer=answer,

@@ -1,9 +1,11 @@
 """The import formats: detecting one from a file's head, and streaming chains out of a file.
 
 Every format is read from JSON Lines or from a single JSON array of the same records
-(ProcessBench ships arrays). In a JSON array a syntax error ends the file, reported
-with the index of the record being read, because an array cannot be resynchronised;
-in JSON Lines each bad line is reported and reading goes on.
+(ProcessBench ships arrays). A JSON Lines record is named by its line; a record of an
+array by its index in the array and the line where it starts ("record 74 (line 1)").
+In a JSON array a syntax error ends the file, reported at the record being read,
+because an array cannot be resynchronised; in JSON Lines each bad line is reported and
+reading goes on.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from annotation.importers.reading import (
     ijson_error_message,
     iter_json_records,
 )
-from annotation.importers.records import LineError, ParsedChain
+from annotation.importers.records import LineError, ParsedChain, RecordAt
 
 __all__ = [
     "DETECT_HEAD_BYTES",
@@ -53,7 +55,7 @@ _SIGNATURES = (
     "generic (problem, steps)",
 )
 
-RecordParser = Callable[[JsonObject, int], ParsedChain]
+RecordParser = Callable[[JsonObject, RecordAt], ParsedChain]
 
 _PARSERS: dict[str, RecordParser] = {
     "prm800k": prm800k.parse_record,
@@ -95,14 +97,14 @@ def _parse_records(stream: BinaryIO, parse: RecordParser) -> Iterator[ParsedChai
         if isinstance(item, LineError):
             yield item
             continue
-        line, value = item
+        at, value = item
         if not isinstance(value, dict):
-            yield LineError(line, f"expected a JSON object, got {json_type(value)}")
+            yield LineError.at_record(at, f"expected a JSON object, got {json_type(value)}")
             continue
         try:
-            yield parse(value, line)
+            yield parse(value, at)
         except RecordError as error:
-            yield LineError(line, str(error))
+            yield LineError.at_record(at, str(error))
 
 
 def detect_format(head: bytes) -> str:

@@ -15,14 +15,15 @@ from annotation.importers.fields import (
     RecordError,
     build_chain,
     extra_fields,
-    json_type,
+    field,
+    mismatch,
     optional_text,
     ratings,
     require_object,
     require_text,
     step_texts,
 )
-from annotation.importers.records import ParsedChain
+from annotation.importers.records import ParsedChain, RecordAt
 
 LABEL_SOURCE = "generic"
 STEP_SPLITS = ("newline", "double_newline")
@@ -34,14 +35,14 @@ _PARAGRAPH_BREAK = re.compile(r"(?:\r\n|\r|\n)(?:[ \t]*(?:\r\n|\r|\n))+")
 _KNOWN = ("problem", "steps", "answer", "reference_answer", "generator", "labels", "meta")
 
 
-def parse_record(record: JsonObject, line: int, *, step_split: str = "newline") -> ParsedChain:
+def parse_record(record: JsonObject, at: RecordAt, *, step_split: str = "newline") -> ParsedChain:
     if "label" in record and "labels" not in record:
         raise RecordError(
             "label: generic records carry per-step 'labels'; a single 'label' is "
             "ProcessBench's first-error index (import with the processbench format)"
         )
-    problem = require_text(record.get("problem"), "problem")
-    steps = _steps(record.get("steps"), step_split)
+    problem = require_text(field(record, "problem"), "problem")
+    steps = _steps(field(record, "steps"), step_split)
     labels = None
     if record.get("labels") is not None:
         labels = ratings(record["labels"], "labels", step_count=len(steps))
@@ -49,7 +50,7 @@ def parse_record(record: JsonObject, line: int, *, step_split: str = "newline") 
     for key, value in extra_fields(record, _KNOWN).items():
         meta.setdefault(key, value)
     return build_chain(
-        line=line,
+        at=at,
         problem=problem,
         steps=steps,
         labels=labels,
@@ -82,6 +83,6 @@ def _steps(value: object, step_split: str) -> tuple[str, ...]:
         if not steps:
             raise RecordError("steps: no steps (the text is blank)")
         return tuple(steps)
-    if value is None or isinstance(value, list):
+    if isinstance(value, list):
         return step_texts(value, "steps")
-    raise RecordError(f"steps: expected an array of strings or a string, got {json_type(value)}")
+    raise mismatch("steps", "an array of strings or a string", value)

@@ -17,9 +17,10 @@ from annotation.importers.fields import (
     RecordError,
     build_chain,
     extra_fields,
-    json_type,
+    field,
+    mismatch,
 )
-from annotation.importers.records import ParsedChain
+from annotation.importers.records import ParsedChain, RecordAt
 
 LABEL_SOURCE = "math_shepherd"
 STEP_TAG = "ки"
@@ -30,17 +31,17 @@ _TAG_LABELS = {"+": 1, "-": -1}
 _KNOWN = ("input", "label")
 
 
-def parse_record(record: JsonObject, line: int) -> ParsedChain:
-    text = record.get("input")
+def parse_record(record: JsonObject, at: RecordAt) -> ParsedChain:
+    text = field(record, "input")
     if not isinstance(text, str):
-        raise RecordError(f"input: expected a string, got {json_type(text)}")
+        raise mismatch("input", "a string", text)
     segments = text.split(STEP_TAG)
     problem, steps = _split(segments)
     labels = None
     if record.get("label") is not None:
         labels = _labels(record["label"], segments)
     return build_chain(
-        line=line,
+        at=at,
         problem=problem,
         steps=steps,
         labels=labels,
@@ -85,7 +86,7 @@ def _labels(label: object, segments: list[str]) -> tuple[int, ...]:
     """Read the +/- that stand where `input` has its tags; any other difference between
     the two strings means they do not describe the same chain."""
     if not isinstance(label, str):
-        raise RecordError(f"label: expected a string, got {json_type(label)}")
+        raise mismatch("label", "a string", label)
     labels = []
     position = 0
     for number, segment in enumerate(segments[:-1], start=1):

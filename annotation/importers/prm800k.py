@@ -32,18 +32,21 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from annotation.importers.fields import (
+    MISSING,
     JsonObject,
     RecordError,
     build_chain,
-    json_type,
+    field,
+    mismatch,
     optional_text,
     rating,
     require_list,
     require_object,
     require_text,
+    shown_value,
     step_text,
 )
-from annotation.importers.records import ParsedChain
+from annotation.importers.records import ParsedChain, RecordAt
 
 LABEL_SOURCE = "prm800k"
 ANSWER_MARKER = "# Answer"
@@ -86,13 +89,13 @@ class _Trajectory:
     dropped_steps: int = 0
 
 
-def parse_record(record: JsonObject, line: int) -> ParsedChain:
-    question = require_object(record.get("question"), "question")
-    problem = require_text(question.get("problem"), "question.problem")
-    label = require_object(record.get("label"), "label")
+def parse_record(record: JsonObject, at: RecordAt) -> ParsedChain:
+    question = require_object(field(record, "question"), "question")
+    problem = require_text(field(question, "problem"), "question.problem")
+    label = require_object(field(record, "label"), "label")
     trajectory = _follow(label)
     return build_chain(
-        line=line,
+        at=at,
         problem=problem,
         steps=trajectory.steps,
         labels=trajectory.labels,
@@ -106,7 +109,7 @@ def parse_record(record: JsonObject, line: int) -> ParsedChain:
 
 
 def _follow(label: JsonObject) -> _Trajectory:
-    raw_steps = require_list(label.get("steps"), "label.steps")
+    raw_steps = require_list(field(label, "steps"), "label.steps")
     trajectory = _Trajectory([], [], [], [], [], [])
     for index, raw_step in enumerate(raw_steps):
         path = f"label.steps[{index}]"
@@ -131,8 +134,10 @@ def _follow(label: JsonObject) -> _Trajectory:
             if candidate is not followed
         )
     if not trajectory.steps:
-        finish = label.get("finish_reason")
-        raise RecordError(f"label.steps: no step to follow (finish_reason: {finish})")
+        finish = field(label, "finish_reason")
+        said = "missing" if finish is MISSING else finish
+        said = said if isinstance(said, str) else shown_value(said)
+        raise RecordError(f"label.steps: no step to follow (finish_reason: {said})")
     return trajectory
 
 
@@ -162,7 +167,7 @@ def _completions(value: object, path: str) -> list[_Candidate]:
         # message (with its field path) is only worth building for a bad one.
         if not isinstance(item, dict):
             require_object(item, f"{path}[{index}]")
-        text, score = item.get("text"), item.get("rating")
+        text, score = field(item, "text"), item.get("rating")
         if not isinstance(text, str) or not _is_rating(score):
             _candidate_text(text, f"{path}[{index}].text")
             rating(score, f"{path}[{index}].rating")
@@ -181,7 +186,7 @@ def _human_completion(value: object, path: str) -> _Candidate | None:
         return _Candidate(text=value, rating=None, flagged=False, path=path, source="human")
     human = require_object(value, path)
     return _Candidate(
-        text=_candidate_text(human.get("text"), f"{path}.text"),
+        text=_candidate_text(field(human, "text"), f"{path}.text"),
         rating=rating(human.get("rating"), f"{path}.rating"),
         flagged=bool(human.get("flagged")),
         path=path,
@@ -193,7 +198,7 @@ def _candidate_text(value: object, path: str) -> str:
     """Alternatives are kept verbatim in meta, so only their type is checked here; the
     followed one is checked for emptiness when it becomes a step."""
     if not isinstance(value, str):
-        raise RecordError(f"{path}: expected a string, got {json_type(value)}")
+        raise mismatch(path, "a string", value)
     return value
 
 

@@ -12,12 +12,13 @@ from annotation.importers.fields import (
     RecordError,
     build_chain,
     extra_fields,
-    json_type,
+    field,
+    mismatch,
     optional_text,
     require_text,
     step_texts,
 )
-from annotation.importers.records import ParsedChain
+from annotation.importers.records import ParsedChain, RecordAt
 
 LABEL_SOURCE = "processbench"
 NO_ERROR = -1
@@ -25,19 +26,19 @@ NO_ERROR = -1
 _KNOWN = ("id", "generator", "problem", "steps", "final_answer_correct", "label")
 
 
-def parse_record(record: JsonObject, line: int) -> ParsedChain:
-    problem = require_text(record.get("problem"), "problem")
-    steps = step_texts(record.get("steps"), "steps")
+def parse_record(record: JsonObject, at: RecordAt) -> ParsedChain:
+    problem = require_text(field(record, "problem"), "problem")
+    steps = step_texts(field(record, "steps"), "steps")
     meta = extra_fields(record, _KNOWN)
     if "id" in record:
         meta["id"] = record["id"]
     if "final_answer_correct" in record:
         meta["final_answer_correct"] = _final_answer_correct(record["final_answer_correct"])
     return build_chain(
-        line=line,
+        at=at,
         problem=problem,
         steps=steps,
-        labels=first_error_labels(record.get("label"), len(steps)),
+        labels=first_error_labels(field(record, "label"), len(steps)),
         label_source=LABEL_SOURCE,
         generator=optional_text(record.get("generator"), "generator"),
         meta=meta,
@@ -53,7 +54,7 @@ def first_error_labels(label: object, step_count: int) -> tuple[int | None, ...]
     (1, 1)
     """
     if not isinstance(label, int) or isinstance(label, bool):
-        raise RecordError(f"label: expected an integer step index, got {json_type(label)}")
+        raise mismatch("label", "an integer step index", label)
     if label == NO_ERROR:
         return (1,) * step_count
     if not 0 <= label < step_count:
@@ -66,5 +67,5 @@ def first_error_labels(label: object, step_count: int) -> tuple[int | None, ...]
 
 def _final_answer_correct(value: object) -> bool | None:
     if value is not None and not isinstance(value, bool):
-        raise RecordError(f"final_answer_correct: expected true or false, got {json_type(value)}")
+        raise mismatch("final_answer_correct", "true or false", value)
     return value

@@ -4,8 +4,10 @@ Import files hold up to ~100,000 chains, so nothing here reads a whole file. A J
 is read with a bounded `readline`, so one absurd line costs at most MAX_LINE_BYTES of
 memory, is reported, and reading resumes on the next line. A JSON array is streamed
 record by record with ijson; since an array cannot be resynchronised after a syntax
-error, the first syntax error ends the file (reported with the index of the record that
-was being read).
+error, the first syntax error ends the file (reported at the record that was being
+read). A record of an array is named by its index and the line where it starts (see
+`RecordAt`): ijson knows neither lines nor offsets, so the byte scan that bounds the
+records (`JsonGauge`) notes where each one starts.
 
 A record's shape is bounded before any parser sees it: its nesting (MAX_JSON_DEPTH),
 since ijson builds a prefix string per level for every event, so memory grows with the
@@ -21,13 +23,14 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import deque
 from collections.abc import Iterator
 from itertools import accumulate
 from typing import Any, BinaryIO
 
 import ijson
 
-from annotation.importers.records import LineError
+from annotation.importers.records import LineError, RecordAt
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
 # Levels of arrays and objects a record may hold, itself included: PRM800K's lines need
@@ -46,7 +49,7 @@ _IJSON_CHUNK = 64 * 1024
 # line for them first keeps the full walk off the hot path.
 _SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
-JsonRecord = tuple[int, Any]
+JsonRecord = tuple[RecordAt, Any]
 
 # One JSON string (to its closing quote, or to the end of the data when cut), one
 # bracket or one comma; the group holds the bracket or comma. Possessive, so a long
@@ -58,6 +61,8 @@ _STRUCTURE = re.compile(rb'["\[\]{},]')
 _STRING_BODY = re.compile(rb'(?:[^"\\]++|\\[\s\S])*+(")?')
 _OPENERS = frozenset(b"[{")
 _QUOTE, _COMMA = ord('"'), ord(",")
+_SIGNIFICANT = re.compile(rb"[^ \t\r\n]")
+_CLOSE_ARRAY = ord("]")
 TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
 TOO_MANY_VALUES = f"more than {MAX_JSON_VALUES:,} values (array items and object members)"
 
@@ -87,23 +92,60 @@ class JsonGauge:
     """Reads JSON fed to it in pieces without parsing it, for the nesting depth and, in
     a JSON array of records, the values of each record (those inside the outer array).
     Brackets and commas inside strings do not count; a string or an escape may be cut
-    between two pieces."""
+    between two pieces.
 
-    def __init__(self, *, max_depth: int, max_record_values: int | None = None) -> None:
+    With `record_lines`, it also notes the line on which each record of the outer array
+    starts, in `record_starts` (the reader takes them off as the records are parsed;
+    the gauge reads ahead of the parser by at most a read or two)."""
+
+    def __init__(
+        self, *, max_depth: int, max_record_values: int | None = None, record_lines: bool = False
+    ) -> None:
         self.max_depth = max_depth
         self.max_record_values = max_record_values
         self.depth = 0
         self.record_values = 0
         # Why feed() stopped: TOO_DEEP or TOO_MANY_VALUES.
         self.problem: str | None = None
+        self.record_starts: deque[int] | None = deque() if record_lines else None
         self._in_string = False
         self._escaped = False
+        # After the outer array's `[` or a `,` between records: the next significant
+        # byte starts a record (or, if it is `]`, ends the array).
+        self._record_next = False
+        self._line = 1  # the line at offset `_counted_to` of the piece being fed
+        self._counted_to = 0
 
     def feed(self, data: bytes) -> int | None:
         """The offset in `data` of the byte that goes past a limit, or None."""
+        self._counted_to = 0
+        try:
+            return self._feed(data)
+        finally:
+            self._line += data.count(b"\n", self._counted_to)
+
+    def _line_at(self, data: bytes, position: int) -> int:
+        self._line += data.count(b"\n", self._counted_to, position)
+        self._counted_to = position
+        return self._line
+
+    def _note_record_start(self, data: bytes, position: int) -> int:
+        """Past the whitespace after a record's separator: notes the line where the
+        record starts, if it does here; where the search for structure goes on."""
+        found = _SIGNIFICANT.search(data, position)
+        if found is None:
+            return len(data)  # still between records: look on in the next piece
+        self._record_next = False
+        if self.record_starts is not None and data[found.start()] != _CLOSE_ARRAY:
+            self.record_starts.append(self._line_at(data, found.start()))
+        return found.start()
+
+    def _feed(self, data: bytes) -> int | None:
         position = self._skip_string(data, 0) if self._in_string else 0
         most_values = self.max_record_values
         while True:
+            if self._record_next:
+                position = self._note_record_start(data, position)
             found = _STRUCTURE.search(data, position)
             if found is None:
                 return None
@@ -118,10 +160,12 @@ class JsonGauge:
                     self.problem = TOO_DEEP
                     return found.start()
                 counted = self.depth > 1  # a record or a value in one, not the outer array
+                self._record_next = self.depth == 1
             elif char == _COMMA:
                 counted = self.depth > 1
                 if not counted:  # between two records of the outer array
                     self.record_values = 0
+                    self._record_next = True
             else:
                 self.depth = max(self.depth - 1, 0)
                 counted = False
@@ -272,7 +316,7 @@ def _decode_line(content: bytes, line_number: int) -> JsonRecord | LineError:
         problem = unstorable_string(value)
         if problem:
             return LineError(line_number, problem)
-    return line_number, value
+    return RecordAt(line=line_number), value
 
 
 def reject_constant(name: str) -> Any:
@@ -292,7 +336,11 @@ def finite_float(text: str) -> float:
 
 def _iter_array(reader: _PrefixedReader, max_record_bytes: int) -> Iterator[JsonRecord | LineError]:
     # The array itself is one level more than each record.
-    gauge = JsonGauge(max_depth=MAX_JSON_DEPTH + 1, max_record_values=MAX_JSON_VALUES)
+    gauge = JsonGauge(
+        max_depth=MAX_JSON_DEPTH + 1, max_record_values=MAX_JSON_VALUES, record_lines=True
+    )
+    starts = gauge.record_starts
+    assert starts is not None
     counting = _CountingReader(reader, max_record_bytes + 2 * _IJSON_CHUNK, gauge=gauge)
     records = ijson.items(counting, "item", use_float=True, buf_size=_IJSON_CHUNK)
     index = 0
@@ -301,28 +349,28 @@ def _iter_array(reader: _PrefixedReader, max_record_bytes: int) -> Iterator[Json
             value = next(records)
         except StopIteration:
             return
-        except _RecordTooLong:
-            yield LineError(
-                index + 1,
-                f"record longer than {max_record_bytes} bytes; "
-                "the rest of the JSON array cannot be read",
-            )
-            return
-        except _TooBig:
-            reason = f"{gauge.problem}; the rest of the JSON array cannot be read"
-            yield LineError(index + 1, reason)
-            return
-        except ijson.JSONError as error:
-            reason = f"invalid JSON: {ijson_error_message(error)}"
-            yield LineError(index + 1, f"{reason}; the rest of the JSON array cannot be read")
-            return
-        except RecursionError:
-            yield LineError(index + 1, "invalid JSON: nested too deeply")
+        except (_RecordTooLong, _TooBig, ijson.JSONError, RecursionError) as error:
+            # The record being read: where it starts, if the scan got that far.
+            at = RecordAt(line=starts[0] if starts else None, record=index + 1)
+            yield LineError.at_record(at, _array_error_reason(error, gauge, max_record_bytes))
             return
         index += 1
         counting.mark()
+        at = RecordAt(line=starts.popleft() if starts else None, record=index)
         problem = unstorable_string(value)
-        yield LineError(index, problem) if problem else (index, value)
+        yield LineError.at_record(at, problem) if problem else (at, value)
+
+
+def _array_error_reason(error: Exception, gauge: JsonGauge, max_record_bytes: int) -> str:
+    """Why the array's reading stopped (the rest of it cannot be read)."""
+    rest = "; the rest of the JSON array cannot be read"
+    if isinstance(error, _RecordTooLong):
+        return f"record longer than {max_record_bytes} bytes{rest}"
+    if isinstance(error, _TooBig):
+        return f"{gauge.problem}{rest}"
+    if isinstance(error, RecursionError):
+        return "invalid JSON: nested too deeply"
+    return f"invalid JSON: {ijson_error_message(error)}{rest}"
 
 
 class _RecordTooLong(Exception):

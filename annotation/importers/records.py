@@ -8,7 +8,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +21,7 @@ class ParsedChain:
     nobody rated (e.g. the steps after ProcessBench's first error).
     """
 
-    line: int
+    line: int | None  # where the record starts: see RecordAt
     problem: str
     steps: tuple[str, ...]
     answer: str = ""
@@ -31,15 +31,52 @@ class ParsedChain:
     label_source: str = ""
     # hash=False: a dict is unhashable, and the chain's identity is its text anyway.
     meta: dict[str, Any] = field(default_factory=dict, hash=False)
+    record: int | None = None  # its 1-based index in a JSON array; None in JSON Lines
+
+    @property
+    def at(self) -> RecordAt:
+        return RecordAt(line=self.line, record=self.record)
+
+
+class RecordAt(NamedTuple):
+    """Where a record is in its file, as a person looks for it there. In JSON Lines,
+    `line` is the record's 1-based line and `record` is None. In a JSON array, `record`
+    is the record's 1-based index in the array and `line` the line where it starts
+    (None when the file ended before the record did): ProcessBench ships its arrays on
+    one line, where "line 74" would point at nothing.
+
+    >>> str(RecordAt(line=74)), str(RecordAt(line=1, record=74)), str(RecordAt(None, 3))
+    ('line 74', 'record 74 (line 1)', 'record 3')
+    """
+
+    line: int | None
+    record: int | None = None
+
+    def __str__(self) -> str:
+        if self.record is None:
+            return f"line {self.line}"
+        if self.line is None:
+            return f"record {self.record}"
+        return f"record {self.record} (line {self.line})"
 
 
 @dataclass(frozen=True, slots=True)
 class LineError:
-    """A rejected record: `line` is the 1-based line of a JSONL file (or the 1-based index
-    of a record in a JSON array); `reason` names the field, e.g. "steps[2]: empty step"."""
+    """A rejected record, found at `line` (and `record`, in a JSON array: see RecordAt);
+    `reason` names the field, e.g. "steps[2]: empty step", or says it is missing."""
 
-    line: int
+    line: int | None
     reason: str
+    record: int | None = None
+
+    @classmethod
+    def at_record(cls, at: RecordAt, reason: str) -> LineError:
+        return cls(line=at.line, reason=reason, record=at.record)
+
+    @property
+    def where(self) -> str:
+        """ "line 74", or "record 74 (line 1)" in a JSON array."""
+        return str(RecordAt(line=self.line, record=self.record))
 
 
 def content_hash(problem: str, steps: Sequence[str]) -> str:

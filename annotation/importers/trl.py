@@ -14,29 +14,30 @@ from annotation.importers.fields import (
     build_chain,
     check_label_count,
     extra_fields,
+    field,
     require_list,
     require_text,
     shown_value,
     step_texts,
 )
-from annotation.importers.records import ParsedChain
+from annotation.importers.records import ParsedChain, RecordAt
 
 LABEL_SOURCE = "trl"
 
 _KNOWN = ("prompt", "completions", "labels")
 
 
-def parse_record(record: JsonObject, line: int) -> ParsedChain:
-    prompt = record.get("prompt")
+def parse_record(record: JsonObject, at: RecordAt) -> ParsedChain:
+    prompt = field(record, "prompt")
     if isinstance(prompt, list):
         raise RecordError("prompt: conversational prompts (a list of messages) are not supported")
     problem = require_text(prompt, "prompt")
-    steps = step_texts(record.get("completions"), "completions")
+    steps = step_texts(field(record, "completions"), "completions")
     labels = None
     if record.get("labels") is not None:
         labels = _labels(record["labels"], len(steps))
     return build_chain(
-        line=line,
+        at=at,
         problem=problem,
         steps=steps,
         labels=labels,

@@ -212,7 +212,7 @@ def _finish(job: ImportJob, *, detail: str = "", rejected: ImportRejected | None
             f"(read as {rejected.format}); nothing was written."
         )
         job.errors = [
-            {"line": error.line, "reason": error.reason}
+            {"line": error.line, "record": error.record, "reason": error.reason}
             for error in rejected.errors[:MAX_KEPT_ERRORS]
         ]
         job.error_count = rejected.error_count

@@ -90,7 +90,7 @@ class ImportRejected(Exception):
     def summary(self, *, limit: int = 20) -> str:
         noun = "bad line" if self.error_count == 1 else "bad lines"
         parts = [f"{self.error_count:,} {noun}"]
-        parts += [f"line {error.line}: {error.reason}" for error in self.errors[:limit]]
+        parts += [f"{error.where}: {error.reason}" for error in self.errors[:limit]]
         if self.error_count > limit:
             parts.append(f"and {self.error_count - limit:,} more")
         return "; ".join(parts)
@@ -310,44 +310,62 @@ def _row_prepare(*, chain: ParsedChain, limits: ChainLimits) -> _Row | LineError
     any other. So is a chain too big to lease and submit (``limits``)."""
     line, steps, labels = chain.line, chain.steps, chain.labels
     if not chain.problem.strip():
-        return LineError(line=line, reason="problem: empty")
+        return LineError(line=line, record=chain.record, reason="problem: empty")
     if not steps:
-        return LineError(line=line, reason="steps: no steps")
+        return LineError(line=line, record=chain.record, reason="steps: no steps")
     too_big = _limit_exceeded(chain=chain, limits=limits)
     if too_big:
-        return LineError(line=line, reason=too_big)
+        return LineError(line=line, record=chain.record, reason=too_big)
     if labels is not None:
         if len(labels) != len(steps):
             return LineError(
-                line=line, reason=f"labels: {len(labels)} labels for {len(steps)} steps"
+                line=line,
+                record=chain.record,
+                reason=f"labels: {len(labels)} labels for {len(steps)} steps",
             )
         if not _LABELS.issuperset(labels):
             index, label = next((i, x) for i, x in enumerate(labels) if x not in _LABELS)
-            return LineError(line=line, reason=f"labels[{index}]: {label!r} is not -1, 0 or 1")
+            return LineError(
+                line=line,
+                record=chain.record,
+                reason=f"labels[{index}]: {label!r} is not -1, 0 or 1",
+            )
     if len(chain.generator) > _GENERATOR_MAX:
-        return LineError(line=line, reason=f"generator: longer than {_GENERATOR_MAX} characters")
+        return LineError(
+            line=line,
+            record=chain.record,
+            reason=f"generator: longer than {_GENERATOR_MAX} characters",
+        )
     if len(chain.label_source) > _SOURCE_NAME_MAX:
         return LineError(
-            line=line, reason=f"label source: longer than {_SOURCE_NAME_MAX} characters"
+            line=line,
+            record=chain.record,
+            reason=f"label source: longer than {_SOURCE_NAME_MAX} characters",
         )
     others = chain.answer + chain.reference_answer + chain.generator
     if "\x00" in others or "\x00" in chain.problem or any("\x00" in step for step in steps):
-        return LineError(line=line, reason="text contains a NUL character")
+        return LineError(line=line, record=chain.record, reason="text contains a NUL character")
     try:
         chain_hash = content_hash(chain.problem, steps)
         problem_hash = hashlib.sha256(chain.problem.encode("utf-8")).hexdigest()
         others.encode("utf-8")
     except UnicodeEncodeError:
-        return LineError(line=line, reason="text holds an unpaired UTF-16 surrogate")
+        return LineError(
+            line=line, record=chain.record, reason="text holds an unpaired UTF-16 surrogate"
+        )
     meta_json = "{}"
     if chain.meta:
         try:
             meta_json = json.dumps(chain.meta, ensure_ascii=False, default=_json_default)
             meta_json.encode("utf-8")
         except (TypeError, ValueError):
-            return LineError(line=line, reason="meta: not representable as JSON")
+            return LineError(
+                line=line, record=chain.record, reason="meta: not representable as JSON"
+            )
         if "\\u0000" in meta_json:
-            return LineError(line=line, reason="meta: contains a NUL character")
+            return LineError(
+                line=line, record=chain.record, reason="meta: contains a NUL character"
+            )
     return _Row(chain=chain, chain_hash=chain_hash, problem_hash=problem_hash, meta_json=meta_json)
 
 

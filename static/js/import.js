@@ -198,7 +198,7 @@
       ...job.errors.map((error) => {
         const tr = document.createElement("tr");
         const line = document.createElement("td");
-        line.textContent = error.line;
+        line.textContent = error.where;
         const reason = document.createElement("td");
         reason.textContent = error.reason;
         tr.append(line, reason);

@@ -97,7 +97,7 @@ def _rejection_message(*, path: Path, rejected: ImportRejected) -> str:
         f"{rejected.format}; nothing was written):"
     ]
     listed = rejected.errors[:MAX_LISTED_ERRORS]
-    lines += [f"  line {error.line}: {error.reason}" for error in listed]
+    lines += [f"  {error.where}: {error.reason}" for error in listed]
     if rejected.error_count > MAX_LISTED_ERRORS:
         lines.append(f"  ... and {rejected.error_count - MAX_LISTED_ERRORS:,} more")
     return "\n".join(lines)

@@ -221,6 +221,37 @@ def test_a_bad_file_fails_its_job_with_every_bad_line_and_nothing_written(
     assert list(import_dir.rglob("*.upload")) == []
 
 
+def test_a_json_array_names_its_bad_records_and_a_missing_key(
+    project: Project, lead: Any, client_for: Callable
+) -> None:
+    # Given ProcessBench's layout, one JSON array on one line: the 74th record lacks its
+    # label, the 75th has a null problem
+    good = {"problem": "p", "steps": ["a", "b"], "label": -1}
+    records = [{**good, "problem": f"p{n}"} for n in range(80)]
+    records[73] = {"problem": "q", "steps": ["a"]}
+    records[74] = {**good, "problem": None}
+    content = json.dumps(records).encode()
+
+    job = imported(client_for(lead), project, {"file": upload(content, "pb.json")})
+
+    assert job["status"] == "failed"
+    assert job["errors"] == [
+        {
+            "line": 1,
+            "record": 74,
+            "where": "record 74 (line 1)",
+            "reason": "label: missing (expected an integer step index)",
+        },
+        {
+            "line": 1,
+            "record": 75,
+            "where": "record 75 (line 1)",
+            "reason": "problem: expected a string, got null",
+        },
+    ]
+    assert counts() == (0, 0, 0, 0, 0)
+
+
 def test_a_very_bad_file_lists_the_first_10000_lines_and_counts_the_rest(
     project: Project, lead: Any, client_for: Callable
 ) -> None:

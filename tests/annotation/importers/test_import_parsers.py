@@ -39,6 +39,7 @@ from annotation.importers.reading import (
     json_shape_problem,
     unstorable_string,
 )
+from annotation.importers.records import RecordAt
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "imports"
@@ -89,8 +90,23 @@ def only_chains(results: list[ParsedChain | LineError]) -> list[ParsedChain]:
     return [item for item in results if isinstance(item, ParsedChain)]
 
 
-def errors_of(results: list[ParsedChain | LineError]) -> list[tuple[int, str]]:
-    return [(item.line, item.reason) for item in results if isinstance(item, LineError)]
+def errors_of(results: list[ParsedChain | LineError]) -> list[tuple[int | str | None, str]]:
+    """(line, reason) per error: the line number in JSON Lines, and in a JSON array how
+    the report names the record ("record 2 (line 1)")."""
+    return [
+        (item.line if item.record is None else item.where, item.reason)
+        for item in results
+        if isinstance(item, LineError)
+    ]
+
+
+def places(results: list[ParsedChain | LineError]) -> list[int | str | None]:
+    """Where each chain was read, named as ``errors_of`` names an error's place."""
+    return [
+        item.line if item.record is None else str(item.at)
+        for item in results
+        if isinstance(item, ParsedChain)
+    ]
 
 
 GOOD = {"problem": "What is 1 + 1?", "steps": ["1 + 1 = 2.", "The answer is 2."]}
@@ -309,7 +325,12 @@ def test_prm800k_rejects_bad_lines_naming_the_field(record: object, reason: str)
 def test_processbench_labels_steps_up_to_the_first_error_only() -> None:
     chains = only_chains(parse_file(FIXTURES / "processbench_sample.json", "processbench"))
 
-    assert [chain.line for chain in chains] == [1, 2, 3]  # index in the array, from 1
+    # Each record by its index in the array (from 1) and the line it starts on.
+    assert [str(chain.at) for chain in chains] == [
+        "record 1 (line 2)",
+        "record 2 (line 14)",
+        "record 3 (line 27)",
+    ]
     no_error, second_wrong, first_wrong = chains
     assert no_error.labels == (1, 1, 1)
     assert second_wrong.labels == (1, -1, None, None)  # after the first error: unlabeled
@@ -352,7 +373,7 @@ def test_processbench_array_stops_at_a_syntax_error_with_the_record_index() -> N
     good, error = results
     assert isinstance(good, ParsedChain)
     assert isinstance(error, LineError)
-    assert error.line == 2
+    assert (error.record, error.line, error.where) == (2, 2, "record 2 (line 2)")
     assert error.reason.startswith("invalid JSON: ")
     assert error.reason.endswith("the rest of the JSON array cannot be read")
 
@@ -362,8 +383,8 @@ def test_json_array_item_that_is_not_an_object_is_reported_and_skipped() -> None
 
     results = parse_bytes(data, "generic")
 
-    assert errors_of(results) == [(2, "expected a JSON object, got array")]
-    assert [item.line for item in results if isinstance(item, ParsedChain)] == [1, 3]
+    assert errors_of(results) == [("record 2 (line 1)", "expected a JSON object, got array")]
+    assert places(results) == ["record 1 (line 1)", "record 3 (line 1)"]
 
 
 def test_json_array_record_over_the_size_limit_stops_the_file() -> None:
@@ -372,9 +393,13 @@ def test_json_array_record_over_the_size_limit_stops_the_file() -> None:
 
     results = list(iter_json_records(io.BytesIO(data), max_line_bytes=1000))
 
-    assert results[0] == (1, GOOD)
+    assert results[0] == (RecordAt(line=1, record=1), GOOD)
     assert results[1:] == [
-        LineError(2, "record longer than 1000 bytes; the rest of the JSON array cannot be read")
+        LineError(
+            1,
+            "record longer than 1000 bytes; the rest of the JSON array cannot be read",
+            record=2,
+        )
     ]
 
 
@@ -591,9 +616,9 @@ def test_line_length_limit_is_exact_and_ignores_the_line_ending() -> None:
     results = list(iter_json_records(io.BytesIO(data), max_line_bytes=50))
 
     assert results == [
-        (1, {"a": "x" * 41}),
+        (RecordAt(line=1), {"a": "x" * 41}),
         LineError(2, "line longer than 50 bytes"),
-        (3, {"a": "x" * 41}),
+        (RecordAt(line=3), {"a": "x" * 41}),
     ]
 
 
@@ -704,8 +729,8 @@ def test_iter_chains_yields_records_before_the_file_ends(
     chains = iter_chains(io.BufferedReader(raw), fmt)
     first_three = [next(chains) for _ in range(3)]
 
-    assert [chain.line for chain in first_three] == [1, 2, 3]
     assert all(isinstance(chain, ParsedChain) for chain in first_three)
+    assert [chain.line if fmt == "generic" else chain.record for chain in first_three] == [1, 2, 3]
     assert raw.delivered < 256 * 1024
 
 
@@ -738,7 +763,10 @@ def test_every_real_record_parses(name: str, fmt: str, count: int) -> None:
     chains = only_chains(parse_file(real_data() / name, fmt))
 
     assert len(chains) == count
-    assert [chain.line for chain in chains] == list(range(1, count + 1))
+    if (real_data() / name).read_bytes().lstrip()[:1] == b"[":
+        assert [chain.record for chain in chains] == list(range(1, count + 1))
+    else:
+        assert [chain.line for chain in chains] == list(range(1, count + 1))
     for chain in chains:
         assert chain.problem and chain.problem == chain.problem.strip()
         assert chain.steps and all(step and step == step.strip() for step in chain.steps)
@@ -826,8 +854,8 @@ def test_a_json_array_stops_at_the_record_nested_too_deep() -> None:
 
     results = parse_bytes(data, "generic")
 
-    assert [item.line for item in results if isinstance(item, ParsedChain)] == [1, 2]
-    assert [line for line, _ in errors_of(results)] == [3]
+    assert places(results) == ["record 1 (line 1)", "record 2 (line 1)"]
+    assert [line for line, _ in errors_of(results)] == ["record 3 (line 1)"]
     assert "nested deeper than" in errors_of(results)[0][1]
 
 
@@ -891,10 +919,121 @@ def test_a_record_of_too_many_values_is_refused_before_it_is_decoded(layout: str
         chains = [1, 3]
     else:
         data = b"[" + b", ".join([at_limit, at_limit, over]) + b"]"
-        expected = [(3, f"{TOO_MANY_VALUES}; the rest of the JSON array cannot be read")]
-        chains = [1, 2]
+        expected = [
+            ("record 3 (line 1)", f"{TOO_MANY_VALUES}; the rest of the JSON array cannot be read")
+        ]
+        chains = ["record 1 (line 1)", "record 2 (line 1)"]
 
     results = parse_bytes(data, "generic")
 
     assert errors_of(results) == expected
-    assert [item.line for item in results if isinstance(item, ParsedChain)] == chains
+    assert places(results) == chains
+
+
+# --- where a bad record is, and a key it lacks (issue 21, point 11) --------------------
+
+# Per format: a good record, and the key whose absence each test takes out.
+_MISSING_KEY_CASES = [
+    ("generic", GOOD, "problem", "problem: missing (expected a string)"),
+    ("generic", GOOD, "steps", "steps: missing (expected an array of strings or a string)"),
+    (
+        "processbench",
+        {**GOOD, "label": -1},
+        "label",
+        "label: missing (expected an integer step index)",
+    ),
+    ("processbench", {**GOOD, "label": -1}, "steps", "steps: missing (expected an array)"),
+    (
+        "trl",
+        {"prompt": "p", "completions": ["a"], "labels": [True]},
+        "completions",
+        "completions: missing (expected an array)",
+    ),
+    ("trl", {"prompt": "p", "completions": ["a"]}, "prompt", "prompt: missing (expected a string)"),
+    (
+        "math_shepherd",
+        {"input": "q Step 1: a ки", "label": "q Step 1: a +"},
+        "input",
+        "input: missing (expected a string)",
+    ),
+    (
+        "prm800k",
+        _prm800k_line([{"completions": [{"text": "a", "rating": 1}], "chosen_completion": 0}]),
+        "question",
+        "question: missing (expected an object)",
+    ),
+    (
+        "prm800k",
+        _prm800k_line([{"completions": [{"text": "a", "rating": 1}], "chosen_completion": 0}]),
+        "label",
+        "label: missing (expected an object)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fmt", "good", "key", "reason"), _MISSING_KEY_CASES)
+def test_a_missing_key_is_called_missing_and_a_null_one_null(
+    fmt: str, good: dict[str, object], key: str, reason: str
+) -> None:
+    lacking = {name: value for name, value in good.items() if name != key}
+
+    assert errors_of(parse_bytes(jsonl(lacking), fmt)) == [(1, reason)]
+    null = errors_of(parse_bytes(jsonl({**good, key: None}), fmt))
+    assert len(null) == 1 and null[0][1].endswith("got null"), null
+    assert "missing" not in null[0][1]
+
+
+def test_prm800k_names_a_missing_nested_key_by_its_path() -> None:
+    step = {"completions": [{"rating": 1}], "chosen_completion": 0}
+    no_text = _prm800k_line([step])
+    no_problem = {"question": {}, "label": {"steps": []}}
+    no_steps = {"question": {"problem": "p"}, "label": {}}
+
+    assert errors_of(parse_bytes(jsonl(no_text, no_problem, no_steps), "prm800k")) == [
+        (1, "label.steps[0].completions[0].text: missing (expected a string)"),
+        (2, "question.problem: missing (expected a string)"),
+        (3, "label.steps: missing (expected an array)"),
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["generic", "processbench", "trl", "math_shepherd", "prm800k"])
+def test_a_one_line_json_array_names_its_records_not_lines(fmt: str) -> None:
+    record = next(case[1] for case in _MISSING_KEY_CASES if case[0] == fmt)
+    key, reason = next((case[2], case[3]) for case in _MISSING_KEY_CASES if case[0] == fmt)
+    lacking = {name: value for name, value in record.items() if name != key}
+    items = [record] * 80
+    items[73] = lacking  # the 74th record
+
+    results = parse_bytes(json.dumps(items).encode(), fmt)
+
+    assert errors_of(results) == [("record 74 (line 1)", reason)]
+    (error,) = [item for item in results if isinstance(item, LineError)]
+    assert (error.line, error.record) == (1, 74)
+
+
+def test_records_of_an_array_over_many_lines_carry_the_line_they_start_on() -> None:
+    bad = {"steps": ["a"]}
+    text = "[\n  " + ",\n  ".join(json.dumps(item) for item in [GOOD, GOOD, bad]) + "\n]\n"
+    pretty = "[\n" + ",\n".join(json.dumps(item, indent=2) for item in [GOOD, bad]) + "\n]"
+
+    assert errors_of(parse_bytes(text.encode(), "generic")) == [
+        ("record 3 (line 4)", "problem: missing (expected a string)")
+    ]
+    # An indented record starts on the line of its opening brace; the lines inside it
+    # (and the commas between records) move the next one down.
+    assert errors_of(parse_bytes(pretty.encode(), "generic")) == [
+        ("record 2 (line 9)", "problem: missing (expected a string)")
+    ]
+
+
+def test_the_record_line_survives_reads_cut_anywhere() -> None:
+    """The gauge sees the array in reads of any size; a record's start line must not
+    depend on where a read ends (inside the whitespace between records included)."""
+    text = "[\n" + ",\n\n".join(json.dumps(item) for item in [GOOD] * 6) + "\n]"
+    data = text.encode()
+    expected = [2 * index + 2 for index in range(6)]  # a blank line between records
+    for size in (1, 2, 3, 7, 64):
+        gauge = JsonGauge(max_depth=10, record_lines=True)
+        for start in range(0, len(data), size):
+            gauge.feed(data[start : start + size])
+        assert list(gauge.record_starts or []) == expected, size

@@ -108,6 +108,20 @@ def test_a_bad_file_fails_listing_every_bad_line_and_writes_nothing(
     assert counts() == (0, 0, 0, 0, 0)
 
 
+def test_a_json_array_with_bad_records_names_each_record(project, tmp_path: Path) -> None:
+    records = [{"problem": f"p{n}", "steps": ["a"]} for n in range(5)]
+    records[3] = {"steps": ["a"]}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(records))
+
+    with pytest.raises(CommandError) as failure:
+        run(project.name, str(path))
+
+    message = str(failure.value)
+    assert "\n  record 4 (line 1): problem: missing (expected a string)" in message
+    assert counts() == (0, 0, 0, 0, 0)
+
+
 def test_a_long_list_of_bad_lines_is_cut_with_a_count(project: Project, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "bad.jsonl", ['{"problem": 1, "steps": ["a"]}'] * 60)
 

@@ -177,7 +177,7 @@ def test_a_dropped_bad_file_lists_its_bad_lines_and_writes_nothing(
     rows = page.locator("#im-errors tbody tr")
     expect(rows).to_have_count(3)
     lines = [row.locator("td").first.inner_text() for row in rows.all()]
-    assert lines == ["2", "4", "5"]
+    assert lines == ["line 2", "line 4", "line 5"]
     assert all(row.locator("td").nth(1).inner_text() for row in rows.all())
     expect(page.locator("#im-message.error")).to_have_text("Nothing from this file was written.")
     assert (ImportBatch.objects.count(), Chain.objects.count()) == (0, 0)
