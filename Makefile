@@ -33,22 +33,27 @@ $(NODE_STAMP): package.json package-lock.json
 
 install: $(STAMP) $(NODE_STAMP)
 
-# The embedded default: SQLite (or $$DATABASE_URL), tasks in-process, a demo project.
-# Served by gunicorn as in production, not the development server (a thread and a
-# database connection per request, which a lab of annotators on PostgreSQL runs out of):
-# DEMO_WORKERS x DEMO_THREADS requests at a time, each thread keeping one connection, and
-# static files by WhiteNoise. tests/test_demo_serve.py holds 16 annotators on it.
+# The embedded default: SQLite (or $$DATABASE_URL), a demo project, the web server and
+# its Celery workers (queues default and gpu) as one command (config/demo.py): no task
+# runs inside a web request. Without CELERY_BROKER_URL the broker is a folder under var/
+# (config/broker.py), so nothing else needs to run. Served by gunicorn as in production,
+# not the development server (a thread and a database connection per request, which a
+# lab of annotators on PostgreSQL runs out of): DEMO_WORKERS x DEMO_THREADS requests at a
+# time, each thread keeping one connection, and static files by WhiteNoise.
+# tests/test_demo_serve.py holds 16 annotators on it and trains through its worker.
 DEMO_WORKERS ?= 2
 DEMO_THREADS ?= 8
 demo: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo --host $(HOST):$(PORT)
-	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.dev} exec $(VENV)/bin/gunicorn \
-		config.wsgi:application --bind $(HOST):$(PORT) --workers $(DEMO_WORKERS) \
+	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.dev} exec $(PY) -m config.demo -- \
+		$(VENV)/bin/gunicorn config.wsgi:application --bind $(HOST):$(PORT) --workers $(DEMO_WORKERS) \
 		--worker-class gthread --threads $(DEMO_THREADS) --timeout 120 --access-logfile -
 
+# The development server (it reloads edited code), with the same workers beside it (they
+# do not reload: stop and start again after changing a task's code).
 serve: install
-	$(PY) manage.py runserver $(HOST):$(PORT)
+	exec $(PY) -m config.demo -- $(PY) manage.py runserver $(HOST):$(PORT)
 
 # The whole suite against PostgreSQL and Redis.
 test: install lint $(CHROMIUM) /usr/bin/docker-compose
@@ -90,4 +95,4 @@ lint: install
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) node_modules staticfiles db.sqlite3
+	rm -rf $(VENV) node_modules staticfiles db.sqlite3 var/broker

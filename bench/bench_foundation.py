@@ -535,12 +535,12 @@ def gunicorn_running(
     1 runs gunicorn's sync workers, one request at a time each.
 
     ``broker_url``: the Celery broker the server enqueues to; None keeps the environment's
-    CELERY_BROKER_URL, else BENCH_CELERY_BROKER_URL, else Redis database 10; "" runs
-    tasks in-process (no broker)."""
+    CELERY_BROKER_URL, else BENCH_CELERY_BROKER_URL, else Redis database 10; "" the
+    folder broker (config/broker.py), which no worker reads here."""
     port = _free_port()
     env = _django_env(database_url, "config.settings.prod")
     # A broker, as in production: a submit that finishes a chain enqueues the auto-training
-    # check instead of running it inside the request (which it does without a broker).
+    # check (when its project retrains automatically).
     if broker_url is None:
         env.setdefault(
             "CELERY_BROKER_URL",

@@ -103,7 +103,8 @@ def config_from_argv(argv: Sequence[str] | None = None) -> LoadConfig:
     parser.add_argument(
         "--broker-url",
         default=os.environ.get("BENCH_CELERY_BROKER_URL", DEFAULT_BROKER_URL),
-        help="Celery broker for the server ('' runs the auto-training check in-process)",
+        help="Celery broker for the server ('': a folder broker under var/broker/ that no "
+        "worker reads; nothing is enqueued unless a project retrains automatically)",
     )
     parser.add_argument("--keep-db", action="store_true", help="reuse the database as it is")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON report path")

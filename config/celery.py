@@ -17,7 +17,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
-@app.task(name="steplab.ping", bind=True, ignore_result=False, time_limit=30)
+@app.task(name="steplab.ping", bind=True, ignore_result=False, time_limit=30, soft_time_limit=25)
 def ping(self: Task) -> dict[str, Any]:
     """A no-op that says which worker and which queue served it, so a deployment check
     can send one through each queue (``ping.apply_async(queue="gpu")``) and see that a

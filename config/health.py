@@ -10,6 +10,7 @@ in every profile."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 from django.conf import settings
@@ -35,11 +36,14 @@ def _database_ok() -> bool:
 
 
 def _broker_state() -> str:
-    """ "ok", "eager" (no broker configured: tasks run in-process) or "down"."""
-    if not settings.CELERY_BROKER_URL:
-        return "eager"
+    """ "ok" or "down": whether a message can be handed to the broker (Redis, or the
+    folder broker of the embedded default) within BROKER_TIMEOUT_SECONDS."""
     from config.celery import app
 
+    if settings.CELERY_BROKER_URL == "filesystem://":
+        # A folder broker connects to nothing: it is up when its folder takes files.
+        folder = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("data_folder_out", "")
+        return "ok" if folder and os.access(folder, os.W_OK | os.X_OK) else "down"
     try:
         with app.connection_for_write(url=settings.CELERY_BROKER_URL) as connection:
             connection.ensure_connection(

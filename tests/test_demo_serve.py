@@ -48,10 +48,28 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _demo_base_env(tmp_path: Path) -> dict[str, str]:
+    """`make demo`'s environment with no broker configured (its workers read a folder
+    broker, here under ``tmp_path``, as are the checkpoints they write)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "MAKE", "CELERY_", "CACHE_URL", "STEPLAB_"))
+    }
+    env.update(
+        {
+            "PYTHONUNBUFFERED": "1",
+            "STEPLAB_BROKER_DIR": str(tmp_path / "broker"),
+            "STEPLAB_MODEL_DIR": str(tmp_path / "models"),
+        }
+    )
+    return env
+
+
 @pytest.fixture
-def demo_env(transactional_db: Any, settings: Any) -> dict[str, str]:
-    """`make demo`'s environment: the development profile, tasks in-process (no broker),
-    pointed at pytest's PostgreSQL database."""
+def demo_env(transactional_db: Any, settings: Any, tmp_path: Path) -> dict[str, str]:
+    """`make demo`'s environment: the development profile, no broker configured, pointed
+    at pytest's PostgreSQL database."""
     db = settings.DATABASES["default"]
     assert db["ENGINE"] == "django.db.backends.postgresql", "needs PostgreSQL"
     password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
@@ -59,13 +77,7 @@ def demo_env(transactional_db: Any, settings: Any) -> dict[str, str]:
         f"postgres://{db.get('USER') or 'postgres'}{password}@{db.get('HOST') or '127.0.0.1'}"
         f":{db.get('PORT') or 5432}/{db['NAME']}"
     )
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DJANGO_", "MAKE", "CELERY_", "CACHE_URL"))
-    }
-    env.update({"DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"})
-    return env
+    return {**_demo_base_env(tmp_path), "DATABASE_URL": database_url}
 
 
 @pytest.fixture
@@ -198,19 +210,12 @@ def test_make_demo_on_sqlite_holds_sixteen_annotators(tmp_path: Path) -> None:
     file, 16 annotators writing through the server's threads and processes at once."""
     import sqlite3
 
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("DJANGO_", "MAKE", "CELERY_", "CACHE_URL"))
-    }
     database = tmp_path / "demo.sqlite3"
-    env.update(
-        {
-            "DATABASE_URL": f"sqlite:///{database}",
-            "PYTHONUNBUFFERED": "1",
-            "LAB_ANNOTATORS": str(ANNOTATORS),
-        }
-    )
+    env = {
+        **_demo_base_env(tmp_path),
+        "DATABASE_URL": f"sqlite:///{database}",
+        "LAB_ANNOTATORS": str(ANNOTATORS),
+    }
     log = tmp_path / "demo.log"
     with _make_demo(env, log) as port:
         _wait_ready(port, log)

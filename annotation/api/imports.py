@@ -270,8 +270,6 @@ class ImportCreateApi(GenericAPIView):
             )
         finally:
             upload.close()
-        # Where Celery runs tasks in-process (the demo), the job has already run.
-        job.refresh_from_db()
         return Response(ImportJobOutputSerializer(job).data, status=status.HTTP_202_ACCEPTED)
 
 

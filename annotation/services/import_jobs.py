@@ -8,7 +8,7 @@ QUEUED row and sends the task once that row commits (``transaction.on_commit``: 
 never looks for a row that was rolled back). ``import_job_execute`` claims the row QUEUED
 -> RUNNING under ``SELECT ... FOR UPDATE``, so a second delivery of the task returns
 quietly, runs the import, writes the counts or the bad lines, and removes the stored file.
-With no broker configured (``make demo``) Celery runs the task in-process, at the commit.
+A worker runs it, in every mode (``make demo`` starts one beside the web server).
 
 Progress. ``chain_import`` runs in one transaction, so what it writes is invisible until
 it commits; progress written through the same connection would be too. On PostgreSQL the
@@ -102,7 +102,7 @@ def import_job_create(
 
 
 def import_job_enqueue(*, job_id: int) -> None:
-    """Send the job's task (in-process when Celery is eager). Runs after the commit, so
+    """Send the job's task to a worker. Runs after the commit, so
     the upload's request must not fail here: when the broker is unreachable the job fails
     at once with that reason and its file is removed (the lead uploads it again)."""
     try:

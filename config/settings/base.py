@@ -1,12 +1,15 @@
 """Settings shared by every profile. Everything that differs between machines comes
-from the environment; unset, it falls back to the embedded default (SQLite, tasks
-in-process), so a fresh checkout runs with nothing else installed."""
+from the environment; unset, it falls back to the embedded default (SQLite, a broker in a
+folder), so a fresh checkout runs with nothing else installed."""
 
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
+
+from config.broker import TRANSPORT, default_folder, folder_options
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 
@@ -228,10 +231,17 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Celery. Without a broker URL, tasks run in-process (the embedded default).
+# Celery. Tasks always run on a worker, never inside a web request. Without a broker URL
+# (the embedded default) the broker is a folder (config/broker.py: kombu's filesystem
+# transport), one per database, which `make demo`'s workers read; STEPLAB_BROKER_DIR
+# places it elsewhere.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
-CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
-CELERY_TASK_EAGER_PROPAGATES = True
+STEPLAB_BROKER_DIR = Path(
+    os.environ.get("STEPLAB_BROKER_DIR") or default_folder(BASE_DIR, DATABASES["default"])
+)
+CELERY_BROKER_URL = CELERY_BROKER_URL or "filesystem://"
+if CELERY_BROKER_URL == "filesystem://":
+    CELERY_BROKER_TRANSPORT = TRANSPORT
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Routes match task names, not module paths ("prm_training.tasks.*" would match nothing).
@@ -269,12 +279,17 @@ CELERY_TASK_ANNOTATIONS["annotation.import_job"] = {
 # Redis redelivers a message not acknowledged within the visibility timeout. With late
 # acks a run still going past it would be delivered a second time, so it is kept above the
 # longest time limit (plus an hour's margin) whatever the environment asks for.
-CELERY_BROKER_TRANSPORT_OPTIONS = {
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     "visibility_timeout": max(
         int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", str(12 * 3600))),
         STEPLAB_GPU_TASK_TIME_LIMIT + 3600,
     ),
 }
+if CELERY_BROKER_URL == "filesystem://":
+    CELERY_BROKER_TRANSPORT_OPTIONS.update(folder_options(STEPLAB_BROKER_DIR))
+    # Remote control broadcasts to a queue per worker, which a file broker keeps as files
+    # long after the worker is gone; nothing here uses it.
+    CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

@@ -99,8 +99,8 @@ def _leftovers_remove(run: Run) -> None:
 
 
 def task_send(name: str, args: tuple[Any, ...], **options: Any) -> None:
-    """Send the task registered under ``name`` (run in-process when Celery is eager, as in
-    the demo). Raises what the broker raises."""
+    """Send the task registered under ``name`` to a worker (never run here). Raises what
+    the broker raises."""
     current_app.tasks[name].apply_async(args, **options)
 
 

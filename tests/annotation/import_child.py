@@ -7,10 +7,11 @@ the exit status. Each input goes through the API upload and through `import_chai
 and must be imported whole or rejected with line numbers, with nothing written on a
 rejection and nothing left in the temporary directory ($TMPDIR) either way.
 
-The child runs without a broker (the parent clears CELERY_BROKER_URL), so Celery runs
-the upload's import job in-process, at its commit, as in the demo: the upload answers
-202 with the job, which is then read back finished. No stored upload may outlive its job
-(STEPLAB_IMPORT_DIR, from the parent).
+The child is the web process and the worker at once: the upload answers 202 with its
+queued job (the task message goes to a folder broker of the parent's temporary folder,
+which no worker reads), then the child runs the job as the worker's task does
+(``import_job_execute``, under the same cap) and reads it back finished. No stored upload
+may outlive its job (STEPLAB_IMPORT_DIR, from the parent).
 
 Modes (JSON argument: project and user ids, and what the mode needs):
 - `property`: hypothesis draws nested, long, deep and malformed files up to the upload
@@ -61,7 +62,9 @@ def main() -> None:
     checker = _Checker(project_id=arguments["project"], user_id=arguments["user"], cap=cap)
     if mode == "upload":
         content = Path(arguments["file"]).read_bytes()
-        print(checker.upload(content, "generic").status_code, flush=True)
+        response = checker.upload(content, "generic")
+        print(response.status_code, flush=True)
+        _run_job(response.json()["id"])
     elif mode == "cases":
         for name in arguments["files"]:
             content = Path(name).read_bytes()
@@ -126,6 +129,8 @@ class _Checker:
             outcome = "rejected"
         else:
             assert response.status_code == 202, (response.status_code, response.content)
+            assert response.json()["status"] == "queued", response.json()
+            _run_job(response.json()["id"])
             body = self.client.get(response.json()["url"]).json()
             result = body["result"]
             if body["status"] == "done" and result["already_imported"]:  # imported before
@@ -170,6 +175,13 @@ class _Checker:
         assert found, summary
         created, duplicates = (int(group.replace(",", "")) for group in found.groups())
         _assert_whole(content, created + duplicates, summary)
+
+
+def _run_job(job_id: int) -> None:
+    """What the worker's ``annotation.import_job`` task does with the job."""
+    from annotation.services.import_jobs import import_job_execute
+
+    import_job_execute(job_id=job_id)
 
 
 def _record_count(content: bytes) -> int | None:
@@ -272,6 +284,7 @@ def _stream(arguments: dict[str, Any]) -> None:
         statuses: list[str] = []
         response = handler(environ, lambda status, headers, *rest: statuses.append(status))
         answer = json.loads(b"".join(response))
+        _run_job(answer["id"])
     after = _resident_peak_kib()
     assert statuses[0].startswith("202"), (statuses, answer)
     job = ImportJob.objects.get(pk=answer["id"])

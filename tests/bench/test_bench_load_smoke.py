@@ -27,9 +27,9 @@ def _smoke_database_url() -> str:
 
 
 def test_load_bench_tiny_run_holds_every_invariant(tmp_path: Path) -> None:
-    # Given: 300 chains of 3 steps, overlap 2, and 6 annotators for 2 s; no broker, so the
-    # server runs the auto-training check in-process and enqueues nothing a worker of
-    # another test could pick up
+    # Given: 300 chains of 3 steps, overlap 2, and 6 annotators for 2 s; the folder broker
+    # (no project retrains automatically, so nothing is enqueued), never a Redis queue a
+    # worker of another test could read
     out = tmp_path / "load.json"
     command = [
         sys.executable,

@@ -63,8 +63,10 @@ def _child_env(temporary_dir: Path) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
         "PYTHONPATH": str(REPO_ROOT),
         "TMPDIR": str(temporary_dir),
-        # No broker: the upload's import job runs in-process, as in the demo.
+        # The child runs the upload's job itself (import_child.py); the task message goes
+        # to a folder broker no worker reads.
         "CELERY_BROKER_URL": "",
+        "STEPLAB_BROKER_DIR": str(temporary_dir.parent / "broker"),
     }
 
 
@@ -132,7 +134,7 @@ def test_a_large_upload_streams_from_request_to_import_in_flat_memory(
     arguments = {"project": project.pk, "user": lead.pk, "file": str(path), "work": str(tmp_path)}
 
     # When: it is uploaded through the WSGI handler, its body read from disk, and its job
-    # runs in the same process (no broker), under the address-space cap
+    # runs in the same process (as the worker's task would), under the address-space cap
     output = _run_child("stream", arguments, temporary_dir)
 
     # Then: imported whole, and the resident peak grew by far less than the file

@@ -1,0 +1,210 @@
+"""`make demo` and `make serve`: the web server and its Celery workers as one command.
+
+    python -m config.demo -- WEB COMMAND ...
+
+starts the web command (gunicorn, or runserver) and two Celery workers beside it, as
+production runs them (`make worker`, `make gpu-worker`): queue ``default`` for light
+work, queue ``gpu`` for training, scoring and simulations, one task at a time in a fresh
+child process that ends with its task, so the memory a run took is returned. No web
+request runs a task. The broker is whatever the settings say: without
+``CELERY_BROKER_URL``, the folder broker of ``config/broker.py``, which needs no server.
+
+One lifetime for all three: when the web server stops, the workers are stopped too; a
+worker that dies (killed, out of memory) is started again under the same node name, which
+marks the runs it left running as lost at once (``prm_training.tasks``); a stop signal
+stops everything. Each child gets a signal of its own if this process is killed outright
+(Linux's parent-death signal), so no worker outlives it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+# A worker restarted this many times, each within RESTART_WINDOW seconds of its start, is
+# broken (a bad setting, say): the demo stops instead of restarting it for ever.
+MAX_QUICK_RESTARTS = 5
+RESTART_WINDOW = 20.0
+# How long a child may take to stop before it is stopped harder.
+WEB_STOP_SECONDS = 30.0
+WORKER_WARM_STOP_SECONDS = 10.0
+WORKER_COLD_STOP_SECONDS = 10.0
+
+WORKER_COMMON = [
+    sys.executable,
+    "-m",
+    "celery",
+    "-A",
+    "config",
+    "worker",
+    "--concurrency",
+    "1",
+    "--loglevel",
+    "info",
+    # Gossip, mingle and worker heartbeats are broadcasts among workers; a folder broker
+    # would keep each as a file for no reader.
+    "--without-gossip",
+    "--without-mingle",
+    "--without-heartbeat",
+]
+WORKERS = {
+    "worker-default": [*WORKER_COMMON, "--queues", "default", "--hostname", "default@%h"],
+    "worker-gpu": [
+        *WORKER_COMMON,
+        "--queues",
+        "gpu",
+        "--hostname",
+        "gpu@%h",
+        "--prefetch-multiplier",
+        "1",
+        "--max-tasks-per-child",
+        "1",
+    ],
+}
+
+
+def _parent_death_signal(signum: int) -> Callable[[], None]:
+    """A preexec_fn: the child gets ``signum`` when this process dies, however it dies."""
+
+    def apply() -> None:
+        from billiard.util import set_pdeathsig
+
+        set_pdeathsig(signum)
+
+    return apply
+
+
+@dataclass
+class Child:
+    name: str
+    command: Sequence[str]
+    # The signals that stop it: a gentle one, then (after the grace) a harder one.
+    stop_signals: tuple[tuple[int, float], ...]
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    quick_restarts: int = 0
+
+    def start(self) -> None:
+        first_signal = self.stop_signals[0][0]
+        # Its own session: a Ctrl-C in the terminal reaches this process, which stops the
+        # children in order, not every child at once.
+        self.process = subprocess.Popen(
+            self.command, start_new_session=True, preexec_fn=_parent_death_signal(first_signal)
+        )
+        self.started_at = time.monotonic()
+        _say(f"started {self.name} (pid {self.process.pid})")
+
+    def exited(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def signal(self, signum: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            # To the child alone: it stops its own children (Celery's pool, gunicorn's
+            # workers) in its own order.
+            try:
+                os.kill(self.process.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait()
+
+
+def stop_all(children: Sequence[Child]) -> None:
+    """Stop every child at once, each by its signals in turn (the next one once its grace
+    is over), and kill what is left with its process group."""
+    for stage in range(max(len(child.stop_signals) for child in children)):
+        for child in children:
+            if stage < len(child.stop_signals):
+                child.signal(child.stop_signals[stage][0])
+        grace = max(c.stop_signals[stage][1] for c in children if stage < len(c.stop_signals))
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(c.exited() is None for c in children):
+            time.sleep(0.1)
+    for child in children:
+        child.kill()
+
+
+def _say(text: str) -> None:
+    print(f"[demo] {text}", file=sys.stderr, flush=True)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def supervise(web_command: Sequence[str]) -> int:
+    """Run the web command and the workers until the web command ends or a stop signal
+    comes; returns the exit status to end with."""
+    web = Child("web", web_command, ((signal.SIGTERM, WEB_STOP_SECONDS),))
+    # Warm shutdown first (a task may end), then cold (a long training run is left to
+    # the reaper: it shows as lost and can be retried).
+    worker_signals = (
+        (signal.SIGTERM, WORKER_WARM_STOP_SECONDS),
+        (signal.SIGQUIT, WORKER_COLD_STOP_SECONDS),
+    )
+    workers = [Child(name, command, worker_signals) for name, command in WORKERS.items()]
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _raise_stop)
+    status = 0
+    try:
+        for child in [*workers, web]:
+            child.start()
+        while True:
+            time.sleep(0.5)
+            code = web.exited()
+            if code is not None:
+                _say(f"the web server exited ({code}): stopping the workers")
+                status = code
+                break
+            for worker in workers:
+                _restart_if_dead(worker)
+    except _Stop as stop:
+        _say(f"{stop}: stopping")
+    except RuntimeError as broken:
+        _say(str(broken))
+        status = 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stop_all([web, *workers])
+    return status
+
+
+def _restart_if_dead(worker: Child) -> None:
+    code = worker.exited()
+    if code is None:
+        return
+    quick = time.monotonic() - worker.started_at < RESTART_WINDOW
+    worker.quick_restarts = worker.quick_restarts + 1 if quick else 0
+    if worker.quick_restarts >= MAX_QUICK_RESTARTS:
+        raise RuntimeError(f"{worker.name} keeps exiting ({code}); see its log above")
+    _say(f"{worker.name} exited ({code}): starting it again")
+    worker.start()
+
+
+def main(argv: Sequence[str]) -> int:
+    arguments = list(argv)
+    if arguments[:1] == ["--"]:
+        arguments = arguments[1:]
+    if not arguments:
+        print("usage: python -m config.demo -- WEB COMMAND ...", file=sys.stderr)
+        return 2
+    return supervise(arguments)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
