@@ -311,6 +311,12 @@ class Chain(models.Model):
     # Human passes a lead asked for beyond the project's overlap (``chain_requeue``): the
     # chain needs ``overlap + extra_labels`` finished annotations.
     extra_labels = models.PositiveSmallIntegerField(default=0, db_default=0)
+    # The share of its steps that its current human passes do not rate differently; null
+    # while fewer than two passes count (``finished_count < 2``). Kept by the services
+    # that change those (``chains_agreement_refresh``: a counted submit, unmarking gold),
+    # as ``finished_count`` is, so the data manager filters and sorts on a column: worked
+    # out per row, sorting 1,000,000 chains by it read every rating (BENCHMARKS.md).
+    agreement = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -351,6 +357,14 @@ class Chain(models.Model):
                 fields=["project", "id"],
                 condition=Q(finished_count__gte=2),
                 name="chain_multi_labeled_idx",
+            ),
+            # The data manager's sorts (selectors/chain_order.py): a page reads its rows in
+            # the order of (value, id), either way, from where the last page ended.
+            models.Index(fields=["project", "finished_count", "id"], name="chain_by_passes"),
+            models.Index(
+                fields=["project", "agreement", "id"],
+                condition=Q(agreement__isnull=False),
+                name="chain_by_agreement",
             ),
         ]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Data manager benchmark: one filtered page of the chain list (``chain_list``, the
-selector the API and page call) at 1,000,000 chains, on PostgreSQL.
+"""Data manager benchmark: one filtered or sorted page of the chain list (``chain_list``,
+the selector the API and page call) at 1,000,000 chains, on PostgreSQL.
 
     .venv/bin/python bench/bench_chains.py [--database-url postgres://.../steplab_chains_bench]
         [--chains 1000000] [--rounds 30] [--keep-db] [--quick] [--out bench/out/chains.json]
@@ -10,11 +10,16 @@ created and migrated, dropped first unless --keep-db): problems, chains and thre
 each written by the server itself (INSERT ... SELECT over generate_series, faster than
 COPY from a client and with every index of the schema in place), 1 % flagged, 20 %
 finished by two annotators (their annotations and ratings too, one chain in ten of those
-disputed), 1 % skipped, 0.1 % gold (answer keys from an import); ANALYZE; then times
-``--rounds`` pages of 50 for each filter, the first page and a page deep in the list
-(keyset ``after``), and a common, a rare and an absent word searched, and prints p50 and
-p95 per filter, and writes them to ``--out`` as JSON. A measurement, not a test.
-``--quick`` (20,000 chains, 5 rounds) is what ``bench/run_all.py --quick`` runs."""
+disputed), 1 % skipped, 0.1 % gold (answer keys from an import), every chain but one in
+ten scored by one succeeded scoring run; each chain's stored agreement worked out by
+``chains_agreement_refresh`` (timed: what migration 0017 costs at this size); ANALYZE;
+then times ``--rounds`` pages of 50 for each filter, the first page and a page deep in
+the list (keyset ``after``), a common, a rare and an absent word searched, and each sort
+order both ways, first page and the page at the middle chain of that order (its
+cursor), and prints p50 and p95 per case, and writes them to ``--out`` as JSON. Beside
+them, the reference the sorts replace: ORDER BY the agreement worked out per row and the
+PRM score's per-row sub-select (``naive``), the first page only. A measurement, not a
+test. ``--quick`` (20,000 chains, 5 rounds) is what ``bench/run_all.py --quick`` runs."""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -67,6 +73,20 @@ INSERT INTO annotation_assignment (project_id, chain_id, annotator_id, status, c
     expires_at, skip_reason, chain_open)
 SELECT %(p)s, c.id, %(first)s, 'skipped', now(), now(), 'too long', true
 FROM annotation_chain c WHERE c.project_id = %(p)s AND c.id %% 100 = 3;
+"""
+
+# Every chain but one in ten scored: three step probabilities drawn from the chain's id,
+# the chain's score the least and its uncertainty 1 - |2p - 1| at the least sure step.
+SCORES_SQL = """
+INSERT INTO prm_training_chainscore (scoring_run_id, chain_id, step_probs, chain_score,
+    chain_uncertainty)
+SELECT %(run)s, c.id, to_jsonb(ARRAY[p1, p2, p3]), LEAST(p1, p2, p3),
+       GREATEST(1 - abs(2 * p1 - 1), 1 - abs(2 * p2 - 1), 1 - abs(2 * p3 - 1))
+FROM annotation_chain c,
+     LATERAL (SELECT round(((c.id * 7919) %% 1000) / 1000.0, 3)::float AS p1,
+                     round(((c.id * 104729) %% 1000) / 1000.0, 3)::float AS p2,
+                     round(((c.id * 1299709) %% 1000) / 1000.0, 3)::float AS p3) probs
+WHERE c.project_id = %(p)s AND c.id %% 10 <> 0
 """
 
 
@@ -135,10 +155,132 @@ def fill(*, chains: int) -> int:
         for chain_id, step_id in steps
     )
     gold_mark(project=project, chain_ids=gold_ids)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+    _scores_fill(project=project)
     print(f"filled {chains:,} chains in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return project.pk
+
+
+def _scores_fill(*, project: Any) -> None:
+    """One succeeded scoring run over the chains (SCORES_SQL), and each chain's stored
+    agreement worked out as migration 0017 does; ANALYZE."""
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from annotation.models import Chain
+    from annotation.services.chain_agreement import chains_agreement_refresh
+    from prm_training.models import RunStatus
+    from tests.factories import scoring_run_with_model_version
+
+    run = scoring_run_with_model_version(
+        project=project,
+        content_hash="chains-bench",
+        status=RunStatus.SUCCEEDED,
+        finished_at=timezone.now(),
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(SCORES_SQL, {"run": run.pk, "p": project.pk})
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # as autovacuum would have: the refresh is planned on it
+    started = time.perf_counter()
+    with transaction.atomic():
+        refreshed = chains_agreement_refresh(
+            chains=Chain.objects.filter(project=project, finished_count__gte=2)
+        )
+    print(
+        f"agreement of {refreshed:,} chains worked out in {time.perf_counter() - started:.1f} s",
+        file=sys.stderr,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+
+
+def _timed(call: Any, rounds: int) -> tuple[float, float, int]:
+    """p50 and p95 in ms of ``rounds`` calls, and the rows the last one gave."""
+    times = []
+    found = 0
+    for _ in range(rounds):
+        started = time.perf_counter()
+        found = call()
+        times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+    return statistics.median(times), p95, found
+
+
+def _middle_cursor(*, project: Any, order: Any) -> Any:
+    """The cursor of a page that ends at the middle chain of ``order``: each phase counted
+    until the one that holds it, then the row at its offset there (set-up, not timed)."""
+    from annotation.models import Chain
+    from annotation.selectors.chain_order import ChainCursor
+    from annotation.selectors.chains import chain_order_phases
+
+    half = project.chains.count() // 2
+    seen = 0
+    for index, phase in enumerate(chain_order_phases(project=project, order=order)):
+        chains = phase.scored(Chain.objects.filter(project=project))
+        if chains is None:
+            continue
+        chains = chains.filter(phase.where)
+        count = chains.count()
+        if seen + count > half:
+            row = chains.order_by(*phase.ordering())[half - seen]
+            return ChainCursor(phase=index, value=phase.value_of(row), chain_id=row.pk)
+        seen += count
+    return None
+
+
+def measure_sorts(*, project_id: int, rounds: int) -> list[tuple[str, float, float, int]]:
+    """Each sort order both ways, the first page and the page at the middle chain of the
+    order; then the reference: ORDER BY the per-row agreement and PRM sub-select."""
+    from annotation.models import Project
+    from annotation.selectors.chain_order import SORT_KEYS, ChainOrder
+    from annotation.selectors.chains import ChainFilters, chain_list
+
+    project = Project.objects.get(pk=project_id)
+    rows = []
+    for key in SORT_KEYS[1:]:
+        for descending in (False, True):
+            order = ChainOrder(key=key, descending=descending)
+            middle = _middle_cursor(project=project, order=order)
+            for where, cursor in (("first page", None), ("page at the middle", middle)):
+
+                def page(order: Any = order, cursor: Any = cursor) -> int:
+                    found = chain_list(
+                        project=project, filters=ChainFilters(), order=order, cursor=cursor
+                    )
+                    return len(found.rows)
+
+                rows.append((f"sort={order}, {where}", *_timed(page, rounds)))
+    rows += _naive_sorts(project=project, rounds=max(1, rounds // 5))
+    return rows
+
+
+def _naive_sorts(*, project: Any, rounds: int) -> list[tuple[str, float, float, int]]:
+    """What the sorts replace: the first page ordered by the agreement worked out per
+    row (the data manager's expression before migration 0017) and by the PRM score's
+    per-row sub-select: the database works every chain's value out, then sorts."""
+    from django.db.models import F
+
+    from annotation.models import Chain
+    from annotation.selectors.chain_scores import chains_with_scores
+    from annotation.services.chain_agreement import agreement_expression
+
+    def by_agreement() -> int:
+        chains = Chain.objects.filter(project=project).annotate(computed=agreement_expression())
+        ordered = chains.order_by(F("computed").desc(nulls_last=True), "-pk")
+        return len(list(ordered.values_list("pk", flat=True)[:51]))
+
+    def by_score() -> int:
+        chains = chains_with_scores(
+            chains=Chain.objects.filter(project=project), project_id=project.pk
+        )
+        ordered = chains.order_by(F("prm_score").desc(nulls_last=True), "-pk")
+        return len(list(ordered.values_list("pk", flat=True)[:51]))
+
+    return [
+        ("naive: ORDER BY agreement worked out per row", *_timed(by_agreement, rounds)),
+        ("naive: ORDER BY the PRM score's sub-select", *_timed(by_score, rounds)),
+    ]
 
 
 def measure(*, project_id: int, rounds: int) -> list[tuple[str, float, float, int]]:
@@ -210,9 +352,10 @@ def main() -> None:
     existing = Project.objects.filter(name="chains bench").values_list("id", flat=True).first()
     project_id = existing if args.keep_db and existing else fill(chains=chains)
     rows = measure(project_id=project_id, rounds=rounds)
-    print(f"{'filter (page of 50)':45} {'p50 ms':>8} {'p95 ms':>8} {'rows':>5}")
+    rows += measure_sorts(project_id=project_id, rounds=rounds)
+    print(f"{'filter or sort (page of 50)':50} {'p50 ms':>9} {'p95 ms':>9} {'rows':>5}")
     for name, p50, p95, found in rows:
-        print(f"{name:45} {p50:8.1f} {p95:8.1f} {found:5d}")
+        print(f"{name:50} {p50:9.1f} {p95:9.1f} {found:5d}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "config": {"chains": chains, "rounds": rounds},

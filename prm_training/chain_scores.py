@@ -9,7 +9,16 @@ index."""
 
 from __future__ import annotations
 
-from django.db.models import FloatField, OuterRef, QuerySet, Subquery, Value
+from django.db.models import (
+    F,
+    FilteredRelation,
+    FloatField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
 
 from annotation.models import Chain
 from annotation.selectors.chain_scores import ChainScoreSource
@@ -39,6 +48,32 @@ def chains_scored(chains: QuerySet[Chain], *, project_id: int) -> QuerySet[Chain
     )
 
 
+_COLUMNS = {"prm_score": "chain_score", "prm_uncertainty": "chain_uncertainty"}
+
+
+def chains_scored_by(
+    chains: QuerySet[Chain], *, project_id: int, field: str
+) -> QuerySet[Chain] | None:
+    """The ``chains`` the newest run gave a value of ``field`` (``prm_score`` or
+    ``prm_uncertainty``), read through one join on the run's scores (a FilteredRelation,
+    so the join is the run's row of each chain and nothing else), with ``prm_sort`` to
+    order by: the (scoring run, value, chain) indexes then give a page in order. None
+    without a run. One query to find the run."""
+    run_id = _newest_run_id(project_id=project_id)
+    if run_id is None:
+        return None
+    newest = FilteredRelation("prm_scores", condition=Q(prm_scores__scoring_run_id=run_id))
+    column = f"newest__{_COLUMNS[field]}"
+    return (
+        chains.alias(newest=newest)
+        .filter(**{f"{column}__isnull": False})
+        .annotate(
+            prm_score=F("newest__chain_score"), prm_uncertainty=F("newest__chain_uncertainty")
+        )
+        .alias(prm_sort=F(column))
+    )
+
+
 def chain_step_probs(*, chain_id: int) -> list[float] | None:
     """The step probabilities of the newest succeeded run that scored the chain."""
     return (
@@ -49,4 +84,6 @@ def chain_step_probs(*, chain_id: int) -> list[float] | None:
     )
 
 
-SOURCE = ChainScoreSource(annotate=chains_scored, step_probs=chain_step_probs)
+SOURCE = ChainScoreSource(
+    annotate=chains_scored, step_probs=chain_step_probs, scored_by=chains_scored_by
+)

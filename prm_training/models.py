@@ -289,6 +289,17 @@ class ChainScore(models.Model):
                 fields=["scoring_run", "chain"], name="chain_score_unique_per_run"
             ),
         ]
+        indexes = [
+            # The data manager sorted by PRM score or uncertainty (prm_training/chain_scores.py):
+            # a page walks the newest run's scores in order from where the last page ended.
+            models.Index(
+                fields=["scoring_run", "chain_score", "chain"], name="chain_score_by_score"
+            ),
+            models.Index(
+                fields=["scoring_run", "chain_uncertainty", "chain"],
+                name="chain_score_by_uncertainty",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"scores of chain {self.chain_id} in scoring run {self.scoring_run_id}"

@@ -1,8 +1,10 @@
 """The data manager over HTTP (leads only; annotators 403, non-members 404). Thin: check
 access, validate, call one selector or service, serialize.
 
-- `GET /api/v1/projects/{id}/chains/`: one page of the project's chains, filtered and
-  searched, by id; `after` (the previous page's `next_after`) walks on (keyset paging);
+- `GET /api/v1/projects/{id}/chains/`: one page of the project's chains, filtered,
+  searched and sorted by any column shown (`sort`, `-` first for descending); `cursor`
+  (the previous page's `next_cursor`) walks on (keyset paging; `after`, an id, in the id
+  order);
 - `GET /api/v1/chains/{id}/`: one chain with its status, steps, the PRM's step scores and
   every lease with its skip or flag reason (its labels: `chains/{id}/labels/`);
 - `POST /api/v1/chains/{id}/requeue/`: ask for more human passes on a chain.
@@ -12,7 +14,9 @@ their own endpoints, which the chain page calls."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
@@ -22,16 +26,20 @@ from annotation.api.fields import CursorField, IdField
 from annotation.api.permissions import LEADS, project_for_request
 from annotation.api.review import NOT_A_MEMBER, WRONG_ROLE, chain_for_lead
 from annotation.models import Chain, Membership
+from annotation.selectors.chain_order import SORTS, ChainCursor, ChainOrder
 from annotation.selectors.chains import (
     PAGE_SIZE_MAX,
     ChainFilters,
     ChainStatus,
     chain_detail,
     chain_list,
+    chain_order_phases,
 )
 from annotation.services.chains import EXTRA_LABELS_MAX, chain_requeue
 
-BAD_FILTER = OpenApiResponse(description="A filter out of range or an unknown status.")
+BAD_FILTER = OpenApiResponse(
+    description="A filter out of range, an unknown status or sort, or a cursor of another sort."
+)
 
 
 class ChainListFilterSerializer(serializers.Serializer):
@@ -66,8 +74,31 @@ class ChainListFilterSerializer(serializers.Serializer):
     q = serializers.CharField(
         required=False, default="", max_length=200, help_text="Words in the problem or a step."
     )
-    after = CursorField(required=False, help_text="The previous page's `next_after`.")
+    sort = serializers.ChoiceField(
+        choices=SORTS,
+        required=False,
+        default="id",
+        help_text="The column to sort by, `-` first for descending; ties go by id. Chains "
+        "without a value (agreement under two passes, no PRM score) come last either way.",
+    )
+    cursor = serializers.CharField(
+        required=False,
+        max_length=200,
+        help_text="The previous page's `next_cursor` (made for the same `sort`).",
+    )
+    after = CursorField(
+        required=False, help_text="The previous page's `next_after` (the id order only)."
+    )
     limit = serializers.IntegerField(required=False, default=50, min_value=1, max_value=200)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        order = ChainOrder.parse(attrs["sort"])
+        if "after" in attrs and (order.key != "id" or "cursor" in attrs):
+            raise serializers.ValidationError(
+                {"after": "`after` pages the id order only; pass `cursor` instead."}
+            )
+        attrs["order"] = order
+        return attrs
 
 
 class ChainRowOutputSerializer(serializers.Serializer):
@@ -92,9 +123,19 @@ class ChainRowOutputSerializer(serializers.Serializer):
 
 class ChainPageOutputSerializer(serializers.Serializer):
     results = ChainRowOutputSerializer(many=True, source="rows")
-    next_after = serializers.IntegerField(
-        allow_null=True, help_text="Pass as `after` for the next page; null on the last."
+    next_cursor = serializers.SerializerMethodField(
+        help_text="Pass as `cursor` (with the same `sort`) for the next page; null on the last."
     )
+    next_after = serializers.IntegerField(
+        allow_null=True,
+        help_text="In the id order, pass as `after` for the next page; null on the last "
+        "page and in the other orders.",
+    )
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_next_cursor(self, page: Any) -> str | None:
+        cursor = page.next_cursor
+        return None if cursor is None else cursor.encode(self.context["order"])
 
 
 class ChainListApi(GenericAPIView):
@@ -136,13 +177,23 @@ class ChainListApi(GenericAPIView):
             max_uncertainty=data.get("max_uncertainty"),
             search=data["q"],
         )
+        order = data["order"]
+        cursor = None
+        if "cursor" in data:
+            phases = len(chain_order_phases(project=project, order=order))
+            try:
+                cursor = ChainCursor.decode(data["cursor"], order=order, phases=phases)
+            except ValueError as error:
+                raise serializers.ValidationError({"cursor": str(error)}) from None
         page = chain_list(
             project=project,
             filters=filters,
+            order=order,
+            cursor=cursor,
             after=data.get("after"),
             limit=min(data["limit"], PAGE_SIZE_MAX),
         )
-        return Response(ChainPageOutputSerializer(page).data)
+        return Response(ChainPageOutputSerializer(page, context={"order": order}).data)
 
 
 class ChainLeaseOutputSerializer(serializers.Serializer):

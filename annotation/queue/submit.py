@@ -35,6 +35,7 @@ from annotation.queue.sql import (
     SUBMIT_WRITE_SQL,
     insert_statement,
 )
+from annotation.services.chain_agreement import chains_agreement_refresh
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -374,6 +375,9 @@ def assignment_submit(
             now=now,
             counted=counted,
         )
+        if counted is not None and counted[0] >= 2:
+            # Two or more passes now count: the chain's agreement moves with this one.
+            chains_agreement_refresh(chains=Chain.objects.filter(pk=chain.pk))
         assignment.status = AssignmentStatus.SUBMITTED
         assignment.finished_at = now
         assignment.chain_open = counted is not None and not counted[1]

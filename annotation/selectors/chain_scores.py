@@ -28,6 +28,12 @@ class ChainScoreSource:
     # step_probs(chain_id=...) -> P(step i correct) per step from the newest scoring run
     # that scored the chain, or None.
     step_probs: Callable[..., list[float] | None]
+    # scored_by(queryset, project_id=..., field="prm_score" | "prm_uncertainty") -> the
+    # chains of the queryset that have that value in the newest run, with ``prm_score``
+    # and ``prm_uncertainty`` and an alias ``prm_sort`` (the field's value) read by a
+    # join on the run's scores, so a page sorted by it walks an index of the run's scores
+    # in order; None when the project has no scoring run.
+    scored_by: Callable[..., QuerySet[Chain] | None]
 
 
 _SOURCES: list[ChainScoreSource] = []
@@ -45,6 +51,20 @@ def chains_with_scores(*, chains: QuerySet[Chain], project_id: int) -> QuerySet[
         null = Value(None, output_field=FloatField())
         return chains.annotate(prm_score=null, prm_uncertainty=null)
     return _SOURCES[0].annotate(chains, project_id=project_id)
+
+
+def chains_scored_by(
+    *, chains: QuerySet[Chain], project_id: int, field: str
+) -> QuerySet[Chain] | None:
+    """The ``chains`` with a value of ``field`` (``prm_score`` or ``prm_uncertainty``) in
+    the newest scoring run, annotated as ``chains_with_scores`` does and with ``prm_sort``
+    (that value) to order by; None when there is no source or no scoring run (then no
+    chain has one)."""
+    if field not in ("prm_score", "prm_uncertainty"):
+        raise ValueError(f"Not a PRM column: {field!r}.")
+    if not _SOURCES:
+        return None
+    return _SOURCES[0].scored_by(chains, project_id=project_id, field=field)
 
 
 def chain_step_scores(*, chain_id: int) -> list[float] | None:

@@ -1,10 +1,11 @@
-"""The data manager's read paths: a project's chains filtered, searched and paged by id
-(keyset: each page starts after the last id of the one before, so page 20,000 costs what
-page 1 does), and one chain with its leases, skips and flag.
+"""The data manager's read paths: a project's chains filtered, searched, sorted by any
+column it shows and paged by keyset (each page starts after the last row of the one
+before, so page 20,000 costs what page 1 does: ``chain_order``), and one chain with its
+leases, skips and flag.
 
-Every filter runs in the page's one query, ordered by ``id`` on an index that starts with
-``(project, id)`` (``chain_by_project`` and the partial ones in the model's Meta), so the
-database reads a page's rows in order and stops at ``limit + 1``."""
+Every filter runs in the page's own query, which reads its rows in the order of an index
+(``chain_by_project`` and the partial ones in the model's Meta for the id order, the
+others for the sorts) and stops at ``limit + 1``."""
 
 from __future__ import annotations
 
@@ -14,24 +15,8 @@ from typing import Any
 
 from django.contrib.postgres.search import SearchQuery, SearchVectorField
 from django.db import connection
-from django.db.models import (
-    Case,
-    Count,
-    Exists,
-    F,
-    FloatField,
-    Func,
-    IntegerField,
-    Max,
-    Min,
-    OuterRef,
-    Q,
-    QuerySet,
-    Subquery,
-    Value,
-    When,
-)
-from django.db.models.functions import Cast, Coalesce, Greatest, Substr
+from django.db.models import Exists, Func, OuterRef, Q, QuerySet, Value
+from django.db.models.functions import Substr
 from django.utils import timezone
 
 from annotation.models import (
@@ -43,9 +28,14 @@ from annotation.models import (
     Problem,
     Project,
     Step,
-    StepRating,
 )
-from annotation.selectors.chain_scores import chain_step_scores, chains_with_scores
+from annotation.selectors.chain_order import (
+    ChainCursor,
+    ChainOrder,
+    order_phases,
+    phase_rows,
+)
+from annotation.selectors.chain_scores import chain_step_scores
 
 
 class ChainStatus:
@@ -57,47 +47,14 @@ class ChainStatus:
     SKIPPED = "skipped"
     GOLD = "gold"
 
+    # The order of the status filter's choices, and of a sort by status.
     ALL = (UNLABELED, IN_PROGRESS, FINISHED, DISPUTED, FLAGGED, SKIPPED, GOLD)
+    # A chain shows the first of these that holds for it (``_status_of``).
+    PRECEDENCE = (GOLD, FLAGGED, DISPUTED, FINISHED, IN_PROGRESS, SKIPPED, UNLABELED)
 
 
 PAGE_SIZE_MAX = 200
 PROBLEM_PREVIEW = 200
-
-
-def _disagreeing() -> Coalesce:
-    """How many steps of the chain (the outer query's row) two or more current human
-    passes (not superseded by a correction) rated differently: per step, the spread of
-    its current human ratings; the steps whose spread is above zero, counted."""
-    spread = (
-        StepRating.objects.filter(
-            step=OuterRef("pk"),
-            annotation__source=AnnotationSource.HUMAN,
-            annotation__superseded_by__isnull=True,
-        )
-        .values("step")
-        .annotate(spread=Max("rating") - Min("rating"))
-        .values("spread")
-    )
-    disputed = (
-        Step.objects.filter(chain=OuterRef("pk"))
-        .annotate(spread=Subquery(spread, output_field=IntegerField()))
-        .filter(spread__gt=0)
-        .values("chain")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
-    return Coalesce(Subquery(disputed, output_field=IntegerField()), 0)
-
-
-def _agreement() -> Case:
-    """The share of the chain's steps nobody disputes; null while fewer than two people
-    finished it. Reads the row's ``disagreeing``."""
-    steps = Greatest(F("step_count"), Value(1))
-    return Case(
-        When(finished_count__lt=2, then=Value(None)),
-        default=Value(1.0) - Cast(F("disagreeing"), FloatField()) / Cast(steps, FloatField()),
-        output_field=FloatField(),
-    )
 
 
 @dataclass(frozen=True)
@@ -138,7 +95,10 @@ class ChainRow:
 @dataclass(frozen=True)
 class ChainPage:
     rows: list[ChainRow]
-    next_after: int | None  # the ``after`` of the next page; None on the last
+    # Where the next page starts (``ChainCursor.encode``); None on the last page.
+    next_cursor: ChainCursor | None
+    # In the id order, the next page's ``after`` too (the last row's id); else None.
+    next_after: int | None
 
 
 def _live_leases() -> QuerySet[Assignment]:
@@ -152,6 +112,8 @@ def _skips() -> QuerySet[Assignment]:
 
 
 def _status_q(status: str, *, project: Project) -> Q:
+    """The chains for which ``status`` holds (a chain may have several: see
+    ``_main_status_q``)."""
     not_done = Q(is_finished=False, is_gold=False)
     if status == ChainStatus.UNLABELED:
         return not_done & Q(finished_count=0) & ~Q(Exists(_live_leases()))
@@ -160,7 +122,7 @@ def _status_q(status: str, *, project: Project) -> Q:
     if status == ChainStatus.FINISHED:
         return Q(is_finished=True)
     if status == ChainStatus.DISPUTED:
-        return Q(finished_count__gte=2, disagreeing__gt=0)
+        return Q(finished_count__gte=2, agreement__lt=1.0)
     if status == ChainStatus.FLAGGED:
         return Q(is_flagged=True)
     if status == ChainStatus.SKIPPED:
@@ -169,6 +131,16 @@ def _status_q(status: str, *, project: Project) -> Q:
     if status == ChainStatus.GOLD:
         return Q(is_gold=True)
     raise ValueError(f"Unknown chain status {status!r}.")
+
+
+def _main_status_q(status: str, *, project: Project) -> Q:
+    """The chains whose shown status is ``status``: it holds and none before it in
+    ``ChainStatus.PRECEDENCE`` does, as ``_status_of`` decides for a loaded row."""
+    before = ChainStatus.PRECEDENCE[: ChainStatus.PRECEDENCE.index(status)]
+    main = _status_q(status, project=project)
+    for earlier in before:
+        main &= ~_status_q(earlier, project=project)
+    return main
 
 
 class _SimpleVector(Func):
@@ -213,57 +185,96 @@ def _search_q(*, text: str) -> Q:
 
 
 def _status_of(chain: Chain) -> str:
-    if chain.is_gold:
-        return ChainStatus.GOLD
-    if chain.is_flagged:
-        return ChainStatus.FLAGGED
-    if getattr(chain, "disagreeing", 0):
-        return ChainStatus.DISPUTED
-    if chain.is_finished:
-        return ChainStatus.FINISHED
-    if chain.finished_count > 0 or getattr(chain, "leased", False):
-        return ChainStatus.IN_PROGRESS
-    if getattr(chain, "skipped", False):
-        return ChainStatus.SKIPPED
-    return ChainStatus.UNLABELED
+    """The shown status of a row loaded with ``leased`` and ``skipped`` (the first in
+    ``ChainStatus.PRECEDENCE`` that holds), as ``_main_status_q`` selects it."""
+    holds = {
+        ChainStatus.GOLD: chain.is_gold,
+        ChainStatus.FLAGGED: chain.is_flagged,
+        ChainStatus.DISPUTED: chain.finished_count >= 2
+        and chain.agreement is not None
+        and chain.agreement < 1.0,
+        ChainStatus.FINISHED: chain.is_finished,
+        ChainStatus.IN_PROGRESS: chain.finished_count > 0 or bool(getattr(chain, "leased", False)),
+        ChainStatus.SKIPPED: bool(getattr(chain, "skipped", False)),
+        ChainStatus.UNLABELED: True,
+    }
+    return next(status for status in ChainStatus.PRECEDENCE if holds[status])
+
+
+_ROW_FIELDS = (
+    "id",
+    "step_count",
+    "finished_count",
+    "extra_labels",
+    "is_finished",
+    "is_flagged",
+    "is_gold",
+    "agreement",
+    "priority",
+    "created_at",
+)
 
 
 def chain_list(
-    *, project: Project, filters: ChainFilters, after: int | None = None, limit: int = 50
+    *,
+    project: Project,
+    filters: ChainFilters,
+    order: ChainOrder | None = None,
+    cursor: ChainCursor | None = None,
+    after: int | None = None,
+    limit: int = 50,
 ) -> ChainPage:
-    """One page of the project's chains matching ``filters``, by id, starting after the
-    id ``after``. Two queries whatever ``limit`` (the PRM's newest scoring run, and the
-    page with its columns: each row's agreement, live lease and skip as sub-selects)."""
+    """One page of the project's chains matching ``filters``, in ``order`` (by id when
+    None), starting after ``cursor`` (a ``next_cursor`` of the same order; in the id
+    order ``after``, an id, does the same).
+
+    A query per phase the page reaches (``chain_order``; one for the id and passes
+    orders), each with the page's columns (each row's live lease and skip as
+    sub-selects), plus one for the newest scoring run per phase that reads PRM scores."""
     limit = max(1, min(limit, PAGE_SIZE_MAX))
-    chains = Chain.objects.filter(project=project)
+    order = order or ChainOrder()
     if after is not None:
-        chains = chains.filter(pk__gt=after)
-    chains = (
-        chains_with_scores(chains=chains, project_id=project.pk)
-        .annotate(
-            disagreeing=_disagreeing(),
+        if order.key != "id" or cursor is not None:
+            raise ValueError("`after` pages the id order only; pass `cursor` instead.")
+        cursor = ChainCursor(phase=0, value=None, chain_id=after)
+    phases = chain_order_phases(project=project, order=order)
+
+    def prepared(chains: QuerySet[Chain]) -> QuerySet[Chain]:
+        chains = chains.annotate(
             leased=Exists(_live_leases()),
             skipped=Exists(_skips()),
             preview=Substr("problem__text", 1, PROBLEM_PREVIEW),
-        )
-        .annotate(agreement=_agreement())
+        ).only(*_ROW_FIELDS)
+        return _filtered(chains, project=project, filters=filters)
+
+    found = phase_rows(
+        phases=phases,
+        cursor=cursor,
+        limit=limit,
+        prepared=prepared,
+        base=Chain.objects.filter(project=project),
     )
-    chains = _filtered(chains, project=project, filters=filters)
-    page = list(
-        chains.order_by("pk").only(
-            "id",
-            "step_count",
-            "finished_count",
-            "extra_labels",
-            "is_finished",
-            "is_flagged",
-            "is_gold",
-            "priority",
-            "created_at",
-        )[: limit + 1]
+    rows = [_row(chain, overlap=project.overlap) for _phase, chain in found[:limit]]
+    if len(found) <= limit:
+        return ChainPage(rows=rows, next_cursor=None, next_after=None)
+    phase, last = found[limit - 1]
+    next_cursor = ChainCursor(phase=phase, value=phases[phase].value_of(last), chain_id=last.pk)
+    return ChainPage(
+        rows=rows,
+        next_cursor=next_cursor,
+        next_after=last.pk if order.key == "id" else None,
     )
-    rows = [_row(chain, overlap=project.overlap) for chain in page[:limit]]
-    return ChainPage(rows=rows, next_after=rows[-1].chain_id if len(page) > limit else None)
+
+
+def chain_order_phases(*, project: Project, order: ChainOrder) -> list[Any]:
+    """The phases ``order`` reads the project's chains in (``chain_order.order_phases``),
+    how many a cursor of it may name."""
+    return order_phases(
+        order=order,
+        project_id=project.pk,
+        statuses=ChainStatus.ALL,
+        status_where=lambda status: _main_status_q(status, project=project),
+    )
 
 
 def _filtered(chains: QuerySet[Any], *, project: Project, filters: ChainFilters) -> QuerySet[Any]:
@@ -292,7 +303,7 @@ def _filtered(chains: QuerySet[Any], *, project: Project, filters: ChainFilters)
 
 
 def _row(chain: Chain, *, overlap: int) -> ChainRow:
-    agreement = getattr(chain, "agreement", None)
+    agreement = chain.agreement if chain.finished_count >= 2 else None
     score = getattr(chain, "prm_score", None)
     uncertainty = getattr(chain, "prm_uncertainty", None)
     return ChainRow(
@@ -355,11 +366,7 @@ def chain_detail(*, chain: Chain) -> ChainDetail:
     ]
     listed = (
         Chain.objects.filter(pk=chain.pk)
-        .annotate(
-            disagreeing=_disagreeing(),
-            leased=Exists(_live_leases()),
-            skipped=Exists(_skips()),
-        )
+        .annotate(leased=Exists(_live_leases()), skipped=Exists(_skips()))
         .get()
     )
     return ChainDetail(

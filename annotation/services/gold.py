@@ -54,6 +54,7 @@ from annotation.selectors.gold import (
     screening_state_get,
     unseen_gold_chain,
 )
+from annotation.services.chain_agreement import chains_agreement_refresh
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -164,8 +165,8 @@ def gold_mark_from_import(*, project: Project, import_batch_id: int) -> list[Cha
 def gold_unmark(*, project: Project, chain_ids: Iterable[int]) -> list[Chain]:
     """Return gold chains to ordinary work. The passes annotators made over them while
     gold now count: ``finished_count`` becomes the number of annotators who labeled the
-    chain, and ``is_finished`` follows the overlap. Chains that are not gold are left
-    as they are."""
+    chain, ``is_finished`` follows the overlap and ``agreement`` the passes. Chains that
+    are not gold are left as they are."""
     with transaction.atomic():
         chains = [c for c in _locked_chains(project=project, chain_ids=chain_ids) if c.is_gold]
         done = dict(
@@ -186,6 +187,7 @@ def gold_unmark(*, project: Project, chain_ids: Iterable[int]) -> list[Chain]:
             ["is_gold", "gold_annotation", "finished_count", "is_finished"],
             batch_size=1000,
         )
+        chains_agreement_refresh(chains=Chain.objects.filter(pk__in=[c.pk for c in chains]))
         closed_leases_sync(leases=Assignment.objects.filter(chain__in=chains))
     return chains
 

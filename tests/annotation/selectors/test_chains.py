@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from annotation.models import Assignment, AssignmentStatus, Chain, Role, Step
 from annotation.selectors.chains import ChainFilters, ChainStatus, chain_detail, chain_list
+from annotation.services.chain_agreement import chains_agreement_refresh
 from annotation.services.chains import chain_requeue
 from annotation.services.gold import gold_mark
 from annotation.services.workspace import chain_flag_clear
@@ -64,6 +65,8 @@ def world():
         annotation_with_ratings(chain=chain, labels=[1, 1, 1], annotator=ann1)
         annotation_with_ratings(chain=chain, labels=second, annotator=ann2)
     Chain.objects.filter(pk__in=[agreed.pk, disputed.pk]).update(finished_count=2, is_finished=True)
+    # Written past the submit, so the agreement it keeps is worked out here, as it would.
+    chains_agreement_refresh(chains=Chain.objects.filter(project=project))
     flagged = _chain(project, is_flagged=True, flag_reason="garbled step", flagged_by=ann2)
     skipped = _chain(project)
     Assignment.objects.create(
