@@ -20,6 +20,7 @@ from annotation.api.fields import BIGINT_MAX
 from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
 from annotation.importers.formats import FORMATS as IMPORT_FORMATS
 from annotation.models import ImportBatch, ImportLabels, LabelingMode, Project, Role, StepSplit
+from annotation.navigation import page_roles, project_pages
 from annotation.selectors.access import project_create_allowed, project_get_for_member
 from annotation.selectors.datasets import snapshot_get, training_snapshots
 from annotation.selectors.history import history_annotator_resolve
@@ -88,7 +89,9 @@ def project_settings(request: HttpRequest, project_id: int) -> HttpResponse:
     """``/projects/{id}/settings/`` (leads only: 403 for other members, 404 for
     non-members). The form loads from and saves through ``/api/v1/projects/{id}/``
     (``project_update``): a 400 names each field's errors and saves nothing."""
-    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    project = project_get_for_member(
+        user=request.user, project_id=project_id, roles=page_roles("project-settings")
+    )
     config = {
         "mode": "edit",
         "api": {
@@ -105,7 +108,9 @@ def project_settings(request: HttpRequest, project_id: int) -> HttpResponse:
 def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
     """``/projects/{id}/members/`` (leads only, as the settings page): the list, adding by
     username, role changes and removal, all through ``/api/v1/projects/{id}/members/``."""
-    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    project = project_get_for_member(
+        user=request.user, project_id=project_id, roles=page_roles("project-members")
+    )
     config = {
         "me": request.user.pk,
         # A superuser manages every project, member or not; anyone else who leaves the
@@ -131,10 +136,13 @@ def project_overview(request: HttpRequest, project_id: int) -> HttpResponse:
     other members. The dashboard's numbers come from the lead-only dashboard API, so the
     page carries only where to fetch them (and the export and snapshot endpoints)."""
     project = project_get_with_progress(user=request.user, project_id=project_id)
-    is_lead = project.my_role == Role.LEAD  # type: ignore[attr-defined]
+    role = project.my_role  # type: ignore[attr-defined]
+    is_lead = role == Role.LEAD
     context: dict[str, Any] = {
         "project": project,
         "is_lead": is_lead,
+        # Every page the caller's role may open, and no other (annotation.navigation).
+        "pages": project_pages(role=role, project_id=project.pk),
         "members": list(membership_list(project=project)),
         # Imports are a lead's business (invariant 6): others do not see file names.
         "imports": (
@@ -169,7 +177,9 @@ def review_page(request: HttpRequest, project_id: int) -> HttpResponse:
     non-members): disputed chains, worst first, every annotator's ratings side by side and
     the adjudication form. Everything moves through the review API
     (``annotation.api.review``); the page carries only the endpoints."""
-    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    project = project_get_for_member(
+        user=request.user, project_id=project_id, roles=page_roles("review-page")
+    )
     config = {
         "projectId": project.pk,
         "labelingMode": project.labeling_mode,
@@ -196,7 +206,9 @@ def chains_page(request: HttpRequest, project_id: int) -> HttpResponse:
     non-members): the data manager, the project's chains filtered, searched and paged by
     the chains API (``annotation.api.chains``); the page carries only the endpoints and
     the members to filter by."""
-    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    project = project_get_for_member(
+        user=request.user, project_id=project_id, roles=page_roles("chains-page")
+    )
     config = {
         "projectId": project.pk,
         "api": {"chains": reverse("api-project-chains", args=[project.pk])},
@@ -216,7 +228,9 @@ def chain_page(request: HttpRequest, project_id: int, chain_id: int) -> HttpResp
     """``/projects/{id}/chains/{chain_id}/`` (leads only): one chain's revisions, steps
     with ratings and PRM scores, leases with skip and flag reasons, and the unflag,
     requeue and mark-gold buttons, all through the API."""
-    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    project = project_get_for_member(
+        user=request.user, project_id=project_id, roles=page_roles("chains-page")
+    )
     if not project.chains.filter(pk=chain_id).exists():
         raise Http404("No such chain in this project.")
     config = {
@@ -243,7 +257,9 @@ def label_workspace(request: HttpRequest, project_id: int) -> HttpResponse:
     """The annotator workspace. The page carries only the project's settings; chains come
     from the queue API (``assignments/next/``), so the page and any other client see the
     same fields and nothing else (no gold or imported labels, no other annotators)."""
-    project = project_get_for_member(user=request.user, project_id=project_id)
+    project = project_get_for_member(
+        user=request.user, project_id=project_id, roles=page_roles("label-workspace")
+    )
     config = {
         "projectId": project.pk,
         "labelingMode": project.labeling_mode,
@@ -268,7 +284,9 @@ def history_page(request: HttpRequest, project_id: int) -> HttpResponse:
     with ``?annotator=<user id>`` (anyone else naming another member: 403). Entries and
     chains come from the history API (``annotation.api.history``); the page carries only
     the endpoints and whose history it is."""
-    project = project_get_for_member(user=request.user, project_id=project_id)
+    project = project_get_for_member(
+        user=request.user, project_id=project_id, roles=page_roles("history-page")
+    )
     raw = request.GET.get("annotator", "")
     # ASCII digits within a bigint, as the URL's id converter reads ids ("²".isdigit()).
     if raw and (not re.fullmatch(r"[0-9]{1,19}", raw) or int(raw) > BIGINT_MAX):
@@ -297,7 +315,9 @@ def import_page(request: HttpRequest, project_id: int) -> HttpResponse:
     drop a file, follow its import job, then read its counts or its bad lines. The page
     uploads to the imports API and polls the job (``annotation.api.imports``); it carries
     only the endpoints, the formats and the size limit."""
-    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    project = project_get_for_member(
+        user=request.user, project_id=project_id, roles=page_roles("import-page")
+    )
     config = {
         "api": {"imports": reverse("api-project-imports", args=[project.pk])},
         "maxBytes": settings.STEPLAB_IMPORT_MAX_UPLOAD_BYTES,
@@ -314,7 +334,9 @@ def snapshots_page(request: HttpRequest, project_id: int) -> HttpResponse:
     own listed apart, a form to take a new one and the diff between two versions.
     Everything goes through the snapshot API (``annotation.api.datasets``); the page
     carries only the endpoints and the defaults of the form."""
-    project = project_get_for_member(user=request.user, project_id=project_id, roles=[Role.LEAD])
+    project = project_get_for_member(
+        user=request.user, project_id=project_id, roles=page_roles("snapshots-page")
+    )
     config = {
         "projectId": project.pk,
         "api": {

@@ -18,5 +18,12 @@ class PrmTrainingConfig(AppConfig):
         from prm_training.chain_scores import SOURCE
 
         chain_score_source_register(SOURCE)
+        # The ML page among the project's pages: linked for the roles that may open it.
+        from annotation.navigation import ProjectPage, project_page_register
+        from prm_training.selectors import ML_AND_LEADS
+
+        project_page_register(
+            ProjectPage("project-models", "Models", ML_AND_LEADS), after="snapshots-page"
+        )
         # Every process registers the tasks: the services send them by name.
         from prm_training import tasks  # noqa: F401

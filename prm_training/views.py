@@ -9,11 +9,11 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from annotation.models import Role
+from annotation.navigation import page_roles
 from annotation.selectors.access import membership_role, project_get_for_member
 from prm_training.ml.config import AMBIGUOUS_RULES, CLASS_WEIGHTS, MODES
 from prm_training.models import STRATEGY_SETTINGS, AcquisitionStrategy
 from prm_training.selectors import (
-    ML_AND_LEADS,
     model_version_active_get,
     project_training_settings_get,
 )
@@ -25,7 +25,9 @@ from prm_training.services.strategy import acquisition_strategy_resolve
 @login_required
 def models_page(request: HttpRequest, project_id: int) -> HttpResponse:
     # Non-members get 404, annotators 403, leads a read-only page, ML staff all of it.
-    project = project_get_for_member(user=request.user, project_id=project_id, roles=ML_AND_LEADS)
+    project = project_get_for_member(
+        user=request.user, project_id=project_id, roles=page_roles("project-models")
+    )
     role = membership_role(user=request.user, project=project)
     can_manage = role == Role.ML or request.user.is_superuser
     loop = project_training_settings_get(project=project)
