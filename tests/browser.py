@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
@@ -102,3 +103,41 @@ def page_overflow(page: Page, width: int | None = None) -> list[str]:
         }""",
         width,
     )
+
+
+def page_clipped_sideways(page: Page) -> list[str]:
+    """Up to 8 boxes whose content is wider than the box, so part of it is hidden or only
+    reached by scrolling that box sideways: a table cut off in its card, math clipped by
+    ``overflow: hidden``. Only math and code may scroll inside their own box (KaTeX's
+    display boxes, ``pre``, and a box marked ``data-scroll-x``); text cut with an ellipsis
+    is not counted. [] when everything is in view."""
+    return page.evaluate(
+        """() => {
+          const own = '.katex-display, .katex, pre, [data-scroll-x]';
+          return [...document.querySelectorAll('body *')]
+            .filter((el) => {
+              if (el.scrollWidth <= el.clientWidth + 1 || el.clientWidth <= 1) return false;
+              const style = getComputedStyle(el);
+              if (style.overflowX === 'visible') return false;
+              if (style.textOverflow === 'ellipsis') return false;
+              if (el.closest(own)) return false;
+              return el.getClientRects().length > 0;
+            })
+            .slice(0, 8)
+            .map((el) => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+              (el.className && typeof el.className === 'string'
+                ? '.' + el.className.trim().split(/\\s+/).join('.') : '') +
+              ` (${el.scrollWidth} > ${el.clientWidth})`);
+        }"""
+    )
+
+
+def page_signed_in(*, page: Page, base_url: str, user: Any) -> None:
+    """Signs ``user`` in by a session cookie (Django's test client), without the login
+    form: for tests that are about a page, not about signing in."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    cookie = client.cookies["sessionid"]
+    page.context.add_cookies([{"name": "sessionid", "value": cookie.value, "url": base_url}])

@@ -29,11 +29,19 @@
     return value ? formatWhen(value) : "";
   }
 
+  // One row a step: its text, every current vote (a voter's name cut to fit, in full in
+  // its title and on a phone), the consensus, both methods and the PRM's score. Each
+  // figure carries its column's name (data-label) for the phone, where a step is a block.
   function steps(chain, labels) {
     const table = $("cp-steps");
     const head = el("tr");
-    head.append(el("th", "#"), el("th", "Step"));
-    for (const column of labels.columns) head.append(el("th", column.by));
+    head.append(el("th", "#"), el("th", "Step", "cp-step-head"));
+    for (const column of labels.columns) {
+      const th = el("th", undefined, "cp-voter-col");
+      th.append(el("span", column.by, "cp-voter"));
+      th.title = `${column.by} (${column.source})`;
+      head.append(th);
+    }
     const used = labels.consensus_method === "dawid_skene" ? "Dawid–Skene" : "Majority";
     head.append(
       el("th", "Consensus"),
@@ -43,23 +51,36 @@
     );
     table.tHead.replaceChildren(head);
     const byIndex = new Map(labels.steps.map((step) => [step.index, step]));
+    const figure = (label, text, className) => {
+      const cell = el("td", text, `cp-figure ${className || ""}`.trim());
+      cell.dataset.label = label;
+      return cell;
+    };
     table.tBodies[0].replaceChildren(
       ...chain.steps.map((step) => {
         const tr = el("tr");
         const labeled = byIndex.get(step.index);
-        const text = el("td", null, "math");
+        const text = el("td", null, "math cp-step");
         renderMath(text, step.text);
-        tr.append(el("td", String(step.index + 1)), text);
-        for (let i = 0; i < labels.columns.length; i += 1) {
+        tr.append(el("td", String(step.index + 1), "cp-no"), text);
+        labels.columns.forEach((column, i) => {
           const rating = labeled ? labeled.ratings[i] : null;
-          tr.append(el("td", rating === null || rating === undefined ? "·" : SYMBOL[rating]));
-        }
+          const vote = figure(
+            column.by,
+            rating === null || rating === undefined ? "·" : SYMBOL[rating],
+            "cp-vote",
+          );
+          vote.dataset.rating = rating === null || rating === undefined ? "" : String(rating);
+          tr.append(vote);
+        });
         const consensus = labeled && labeled.consensus !== null ? SYMBOL[labeled.consensus] : "·";
-        tr.append(el("td", labeled && labeled.tied ? `${consensus} (tie)` : consensus));
-        tr.append(el("td", majorityText(labeled), "cp-majority"));
-        tr.append(el("td", dawidSkeneText(labeled), "cp-dawid-skene"));
+        tr.append(
+          figure("Consensus", labeled && labeled.tied ? `${consensus} (tie)` : consensus),
+          figure("Majority", majorityText(labeled), "cp-majority"),
+          figure("Dawid–Skene", dawidSkeneText(labeled), "cp-dawid-skene"),
+        );
         const score = chain.step_scores ? chain.step_scores[step.index] : null;
-        tr.append(el("td", score === null || score === undefined ? "—" : score.toFixed(2)));
+        tr.append(figure("PRM", score === null || score === undefined ? "—" : score.toFixed(2)));
         return tr;
       }),
     );

@@ -5,7 +5,7 @@
 
 (function () {
   const config = JSON.parse(document.getElementById("chains-config").textContent);
-  const { api } = window.Steplab;
+  const { api, renderMath } = window.Steplab;
   const $ = (id) => document.getElementById(id);
   const root = $("chains");
   const STATUS = { in_progress: "in progress" };
@@ -53,9 +53,12 @@
       cell.dataset.label = label;
       return cell;
     };
+    // The problem as text, its $...$ typeset by KaTeX (trust off) afterwards.
+    const problem = el("td", null, "ch-problem math");
+    renderMath(problem, chain.problem);
     tr.append(
       first,
-      el("td", chain.problem, "ch-problem"),
+      problem,
       el("td", STATUS[chain.status] || chain.status),
       el("td", `${chain.finished_count} / ${chain.needed}`),
       figure("Agreement", chain.agreement === null ? "—" : `${Math.round(chain.agreement * 100)} %`),

@@ -195,6 +195,7 @@
       });
       if (ticket !== previewRequest) return;
       preview.innerHTML = rendered.html; // the server's rendering: raw HTML is escaped
+      window.Steplab.typesetGuidelines(preview);
       if (!textarea.value.trim()) {
         const empty = document.createElement("p");
         empty.className = "muted";

@@ -100,8 +100,10 @@
         button.type = "button";
         button.dataset.chain = String(item.chain);
         button.classList.toggle("is-current", index === selected);
+        const problem = el("span", undefined, "rv-problem math");
+        renderMath(problem, item.problem);
         button.append(
-          el("span", item.problem, "rv-problem"),
+          problem,
           el(
             "span",
             `chain ${item.chain} · ${item.disagreeing_steps} disputed step` +
@@ -176,17 +178,28 @@
     els.referenceWrap.hidden = !labels.reference_answer;
     if (labels.reference_answer) renderMath(els.reference, labels.reference_answer);
 
+    els.grid.tHead.replaceChildren(gridHead());
+    rows = labels.steps.map((step, index) => gridRow(step, index));
+    els.grid.tBodies[0].replaceChildren(...rows.map((row) => row.tr));
+    renderHistory();
+    refresh();
+  }
+
+  // The grid's columns: the step, the ruling beside it, then each vote (compact: a
+  // voter's name is cut to fit and said in full in its title and on a phone) and both
+  // consensus methods. Comments sit under the step they are about.
+  function gridHead() {
     const head = el("tr");
-    head.append(el("th", "#"), el("th", "Step"));
+    head.append(el("th", "#"), el("th", "Step", "rv-step-head"), el("th", "Ruling"));
     for (const column of labels.columns) {
-      const th = el("th");
+      const th = el("th", undefined, "rv-voter-col");
       th.append(el("span", column.by, "rv-voter"));
-      th.title = `${column.source}, ${when(column.created_at)}`;
+      th.title = `${column.by}: ${column.source}, ${when(column.created_at)}`;
       // Dawid-Skene's estimate of how often this voter gives the true label.
       const reliability = labels.reliability[column.by];
       if (reliability !== undefined) {
-        const share = el("span", `${Math.round(reliability * 100)} % reliable`, "rv-reliability");
-        share.title = "Dawid–Skene's estimate of how often this voter gives the true label";
+        const share = el("span", `${Math.round(reliability * 100)} %`, "rv-reliability");
+        share.title = `Dawid–Skene's estimate of how often ${column.by} gives the true label`;
         th.append(share);
       }
       head.append(th);
@@ -205,85 +218,106 @@
       }
       head.append(th);
     }
-    head.append(el("th", "Ruling"));
-    els.grid.tHead.replaceChildren(head);
+    return head;
+  }
 
-    rows = labels.steps.map((step, index) => {
-      const tr = el("tr");
-      tr.dataset.index = String(index);
-      tr.classList.toggle("is-disputed", isDisputed(step));
-      const text = el("td", undefined, "rv-text math");
-      renderMath(text, step.text);
-      tr.append(el("td", String(index + 1)), text);
-      step.ratings.forEach((rating, i) => {
-        const td = el("td", rating === null ? "·" : SYMBOL[rating], "rv-rating");
-        td.dataset.rating = rating === null ? "" : String(rating);
-        const comment = labels.columns[i].comments[String(step.index)];
-        if (comment) td.append(el("span", comment, "rv-comment"));
-        tr.append(td);
-      });
-      // A tie is shown as one, never as a consensus: the lead rules on it. The tied
-      // ratings are those of the counted votes (an adjudication column does not count).
-      const counts = new Map();
-      step.ratings.forEach(
-        (r, i) =>
-          r !== null &&
-          labels.columns[i].source !== "adjudication" &&
-          counts.set(r, (counts.get(r) || 0) + 1),
-      );
-      const top = Math.max(0, ...counts.values());
-      const tiedRatings = [...counts].filter(([, n]) => n === top).map(([r]) => r).sort((a, b) => b - a);
-      const majority = step.majority;
-      const majorityCell = el(
-        "td",
-        majority.tied
-          ? `tie (${tiedRatings.map((r) => SYMBOL[r]).join(" / ")})`
-          : majority.label === null
-            ? "–"
-            : `${SYMBOL[majority.label]} (${Math.round((majority.support || 0) * 100)} %)`,
-        majority.tied ? "rv-rating rv-majority rv-tie" : "rv-rating rv-majority",
-      );
-      majorityCell.dataset.rating = majority.tied || majority.label === null ? "" : String(majority.label);
-      // Dawid-Skene: the most probable rating and its posterior probability.
-      const learned = step.dawid_skene;
-      const learnedCell = el(
-        "td",
-        learned === null
-          ? "–"
-          : learned.tied
-            ? `tie (${Math.round(learned.probability * 100)} % each)`
-            : `${SYMBOL[learned.label]} (p ${learned.probability.toFixed(2)})`,
-        learned && learned.tied ? "rv-rating rv-ds rv-tie" : "rv-rating rv-ds",
-      );
-      learnedCell.dataset.rating = learned === null || learned.tied ? "" : String(learned.label);
-      if (learned && !learned.tied) {
-        learnedCell.title = `Posterior probability ${Math.round(learned.probability * 1000) / 10} %`;
+  function gridRow(step, index) {
+    const tr = el("tr");
+    tr.dataset.index = String(index);
+    tr.classList.toggle("is-disputed", isDisputed(step));
+    const stepCell = el("td", undefined, "rv-step");
+    const text = el("div", undefined, "rv-text math");
+    renderMath(text, step.text);
+    stepCell.append(text);
+    const comments = el("ul", undefined, "rv-comments");
+    const votes = step.ratings.map((rating, i) => {
+      const column = labels.columns[i];
+      const td = el("td", rating === null ? "·" : SYMBOL[rating], "rv-rating rv-vote");
+      td.dataset.rating = rating === null ? "" : String(rating);
+      td.dataset.label = column.by; // named on a phone, where the header is not shown
+      const comment = column.comments[String(step.index)];
+      if (comment) {
+        td.classList.add("has-comment");
+        td.title = `${column.by}: ${comment}`;
+        const li = el("li", undefined, "rv-comment");
+        li.append(el("strong", column.by), document.createTextNode(`: ${comment}`));
+        comments.append(li);
       }
-      const choiceCell = el("td");
-      const group = el("span", undefined, "rv-choice");
-      const buttons = {};
-      for (const rating of [1, 0, -1]) {
-        const button = el("button", SYMBOL[rating]);
-        button.type = "button";
-        button.dataset.rating = String(rating);
-        button.setAttribute("aria-label", `Rule step ${index + 1} ${SYMBOL[rating]}`);
-        button.addEventListener("click", () => {
-          current = index;
-          rule(rating);
-        });
-        buttons[rating] = button;
-        group.append(button);
-      }
-      choiceCell.append(group);
-      tr.append(majorityCell, learnedCell, choiceCell);
-      tr.addEventListener("click", (event) => {
-        if (!(event.target instanceof Element && event.target.closest("button"))) moveTo(index);
-      });
-      return { tr, buttons, step };
+      return td;
     });
-    els.grid.tBodies[0].replaceChildren(...rows.map((row) => row.tr));
-    renderHistory();
-    refresh();
+    if (comments.children.length) stepCell.append(comments);
+    const choiceCell = el("td", undefined, "rv-rule");
+    const group = el("span", undefined, "rv-choice");
+    const buttons = {};
+    for (const rating of [1, 0, -1]) {
+      const button = el("button", SYMBOL[rating]);
+      button.type = "button";
+      button.dataset.rating = String(rating);
+      button.setAttribute("aria-label", `Rule step ${index + 1} ${SYMBOL[rating]}`);
+      button.addEventListener("click", () => {
+        current = index;
+        rule(rating);
+      });
+      buttons[rating] = button;
+      group.append(button);
+    }
+    choiceCell.append(group);
+    tr.append(el("td", String(index + 1), "rv-no"), stepCell, choiceCell, ...votes);
+    tr.append(majorityCell(step), learnedCell(step));
+    tr.addEventListener("click", (event) => {
+      if (!(event.target instanceof Element && event.target.closest("button"))) moveTo(index);
+    });
+    return { tr, buttons, step };
+  }
+
+  // A tie is shown as one, never as a consensus: the lead rules on it. The tied ratings
+  // are those of the counted votes (an adjudication column does not count).
+  function majorityCell(step) {
+    const counts = new Map();
+    step.ratings.forEach(
+      (r, i) =>
+        r !== null &&
+        labels.columns[i].source !== "adjudication" &&
+        counts.set(r, (counts.get(r) || 0) + 1),
+    );
+    const top = Math.max(0, ...counts.values());
+    const tiedRatings = [...counts]
+      .filter(([, n]) => n === top)
+      .map(([r]) => r)
+      .sort((a, b) => b - a);
+    const majority = step.majority;
+    const cell = el(
+      "td",
+      majority.tied
+        ? `tie (${tiedRatings.map((r) => SYMBOL[r]).join(" / ")})`
+        : majority.label === null
+          ? "–"
+          : `${SYMBOL[majority.label]} (${Math.round((majority.support || 0) * 100)} %)`,
+      majority.tied ? "rv-rating rv-majority rv-tie" : "rv-rating rv-majority",
+    );
+    cell.dataset.rating = majority.tied || majority.label === null ? "" : String(majority.label);
+    cell.dataset.label = "Majority";
+    return cell;
+  }
+
+  // Dawid-Skene: the most probable rating and its posterior probability.
+  function learnedCell(step) {
+    const learned = step.dawid_skene;
+    const cell = el(
+      "td",
+      learned === null
+        ? "–"
+        : learned.tied
+          ? `tie (${Math.round(learned.probability * 100)} % each)`
+          : `${SYMBOL[learned.label]} (p ${learned.probability.toFixed(2)})`,
+      learned && learned.tied ? "rv-rating rv-ds rv-tie" : "rv-rating rv-ds",
+    );
+    cell.dataset.rating = learned === null || learned.tied ? "" : String(learned.label);
+    cell.dataset.label = "Dawid–Skene";
+    if (learned && !learned.tied) {
+      cell.title = `Posterior probability ${Math.round(learned.probability * 1000) / 10} %`;
+    }
+    return cell;
   }
 
   function renderHistory() {

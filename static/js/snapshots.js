@@ -9,7 +9,7 @@
 
 (function () {
   const config = JSON.parse(document.getElementById("snapshots-config").textContent);
-  const { api, formatWhen } = window.Steplab;
+  const { api, formatWhen, renderMath } = window.Steplab;
   const SYMBOL = { 1: "+1", 0: "0", "-1": "−1" };
   const CHANGE_NAMES = {
     added: "added",
@@ -250,7 +250,10 @@
     const changed = new Set(row.changed_steps);
     tr.append(labelsCell(row.labels_a, changed));
     tr.append(labelsCell(row.labels_b, changed));
-    tr.append(el("td", row.problem, "sn-problem"));
+    // The problem as text, its $...$ typeset by KaTeX (trust off) afterwards.
+    const problem = el("td", undefined, "sn-problem math");
+    renderMath(problem, row.problem);
+    tr.append(problem);
     return tr;
   }
 

@@ -63,6 +63,53 @@
     return out + plain.slice(at);
   }
 
+  // Guidelines (annotation/guidelines.py) come as the server's HTML with each formula as
+  // escaped text in a .math-tex box; KaTeX (trust off) typesets that text in place, so
+  // no markup is ever built from what a lead wrote. A formula KaTeX cannot parse is shown
+  // as KaTeX's error text. Needs katex.min.js on the page; without it the source stays.
+  function typesetGuidelines(root) {
+    if (typeof window.katex === "undefined" || !root) return;
+    for (const box of root.querySelectorAll(".math-tex:not([data-typeset])")) {
+      window.katex.render(box.textContent, box, {
+        displayMode: box.classList.contains("math-display"),
+        throwOnError: false,
+        trust: false,
+        strict: "ignore",
+      });
+      box.dataset.typeset = "true";
+    }
+  }
+
+  // A .table-stack turns into one block a row on a phone (steplab.css); each cell is named
+  // by its column's header (data-label), kept up when a script refills the table.
+  function labelCells(table) {
+    const heads = [...table.querySelectorAll("thead th")].map((th) => th.textContent.trim());
+    for (const row of table.querySelectorAll("tbody tr")) {
+      let column = 0;
+      for (const cell of row.children) {
+        const label = heads[column];
+        if (label && !cell.dataset.label) cell.dataset.label = label;
+        column += cell.colSpan || 1;
+      }
+    }
+  }
+
+  function watchStackedTables() {
+    for (const table of document.querySelectorAll("table.table-stack")) {
+      labelCells(table);
+      new MutationObserver(() => labelCells(table)).observe(table, {
+        childList: true,
+        subtree: true,
+      });
+    }
+  }
+
+  // Deferred scripts (KaTeX among them) have run by DOMContentLoaded.
+  document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll(".guidelines").forEach(typesetGuidelines);
+    watchStackedTables();
+  });
+
   // One date format on every page, as the server's templates write it ("Y-m-d H:i"):
   // 2026-11-25 08:33, in the browser's time zone. Unparseable input comes back as it is.
   function formatWhen(iso) {
@@ -104,5 +151,13 @@
     return data;
   }
 
-  window.Steplab = Object.freeze({ api, csrfToken, formatWhen, renderMath, RATING_KEYS });
+  window.Steplab = Object.freeze({
+    api,
+    csrfToken,
+    formatWhen,
+    labelCells,
+    renderMath,
+    typesetGuidelines,
+    RATING_KEYS,
+  });
 })();

@@ -53,11 +53,16 @@ def test_review_shows_majority_and_dawid_skene_side_by_side(
         # ...majority is the project's method, marked so; each voter's reliability shows
         used = page.locator("#rv-grid thead th.rv-method.is-used")
         assert used.get_attribute("data-method") == "majority"
-        headers = page.locator("#rv-grid thead th").all_inner_texts()
-        ann_header = next(h for h in headers if h.startswith(people["ann"].username))
-        uli_header = next(h for h in headers if h.startswith(people["uli"].username))
-        assert "100 % reliable" in ann_header
-        assert int(uli_header.split("\n")[-1].split(" ")[0]) < 50
+        # (under each voter's name, compact: "100 %"; what it means in its title)
+        names = {key: people[key].username for key in ("ann", "uli")}
+        reliability = {
+            key: page.locator(f"#rv-grid thead th[title^='{name}:'] .rv-reliability")
+            for key, name in names.items()
+        }
+        assert reliability["ann"].inner_text() == "100 %"
+        title = reliability["ann"].get_attribute("title") or ""
+        assert f"how often {names['ann']} gives the true label" in title
+        assert int(reliability["uli"].inner_text().split(" ")[0]) < 50
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(
             path=str(ARTIFACTS / f"review-consensus-majority-{width}.png"), full_page=True

@@ -43,6 +43,23 @@ def test_markdown_becomes_html_and_markup_stays_text() -> None:
     assert '<a href="https://example.org/">docs</a>' in html
 
 
+def test_math_leaves_markdown_as_escaped_text_for_katex() -> None:
+    # Given: math Markdown would mangle (backslash escapes, emphasis, a tag) and a price
+    text = (
+        "Say $\\{1, 2\\}$ and $a*b*c$, or \\(x_1 < y\\); it costs $5 and $10.\n\n"
+        "$$\n\\sum_k k <script>\n$$"
+    )
+    html = guidelines_html(text=text)
+    # Then: each formula is its source, escaped, in a box the pages typeset; the price
+    # is text; nothing became markup
+    assert '<span class="math-tex">\\{1, 2\\}</span>' in html
+    assert '<span class="math-tex">a*b*c</span>' in html
+    assert '<span class="math-tex">x_1 &lt; y</span>' in html
+    assert "it costs $5 and $10." in html
+    assert '<div class="math-tex math-display">\\sum_k k &lt;script&gt;</div>' in html
+    assert "<em>" not in html and "<script>" not in html
+
+
 def test_empty_guidelines_render_as_nothing() -> None:
     assert guidelines_html(text="") == ""
 
