@@ -65,6 +65,11 @@
   let focusSince = performance.now(); // when the current step got the focus
   let renewTimer = null;
   let reasonAction = null; // "skip" or "flag" while the reason dialog is open
+  // The step the last rating key or button rated −1 or 0, until the annotator moves the
+  // cursor by hand (j, k, the arrows, a click on a step), rates again or undoes: c
+  // comments on that step, so "3 then c" says why the −1 although the cursor moved on.
+  // After a +1, c comments on the current step, as before a rating.
+  let justRated = null;
   // The next chain, leased and rendered off-screen: {data, view} or null. ``prefetching``
   // is the request in flight; ``canPrefetch`` turns false for good if the server has no
   // prefetch endpoint. One prefetch per chain shown: an empty answer (204) waits for the next.
@@ -251,6 +256,17 @@
         buttons.append(button);
         buttonsByRating[rating] = button;
       }
+      // Comment by touch or mouse: this step's own comment button (c on the keyboard).
+      const commentButton = el("button", "ws-comment-btn", "✎");
+      commentButton.type = "button";
+      commentButton.tabIndex = -1;
+      commentButton.title = "Comment on this step (c)";
+      commentButton.setAttribute("aria-label", `Comment on step ${index + 1}`);
+      commentButton.addEventListener("click", (event) => {
+        event.stopPropagation();
+        openComment(index);
+      });
+      buttons.append(commentButton);
       const body = el("div", "ws-step-body");
       const text = el("div", "ws-text math");
       renderMath(text, step.text);
@@ -310,6 +326,7 @@
       const row = rows[index];
       const rating = state.ratings[step.id];
       row.li.classList.toggle("is-current", index === state.current);
+      row.li.classList.toggle("is-comment-target", index === commentTarget());
       row.li.classList.toggle("is-dimmed", index >= required);
       row.li.dataset.rating = rating === undefined ? "" : String(rating);
       for (const [value, button] of Object.entries(row.buttons)) {
@@ -318,6 +335,7 @@
         button.setAttribute("aria-pressed", on ? "true" : "false");
       }
       const comment = state.comments[step.id] || "";
+      row.li.classList.toggle("has-comment", Boolean(comment));
       row.comment.textContent = comment;
       row.comment.hidden = !comment || !row.commentBox.hidden;
     });
@@ -375,7 +393,11 @@
   function moveTo(index) {
     if (!chain) return;
     const clamped = Math.max(0, Math.min(chain.steps.length - 1, index));
-    if (clamped === state.current) return;
+    justRated = null;
+    if (clamped === state.current) {
+      refresh();
+      return;
+    }
     accrueTime();
     state.current = clamped;
     refresh();
@@ -407,6 +429,7 @@
     applyChanges([[step.id, rating]]);
     const next = nextUnratedAfter(state.current);
     accrueTime();
+    justRated = rating === 1 ? null : state.current;
     if (next !== undefined) state.current = next;
     refresh();
     scrollCurrentIntoView();
@@ -421,6 +444,7 @@
     state.history.push({ changes, current: state.current });
     applyChanges(open.map((i) => [chain.steps[i].id, 1]));
     accrueTime();
+    justRated = null;
     state.current = open[open.length - 1];
     refresh();
     scrollCurrentIntoView();
@@ -436,15 +460,21 @@
     }
     applyChanges(entry.changes);
     accrueTime();
+    justRated = null;
     state.current = entry.current;
     refresh();
     scrollCurrentIntoView();
     save();
   }
 
-  function openComment() {
+  // The step c comments on: the one just rated −1 or 0 (the cursor has moved past it),
+  // else the current one. Marked on the page (is-comment-target), so c never surprises.
+  function commentTarget() {
+    return justRated !== null && justRated < rows.length ? justRated : state.current;
+  }
+
+  function openComment(index = commentTarget()) {
     if (!chain) return;
-    const index = state.current;
     const row = rows[index];
     row.commentBox.value = state.comments[chain.steps[index].id] || "";
     row.commentBox.hidden = false;
@@ -704,6 +734,7 @@
     }
     lease = data.assignment;
     chain = data.chain;
+    justRated = null;
     state = load(lease.id) || newState(lease.id);
     state.current = Math.min(state.current || 0, chain.steps.length - 1);
     const restored = Object.keys(state.ratings).length > 0 || state.rewrite;
