@@ -82,7 +82,7 @@ def _open(page: Page, live_server: Any, lab: Lab, who: str | None, path: str, re
         page_signed_in(page=page, base_url=live_server.url, user=getattr(lab, who))
     page.set_viewport_size({"width": LAPTOP[0], "height": LAPTOP[1]})
     page.goto(live_server.url + path.format(**lab.ids()))
-    page.wait_for_selector(ready, state="attached")
+    page.wait_for_selector(ready, state="attached", timeout=30_000)  # a loaded machine
 
 
 def _measure(page: Page, name: str, size: tuple[int, int]) -> dict[str, list[str]]:
