@@ -19,6 +19,7 @@ from annotation.models import (
     Assignment,
     Chain,
     ImportBatch,
+    Invite,
     Membership,
     Problem,
     Project,
@@ -111,6 +112,30 @@ class MembershipAdmin(admin.ModelAdmin):
     search_fields = ["user__username", "project__name"]
     autocomplete_fields = ["user", "project"]
     list_select_related = ["user", "project"]
+
+
+@admin.register(Invite)
+class InviteAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Who was invited where, and what became of it. Made and revoked on the members
+    page; the link's selector and hash are left out (they open nothing without the
+    link, but have no use here)."""
+
+    list_display = [
+        "project",
+        "email",
+        "user",
+        "role",
+        "invited_by",
+        "created_at",
+        "expires_at",
+        "accepted_by",
+        "accepted_at",
+        "revoked_at",
+    ]
+    list_filter = ["role", "project"]
+    search_fields = ["email", "user__username", "name", "project__name"]
+    list_select_related = ["project", "user", "invited_by", "accepted_by"]
+    exclude = ["selector", "token_hash"]
 
 
 @admin.register(ImportBatch)

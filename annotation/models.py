@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Lower
 
 
 class LabelingMode(models.TextChoices):
@@ -162,6 +163,88 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.project} as {self.role}"
+
+
+class InviteState(models.TextChoices):
+    """Where an invitation stands (``annotation.selectors.invites.invite_state``): only a
+    pending one lets anyone in."""
+
+    PENDING = "pending", "Pending"
+    EXPIRED = "expired", "Expired"
+    ACCEPTED = "accepted", "Accepted"
+    REVOKED = "revoked", "Revoked"
+
+
+class Invite(models.Model):
+    """A one-time link that makes whoever follows it a member of ``project`` with
+    ``role``, until ``expires_at``. A lead makes it for an e-mail address (a new person
+    sets a username and a password; someone signed in joins with their account) or for
+    an existing account (``user``: only that account may accept).
+
+    The link carries ``<selector>-<secret>``. Only the selector, the public half that
+    finds the row, and a SHA-256 hash of the secret are stored, so neither a copy of the
+    database nor its logs can open an invitation; the secret is compared with the hash
+    in constant time (``annotation.selectors.invites``). Accepted and revoked invitations
+    stay, as the record of who let whom in."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="invites")
+    role = models.CharField(max_length=20, choices=Role.choices)
+    email = models.EmailField(max_length=254, blank=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="The account this invitation is for, when it was made by username.",
+    )
+    name = models.CharField(max_length=150, blank=True)
+    selector = models.CharField(max_length=16, unique=True)
+    token_hash = models.CharField(max_length=64)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="invite_role_valid"),
+            # For an address or for an account, never both and never nobody.
+            models.CheckConstraint(
+                condition=(Q(email="") & Q(user__isnull=False))
+                | (~Q(email="") & Q(user__isnull=True)),
+                name="invite_for_address_or_account",
+            ),
+            models.CheckConstraint(
+                condition=Q(accepted_at__isnull=True) | Q(revoked_at__isnull=True),
+                name="invite_accepted_or_revoked",
+            ),
+            # One open invitation a person and project: a second link for the same
+            # person would be a second way in that the lead cannot see is the same.
+            models.UniqueConstraint(
+                "project",
+                Lower("email"),
+                condition=Q(accepted_at__isnull=True, revoked_at__isnull=True) & ~Q(email=""),
+                name="invite_open_email_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["project", "user"],
+                condition=Q(accepted_at__isnull=True, revoked_at__isnull=True),
+                name="invite_open_user_unique",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"invitation to {self.project} as {self.role}"
 
 
 class ImportBatch(models.Model):

@@ -108,8 +108,14 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's own set (startproject's): a password like the username or e-mail, shorter than
+# 8 characters, among 20,000 common ones, or all digits is refused wherever one is set (an
+# invitation, a password change).
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
 LANGUAGE_CODE = "en-us"
@@ -193,6 +199,47 @@ AXES_LOCKOUT_CALLABLE = "annotation.login_lockout.lockout_response"
 # not logged, so a login costs no extra write.
 AXES_DISABLE_ACCESS_LOG = True
 AXES_RESET_ON_SUCCESS = False
+# Axes keeps a failed attempt's form fields; an invitation's secret and new passwords are
+# masked there like the password (annotation/invite_views.py counts invalid links).
+AXES_SENSITIVE_PARAMETERS = ["token", "password1", "password2"]
+
+# Invitations (annotation/services/invites.py): a lead invites people to a project with a
+# one-time link. Links last STEPLAB_INVITE_DAYS unless the lead picks another span (at
+# most STEPLAB_INVITE_MAX_DAYS); a list or CSV invites at most STEPLAB_INVITE_MAX_ROWS
+# people at once. STEPLAB_SITE_URL, when set, is the start of every link (the address
+# people reach the site at, e.g. https://steplab.example.org); unset, links use the
+# address the lead's request came to.
+STEPLAB_INVITE_DAYS = int(os.environ.get("STEPLAB_INVITE_DAYS", "7"))
+STEPLAB_INVITE_MAX_DAYS = int(os.environ.get("STEPLAB_INVITE_MAX_DAYS", "30"))
+STEPLAB_INVITE_MAX_ROWS = int(os.environ.get("STEPLAB_INVITE_MAX_ROWS", "200"))
+STEPLAB_SITE_URL = os.environ.get("STEPLAB_SITE_URL", "").rstrip("/")
+
+# E-mail: invitations are sent through Django's e-mail backend when they name an address.
+# Production reads the SMTP server from the environment; with no EMAIL_HOST (and no other
+# EMAIL_BACKEND) nothing is sent and the lead copies each link from the page. The
+# development profile (`make demo`) prints messages on the console.
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND") or "django.core.mail.backends.smtp.EmailBackend"
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT") or "587")
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+# STARTTLS on the submission port, TLS from the start on 465, unless said otherwise (an
+# empty value, as docker-compose passes an unset one, keeps the port's default).
+EMAIL_USE_TLS = (
+    env_bool("EMAIL_USE_TLS", EMAIL_PORT == 587)
+    if os.environ.get("EMAIL_USE_TLS")
+    else EMAIL_PORT == 587
+)
+EMAIL_USE_SSL = (
+    env_bool("EMAIL_USE_SSL", EMAIL_PORT == 465)
+    if os.environ.get("EMAIL_USE_SSL")
+    else EMAIL_PORT == 465
+)
+# A slow mail server must not hold a lead's request for long: each message waits at most
+# this many seconds.
+EMAIL_TIMEOUT = int(os.environ.get("EMAIL_TIMEOUT") or "10")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL") or "Steplab <steplab@localhost>"
+STEPLAB_EMAIL_ENABLED = bool(EMAIL_HOST or os.environ.get("EMAIL_BACKEND"))
 
 # Nothing that must be shared between web processes lives in the cache (sessions and the
 # sign-in counters are in the database), so per-process memory is the default; set
@@ -228,6 +275,7 @@ SPECTACULAR_SETTINGS = {
         "ScreeningStatusEnum": "annotation.models.ScreeningStatus",
         "ConsensusMethodEnum": "annotation.models.ConsensusMethod",
         "ChainStatusEnum": "annotation.selectors.chains.ChainStatus.ALL",
+        "InviteStateEnum": "annotation.models.InviteState",
     },
 }
 

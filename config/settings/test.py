@@ -16,3 +16,7 @@ DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
 # collected-static directory is missing. Static files are served from the finders.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = True
+
+# pytest-django swaps in the in-memory backend (django.core.mail.outbox); invitations are
+# sent to it.
+STEPLAB_EMAIL_ENABLED = True

@@ -13,6 +13,7 @@ from annotation.models import (
     AnnotationSource,
     Assignment,
     Chain,
+    Invite,
     Project,
     Role,
     StepRating,
@@ -51,7 +52,16 @@ def labeled_chain() -> Chain:
 
 @pytest.mark.parametrize(
     "model",
-    ["project", "membership", "importbatch", "problem", "chain", "annotation", "assignment"],
+    [
+        "project",
+        "membership",
+        "invite",
+        "importbatch",
+        "problem",
+        "chain",
+        "annotation",
+        "assignment",
+    ],
 )
 def test_changelists_render(admin_client_: Client, labeled_chain: Chain, model: str) -> None:
     assert admin_client_.get(f"/admin/annotation/{model}/").status_code == 200
@@ -112,3 +122,21 @@ def test_the_chain_flag_changes_only_through_actions_that_record_who() -> None:
     assert chain.flag_cleared_at is not None and chain.flagged_by == staff
     form = client.get(f"/admin/annotation/chain/{chain.pk}/change/").context["adminform"].form
     assert "is_flagged" not in form.fields
+
+
+def test_an_invitation_shows_in_the_admin_without_its_link_s_hash(
+    admin_client_: Client, labeled_chain: Chain
+) -> None:
+    invite = Invite.objects.create(
+        project=labeled_chain.project,
+        role=Role.ANNOTATOR,
+        email="ann@lab.example",
+        selector="1" * 16,
+        token_hash="a" * 64,
+        expires_at=timezone.now() + timedelta(days=1),
+    )
+    listed = admin_client_.get("/admin/annotation/invite/")
+    assert b"ann@lab.example" in listed.content
+    page = admin_client_.get(f"/admin/annotation/invite/{invite.pk}/change/")
+    assert page.status_code == 200
+    assert b"a" * 64 not in page.content and b"1" * 16 not in page.content
