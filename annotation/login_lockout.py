@@ -16,6 +16,7 @@ from django.core.validators import validate_ipv46_address
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.utils import timezone
 from rest_framework.throttling import BaseThrottle
 
@@ -91,9 +92,15 @@ def lockout_response(
     cool_off = get_cool_off(request)
     retry_after = int(cool_off.total_seconds()) if cool_off else None
     minutes = max(1, (retry_after or 0) // 60)
+    # The invitation page counts links that open nothing (annotation/invite_views.py).
+    invite_links = request.path == reverse("invite")
+    what = (
+        "invitation links that open nothing from this address"
+        if invite_links
+        else "failed sign-ins for this account or address"
+    )
     reason = (
-        f"Too many failed sign-ins for this account or address. Try again in {minutes} "
-        "minutes, or ask an administrator to unlock it."
+        f"Too many {what}. Try again in {minutes} minutes, or ask an administrator to unlock it."
         if retry_after
         else str(get_lockout_message())
     )
@@ -101,7 +108,9 @@ def lockout_response(
     if request.path.startswith("/api/"):
         response = JsonResponse({"detail": reason}, status=429)
     else:
-        response = render(request, "registration/locked_out.html", {"reason": reason}, status=429)
+        title = "Invitation links locked" if invite_links else "Sign-in locked"
+        context = {"reason": reason, "title": title}
+        response = render(request, "registration/locked_out.html", context, status=429)
     if retry_after:
         response["Retry-After"] = str(retry_after)
     return response

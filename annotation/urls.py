@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from annotation import views
+from annotation import invite_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -21,6 +21,8 @@ urlpatterns = [
         auth_views.PasswordChangeDoneView.as_view(),
         name="password_change_done",
     ),
+    # An invitation's link lands here (anyone: the person may have no account yet).
+    path("invite/", invite_views.invite_page, name="invite"),
     path("projects/new/", views.project_new, name="project-new"),
     path("projects/<id:project_id>/", views.project_overview, name="project-overview"),
     path("projects/<id:project_id>/settings/", views.project_settings, name="project-settings"),

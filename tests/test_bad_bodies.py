@@ -38,6 +38,7 @@ NO_BODY = {
     "api-model-version-activate",
     "api-gold-screening-reset",
     "api-chain-unflag",
+    "api-project-invite-revoke",
 }
 WRITE_METHODS = ("post", "put", "patch", "delete")
 

@@ -3,8 +3,8 @@ five callers, with the status each must get (invariant 6).
 
 The callers: anonymous, and on project P an annotator, a lead and an ML staff member,
 plus an outsider who leads another project. Every id in the URL (project, assignment,
-chain, training run, model version, scoring run, member) belongs to P, so for the
-outsider each one is a foreign id and must be a 404, never a 403 or a leak.
+chain, training run, model version, scoring run, member, invitation) belongs to P, so
+for the outsider each one is a foreign id and must be a 404, never a 403 or a leak.
 
 The matrix is the list of record: `test_every_url_is_in_the_matrix` walks the URL
 resolver and fails when a route or a method is missing here, so a new endpoint cannot
@@ -26,7 +26,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from annotation.models import Assignment, ImportJob, Role, Step
+from annotation.models import Assignment, ImportJob, Invite, Role, Step
 from prm_training.models import RunStatus, TrainingRun
 from tests.factories import (
     ChainFactory,
@@ -80,6 +80,11 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     # Members see who else is on the project (the overview page shows it too).
     "api-project-members": {"get": API_MEMBERS, "post": API_LEADS},
     "api-project-member": {"delete": API_LEADS, "patch": API_LEADS},
+    # Invitations: a lead invites into their own project only (an outsider, who leads
+    # another project, gets 404), and sees and revokes its pending invitations.
+    "api-project-invites": {"get": API_LEADS, "post": API_LEADS},
+    "api-project-invites-bulk": {"post": API_LEADS},
+    "api-project-invite-revoke": {"post": API_LEADS},
     # Renders the body's Markdown and reads nothing else (the create page previews before
     # there is a project): any signed-in user.
     "api-guidelines-preview": {"post": (401, OK, OK, OK, OK)},
@@ -139,6 +144,9 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "api-redoc": {"get": (200, 200, 200, 200, 200)},
     # ---------------------------------------------------------------- pages
     "home": {"get": (302, 200, 200, 200, 200)},
+    # Where an invitation's link lands: anyone, since the person may have no account yet.
+    # The matrix's empty POST opens no invitation (a page asking for the link).
+    "invite": {"get": (200, 200, 200, 200, 200), "post": (200, 200, 200, 200, 200)},
     "project-overview": {"get": PAGE_MEMBERS},
     "label-workspace": {"get": PAGE_MEMBERS},
     "history-page": {"get": PAGE_MEMBERS},
@@ -232,6 +240,15 @@ def world(db: Any) -> dict[str, Any]:
         project=project, filename="matrix.jsonl", stored_name="matrix.upload", size=1
     )
     scoring = scoring_run_with_model_version(project=project, content_hash="matrix")
+    invite = Invite.objects.create(
+        project=project,
+        role=Role.ANNOTATOR,
+        email="matrix@lab.example",
+        selector="0" * 16,
+        token_hash="0" * 64,
+        invited_by=users["lead"],
+        expires_at=timezone.now() + timedelta(days=1),
+    )
     ids = {
         "project_id": project.pk,
         "assignment_id": assignment.pk,
@@ -242,6 +259,7 @@ def world(db: Any) -> dict[str, Any]:
         "user_id": users["annotator"].pk,
         "annotation_id": submitted.pk,
         "job_id": import_job.pk,
+        "invite_id": invite.pk,
     }
     return {"users": users, "ids": ids}
 

@@ -175,7 +175,8 @@ class MemberAddInputSerializer(serializers.Serializer):
         user = get_user_model().objects.filter(username=value, is_active=True).first()
         if user is None:
             raise serializers.ValidationError(
-                f"No active user named {value!r}. Users are created by an administrator."
+                f"No active user named {value!r}. Invite them instead: by e-mail, "
+                "they choose a username and a password."
             )
         return user
 

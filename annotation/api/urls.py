@@ -7,6 +7,7 @@ urlpatterns = [
     path("", include("annotation.api.assignment_urls")),
     path("", include("annotation.api.auth_urls")),
     path("", include("annotation.api.project_urls")),
+    path("", include("annotation.api.invite_urls")),
     path("", include("annotation.api.import_urls")),
     path("", include("annotation.api.dataset_urls")),
     path("", include("annotation.api.workspace_urls")),

@@ -26,6 +26,13 @@ OUR_OPERATIONS = {
         "patch",
     ): "projects_members_partial_update",
     ("/api/v1/guidelines/preview/", "post"): "guidelines_preview",
+    ("/api/v1/projects/{project_id}/invites/", "get"): "projects_invites_list",
+    ("/api/v1/projects/{project_id}/invites/", "post"): "projects_invites_create",
+    ("/api/v1/projects/{project_id}/invites/bulk/", "post"): "projects_invites_bulk",
+    (
+        "/api/v1/projects/{project_id}/invites/{invite_id}/revoke/",
+        "post",
+    ): "projects_invites_revoke",
 }
 
 
