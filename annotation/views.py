@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET
 from annotation.api.fields import BIGINT_MAX
 from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
 from annotation.importers.formats import FORMATS as IMPORT_FORMATS
+from annotation.invite_lists import MAX_LIST_CHARS
 from annotation.models import ImportBatch, ImportLabels, LabelingMode, Project, Role, StepSplit
 from annotation.navigation import page_roles, project_pages
 from annotation.selectors.access import project_create_allowed, project_get_for_member
@@ -107,7 +108,9 @@ def project_settings(request: HttpRequest, project_id: int) -> HttpResponse:
 @login_required
 def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
     """``/projects/{id}/members/`` (leads only, as the settings page): the list, adding by
-    username, role changes and removal, all through ``/api/v1/projects/{id}/members/``."""
+    username, role changes and removal, all through ``/api/v1/projects/{id}/members/``;
+    invitations (one person, or a list or CSV file) and the pending ones, revoked from
+    the list, through ``/api/v1/projects/{id}/invites/``."""
     project = project_get_for_member(
         user=request.user, project_id=project_id, roles=page_roles("project-members")
     )
@@ -123,10 +126,31 @@ def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
             "members": reverse("api-project-members", args=[project.pk]),
             # The prefix of /api/v1/projects/{id}/members/{user_id}/.
             "member": reverse("api-project-member", args=[project.pk, 0]).removesuffix("0/"),
+            "invites": reverse("api-project-invites", args=[project.pk]),
+            "invitesBulk": reverse("api-project-invites-bulk", args=[project.pk]),
+            # The prefix of /api/v1/projects/{id}/invites/{invite_id}/revoke/.
+            "invite": reverse("api-project-invite-revoke", args=[project.pk, 0]).removesuffix(
+                "0/revoke/"
+            ),
         },
+        "maxListChars": MAX_LIST_CHARS,
     }
-    context = {"project": project, "config": config, "roles": Role.choices}
+    context = {
+        "project": project,
+        "config": config,
+        "roles": Role.choices,
+        "invite_days": _invite_day_choices(),
+        "invite_max_rows": settings.STEPLAB_INVITE_MAX_ROWS,
+        "email_enabled": settings.STEPLAB_EMAIL_ENABLED,
+    }
     return render(request, "annotation/project_members.html", context)
+
+
+def _invite_day_choices() -> list[tuple[int, bool]]:
+    """How long a new link may work, in days, the default selected."""
+    default, longest = settings.STEPLAB_INVITE_DAYS, settings.STEPLAB_INVITE_MAX_DAYS
+    days = sorted({d for d in (1, 3, 7, 14, 30) if d <= longest} | {default})
+    return [(d, d == default) for d in days]
 
 
 @require_GET
