@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 
-from annotation.models import Assignment, ImportJob, Role
+from annotation.models import Assignment, ImportJob, Invite, Role
 from config.wsgi import application
 from prm_training.models import RunStatus, TrainingRun
 from tests.factories import (
@@ -73,6 +73,14 @@ def seeded(request: Any, db: Any) -> dict[str, Any]:
     import_job = ImportJob.objects.create(
         project=project, filename="fuzz.jsonl", stored_name="fuzz.upload", size=1
     )
+    invite = Invite.objects.create(
+        project=project,
+        role=Role.ANNOTATOR,
+        email="fuzz@lab.example",
+        selector="f" * 16,
+        token_hash="0" * 64,
+        expires_at=timezone.now() + timedelta(days=1),
+    )
     token = Token.objects.create(user=caller)
     return {
         "headers": {"Authorization": f"Token {token.key}"},
@@ -86,6 +94,7 @@ def seeded(request: Any, db: Any) -> dict[str, Any]:
             "scoring_run_id": scoring.pk,
             "user_id": annotator.pk,
             "job_id": import_job.pk,
+            "invite_id": invite.pk,
         },
     }
 
