@@ -35,6 +35,7 @@ PHONE = (390, 844)
 # name, who (a Lab attribute, None: signed out), path, what shows the page is ready
 PAGES = [
     ("login", None, "/login/", "form.stacked-form"),
+    ("invite", None, "/invite/", "#invite-open"),
     ("password", "annotator", "/password/", "form"),
     ("home", "lead", "/", ".project-list"),
     ("project-new", "lead", "/projects/new/", "#project-settings[data-state=ready]"),

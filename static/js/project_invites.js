@@ -131,17 +131,14 @@
     if (issued.emailed) head.append(el("span", " · e-mailed", "invite-mailed"));
     else if (issued.email_error) head.append(el("span", ` · ${issued.email_error}`, "invite-unmailed"));
     const row = el("div", undefined, "invite-link-row");
-    const input = el("input", undefined, "invite-link-input");
-    input.type = "text";
-    input.readOnly = true;
-    input.value = issued.link;
-    input.setAttribute("aria-label", `Invitation link for ${who(invite)}`);
-    input.addEventListener("focus", () => input.select());
+    // The whole link, wrapped where it must: a click selects all of it.
+    const text = el("code", issued.link, "invite-link-text");
+    text.setAttribute("aria-label", `Invitation link for ${who(invite)}`);
     const copy = el("button", "Copy", "button");
     copy.type = "button";
     copy.setAttribute("aria-label", `Copy the link for ${who(invite)}`);
-    copy.addEventListener("click", () => copyText(issued.link, input, copy));
-    row.append(input, copy);
+    copy.addEventListener("click", () => copyText(issued.link, text, copy));
+    row.append(text, copy);
     li.append(head, row);
     return li;
   }
@@ -153,17 +150,14 @@
     $("btn-copy-all").hidden = issuedList.length < 2;
   }
 
-  async function copyText(text, input, button) {
+  async function copyText(text, shown, button) {
     try {
       await navigator.clipboard.writeText(text);
     } catch (error) {
-      // No clipboard access (an insecure origin, a denied permission): select the text for
-      // the person to copy with the keyboard.
-      if (input) {
-        input.focus();
-        input.select();
-      }
-      showMessage("Copying was refused by the browser: the link is selected, copy it with Ctrl+C.", "error");
+      // No clipboard here (a plain-HTTP address, a denied permission): the link is selected
+      // for the person to copy with the keyboard.
+      if (shown) window.getSelection().selectAllChildren(shown);
+      showMessage("The browser refused to copy: the link is selected, copy it with Ctrl+C.", "error");
       return;
     }
     const label = button.textContent;

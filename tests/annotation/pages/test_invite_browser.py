@@ -16,7 +16,14 @@ from django.core import mail
 from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import Invite, Membership, Role
-from tests.browser import ARTIFACTS, chromium_running, page_login, page_overflow, page_watched
+from tests.browser import (
+    ARTIFACTS,
+    chromium_running,
+    page_clipped_sideways,
+    page_login,
+    page_overflow,
+    page_watched,
+)
 from tests.factories import MembershipFactory, ProjectFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -38,10 +45,11 @@ def _shot(page: Page, name: str, width: str) -> None:
 
 def _fits(page: Page) -> None:
     assert page_overflow(page) == [], "the page scrolls sideways"
+    assert page_clipped_sideways(page) == [], "something is cut off"
 
 
 def _link_of(page: Page, who: str) -> str:
-    return page.locator(f'#invite-link-list li[data-who="{who}"] input').input_value()
+    return page.locator(f'#invite-link-list li[data-who="{who}"] code').inner_text().strip()
 
 
 def _invite_one_and_a_list(page: Page, width: str) -> dict[str, str]:
