@@ -1,9 +1,9 @@
 """A lead runs a project from the browser, from an empty database to a trusted dataset,
-with no terminal and no admin: creates the project, uploads a real ProcessBench file (a
-real Celery worker imports it), adds two annotators, watches them label (driven through
-the API, as their workspaces would), rules on their disagreement, takes a snapshot of
-finished chains, and downloads it in every format; each file is checked against the
-labels the annotators and the lead gave."""
+with no terminal and no admin: creates the project, invites two annotators (who join from
+their links), uploads a real ProcessBench file (a real Celery worker imports it), watches
+them label (driven through the API, as their workspaces would), rules on their
+disagreement, takes a snapshot of finished chains, and downloads it in every format; each
+file is checked against the labels the annotators and the lead gave."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 from playwright.sync_api import Browser, Page, expect
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -86,11 +88,10 @@ def test_a_lead_runs_a_project_from_an_empty_database_to_every_export(
     shared_data: Path,
     import_worker: WorkerHandle,  # noqa: F811 - the fixture
 ) -> None:
-    # Given: an empty database but for three accounts an administrator made: a staff
-    # user who will lead, and two annotators
+    # Given: an empty database but for one account an administrator made: a staff user
+    # who will lead
     assert not Project.objects.exists()
     lead = UserFactory(username="lena", is_staff=True)
-    ann, bob = UserFactory(username="ann"), UserFactory(username="bob")
     page_login(page=page, base_url=live_server.url, username=lead.username)
 
     # When: the lead creates a project from the home page: every step graded, two
@@ -105,14 +106,27 @@ def test_a_lead_runs_a_project_from_an_empty_database_to_every_export(
     page.wait_for_url("**/members/?created=1")
     project = Project.objects.get(name="GSM8K round 1")
 
-    # ...adds the two annotators on the members page
+    # ...invites two annotators on the members page, from a pasted list; each opens
+    # their link and chooses a username and a password (the page's form posts)
     page.wait_for_selector("#project-members[data-state=ready]")
-    for user in (ann, bob):
-        page.fill("#f-username", user.username)
-        page.select_option("#f-role", "annotator")
-        page.get_by_role("button", name="Add").click()
-        expect(page.locator("#members-message")).to_contain_text(f"{user.username} was added")
+    page.fill("#f-invite-list", "ann@lab.example\nbob@lab.example")
+    page.get_by_role("button", name="Create invitations").click()
+    expect(page.locator("#invite-link-list li")).to_have_count(2)
+    for name in ("ann", "bob"):
+        link = page.locator(f'#invite-link-list li[data-who="{name}@lab.example"] code')
+        visitor = Client()
+        visitor.post("/invite/", {"action": "open", "token": link.inner_text().split("#")[1]})
+        password = f"{name}-Longer-one-42"
+        joined = visitor.post(
+            "/invite/",
+            {"action": "accept", "username": name, "password1": password, "password2": password},
+        )
+        assert joined.status_code == 302, joined.content
+    ann, bob = (get_user_model().objects.get(username=name) for name in ("ann", "bob"))
+    page.reload()
+    page.wait_for_selector("#project-members[data-state=ready]")
     expect(page.locator("#members tbody tr")).to_have_count(3)
+    expect(page.locator("#pending-empty")).to_be_visible()
     _shot(page, "members")
 
     # ...and uploads the real ProcessBench GSM8K file on the import page

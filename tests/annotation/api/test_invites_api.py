@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from django.core import mail
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -234,3 +236,18 @@ def test_a_superuser_invites_into_any_project(
     response = client_for(admin).post(_url(project), {"email": "a@lab.example", "role": "ml"})
     assert response.status_code == 201
     assert not Membership.objects.filter(user=admin).exists()
+
+
+def test_the_list_s_queries_do_not_grow_with_invitations(project: Any, api: APIClient) -> None:
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert api.get(_url(project)).status_code == 200
+        return len(captured.captured_queries)
+
+    api.post(_url(project), {"email": "first@lab.example", "role": "annotator"})
+    one = queries()
+    text = "".join(f"p{i}@lab.example\n" for i in range(20))
+    api.post(_url(project, "bulk/"), {"text": text}, format="json")
+    UserFactory(username="carol")
+    api.post(_url(project), {"username": "carol", "role": "ml"})
+    assert queries() == one
