@@ -38,7 +38,6 @@ NO_BODY = {
     "api-model-version-activate",
     "api-gold-screening-reset",
     "api-chain-unflag",
-    "api-project-invite-revoke",
 }
 WRITE_METHODS = ("post", "put", "patch", "delete")
 

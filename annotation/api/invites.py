@@ -92,6 +92,10 @@ class InviteListInputSerializer(_RejectUnknownFieldsMixin, serializers.Serialize
     expires_in_days = _days_field()
 
 
+class InviteRevokeInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+    """No fields: a body that names any is a 400, not a silent no-op."""
+
+
 class InviteOutputSerializer(serializers.ModelSerializer):
     username = serializers.CharField(
         source="user.username",
@@ -279,16 +283,19 @@ class InviteRevokeApi(GenericAPIView):
         summary="Revoke an invitation (leads only)",
         description="Its link lets nobody in from now on (the page it opens says it was "
         "withdrawn). Revoking again changes nothing; an accepted invitation is a 400.",
-        request=None,
+        request=InviteRevokeInputSerializer,
         responses={
             200: InviteOutputSerializer,
-            400: OpenApiResponse(description="Already accepted: remove the member instead."),
+            400: OpenApiResponse(
+                description="Already accepted (remove the member instead), or a body with fields."
+            ),
             403: NOT_A_LEAD,
             404: OpenApiResponse(description="No such project or invitation, or not a member."),
         },
     )
     def post(self, request: Request, project_id: int, invite_id: int) -> Response:
         project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        InviteRevokeInputSerializer(data=request.data).is_valid(raise_exception=True)
         invite = invite_get(project=project, invite_id=invite_id)
         revoked = invite_revoke(invite=invite, revoked_by=request_user(request))
         return Response(InviteOutputSerializer(revoked).data)

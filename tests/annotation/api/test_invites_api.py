@@ -209,6 +209,14 @@ def test_revoking_an_invitation(project: Any, api: APIClient) -> None:
     assert api.get(_url(project)).json()["count"] == 0
 
 
+def test_a_revoke_that_names_fields_is_refused(project: Any, api: APIClient) -> None:
+    api.post(_url(project), {"email": "a@lab.example", "role": "lead"})
+    invite = Invite.objects.get()
+    response = api.post(_url(project, f"{invite.pk}/revoke/"), {"reason": "x"}, format="json")
+    assert response.status_code == 400 and "reason" in response.json()
+    assert invite_state(Invite.objects.get()) == InviteState.PENDING
+
+
 def test_an_accepted_invitation_is_not_revoked(project: Any, api: APIClient) -> None:
     api.post(_url(project), {"email": "a@lab.example", "role": "lead"})
     invite = Invite.objects.get()
