@@ -110,9 +110,9 @@ SUITE: tuple[Bench, ...] = (
         "prm_vs_rules",
         "bench_prm_vs_rules.py",
         (),
-        ("--seeds", "3", "--chains", "300"),
+        ("--seeds", "3", "--chains", "150"),
         "prm_vs_rules.json",
-        "default PRM against the rules that read no step, 50 seeds",
+        "default PRM against the baselines that read no step, 20 seeds",
     ),
     Bench(
         "prm_gpu",

@@ -224,16 +224,17 @@ class ModelVersionOutputSerializer(serializers.ModelSerializer):
         slug_field="username", read_only=True
     )
     against_rules = serializers.SerializerMethodField(
-        help_text="Whether the held-out F1 and AUROC beat every rule that reads no step "
-        "(the outcome rule, the step-position prior), scored on the same chains."
+        help_text="Whether the held-out F1 and AUROC beat the strongest baseline that reads "
+        "no step (the outcome rule, the step-position prior, the text-blind head) on each, "
+        "scored on the same chains, the paired interval above zero."
     )
 
     @extend_schema_field(RulesVerdictSerializer)
     def get_against_rules(self, version: ModelVersion) -> dict[str, Any]:
         # Lazily, as everything from the ML package: the web process does not load it.
-        from prm_training.ml.baselines import verdict_against_rules
+        from prm_training.ml.baselines import verdict_against_baselines
 
-        verdict = verdict_against_rules(version.metrics)
+        verdict = verdict_against_baselines(version.metrics)
         return {"beaten": verdict.beaten, "text": verdict.text}
 
     class Meta:

@@ -1,9 +1,6 @@
-"""Model-free baselines: what a PRM must beat to be worth training.
-
-Both are fitted on labeled chains (the simulation's pool, a run's training chains) and
-give step probabilities, so they are scored by ``metrics.evaluate`` exactly as a PRM is,
-readout included (with the answer-aware readout the position prior places a wrong
-answer's error where errors are most likely; the outcome rule reads the same either way):
+"""Baselines: what a PRM must beat to be worth training, all fitted on the chains it
+learned from (the simulation's pool, a run's training chains) and scored by
+``metrics.evaluate`` exactly as a PRM is, readout included:
 
 * ``outcome_rule``: reads only the final answer. A chain graded right has no error; a
   chain graded wrong has its first error at step k, the k (counted from the chain's end,
@@ -12,21 +9,48 @@ answer's error where errors are most likely; the outcome rule reads the same eit
   correct) is 1 before the predicted error and 0 from it on.
 * ``position_prior``: P(step i correct) = the share of labeled steps at index i (capped at
   the last index seen) that are correct, the same for every chain whatever its text.
+* ``text_blind``: the PRM's own head reading everything the PRM reads but the step (the
+  answer's grade, the step's place, the chain's length): ``text_blind``. The strongest of
+  the three; it needs torch, so it is fitted by ``train.fit_baselines``.
+
+"Beats the baselines" means beating the strongest of them on each figure
+(``verdict_against_baselines``). With the answer-aware readout the position prior places
+a wrong answer's error where errors are most likely; the outcome rule reads the same
+either way.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from .data import ChainExample
-from .metrics import labeled_first_error
+from .metrics import Readout, labeled_first_error
 
-BASELINES = ("outcome_rule", "position_prior")
-BASELINE_NAMES = {"outcome_rule": "the outcome rule", "position_prior": "the step-position prior"}
-# What a version must beat every rule on, held-out, to count as better than no model.
+RULES = ("outcome_rule", "position_prior")
+BASELINES = (*RULES, "text_blind")
+BASELINE_NAMES = {
+    "outcome_rule": "the outcome rule",
+    "position_prior": "the step-position prior",
+    "text_blind": "the text-blind head",
+}
+# What a version must beat the strongest baseline on, held-out, to count as better than
+# no model (F1 first: what the platform's first-error calls are judged by).
 VERDICT_METRICS = (("processbench_f1", "F1"), ("step_auroc", "AUROC"))
+# The figures a run's metrics keep of each baseline (``baseline_<name>_<figure>``).
+BASELINE_FIGURES = (
+    "processbench_f1",
+    "step_auroc",
+    "first_error_accuracy",
+    "mean_subset_f1",
+    "right_answer_recall",
+    "prmscore",
+)
 
 
 @dataclass(frozen=True)
@@ -123,7 +147,7 @@ def baseline_step_probs(
             rule.step_probs(len(chain.steps), answers_correct.get(chain.chain_id))
             for chain in chains
         ]
-    raise ValueError(f"unknown baseline {name!r}; choose from {', '.join(BASELINES)}")
+    raise ValueError(f"unknown baseline {name!r}; the rules are {', '.join(RULES)}")
 
 
 def graded_answers(examples: Sequence[ChainExample]) -> dict[int, bool | None]:
@@ -141,74 +165,225 @@ def baseline_metrics(
     *,
     answer_aware: bool = True,
 ) -> dict[str, dict[str, float]]:
-    """{baseline: held-out metrics} for every baseline fitted on ``fitted_on``, read as a
-    PRM's probabilities are (``metrics.choose_readout`` on the chains it was fitted on;
-    ``answer_aware`` as ``PRMConfig.outcome_readout``)."""
-    from .metrics import choose_readout, evaluate
+    """{rule: held-out metrics} for the two rules fitted on ``fitted_on``, read as a PRM's
+    probabilities are (``metrics.choose_readout`` on the chains it was fitted on;
+    ``answer_aware`` as ``PRMConfig.outcome_readout``). The text-blind head needs torch:
+    ``train.fit_baselines``."""
+    fitted = fit_rules(fitted_on, answers_correct, answer_aware=answer_aware)
+    return baseline_figures(fitted, heldout, answers_correct)
+
+
+@dataclass
+class FittedBaselines:
+    """The baselines fitted on one set of training chains, each with the readout chosen on
+    them, ready to score any chains (a run's held-out chains, an evaluation set). A
+    checkpoint keeps them (``save``/``load``), so a version is compared with the
+    baselines of its own training data wherever it is scored. ``text_blind`` is the torch
+    head of ``text_blind`` (None where it was not fitted: a checkpoint from before it)."""
+
+    prior: PositionPrior
+    rule: OutcomeRule | None  # None: no training chain's final answer could be graded
+    readouts: dict[str, Readout]
+    text_blind: Any = None
+
+    def scorers(
+        self,
+        chains: Sequence[ChainExample],
+        answers_correct: Mapping[int, bool | None] | None = None,
+    ) -> dict[str, tuple[list[list[float]], Readout]]:
+        """{baseline: (step probabilities of ``chains`` in order, its readout)}."""
+        graded = answers_correct if answers_correct is not None else graded_answers(chains)
+        out: dict[str, tuple[list[list[float]], Readout]] = {
+            "position_prior": (
+                [self.prior.step_probs(len(chain.steps)) for chain in chains],
+                self.readouts["position_prior"],
+            )
+        }
+        if self.rule is not None:
+            rule = self.rule
+            out["outcome_rule"] = (
+                [rule.step_probs(len(c.steps), graded.get(c.chain_id)) for c in chains],
+                self.readouts["outcome_rule"],
+            )
+        if self.text_blind is not None:
+            out["text_blind"] = (self.text_blind.step_probs(chains), self.text_blind.readout)
+        return {name: out[name] for name in BASELINES if name in out}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "position_prior": list(self.prior.correct_share),
+            "outcome_rule": None
+            if self.rule is None
+            else {"offset": self.rule.offset, "from_end": self.rule.from_end},
+            "readouts": {
+                name: [readout.threshold, readout.threshold_right]
+                for name, readout in self.readouts.items()
+            },
+        }
+
+    def save(self, directory: Path) -> None:
+        """Into ``directory`` (a checkpoint being written): baselines.json, and the
+        text-blind head's files."""
+        (directory / "baselines.json").write_text(json.dumps(self.to_json()))
+        if self.text_blind is not None:
+            self.text_blind.save(directory)
+
+
+def load_baselines(directory: str | Path) -> FittedBaselines | None:
+    """The baselines a checkpoint kept, or None for a checkpoint from before it kept them.
+    Loads the text-blind head (torch) only when the checkpoint has one."""
+    root = Path(directory)
+    path = root / "baselines.json"
+    if not path.is_file():
+        return None
+    stored = json.loads(path.read_text())
+    prior = PositionPrior(tuple(float(x) for x in stored["position_prior"]))
+    rule = stored.get("outcome_rule")
+    blind = None
+    if (root / "text_blind.json").is_file():
+        from .text_blind import load_text_blind
+
+        blind = load_text_blind(root)
+    return FittedBaselines(
+        prior=prior,
+        rule=None
+        if rule is None
+        else OutcomeRule(offset=int(rule["offset"]), from_end=bool(rule["from_end"]), prior=prior),
+        readouts={
+            name: Readout(float(threshold), right)
+            for name, (threshold, right) in stored["readouts"].items()
+        },
+        text_blind=blind,
+    )
+
+
+def fit_rules(
+    examples: Sequence[ChainExample],
+    answers_correct: Mapping[int, bool | None] | None = None,
+    *,
+    answer_aware: bool = True,
+) -> FittedBaselines:
+    """The outcome rule and the position prior fitted on ``examples``, each with the
+    readout chosen on them (``metrics.choose_readout``; ``answer_aware`` as
+    ``PRMConfig.outcome_readout``). The outcome rule only where some final answer can be
+    graded: without one it would be the position prior under another name."""
+    from .metrics import choose_readout
+
+    graded = answers_correct if answers_correct is not None else graded_answers(examples)
+    labeled = [example for example in examples if example.labels is not None]
+    prior = fit_position_prior(labeled)
+    can_grade = any(graded.get(example.chain_id) is not None for example in labeled)
+    rule = fit_outcome_rule(labeled, graded) if can_grade else None
+    fitted = FittedBaselines(prior=prior, rule=rule, readouts={})
+    for name in RULES:
+        if name == "outcome_rule" and rule is None:
+            continue
+        probs = baseline_step_probs(name, labeled, labeled, graded)
+        fitted.readouts[name] = choose_readout(labeled, probs, answer_aware=answer_aware)
+    return fitted
+
+
+def baseline_figures(
+    fitted: FittedBaselines,
+    heldout: Sequence[ChainExample],
+    answers_correct: Mapping[int, bool | None] | None = None,
+) -> dict[str, dict[str, float]]:
+    """{baseline: ``metrics.evaluate`` of it on the labeled ``heldout`` chains}."""
+    from .metrics import evaluate
     from .score import ChainScores
 
-    results = {}
-    for name in BASELINES:
-        fitted = baseline_step_probs(name, fitted_on, fitted_on, answers_correct)
-        readout = choose_readout(fitted_on, fitted, answer_aware=answer_aware)
-        probs = baseline_step_probs(name, fitted_on, heldout, answers_correct)
+    labeled = [example for example in heldout if example.labels is not None]
+    out: dict[str, dict[str, float]] = {}
+    for name, (probs, readout) in fitted.scorers(labeled, answers_correct).items():
         scores = [
             ChainScores(chain_id=example.chain_id, step_probs=p, member_probs=None)
-            for example, p in zip(heldout, probs, strict=True)
+            for example, p in zip(labeled, probs, strict=True)
         ]
-        results[name] = evaluate(heldout, scores, readout)
-    return results
+        out[name] = evaluate(labeled, scores, readout)
+    return out
+
+
+def scored_baseline_metrics(
+    fitted: FittedBaselines,
+    heldout: Sequence[ChainExample],
+    answers_correct: Mapping[int, bool | None] | None = None,
+) -> dict[str, float]:
+    """``baseline_<name>_<figure>`` of every fitted baseline on the labeled ``heldout``
+    chains (``BASELINE_FIGURES``; per subset as ``baseline_<name>_subset_f1:<subset>``)."""
+    return {
+        f"baseline_{name}_{figure}": value
+        for name, figures in baseline_figures(fitted, heldout, answers_correct).items()
+        for figure, value in figures.items()
+        if figure in BASELINE_FIGURES or figure.startswith("subset_f1:")
+    }
 
 
 @dataclass(frozen=True)
 class RulesVerdict:
-    beaten: bool | None  # None: the metrics hold no comparison with the rules
+    beaten: bool | None  # None: the metrics hold no comparison with the baselines
     text: str
 
 
-def verdict_against_rules(metrics: Mapping[str, float]) -> RulesVerdict:
-    """Whether a version's held-out metrics beat every model-free rule scored on the same
-    chains (``baseline_<rule>_<metric>``, as ``train_prm`` stores them) on F1 and on
-    AUROC, said plainly: against the first rule it falls short of, or the strongest rule
-    (by F1) it beats.
+def strongest_baseline(metrics: Mapping[str, float], key: str) -> tuple[str, float] | None:
+    """(the baseline with the best held-out ``key``, its value), or None without any.
 
-    >>> verdict_against_rules({"processbench_f1": 0.40, "step_auroc": 0.79,
-    ...     "baseline_outcome_rule_processbench_f1": 0.38,
-    ...     "baseline_outcome_rule_step_auroc": 0.77}).text
-    'beats the outcome rule (F1 0.400 vs 0.380, AUROC 0.790 vs 0.770)'
-    >>> verdict_against_rules({"processbench_f1": 0.40, "step_auroc": 0.70,
-    ...     "baseline_outcome_rule_processbench_f1": 0.38,
-    ...     "baseline_outcome_rule_step_auroc": 0.77}).text
-    'does not beat the outcome rule (AUROC 0.700 vs 0.770)'
+    >>> strongest_baseline({"baseline_outcome_rule_step_auroc": 0.7,
+    ...                     "baseline_text_blind_step_auroc": 0.75}, "step_auroc")
+    ('text_blind', 0.75)
     """
-    shortfalls: list[tuple[str, str]] = []
-    compared: list[tuple[float, str, str]] = []  # (the rule's F1, rule, comparison)
-    for rule in BASELINES:
-        pairs = [
-            (label, metrics.get(key), metrics.get(f"baseline_{rule}_{key}"))
-            for key, label in VERDICT_METRICS
-        ]
-        pairs = [(label, ours, theirs) for label, ours, theirs in pairs if theirs is not None]
-        if not pairs:
+    rivals = [
+        (float(metrics[f"baseline_{name}_{key}"]), name)
+        for name in BASELINES
+        if f"baseline_{name}_{key}" in metrics
+    ]
+    if not rivals:
+        return None
+    value, name = max(rivals)
+    return name, value
+
+
+def verdict_against_baselines(metrics: Mapping[str, float]) -> RulesVerdict:
+    """Whether a version's held-out F1 and AUROC beat the strongest baseline on each,
+    said plainly. With the paired interval the run stored (``vs_strongest_<key>_low`` and
+    ``_high``: the problem bootstrap of ``evaluation.evaluation_report``) "beats" means
+    the interval lies above 0; a version measured before intervals were stored is judged
+    on its point estimates.
+
+    >>> print(verdict_against_baselines({"processbench_f1": 0.40, "step_auroc": 0.79,
+    ...     "baseline_outcome_rule_processbench_f1": 0.38,
+    ...     "baseline_outcome_rule_step_auroc": 0.77}).text)  # doctest: +NORMALIZE_WHITESPACE
+    beats the strongest baseline (F1 0.400 vs 0.380 the outcome rule;
+    AUROC 0.790 vs 0.770 the outcome rule)
+    >>> print(verdict_against_baselines({"processbench_f1": 0.40, "step_auroc": 0.79,
+    ...     "baseline_text_blind_processbench_f1": 0.39,
+    ...     "baseline_text_blind_step_auroc": 0.77, "vs_strongest_processbench_f1_low": -0.02,
+    ...     "vs_strongest_processbench_f1_high": 0.04}).text)  # doctest: +NORMALIZE_WHITESPACE
+    does not beat the strongest baseline: F1 0.400 vs 0.390 the text-blind head,
+    +0.010 [-0.020, +0.040]: no difference
+    """
+    shortfalls: list[str] = []
+    compared: list[str] = []
+    for key, label in VERDICT_METRICS:
+        strongest = strongest_baseline(metrics, key)
+        if strongest is None:
             continue
-        lost = [
-            f"{label} {ours:.3f} vs {theirs:.3f}" if ours is not None else f"no {label}"
-            for label, ours, theirs in pairs
-            if ours is None or theirs is None or ours <= theirs
-        ]
-        if lost:
-            shortfalls.append((rule, ", ".join(lost)))
-        compared.append(
-            (
-                metrics.get(f"baseline_{rule}_processbench_f1", 0.0),
-                rule,
-                ", ".join(f"{label} {ours:.3f} vs {theirs:.3f}" for label, ours, theirs in pairs),
-            )
-        )
-    if not compared:
-        return RulesVerdict(None, "no held-out comparison with the rules")
+        name, theirs = strongest
+        ours = metrics.get(key)
+        if ours is None or not math.isfinite(float(ours)):
+            shortfalls.append(f"no {label} of its own against {BASELINE_NAMES[name]}")
+            continue
+        detail = f"{label} {ours:.3f} vs {theirs:.3f} {BASELINE_NAMES[name]}"
+        low, high = metrics.get(f"vs_strongest_{key}_low"), metrics.get(f"vs_strongest_{key}_high")
+        if low is not None and high is not None:
+            detail += f", {ours - theirs:+.3f} [{low:+.3f}, {high:+.3f}]"
+            lost = low <= 0
+            if lost:
+                detail += ": no difference" if high >= 0 else ": worse"
+        else:
+            lost = ours <= theirs
+        (shortfalls if lost else compared).append(detail)
+    if not shortfalls and not compared:
+        return RulesVerdict(None, "no held-out comparison with the baselines")
     if shortfalls:
-        rule, detail = shortfalls[0]
-        return RulesVerdict(False, f"does not beat {BASELINE_NAMES[rule]} ({detail})")
-    _, strongest, detail = max(compared)
-    return RulesVerdict(True, f"beats {BASELINE_NAMES[strongest]} ({detail})")
+        return RulesVerdict(False, f"does not beat the strongest baseline: {'; '.join(shortfalls)}")
+    return RulesVerdict(True, f"beats the strongest baseline ({'; '.join(compared)})")

@@ -10,14 +10,18 @@ Segment ids drive the step-level attention mask of encoders: a token attends to 
 token whose segment is <= its own, so the representation at the SEP closing step i sees
 the problem and steps 1..i and nothing after. A decoder's causal attention gives the same.
 
-A chain longer than ``max_length`` is split into several windows, each the problem plus
-consecutive steps, so every step gets a score that still depends only on the problem and
-steps up to it.
+A chain longer than ``max_length`` is split into several windows that overlap: each is
+the problem, then as many of the steps before its own as fit in half the room left (read
+as context, not scored there), then its own consecutive steps, each scored once. So a
+step in a later window still reads what came just before it, and its score still depends
+only on the problem and steps up to it (DESIGN.md's invariant 3). What no window can hold
+is counted (``truncation``): a problem or a step longer than its share of the window
+(kept as its head and tail), and a step scored without some of the steps before it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,7 +32,10 @@ class ChainExample:
     (for example after the first error in first_error labeling), or ``labels`` is None for
     an unlabeled chain. ``answer_correct`` is the source's own verdict on the final answer
     where it gives one (ProcessBench's ``final_answer_correct``); otherwise ``answer`` is
-    graded against ``reference_answer`` (``inputs.answer_grade``)."""
+    graded against ``reference_answer`` (``inputs.answer_grade``). ``subset`` names the
+    part of a benchmark the chain belongs to (ProcessBench's ``gsm8k``, ``math``, ...):
+    ProcessBench reports F1 per subset and their mean (``evaluation``); blank is one
+    subset of its own."""
 
     chain_id: int
     problem: str
@@ -37,6 +44,7 @@ class ChainExample:
     answer: str = ""
     reference_answer: str = ""
     answer_correct: bool | None = None
+    subset: str = ""
 
     def __post_init__(self) -> None:
         if self.labels is not None and len(self.labels) != len(self.steps):
@@ -47,14 +55,21 @@ class ChainExample:
 
 @dataclass(frozen=True)
 class Window:
-    """A token sequence for one forward pass: the problem and steps
-    ``first_step .. first_step + len(step_end_positions) - 1`` of chain ``chain_index``."""
+    """A token sequence for one forward pass: the problem, ``context_steps`` steps before
+    ``first_step`` (read, not scored), and the scored steps ``first_step .. first_step +
+    len(step_end_positions) - 1`` of chain ``chain_index``."""
 
     chain_index: int
     first_step: int
     input_ids: tuple[int, ...]
     segment_ids: tuple[int, ...]
     step_end_positions: tuple[int, ...]
+    context_steps: int = 0
+
+    @property
+    def reads_whole_prefix(self) -> bool:
+        """Whether every step before its scored ones is in the window."""
+        return self.first_step == self.context_steps
 
 
 class Tokenizer(Protocol):
@@ -194,9 +209,10 @@ def clip_tokens(ids: Sequence[int], budget: int) -> list[int]:
 class Truncation:
     """What windows of ``max_length`` cut from a set of chains."""
 
-    problems: int  # chains whose problem was cut
-    steps: int  # steps cut
+    problems: int  # chains whose problem was cut to its head and tail
+    steps: int  # steps cut to their head and tail
     chains: int  # chains with any cut
+    context_steps: int = 0  # steps scored without some of the steps before them
 
 
 def truncation(
@@ -205,34 +221,19 @@ def truncation(
     max_length: int,
     layout: TextLayout = PLAIN,
 ) -> Truncation:
-    """Counts the cuts ``chains_to_windows`` makes (see ``build_windows``).
+    """Counts what ``chains_to_windows`` cuts (see ``build_windows``).
 
     >>> truncation(tok, [ChainExample(1, "a b c d e f", ("g h i j k l m n",))], 8)
-    Truncation(problems=1, steps=1, chains=1)
+    Truncation(problems=1, steps=1, chains=1, context_steps=0)
     """
-    prefix, separator = special_ids(tokenizer, layout)
-    closing = [] if layout.chat_template else separator
-    texts = [
-        text
-        for example in examples
-        for text in (problem_text(tokenizer, example.problem, layout), *example.steps)
-    ]
-    lengths = iter([len(ids) for ids in encode_texts(tokenizer, texts)])
-    problems = steps = chains = 0
-    for example in examples:
-        problem = next(lengths)
-        kept, budget = window_budgets(
-            problem=problem,
-            prefix=len(prefix),
-            closing=len(closing),
-            separator=len(separator),
-            max_length=max_length,
-        )
-        cut = sum(next(lengths) > budget for _ in example.steps)
-        problems += problem > kept
-        steps += cut
-        chains += problem > kept or cut > 0
-    return Truncation(problems=problems, steps=steps, chains=chains)
+    problems = steps = chains = context = 0
+    for _, windows, cut in _chain_windows(tokenizer, examples, max_length, layout):
+        lost = sum(len(w.step_end_positions) for w in windows if not w.reads_whole_prefix)
+        problems += cut.problems
+        steps += cut.steps
+        context += lost
+        chains += bool(cut.problems or cut.steps or lost)
+    return Truncation(problems=problems, steps=steps, chains=chains, context_steps=context)
 
 
 def build_windows(
@@ -252,7 +253,9 @@ def build_windows(
     The problem keeps at most half the window; a step longer than what is left is cut,
     so every step fits in a window of its own at least. A cut keeps the head and the tail
     (a problem's question and a step's conclusion are at their ends) and is counted by
-    ``truncation``, which a training run reports.
+    ``truncation``, which a training run reports. A window after the first opens with the
+    steps just before its own that fit in half the room after the problem (module
+    docstring), fewer where its first step needs the room.
 
     >>> [w.input_ids for w in build_windows(chain_index=0, problem_ids=[5, 6],
     ...     step_ids=[[7], [8, 9]], prefix=[1], separator=[2], max_length=16)]
@@ -261,9 +264,12 @@ def build_windows(
     ...     prefix=[1], separator=[2], max_length=16)[0]
     >>> w.segment_ids, w.step_end_positions
     ((0, 0, 0, 0, 1, 1, 2, 2, 2), (5, 8))
-    >>> [(w.first_step, w.input_ids) for w in build_windows(chain_index=0, problem_ids=[5],
-    ...     step_ids=[[7, 7], [8, 8], [9]], prefix=[1], separator=[2], max_length=8)]
-    [(0, (1, 5, 2, 7, 7, 2)), (1, (1, 5, 2, 8, 8, 2, 9, 2))]
+    >>> for w in build_windows(chain_index=0, problem_ids=[5], prefix=[1], separator=[2],
+    ...         step_ids=[[7, 7], [8], [9, 9], [6, 6]], max_length=10):
+    ...     print(w.first_step, w.context_steps, w.input_ids)
+    0 0 (1, 5, 2, 7, 7, 2, 8, 2)
+    2 1 (1, 5, 2, 8, 2, 9, 9, 2)
+    3 1 (1, 5, 2, 9, 9, 2, 6, 6, 2)
     """
     closing = separator if problem_end is None else problem_end
     kept, step_budget = window_budgets(
@@ -276,27 +282,93 @@ def build_windows(
     head = [*prefix, *clip_tokens(problem_ids, kept), *closing]
     if step_budget < 1:
         raise ValueError(f"max_length {max_length} leaves no room for a step")
+    pieces = [[*clip_tokens(ids, step_budget), *separator] for ids in step_ids]
+    room = max_length - len(head)  # >= the longest piece
     windows: list[Window] = []
-    input_ids: list[int] = list(head)
-    segments: list[int] = [0] * len(head)
-    ends: list[int] = []
-    first_step = 0
-    for index, ids in enumerate(step_ids):
-        piece = [*clip_tokens(ids, step_budget), *separator]
-        if ends and len(input_ids) + len(piece) > max_length:
-            windows.append(
-                Window(chain_index, first_step, tuple(input_ids), tuple(segments), tuple(ends))
-            )
-            input_ids, segments, ends, first_step = list(head), [0] * len(head), [], index
-        input_ids.extend(piece)
-        # Global step numbers as segments: only their order matters to the mask.
-        segments.extend([index + 1] * len(piece))
-        ends.append(len(input_ids) - 1)
-    if ends:
-        windows.append(
-            Window(chain_index, first_step, tuple(input_ids), tuple(segments), tuple(ends))
-        )
+    context_from = first = 0
+    while first < len(pieces):
+        context = sum(len(piece) for piece in pieces[context_from:first])
+        while context_from < first and context + len(pieces[first]) > room:
+            context -= len(pieces[context_from])
+            context_from += 1
+        end, used = first, context
+        while end < len(pieces) and (end == first or used + len(pieces[end]) <= room):
+            used += len(pieces[end])
+            end += 1
+        windows.append(_window(chain_index, head, pieces, context_from, first, end))
+        # The next window's context: the steps just before it that fit in half the room.
+        context_from, first, context = end, end, 0
+        while context_from > 0 and context + len(pieces[context_from - 1]) <= room // 2:
+            context += len(pieces[context_from - 1])
+            context_from -= 1
     return windows
+
+
+def _window(
+    chain_index: int,
+    head: list[int],
+    pieces: list[list[int]],
+    context_from: int,
+    first: int,
+    end: int,
+) -> Window:
+    """The window of the problem (``head``), context steps ``context_from..first-1`` and
+    scored steps ``first..end-1``; segment ids are global step numbers (only their order
+    matters to the mask)."""
+    input_ids = list(head)
+    segments = [0] * len(head)
+    ends: list[int] = []
+    for index in range(context_from, end):
+        input_ids.extend(pieces[index])
+        segments.extend([index + 1] * len(pieces[index]))
+        if index >= first:
+            ends.append(len(input_ids) - 1)
+    return Window(
+        chain_index, first, tuple(input_ids), tuple(segments), tuple(ends), first - context_from
+    )
+
+
+def _chain_windows(
+    tokenizer: Tokenizer,
+    examples: Sequence[ChainExample],
+    max_length: int,
+    layout: TextLayout = PLAIN,
+) -> Iterator[tuple[int, list[Window], Truncation]]:
+    """(index, windows, cuts of its problem and steps) of each chain, with one batched
+    tokenizer call."""
+    prefix, separator = special_ids(tokenizer, layout)
+    closing = [] if layout.chat_template else separator
+    texts: list[str] = []
+    for example in examples:
+        texts.append(problem_text(tokenizer, example.problem, layout))
+        texts.extend(example.steps)
+    encoded = iter(encode_texts(tokenizer, texts))
+    for index, example in enumerate(examples):
+        problem_ids = next(encoded)
+        step_ids = [next(encoded) for _ in example.steps]
+        kept, budget = window_budgets(
+            problem=len(problem_ids),
+            prefix=len(prefix),
+            closing=len(closing),
+            separator=len(separator),
+            max_length=max_length,
+        )
+        windows = build_windows(
+            chain_index=index,
+            problem_ids=problem_ids,
+            step_ids=step_ids,
+            prefix=prefix,
+            separator=separator,
+            max_length=max_length,
+            problem_end=[] if layout.chat_template else None,
+        )
+        cut_steps = sum(len(ids) > budget for ids in step_ids)
+        problem_cut = int(len(problem_ids) > kept)
+        yield (
+            index,
+            windows,
+            Truncation(problem_cut, cut_steps, int(bool(problem_cut or cut_steps))),
+        )
 
 
 def chains_to_windows(
@@ -307,28 +379,11 @@ def chains_to_windows(
 ) -> list[Window]:
     """Windows of many chains with one batched tokenizer call; ``chain_index`` is the
     position in ``examples``."""
-    prefix, separator = special_ids(tokenizer, layout)
-    texts: list[str] = []
-    for example in examples:
-        texts.append(problem_text(tokenizer, example.problem, layout))
-        texts.extend(example.steps)
-    encoded = iter(encode_texts(tokenizer, texts))
-    windows: list[Window] = []
-    for index, example in enumerate(examples):
-        problem_ids = next(encoded)
-        step_ids = [next(encoded) for _ in example.steps]
-        windows.extend(
-            build_windows(
-                chain_index=index,
-                problem_ids=problem_ids,
-                step_ids=step_ids,
-                prefix=prefix,
-                separator=separator,
-                max_length=max_length,
-                problem_end=[] if layout.chat_template else None,
-            )
-        )
-    return windows
+    return [
+        window
+        for _, windows, _ in _chain_windows(tokenizer, examples, max_length, layout)
+        for window in windows
+    ]
 
 
 def window_steps(windows: Sequence[Window], starts: Sequence[int]) -> list[int]:

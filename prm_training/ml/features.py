@@ -72,6 +72,8 @@ class StepFeatureCache:
 
 
 _CACHES: dict[tuple[str, str, str | None], StepFeatureCache] = {}
+# How ``data.build_windows`` splits a long chain; part of every cache's name.
+WINDOWING = "overlap1"
 
 
 def feature_cache(
@@ -85,8 +87,10 @@ def feature_cache(
     step_prior: bool = False,
 ) -> StepFeatureCache:
     """The process-wide cache for one backbone, window length, step pooling, text layout,
-    weights' dtype and step prior (one per disk folder)."""
-    parts = [fingerprint, str(max_length), pooling, layout.key()]
+    weights' dtype and step prior (one per disk folder). ``WINDOWING`` names how a chain
+    longer than the window is split, so features made before overlapping windows
+    (``data.build_windows``) are not read as if they were made with them."""
+    parts = [fingerprint, str(max_length), pooling, layout.key(), WINDOWING]
     parts += [dtype if dtype != "float32" else "", "prior" if step_prior else ""]
     name = "-".join(filter(None, parts))
     key = (name, pooling, cache_dir)

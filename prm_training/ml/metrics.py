@@ -8,6 +8,10 @@
   "none").
 * ``processbench_f1``: ProcessBench's F1, the harmonic mean of that accuracy on chains with
   an error and on chains without.
+* ``mean_subset_f1`` (F1 per subset, ``subset_f1:<subset>``, and their mean, as
+  ProcessBench reports it), ``prmscore`` (PRMBench, where labels go past the first
+  error) and ``right_answer_recall`` (first errors found in chains whose final answer
+  is right): ``evaluation``, which also gives their intervals.
 * ``calibration_error``: expected calibration error of P(correct) over the labeled +1/-1
   steps (10 equal-width bins): how far "0.8" is from being right 80% of the time.
 
@@ -440,4 +444,26 @@ def evaluate(
     if hits_error and hits_correct:
         a, b = metrics["error_accuracy"], metrics["correct_accuracy"]
         metrics["processbench_f1"] = 0.0 if a + b == 0 else 2 * a * b / (a + b)
+    metrics.update(_official(examples, scores, readout))
     return metrics
+
+
+# The benchmarks' own figures ``evaluate`` adds (``evaluation``); per subset as
+# ``subset_f1:<subset>``.
+OFFICIAL = ("mean_subset_f1", "right_answer_recall", "prmscore")
+
+
+def _official(
+    examples: Sequence[ChainExample], scores: Sequence[ChainScores], readout: Readout
+) -> dict[str, float]:
+    from .evaluation import point_metrics, scored_chains
+
+    labeled = [(e, s.step_probs) for e, s in zip(examples, scores, strict=True) if e.labels]
+    if not labeled:
+        return {}
+    chains = scored_chains([e for e, _ in labeled], [p for _, p in labeled], readout)
+    return {
+        name: value
+        for name, value in point_metrics(chains).items()
+        if name in OFFICIAL or name.startswith("subset_f1:")
+    }

@@ -240,14 +240,18 @@ def collate_windows(windows: list[Window], pad_id: int, device: torch.device) ->
         segment_ids[row, :n] = torch.tensor(window.segment_ids)
         rows.extend([row] * len(window.step_end_positions))
         cols.extend(window.step_end_positions)
-    # Segment s >= 1 of a window is its chain's step s - 1, listed at the batch index
-    # (steps of earlier windows) + (s - 1 - first_step).
-    base = torch.tensor(
-        np.cumsum([0, *(len(window.step_end_positions) for window in windows[:-1])])
-        - np.array([window.first_step + 1 for window in windows]),
-        dtype=torch.long,
+    # Segment s > first_step of a window is its chain's scored step s - 1, listed at the
+    # batch index (steps of earlier windows) + (s - 1 - first_step); segments 1..first_step
+    # are the context steps before them (read, not scored: no step of their own here).
+    first = torch.tensor([window.first_step + 1 for window in windows], dtype=torch.long)  # [B]
+    base = (
+        torch.tensor(
+            np.cumsum([0, *(len(window.step_end_positions) for window in windows[:-1])]),
+            dtype=torch.long,
+        )
+        - first
     )  # [B]
-    step_of_token = torch.where(segment_ids > 0, segment_ids + base[:, None], -1)
+    step_of_token = torch.where(segment_ids >= first[:, None], segment_ids + base[:, None], -1)
     return WindowBatch(
         input_ids=input_ids.to(device),
         segment_ids=segment_ids.to(device),

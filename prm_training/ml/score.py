@@ -8,6 +8,7 @@ batching, so padding stays small; results still come back in input order.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
@@ -19,7 +20,7 @@ import torch
 from torch import nn
 
 from .config import PRMConfig
-from .data import ChainExample, chains_to_windows, window_steps
+from .data import ChainExample, chains_to_windows, truncation, window_steps
 from .features import (
     StepFeatureCache,
     autocast_for,
@@ -39,6 +40,8 @@ from .model import (
     load_configured_backbone,
     resolve_device,
 )
+
+logger = logging.getLogger(__name__)
 
 # Chains per chunk: bucketing sorts within a chunk, so bigger chunks pad less but hold
 # more in memory before the first result comes out.
@@ -320,3 +323,30 @@ def _full_member_probs(
                 out[:, first : first + n] = probs_np[:, column : column + n]
                 column += n
     return out
+
+
+def truncation_counts(
+    tokenizer: Any, examples: Sequence[ChainExample], config: PRMConfig
+) -> dict[str, float]:
+    """What windows of ``config.max_length`` cut from ``examples`` (``data.truncation``)
+    as a run's metrics name it, logged as a warning when anything: a scoring run and an
+    evaluation report it too."""
+    max_length = config.max_length
+    cut = truncation(tokenizer, examples, max_length, config.text_layout())
+    if cut.chains:
+        logger.warning(
+            "max_length %d cuts %d of %d chains (%d problems and %d steps keep only their "
+            "head and tail; %d steps are scored without some of the steps before them)",
+            max_length,
+            cut.chains,
+            len(examples),
+            cut.problems,
+            cut.steps,
+            cut.context_steps,
+        )
+    return {
+        "truncated_chains": float(cut.chains),
+        "truncated_problems": float(cut.problems),
+        "truncated_steps": float(cut.steps),
+        "truncated_context_steps": float(cut.context_steps),
+    }

@@ -8,19 +8,27 @@ The protocol, per seed:
    order: each seed holds out different problems, so the result is not one split's luck.
 2. A random seed set of ``seed_size`` chains is drawn from the rest (the pool); the split
    and the seed set are the same for every strategy of that seed, so strategies are
-   compared on paired runs (``summarize``: per-seed differences with 95% intervals).
+   compared on paired runs.
 3. Round 0 trains on the seed set and evaluates on the held-out part. Then, per round and
    strategy, the current model scores the still-unlabeled pool, ``select_batch`` picks
    ``batch`` chains, their labels are revealed, the PRM is retrained from scratch on all
    labeled chains and evaluated again.
-4. The model-free baselines (``baselines``: the outcome-only rule and the step-position
-   prior) are fitted on the whole labeled pool, the most any of them could learn from it,
-   and scored on the same held-out chains with the same threshold rule.
+4. The baselines (``baselines``: the outcome-only rule, the step-position prior and the
+   text-blind head) are fitted on the whole labeled pool, the most any of them could
+   learn from it, and scored on the same held-out chains with their own readouts.
 
 Cost is counted twice: labeled chains, and labeled steps (the ratings annotators gave;
 in first-error labeling, the steps up to the first error), which is what an hour buys.
-When the oracle's labels stop at the first error (``stops_at_first_error``), acquisition
-counts only the steps that would be rated (``acquisition``).
+Strategies are compared with random at equal labeled steps (``at_equal_steps``: the
+curves interpolated in steps), not at equal chains: a model-driven strategy that picks
+chains with early errors labels fewer steps per chain, and a comparison by round would
+credit it with labels it did not pay for. When the oracle's labels stop at the first
+error (``stops_at_first_error``), acquisition counts only the steps that would be rated
+(``acquisition``).
+
+Every interval is the corrected resampled t of ``paired`` (the seeds' held-out parts
+overlap); ``summarize`` says per strategy whether it saves labeled steps
+(``SummaryLine.saves_steps``), the rule 'auto' applies on a project's own labels.
 
 In ``frozen_head`` mode the backbone runs once per chain (the feature cache), so a round
 costs a head training and two cache look-ups; the first pass over the chains is the cost.
@@ -33,25 +41,28 @@ import math
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
 
 from .acquisition import STRATEGIES
-from .baselines import BASELINES, baseline_metrics
+from .baselines import BASELINES, baseline_figures
 from .config import PRMConfig
 from .data import ChainExample
-from .paired import Interval, interval
+from .paired import HELDOUT_FRACTION, Interval, resampled_interval
 
 BASELINE = "random"
-METRICS = ("processbench_f1", "step_auroc", "first_error_accuracy")
-# The F1 difference the default number of seeds is sized to resolve: on ProcessBench's
-# GSM8K and MATH files (2026-11-25, 25 seeds) the paired F1 differences with random had
-# a spread that needs 48 seeds for a 95% half-width of 0.02. Each summary says how many
-# its own spread needs.
+METRICS = ("processbench_f1", "mean_subset_f1", "step_auroc", "first_error_accuracy")
+# What a strategy must not lose to random on at any round, at equal labeled steps, and
+# (the first) beat it on at the last, for 'auto' to leave random (``saves_steps``).
+DECISION_METRICS = ("processbench_f1", "step_auroc", "first_error_accuracy")
+# The F1 difference a summary says how many seeds it would take to resolve. With the
+# correction for overlapping splits the half-width falls as sqrt(1/J + 0.25), so past
+# about 20 seeds only more chains narrow it: 20 seeds are within 10% of 50's width
+# (t * sqrt(1/J + 0.25): 1.15 against 1.05) at two fifths of the time.
 RESOLVE_F1 = 0.02
-DEFAULT_SEEDS = 50
+DEFAULT_SEEDS = 20
 
 
 @dataclass(frozen=True)
@@ -99,9 +110,12 @@ class SimulationRow:
     processbench_f1: float
     step_auroc: float
     first_error_accuracy: float
+    # ProcessBench's own figure: F1 per subset (``ChainExample.subset``) and their mean.
+    mean_subset_f1: float = math.nan
+    subset_f1: tuple[tuple[str, float], ...] = ()
 
 
-ROW_FIELDS = tuple(f.name for f in fields(SimulationRow))
+ROW_FIELDS = tuple(f.name for f in fields(SimulationRow) if f.name != "subset_f1")
 
 
 def oracle_chains(examples: Sequence[ChainExample]) -> list[ChainExample]:
@@ -184,6 +198,13 @@ def _row(
         labeled_chains=len(labeled),
         labeled_steps=sum(labeled_steps(example) for example in labeled),
         **{name: float(metrics.get(name, math.nan)) for name in METRICS},
+        subset_f1=tuple(
+            sorted(
+                (key.removeprefix("subset_f1:"), float(value))
+                for key, value in metrics.items()
+                if key.startswith("subset_f1:")
+            )
+        ),
     )
 
 
@@ -193,11 +214,16 @@ def _baseline_rows(
     pool: Sequence[ChainExample],
     heldout: Sequence[ChainExample],
     graded: Mapping[int, bool | None],
+    prm: PRMConfig,
 ) -> list[SimulationRow]:
-    """The model-free baselines fitted on the whole pool, scored on ``heldout``."""
+    """The baselines (the two rules and the text-blind head) fitted on the whole pool,
+    scored on ``heldout``."""
+    from .train import fit_baselines
+
+    fitted = fit_baselines(replace(prm, seed=seed), list(pool), answers_correct=graded)
     return [
         _row(name, seed, round_, pool, metrics)
-        for name, metrics in baseline_metrics(pool, heldout, graded).items()
+        for name, metrics in baseline_figures(fitted, heldout, graded).items()
     ]
 
 
@@ -237,7 +263,7 @@ def simulate(
                     f"selection, but the run needs {needed}"
                 )
             rows.extend(_simulate_seed(sim, prm, seed, pool, heldout, graded, checkpoint, progress))
-            rows.extend(_baseline_rows(seed, sim.rounds, pool, heldout, graded))
+            rows.extend(_baseline_rows(seed, sim.rounds, pool, heldout, graded, prm))
     return rows
 
 
@@ -258,7 +284,7 @@ def _simulate_seed(
 
     def train(labeled: list[int]) -> dict[str, float]:
         config = replace(prm, seed=seed, heldout_metrics=True)
-        result = train_prm(config, [pool[i] for i in labeled], heldout, checkpoint)
+        result = train_prm(config, [pool[i] for i in labeled], heldout, checkpoint, baselines=False)
         if progress is not None:
             progress()
         return result.metrics
@@ -303,25 +329,37 @@ def _simulate_seed(
 
 @dataclass(frozen=True)
 class Reach:
-    """Where a strategy first reaches the reference's final score and holds it to the
-    last round, judged on the paired interval (not significantly below), with its cost
-    (means over seeds)."""
+    """Where a strategy's mean curve (over seeds) first reaches the reference's final mean
+    ``metric`` and stays there, interpolated in labeled steps: a point estimate of its
+    cost. Whether the saving is real is ``SummaryLine.saves_steps``'s question."""
 
     round: int
     labeled_chains: float
     labeled_steps: float
 
 
-@dataclass(frozen=True)
+@dataclass
 class SummaryLine:
+    """One strategy or baseline. ``versus``: a strategy's paired difference with random at
+    equal labeled steps at its last round (random's curve interpolated at the strategy's
+    steps, both capped at random's last), a baseline's with random's last round; corrected
+    95% intervals (``paired.resampled_interval``). ``below``: the rounds at which a
+    strategy's interval at equal steps lies under 0, per metric. ``saves_steps``: a
+    strategy that is not below random at any round on any of ``DECISION_METRICS`` and above
+    it on F1 at its last (None for random and the baselines): the one rule by which the
+    summary says a strategy saves labeled steps and 'auto' leaves random."""
+
     name: str
     is_baseline: bool
     seeds: int
     final: dict[str, float]  # metric -> mean over seeds at the last round
     labeled_chains: float
     labeled_steps: float
-    versus: dict[str, Interval]  # metric -> (this - reference) at the last round, by seed
+    versus: dict[str, Interval]
     reach: Reach | None  # strategies only; None: not reached
+    below: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    saves_steps: bool | None = None
+    final_subsets: dict[str, float] = field(default_factory=dict)  # subset -> mean F1
 
 
 def _by_seed(rows: Sequence[SimulationRow]) -> dict[tuple[str, int], dict[int, SimulationRow]]:
@@ -331,20 +369,50 @@ def _by_seed(rows: Sequence[SimulationRow]) -> dict[tuple[str, int], dict[int, S
     return table
 
 
+def at_equal_steps(
+    run: Mapping[int, SimulationRow], reference: Mapping[int, SimulationRow], metric: str
+) -> dict[int, float]:
+    """round -> ``run``'s ``metric`` minus ``reference``'s at the same labeled steps, for
+    every round of ``run`` after the first: both curves interpolated linearly in labeled
+    steps at the run's steps of that round, capped at the reference's last (so a run that
+    labeled more steps than the reference is compared where the reference ends).
+
+    >>> row = lambda r, steps, f1: SimulationRow("s", 0, r, 10 * r, steps, f1, 0.5, 0.5)
+    >>> random = {0: row(0, 10, 0.1), 1: row(1, 30, 0.3), 2: row(2, 50, 0.5)}
+    >>> cheap = {0: row(0, 10, 0.1), 1: row(1, 20, 0.25), 2: row(2, 30, 0.35)}
+    >>> {r: round(d, 3) for r, d in at_equal_steps(cheap, random, "processbench_f1").items()}
+    {1: 0.05, 2: 0.05}
+    """
+    ref_steps = np.asarray([reference[r].labeled_steps for r in sorted(reference)], dtype=float)
+    ref_values = np.asarray([getattr(reference[r], metric) for r in sorted(reference)])
+    steps = np.asarray([run[r].labeled_steps for r in sorted(run)], dtype=float)
+    values = np.asarray([getattr(run[r], metric) for r in sorted(run)])
+    out: dict[int, float] = {}
+    for round_ in sorted(run)[1:]:
+        budget = min(float(run[round_].labeled_steps), float(ref_steps[-1]))
+        ours = float(np.interp(budget, steps, values))
+        theirs = float(np.interp(budget, ref_steps, ref_values))
+        out[round_] = ours - theirs
+    return out
+
+
 def summarize(
-    rows: Sequence[SimulationRow], metric: str = "processbench_f1", reference: str = BASELINE
+    rows: Sequence[SimulationRow],
+    metric: str = "processbench_f1",
+    reference: str = BASELINE,
+    *,
+    heldout_fraction: float = HELDOUT_FRACTION,
 ) -> list[SummaryLine]:
-    """One line per strategy and baseline: its last round, its paired difference with
-    ``reference``'s last round on every metric, and (strategies) the round from which it
-    reaches ``reference``'s final ``metric``: the 95% interval of the per-seed difference
-    no longer lies below 0, in that round and every later one.
+    """One line per strategy and baseline (``SummaryLine``), compared with ``reference``
+    at equal labeled steps, every interval corrected for the seeds' overlapping splits
+    (each held out ``heldout_fraction`` of the chains).
 
     >>> rows = [SimulationRow(s, seed, r, 10 * (r + 1), 30 * (r + 1), f + seed / 100, .6, .5)
     ...         for s, fs in (("random", (.2, .3, .4)), ("entropy", (.2, .4, .5)))
     ...         for seed in range(4) for r, f in enumerate(fs)]
-    >>> [(line.name, str(line.versus["processbench_f1"]), line.reach.labeled_steps)
-    ...  for line in summarize(rows, "processbench_f1")]
-    [('random', '+0.000 ± 0.000', 90.0), ('entropy', '+0.100 ± 0.000', 60.0)]
+    >>> [(line.name, str(line.versus["processbench_f1"]), line.saves_steps,
+    ...   round(line.reach.labeled_steps)) for line in summarize(rows)]
+    [('random', '+0.000 ± 0.000', None, 90), ('entropy', '+0.100 ± 0.000', True, 60)]
     """
     table = _by_seed(rows)
     names = list(dict.fromkeys(row.strategy for row in rows))
@@ -352,46 +420,116 @@ def summarize(
         raise ValueError(f"the reference strategy {reference!r} has no rows to compare with")
     seeds = sorted({seed for name, seed in table if name == reference})
     last = max(table[(reference, seeds[0])])
-    target = {seed: table[(reference, seed)][last] for seed in seeds}
+    references = {seed: table[(reference, seed)] for seed in seeds}
     lines = []
     for name in names:
-        runs = [table[(name, seed)] for seed in seeds if (name, seed) in table]
-        ends = [run[max(run)] for run in runs]
-        lines.append(
-            SummaryLine(
-                name=name,
-                is_baseline=name in BASELINES,
-                seeds=len(runs),
-                final={m: _nanmean([getattr(end, m) for end in ends]) for m in METRICS},
-                labeled_chains=float(np.mean([end.labeled_chains for end in ends])),
-                labeled_steps=float(np.mean([end.labeled_steps for end in ends])),
-                versus={
-                    m: interval([getattr(end, m) - getattr(target[end.seed], m) for end in ends])
-                    for m in METRICS
-                },
-                reach=None if name in BASELINES else _reach(runs, target, metric),
-            )
+        runs = {seed: table[(name, seed)] for seed in seeds if (name, seed) in table}
+        ends = [run[max(run)] for run in runs.values()]
+        baseline = name in BASELINES
+        line = SummaryLine(
+            name=name,
+            is_baseline=baseline,
+            seeds=len(runs),
+            final={m: _nanmean([getattr(end, m) for end in ends]) for m in METRICS},
+            labeled_chains=float(np.mean([end.labeled_chains for end in ends])),
+            labeled_steps=float(np.mean([end.labeled_steps for end in ends])),
+            versus={},
+            reach=None if baseline else _reach(list(runs.values()), references, last, metric),
+            final_subsets=_subset_means(ends),
         )
+        if baseline:
+            for m in METRICS:
+                line.versus[m] = resampled_interval(
+                    [getattr(end, m) - getattr(references[end.seed][last], m) for end in ends],
+                    heldout_fraction=heldout_fraction,
+                )
+        else:
+            _compare_at_equal_steps(line, runs, references, heldout_fraction, name == reference)
+        lines.append(line)
     return lines
+
+
+def _compare_at_equal_steps(
+    line: SummaryLine,
+    runs: Mapping[int, Mapping[int, SimulationRow]],
+    references: Mapping[int, Mapping[int, SimulationRow]],
+    heldout_fraction: float,
+    is_reference: bool,
+) -> None:
+    """Fills ``line``'s ``versus`` (the last round), ``below`` and ``saves_steps``."""
+    for m in METRICS:
+        gaps: dict[int, list[float]] = defaultdict(list)
+        for seed, run in runs.items():
+            for round_, gap in at_equal_steps(run, references[seed], m).items():
+                gaps[round_].append(gap)
+        intervals = {
+            r: resampled_interval(values, heldout_fraction=heldout_fraction)
+            for r, values in sorted(gaps.items())
+        }
+        if intervals:
+            line.versus[m] = intervals[max(intervals)]
+        line.below[m] = tuple(r for r, gap in intervals.items() if gap.high < 0)
+    if is_reference:
+        return
+    f1 = line.versus.get("processbench_f1")
+    line.saves_steps = saves_steps(f1.low if f1 is not None else None, line.below)
+
+
+def saves_steps(f1_low: float | None, below: Mapping[str, Sequence[int]]) -> bool:
+    """The rule by which a strategy saves labeled steps over random, and by which 'auto'
+    leaves random: its F1 at equal steps is above random's at its last round (the
+    corrected interval's ``f1_low`` above 0) and it is below random at no round on any of
+    ``DECISION_METRICS`` (``below``: metric -> the rounds where its interval lies under 0;
+    a metric missing is not known to be safe).
+
+    >>> saves_steps(0.01, {m: () for m in DECISION_METRICS})
+    True
+    >>> saves_steps(0.01, {"processbench_f1": (2,), "step_auroc": (), "first_error_accuracy": ()})
+    False
+    >>> saves_steps(0.01, {"processbench_f1": ()})
+    False
+    """
+    return (
+        f1_low is not None
+        and f1_low > 0
+        and all(m in below and not below[m] for m in DECISION_METRICS)
+    )
+
+
+def _subset_means(ends: Sequence[SimulationRow]) -> dict[str, float]:
+    values: dict[str, list[float]] = defaultdict(list)
+    for end in ends:
+        for subset, value in end.subset_f1:
+            values[subset].append(value)
+    return {subset: _nanmean(vals) for subset, vals in sorted(values.items())}
 
 
 def _reach(
     runs: Sequence[Mapping[int, SimulationRow]],
-    target: Mapping[int, SimulationRow],
+    references: Mapping[int, Mapping[int, SimulationRow]],
+    last: int,
     metric: str,
 ) -> Reach | None:
-    reached: Reach | None = None
-    for round_ in sorted(runs[0], reverse=True):
-        at = [run[round_] for run in runs if round_ in run]
-        gap = interval([getattr(row, metric) - getattr(target[row.seed], metric) for row in at])
-        if math.isnan(gap.mean) or gap.high < 0:
-            break
-        reached = Reach(
-            round=round_,
-            labeled_chains=float(np.mean([row.labeled_chains for row in at])),
-            labeled_steps=float(np.mean([row.labeled_steps for row in at])),
-        )
-    return reached
+    """The ``Reach`` of the mean curve of ``runs`` to the references' final mean."""
+    target = _nanmean([getattr(ref[last], metric) for ref in references.values()])
+    rounds = sorted(runs[0])
+    means = [_nanmean([getattr(run[r], metric) for run in runs if r in run]) for r in rounds]
+    steps = [float(np.mean([run[r].labeled_steps for run in runs if r in run])) for r in rounds]
+    chains = [float(np.mean([run[r].labeled_chains for run in runs if r in run])) for r in rounds]
+    below = [i for i, value in enumerate(means) if not value >= target]
+    first = (below[-1] + 1) if below else 0  # from here on the curve stays at or above
+    if first >= len(rounds):
+        return None
+    if first == 0:
+        return Reach(rounds[0], chains[0], steps[0])
+    # Linear between the last round below and the first at or above it.
+    before, after = means[first - 1], means[first]
+    share = (target - before) / (after - before) if after != before else 1.0
+    return Reach(
+        rounds[first],
+        chains[first - 1] + share * (chains[first] - chains[first - 1]),
+        steps[first - 1] + share * (steps[first] - steps[first - 1]),
+    )
 
 
 def _nanmean(values: Sequence[float]) -> float:
@@ -399,86 +537,176 @@ def _nanmean(values: Sequence[float]) -> float:
     return float(np.mean(kept)) if kept else math.nan
 
 
-def seeds_to_resolve(rows: Sequence[SimulationRow], effect: float = RESOLVE_F1) -> int | None:
-    """Seeds a paired F1 difference of ``effect`` needs at the largest spread this run saw
-    between a strategy and the reference at the last round (None with one seed)."""
+def seeds_to_resolve(
+    rows: Sequence[SimulationRow],
+    effect: float = RESOLVE_F1,
+    *,
+    heldout_fraction: float = HELDOUT_FRACTION,
+) -> tuple[int | None, bool]:
+    """(seeds a paired F1 difference of ``effect`` at equal steps needs at the largest
+    spread this run saw between a strategy and the reference at the last round, whether
+    any strategy was compared): None when no number of seeds gets there (the corrected
+    interval's floor: only more chains resolve it)."""
     from .paired import seeds_needed
 
     table = _by_seed(rows)
     seeds = sorted({seed for name, seed in table if name == BASELINE})
     if not seeds:
-        return None
-    last = max(table[(BASELINE, seeds[0])])
-    needs = []
-    for name in {row.strategy for row in rows} - {BASELINE}:
-        diffs = [
-            table[(name, seed)][max(table[(name, seed)])].processbench_f1
-            - table[(BASELINE, seed)][last].processbench_f1
-            for seed in seeds
-            if (name, seed) in table
-        ]
-        needed = seeds_needed(diffs, effect)
-        if needed is not None:
-            needs.append(needed)
-    return max(needs) if needs else None
+        return None, False
+    needs: list[int | None] = []
+    for name in {row.strategy for row in rows} - {BASELINE, *BASELINES}:
+        diffs = []
+        for seed in seeds:
+            if (name, seed) in table:
+                gaps = at_equal_steps(
+                    table[(name, seed)], table[(BASELINE, seed)], "processbench_f1"
+                )
+                if gaps:
+                    diffs.append(gaps[max(gaps)])
+        if len(diffs) >= 2:
+            needs.append(seeds_needed(diffs, effect, heldout_fraction=heldout_fraction))
+    if not needs:
+        return None, False
+    if any(need is None for need in needs):
+        return None, True
+    return max(n for n in needs if n is not None), True
 
 
-def summary_table(rows: Sequence[SimulationRow]) -> str:
-    """The summary as a fixed-width text table (what the command prints)."""
-    lines = summarize(rows)
+def _reach_text(line: SummaryLine) -> str:
+    if line.is_baseline:
+        return "(fitted on the whole pool)"
+    if line.reach is None:
+        return "not reached"
+    return f"{line.reach.labeled_steps:.0f}"
+
+
+def summary_table(
+    rows: Sequence[SimulationRow], *, heldout_fraction: float = HELDOUT_FRACTION
+) -> str:
+    """The summary as a fixed-width text table (what the command prints), the per-subset
+    F1 at the last round, and a sentence on which strategy, if any, saves labeled steps."""
+    lines = summarize(rows, heldout_fraction=heldout_fraction)
     seeds = max(line.seeds for line in lines)
     head = (
-        f"{'':<27}{'F1':>7}{'AUROC':>7}{'FE acc':>8}{'chains':>8}{'steps':>8}"
-        f"  {'ΔF1 vs random':<17}{'ΔAUROC':<17}{'ΔFE acc':<17}steps to random's final F1"
+        f"{'':<27}{'F1':>7}{'sub F1':>7}{'AUROC':>7}{'FE acc':>8}{'chains':>8}{'steps':>8}"
+        f"  {'ΔF1':<17}{'ΔAUROC':<17}{'ΔFE acc':<17}{'below random at rounds':<24}"
+        "steps to random's F1"
     )
     out = [
-        f"held-out metrics at the last round, mean over {seeds} seeds; Δ: paired difference "
-        "with random at its last round, 95% interval (holding 0: no difference)",
+        f"held-out figures at the last round, mean over {seeds} seeds (sub F1: ProcessBench's "
+        "mean of per-subset F1); Δ: paired difference with random at equal labeled steps "
+        "(baselines: with random's last round), 95% interval corrected for the seeds' "
+        f"overlapping splits ({heldout_fraction:.0%} held out; holding 0: no difference)",
         head,
     ]
     for line in lines:
-        name = f"{line.name} (no model)" if line.is_baseline else line.name
-        versus = ["—" if line.name == BASELINE else str(line.versus[m]) for m in METRICS]
-        if line.is_baseline:
-            reach = "(fitted on the whole pool)"
-        elif line.reach is None:
-            reach = "not reached"
-        else:
-            reach = f"{line.reach.labeled_steps:.0f} (round {line.reach.round})"
+        name = (
+            f"{line.name} (no model)"
+            if line.is_baseline and line.name != "text_blind"
+            else line.name
+        )
+        if line.name == "text_blind":
+            name = "text_blind (no step text)"
+        versus = [
+            "—" if line.name == BASELINE or m not in line.versus else str(line.versus[m])
+            for m in DECISION_METRICS
+        ]
+        below = "—"
+        if not line.is_baseline and line.name != BASELINE:
+            below = (
+                "; ".join(
+                    f"{SHORT[m]} {','.join(map(str, rounds))}"
+                    for m, rounds in line.below.items()
+                    if rounds and m in DECISION_METRICS
+                )
+                or "none"
+            )
         f = line.final
         out.append(
-            f"{name:<27}{f['processbench_f1']:>7.3f}{f['step_auroc']:>7.3f}"
-            f"{f['first_error_accuracy']:>8.3f}{line.labeled_chains:>8.0f}"
-            f"{line.labeled_steps:>8.0f}  {versus[0]:<17}{versus[1]:<17}{versus[2]:<17}{reach}"
+            f"{name:<27}{f['processbench_f1']:>7.3f}{f['mean_subset_f1']:>7.3f}"
+            f"{f['step_auroc']:>7.3f}{f['first_error_accuracy']:>8.3f}{line.labeled_chains:>8.0f}"
+            f"{line.labeled_steps:>8.0f}  {versus[0]:<17}{versus[1]:<17}{versus[2]:<17}"
+            f"{below:<24}{_reach_text(line)}"
         )
-    needed = seeds_to_resolve(rows)
-    if needed is not None:
+    out.extend(_subset_table(lines))
+    out.append(_savings_sentence(lines))
+    needed, compared = seeds_to_resolve(rows, heldout_fraction=heldout_fraction)
+    if compared:
         out.append(
-            f"seeds needed to resolve a {RESOLVE_F1} F1 difference at this run's spread: {needed}"
+            f"seeds needed to resolve a {RESOLVE_F1} F1 difference at this run's spread: "
+            + (
+                str(needed)
+                if needed is not None
+                else "none suffice (the held-out set is too small: only more chains resolve it)"
+            )
         )
     return "\n".join(out)
 
 
+SHORT = {
+    "processbench_f1": "F1",
+    "step_auroc": "AUROC",
+    "first_error_accuracy": "FE acc",
+    "mean_subset_f1": "sub F1",
+}
+
+
+def _subset_table(lines: Sequence[SummaryLine]) -> list[str]:
+    """Per-subset F1 at the last round, one column a subset (nothing with one subset)."""
+    subsets = sorted({subset for line in lines for subset in line.final_subsets})
+    if len(subsets) < 2:
+        return []
+    out = ["F1 per subset at the last round: " + ", ".join(subsets)]
+    for line in lines:
+        cells = "".join(f"{line.final_subsets.get(s, math.nan):>9.3f}" for s in subsets)
+        out.append(f"  {line.name:<25}{cells}")
+    return out
+
+
+def _savings_sentence(lines: Sequence[SummaryLine]) -> str:
+    """Which strategy, if any, saves labeled steps (``SummaryLine.saves_steps``)."""
+    strategies = [line for line in lines if line.saves_steps is not None]
+    saving = [line for line in strategies if line.saves_steps]
+    if not strategies:
+        return "no strategy but random was simulated"
+    if not saving:
+        return (
+            "at equal labeled steps no strategy saves steps over random: none is above it on "
+            "F1 at the last round without falling below it at some round (corrected intervals)"
+        )
+    return "; ".join(
+        f"{line.name} saves labeled steps over random: F1 {line.versus['processbench_f1']} at "
+        f"equal steps at its last round, never below random"
+        for line in saving
+    )
+
+
 def write_csv(rows: Sequence[SimulationRow], path: str | Path) -> None:
+    """One line per row: ``ROW_FIELDS`` and a ``subset_f1:<subset>`` column per subset."""
     import csv
 
+    subsets = sorted({subset for row in rows for subset, _ in row.subset_f1})
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=ROW_FIELDS)
+        writer = csv.DictWriter(
+            handle, fieldnames=[*ROW_FIELDS, *(f"subset_f1:{s}" for s in subsets)]
+        )
         writer.writeheader()
         for row in rows:
+            values = {key: value for key, value in asdict(row).items() if key != "subset_f1"}
+            values.update({f"subset_f1:{subset}": value for subset, value in row.subset_f1})
             writer.writerow(
                 {
                     key: (f"{value:.6f}" if isinstance(value, float) else value)
-                    for key, value in asdict(row).items()
+                    for key, value in values.items()
                 }
             )
 
 
 def plot_learning_curves(rows: Sequence[SimulationRow], path: str | Path) -> None:
-    """Three panels, held-out ProcessBench F1, step AUROC and first-error accuracy against
-    labeled steps: one line per strategy (mean over seeds, x the mean labeled steps of the
-    round) with its 95% interval over seeds as a band; the model-free baselines as
-    horizontal lines with theirs."""
+    """Four panels, held-out ProcessBench F1 (pooled, and the mean of per-subset F1), step
+    AUROC and first-error accuracy against labeled steps: one line per strategy (mean over
+    seeds, x the mean labeled steps of the round) with its corrected 95% interval as a
+    band; the baselines, which read no step, as horizontal lines with theirs."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: a worker or CI has no display
@@ -486,8 +714,13 @@ def plot_learning_curves(rows: Sequence[SimulationRow], path: str | Path) -> Non
 
     names = list(dict.fromkeys(row.strategy for row in rows))
     seeds = sorted({row.seed for row in rows})
-    figure, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    titles = ("held-out ProcessBench F1", "held-out step AUROC", "held-out first-error accuracy")
+    figure, axes = plt.subplots(1, 4, figsize=(19, 4.2))
+    titles = (
+        "held-out ProcessBench F1 (pooled)",
+        "held-out F1, mean over subsets",
+        "held-out step AUROC",
+        "held-out first-error accuracy",
+    )
     for axis, metric, title in zip(axes, METRICS, titles, strict=True):
         rules: dict[float, list[str]] = {}
         for name in names:
@@ -498,7 +731,7 @@ def plot_learning_curves(rows: Sequence[SimulationRow], path: str | Path) -> Non
             if not by_round:
                 continue
             rounds = sorted(by_round)
-            spans = [interval([getattr(r, metric) for r in by_round[n]]) for n in rounds]
+            spans = [resampled_interval([getattr(r, metric) for r in by_round[n]]) for n in rounds]
             xs = [float(np.mean([r.labeled_steps for r in by_round[n]])) for n in rounds]
             low = [span.low if math.isfinite(span.half_width) else span.mean for span in spans]
             high = [span.high if math.isfinite(span.half_width) else span.mean for span in spans]
@@ -520,7 +753,7 @@ def plot_learning_curves(rows: Sequence[SimulationRow], path: str | Path) -> Non
             axis.fill_between(xs, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
         for value, same in rules.items():
             axis.annotate(
-                f"{' = '.join(same)} (no model)",
+                f"{' = '.join(same)} (reads no step)",
                 (0.01, value),
                 xycoords=("axes fraction", "data"),
                 fontsize=7,

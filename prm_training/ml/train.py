@@ -52,6 +52,9 @@ checkpoint at ``out_dir``; an existing ``out_dir`` is replaced)::
                          config.json's prm_config.backbone path is used and its
                          fingerprint verified
       metrics.json       held-out metrics (see ``metrics.evaluate``) and train_loss
+      baselines.json     the rules fitted on the training chains and their readouts,
+      text_blind.*       and the text-blind head (``baselines.load_baselines``), so the
+                         version is compared with its own baselines wherever it is scored
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ import random
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -72,14 +75,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from .baselines import baseline_metrics, graded_answers
+from .baselines import FittedBaselines, fit_rules, scored_baseline_metrics
 from .config import PRMConfig
 from .data import (
     ChainExample,
     Window,
     chains_to_windows,
     step_target,
-    truncation,
     window_steps,
 )
 from .distributed import barrier, process_group, rank_share, train_prm_processes
@@ -98,7 +100,7 @@ from .model import (
     save_json,
     step_feature_width,
 )
-from .score import ChainScores, LoadedPRM, prior_scores, score_chains
+from .score import ChainScores, LoadedPRM, prior_scores, score_chains, truncation_counts
 
 CHECKPOINT_FORMAT = "steplab-prm/1"
 logger = logging.getLogger(__name__)
@@ -128,6 +130,10 @@ class TrainResult:
     # another version on the same chains pairs (``metrics.paired_f1_difference``).
     heldout_scores: list[ChainScores] = field(default_factory=list)
     readout: Readout = field(default_factory=Readout)
+    # The held-out figures of the PRM and the baselines with their intervals, and the
+    # PRM's paired difference with the strongest baseline (``evaluation.evaluation_report``);
+    # None without held-out metrics or baselines.
+    report: dict[str, Any] | None = None
 
 
 class _Reporter:
@@ -198,7 +204,7 @@ def _weighted_bce(
     return per_member.mean()
 
 
-def _train_frozen_head(
+def train_frozen_head(
     *,
     config: PRMConfig,
     head: EnsembleHead,
@@ -452,6 +458,7 @@ def _write_checkpoint(
     metrics: dict[str, float],
     train_chains: int,
     heldout_chains: int,
+    baselines: FittedBaselines | None,
 ) -> None:
     from safetensors.torch import save_file
 
@@ -487,6 +494,8 @@ def _write_checkpoint(
             backbone.save_pretrained(str(partial / "backbone"))
             tokenizer.save_pretrained(str(partial / "backbone"))
         save_json(partial / "metrics.json", metrics)
+        if baselines is not None:
+            baselines.save(partial)
         if out_dir.exists():
             # Replace a previous attempt's checkpoint (a redelivered task) in two renames.
             stale = out_dir.parent / f".{out_dir.name}.stale-{uuid.uuid4().hex}"
@@ -541,26 +550,45 @@ def _calibrate_and_readout(
     return calibration, readout
 
 
-def _baseline_metrics(
-    train: Sequence[ChainExample], heldout: Sequence[ChainExample], *, answer_aware: bool
-) -> dict[str, float]:
-    """The model-free baselines fitted on the training chains and scored on the same
-    held-out chains (``baseline_<name>_<metric>``), so a version's metrics say whether
-    the PRM beats a rule that reads no step. The outcome rule only where some final
-    answer can be graded against a reference answer: without one it would be the
-    position prior under another name."""
-    graded = graded_answers([*train, *heldout])
-    labeled = [example for example in heldout if example.labels is not None]
-    can_grade = any(correct is not None for correct in graded.values())
-    return {
-        f"baseline_{name}_{metric}": value
-        for name, values in baseline_metrics(
-            train, labeled, graded, answer_aware=answer_aware
-        ).items()
-        if name != "outcome_rule" or can_grade
-        for metric, value in values.items()
-        if metric in ("processbench_f1", "step_auroc", "first_error_accuracy")
-    }
+def fit_baselines(
+    config: PRMConfig,
+    examples: list[ChainExample],
+    targets: list[list[float | None]] | None = None,
+    chain_weights: np.ndarray | None = None,
+    *,
+    answers_correct: Mapping[int, bool | None] | None = None,
+) -> FittedBaselines:
+    """The baselines (``baselines``) fitted on training chains: the two rules and the
+    text-blind head (``text_blind``), trained on the same chains, step targets and
+    bootstrap resamples as the PRM (worked out from ``config`` when not given).
+    ``answers_correct``: the final answers' grades the rules read, where the caller knows
+    them apart from the chains."""
+    from .text_blind import fit_text_blind
+
+    if targets is None or chain_weights is None:
+        examples, targets = _labeled(config, examples)
+        chain_weights = _bootstrap_weights(
+            len(examples), config.ensemble_size, np.random.default_rng(config.seed)
+        )
+    fitted = fit_rules(examples, answers_correct, answer_aware=config.outcome_readout)
+    fitted.text_blind = fit_text_blind(config, examples, targets, chain_weights)
+    return fitted
+
+
+# A report's figure -> the run metric's key it is stored beside.
+REPORT_KEYS = {"f1": "processbench_f1", "auroc": "step_auroc"}
+
+
+def _versus_strongest(report: dict[str, Any]) -> dict[str, float]:
+    """``vs_strongest_<key>_low``/``_high``: the report's paired interval of the PRM minus
+    the strongest baseline, on the figures the verdict reads."""
+    out: dict[str, float] = {}
+    for figure, key in REPORT_KEYS.items():
+        gap = report["versus_strongest"].get(figure)
+        if gap is not None and "low" in gap and "high" in gap:
+            out[f"vs_strongest_{key}_low"] = gap["low"]
+            out[f"vs_strongest_{key}_high"] = gap["high"]
+    return out
 
 
 def _zero_shot_metrics(
@@ -582,30 +610,6 @@ def _zero_shot_metrics(
         f"zero_shot_{metric}": value
         for metric, value in evaluate(heldout, heldout_scores, readout).items()
         if metric in ("processbench_f1", "step_auroc", "first_error_accuracy")
-    }
-
-
-def _truncation_metrics(
-    tokenizer: Any, examples: Sequence[ChainExample], config: PRMConfig
-) -> dict[str, float]:
-    """``truncated_chains``/``_problems``/``_steps``: what windows of ``max_length`` cut
-    from the run's chains (training and held-out), logged as a warning when anything."""
-    max_length = config.max_length
-    cut = truncation(tokenizer, examples, max_length, config.text_layout())
-    if cut.chains:
-        logger.warning(
-            "max_length %d cuts %d of %d chains (%d problems, %d steps keep only their "
-            "head and tail)",
-            max_length,
-            cut.chains,
-            len(examples),
-            cut.problems,
-            cut.steps,
-        )
-    return {
-        "truncated_chains": float(cut.chains),
-        "truncated_problems": float(cut.problems),
-        "truncated_steps": float(cut.steps),
     }
 
 
@@ -674,7 +678,7 @@ def _fit(
     weight_by_class = class_weights(targets, config.class_weight)
     if config.mode == "frozen_head":
         prm.backbone.requires_grad_(False)
-        return _train_frozen_head(
+        return train_frozen_head(
             config=config,
             head=prm.head,
             features=prm.frozen_features(examples),
@@ -709,10 +713,14 @@ def _run_metrics(
     *,
     train_loss: float | None,
     readout: Readout,
-) -> tuple[dict[str, float], list[ChainScores]]:
+    baselines: FittedBaselines | None,
+) -> tuple[dict[str, float], list[ChainScores], dict[str, Any] | None]:
     """The run's metrics (training loss unless nothing trained, readout and calibration,
-    truncation, and on ``heldout`` when asked: the PRM's, the rules' and the zero-shot
-    prior's) and the held-out chains' scores."""
+    truncation, and on ``heldout`` when asked: the PRM's, the baselines' and the zero-shot
+    prior's), the held-out chains' scores, and the held-out report with intervals
+    (``evaluation.evaluation_report``; None without held-out metrics or baselines)."""
+    from .evaluation import evaluation_report
+
     config = prm.config
     metrics: dict[str, float] = {
         **({"train_loss": float(train_loss)} if train_loss is not None else {}),
@@ -720,16 +728,29 @@ def _run_metrics(
         **({"threshold_right": readout.threshold_right} if readout.threshold_right else {}),
         "calibration_scale": prm.calibration[0],
         "calibration_bias": prm.calibration[1],
-        **_truncation_metrics(prm.tokenizer, [*examples, *heldout], config),
+        **truncation_counts(prm.tokenizer, [*examples, *heldout], config),
     }
     scores: list[ChainScores] = []
+    report = None
     if heldout and config.heldout_metrics:
         scores = list(score_chains(prm, heldout, batch_size=32))
         metrics.update(evaluate(heldout, scores, readout))
-        metrics.update(_baseline_metrics(examples, heldout, answer_aware=config.outcome_readout))
+        labeled = [(e, s) for e, s in zip(heldout, scores, strict=True) if e.labels is not None]
+        if baselines is not None and labeled:
+            chains = [example for example, _ in labeled]
+            metrics.update(scored_baseline_metrics(baselines, chains))
+            report = evaluation_report(
+                chains,
+                {
+                    "model": ([s.step_probs for _, s in labeled], readout),
+                    **baselines.scorers(chains),
+                },
+                seed=config.seed,
+            )
+            metrics.update(_versus_strongest(report))
         if config.step_prior:
             metrics.update(_zero_shot_metrics(prm, examples, heldout))
-    return metrics, scores
+    return metrics, scores, report
 
 
 def zero_shot_prm(
@@ -766,7 +787,14 @@ def zero_shot_prm(
             answer_aware=config.outcome_readout,
         )
     prm.threshold, prm.threshold_right = readout.threshold, readout.threshold_right
-    metrics, scores = _run_metrics(prm, examples, labeled_heldout, train_loss=None, readout=readout)
+    baselines = None
+    if examples:
+        labeled, targets = _labeled(config, examples)
+        weights = _bootstrap_weights(len(labeled), 1, np.random.default_rng(config.seed))
+        baselines = fit_baselines(config, labeled, targets, weights)
+    metrics, scores, report = _run_metrics(
+        prm, examples, labeled_heldout, train_loss=None, readout=readout, baselines=baselines
+    )
     metrics["zero_shot"] = 1.0
     if should_stop is not None and should_stop():
         raise TrainingCancelled("stopped on request")
@@ -778,6 +806,8 @@ def zero_shot_prm(
         heldout_chains=len(labeled_heldout),
         scores=scores,
         readout=readout,
+        baselines=baselines,
+        report=report,
     )
 
 
@@ -790,9 +820,12 @@ def _version_written(
     heldout_chains: int,
     scores: list[ChainScores],
     readout: Readout,
+    baselines: FittedBaselines | None,
+    report: dict[str, Any] | None,
 ) -> TrainResult:
     """Write ``prm``'s checkpoint to ``out`` (rank 0 of a process group; the others wait
-    until it is in place) and return what the run produced."""
+    until it is in place), with the baselines fitted on its training chains, and return
+    what the run produced."""
     if process_group()[0] == 0:
         _write_checkpoint(
             out_dir=out,
@@ -805,6 +838,7 @@ def _version_written(
             metrics=metrics,
             train_chains=train_chains,
             heldout_chains=heldout_chains,
+            baselines=baselines,
         )
     barrier()
     return TrainResult(
@@ -816,6 +850,7 @@ def _version_written(
         heldout_chains=heldout_chains,
         heldout_scores=scores,
         readout=readout,
+        report=report,
     )
 
 
@@ -827,9 +862,13 @@ def train_prm(
     *,
     progress: Callable[[TrainProgress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    baselines: bool = True,
 ) -> TrainResult:
     """Trains on ``train``, evaluates on ``heldout`` (when ``config.heldout_metrics``), and
-    writes the checkpoint directory ``out_dir`` (layout in the module docstring).
+    writes the checkpoint directory ``out_dir`` (layout in the module docstring). With
+    ``baselines`` (the default) the baselines are fitted on the same chains, scored on
+    ``heldout`` beside the PRM and kept in the checkpoint; the simulator, which fits them
+    once per seed on its whole pool, turns them off for its rounds.
 
     Raises TrainingCancelled as soon as ``should_stop()`` returns true (checked with
     progress, see ``PRMConfig.report_every_s``), and ValueError when no training step
@@ -855,7 +894,10 @@ def train_prm(
     train_loss = _fit(prm, examples, targets, chain_weights, report)
     prm.calibration, readout = _calibrate_and_readout(prm, examples, targets, chain_weights)
     prm.threshold, prm.threshold_right = readout.threshold, readout.threshold_right
-    metrics, scores = _run_metrics(prm, examples, heldout, train_loss=train_loss, readout=readout)
+    fitted = fit_baselines(config, examples, targets, chain_weights) if baselines else None
+    metrics, scores, heldout_report = _run_metrics(
+        prm, examples, heldout, train_loss=train_loss, readout=readout, baselines=fitted
+    )
     if should_stop is not None and should_stop():
         raise TrainingCancelled("training stopped on request")
 
@@ -867,4 +909,6 @@ def train_prm(
         heldout_chains=len(heldout),
         scores=scores,
         readout=readout,
+        baselines=fitted,
+        report=heldout_report,
     )

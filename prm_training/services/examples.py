@@ -4,6 +4,7 @@ database; this module is where rows become its input."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from annotation.models import Chain, Snapshot, Step
@@ -12,6 +13,30 @@ from annotation.selectors.datasets import snapshot_examples_streamed, stated_ver
 if TYPE_CHECKING:
     from prm_training.ml.data import ChainExample
 
+# Chains whose subsets are read per query.
+SUBSET_CHUNK = 2_000
+
+
+def chain_subsets(*, chain_ids: Sequence[int]) -> dict[int, str]:
+    """Each chain's subset, what ProcessBench's F1 is reported per
+    (``ml.evaluation.subset_of``): a ``subset`` its import's metadata states, else the
+    prefix of its record id (``gsm8k-12``), else the name of the file it was imported
+    from; blank when none says."""
+    from prm_training.ml.evaluation import subset_of
+
+    ids = list(chain_ids)
+    out: dict[int, str] = {}
+    for start in range(0, len(ids), SUBSET_CHUNK):
+        rows = Chain.objects.filter(pk__in=ids[start : start + SUBSET_CHUNK]).values_list(
+            "id", "meta", "import_batch__filename"
+        )
+        for chain_id, meta, filename in rows:
+            meta = meta if isinstance(meta, dict) else {}
+            out[chain_id] = subset_of(
+                stated=meta.get("subset"), record_id=meta.get("id"), source=filename or ""
+            )
+    return out
+
 
 def snapshot_chain_examples(*, snapshot: Snapshot, split: str | None = None) -> list[ChainExample]:
     """The snapshot's chains as the ML package's ChainExample, in chain order, labels from
@@ -19,7 +44,7 @@ def snapshot_chain_examples(*, snapshot: Snapshot, split: str | None = None) -> 
     same streamed reader as the exports."""
     from prm_training.ml.data import ChainExample
 
-    return [
+    examples = [
         ChainExample(
             chain_id=example.chain_id,
             problem=example.problem,
@@ -31,13 +56,22 @@ def snapshot_chain_examples(*, snapshot: Snapshot, split: str | None = None) -> 
         )
         for example in snapshot_examples_streamed(snapshot=snapshot, split=split)
     ]
+    return _with_subsets(examples)
+
+
+def _with_subsets(examples: list[ChainExample]) -> list[ChainExample]:
+    from dataclasses import replace
+
+    subsets = chain_subsets(chain_ids=[example.chain_id for example in examples])
+    return [replace(example, subset=subsets.get(example.chain_id, "")) for example in examples]
 
 
 def chain_examples_build(
-    *, chains: list[tuple[Chain, tuple[int | None, ...] | None]]
+    *, chains: Sequence[tuple[Chain, tuple[int | None, ...] | None]], with_subsets: bool = False
 ) -> list[ChainExample]:
-    """ChainExamples for (chain, labels) pairs, the steps of all chains read in one query.
-    The chains need their ``problem`` loaded (``select_related``)."""
+    """ChainExamples for (chain, labels) pairs, the steps of all chains read in one query
+    (and, ``with_subsets``, their subsets in one more: what evaluation reports by; scoring
+    has no use for them). The chains need their ``problem`` loaded (``select_related``)."""
     from prm_training.ml.data import ChainExample
 
     steps: dict[int, list[str]] = {chain.pk: [] for chain, _ in chains}
@@ -47,7 +81,7 @@ def chain_examples_build(
         .values_list("chain_id", "text")
     ):
         steps[chain_id].append(text)
-    return [
+    examples = [
         ChainExample(
             chain_id=chain.pk,
             problem=chain.problem.text,
@@ -59,3 +93,4 @@ def chain_examples_build(
         )
         for chain, labels in chains
     ]
+    return _with_subsets(examples) if with_subsets else examples

@@ -197,27 +197,29 @@ def cold_start_strategy(*, strategy: str, version: ModelVersion) -> tuple[str, s
     """(the strategy a scoring run applies, why when it is not ``strategy``).
 
     The cold-start rule: a model-driven strategy steers the queue only once the version
-    beats the rules that read no step on its held-out chains (F1 and AUROC, see
-    ``verdict_against_rules``). Before that its uncertainty is no better informed than a
-    coin: on ProcessBench (BENCHMARKS.md, issue #15) no strategy driven by a version
-    below the outcome rule beat random picks, and some lost to them. So the run picks at
-    random and says why; the chosen strategy takes over by itself with a better version.
+    beats the strongest baseline that reads no step on its held-out chains, F1 and AUROC
+    each with its paired interval above zero (``verdict_against_baselines``). Until then
+    nothing shows that its uncertainty knows more about the steps than the answer's grade
+    and the steps' places do (the text-blind head), and a strategy steered by it may
+    cost labels (on ProcessBench no strategy saves steps over random even with a version
+    that does: BENCHMARKS.md, issue #26). So the run picks at random and says why; the
+    chosen strategy takes over by itself with a better version.
 
     A zero-shot version with no held-out labels (``strategy.version_zero_shot_unmeasured``)
     has no comparison to lose: its own step scores steer, and the note says so.
     ``disagreement`` then applies ``entropy``: the version is one head, the PRM's own,
     with nothing to disagree."""
-    from prm_training.ml.baselines import verdict_against_rules
+    from prm_training.ml.baselines import verdict_against_baselines
 
     if strategy == AcquisitionStrategy.RANDOM:
         return strategy, ""
-    verdict = verdict_against_rules(version.metrics)
+    verdict = verdict_against_baselines(version.metrics)
     if verdict.beaten:
         return strategy, ""
     if version_zero_shot_unmeasured(version):
         unmeasured = (
             f"Zero-shot v{version.version} has no labeled held-out chains to compare with "
-            "the rules: its own step scores steer the queue."
+            "the baselines: its own step scores steer the queue, as set."
         )
         if strategy == AcquisitionStrategy.DISAGREEMENT:
             return AcquisitionStrategy.ENTROPY, (
@@ -228,7 +230,7 @@ def cold_start_strategy(*, strategy: str, version: ModelVersion) -> tuple[str, s
     label = AcquisitionStrategy(strategy).label
     return AcquisitionStrategy.RANDOM, (
         f"Random picks instead of {label}: v{version.version} {verdict.text}. "
-        f"{label} takes over once a version beats the rules."
+        f"{label} takes over once a version beats the baselines."
     )
 
 

@@ -3,25 +3,27 @@
 
 The evidence is ``manage.py simulate_active_learning --project ID --save``: the paired
 simulation of ``prm_training.ml.simulate`` replayed on the project's labeled chains,
-stored on the loop settings (``strategy_evidence``). 'auto' then applies the strategy
-whose held-out F1 beats random's with a 95% interval above zero, and that is not
-significantly worse than random on AUROC or first-error accuracy; the best such by F1.
-Without such a strategy, or without evidence, it is random: on ProcessBench no strategy
-has yet beaten random (BENCHMARKS.md, issue #15), so a model-driven default would cost
-labels. Every choice comes with the sentence that says why; the ML page shows it.
+stored on the loop settings (``strategy_evidence``). Strategies are compared with random
+at equal labeled steps (what an annotator's hour buys), each interval corrected for the
+seeds' overlapping splits (``ml.paired.resampled_interval``). 'auto' applies a strategy
+only when it saves labeled steps (``ml.simulate.saves_steps``): above random on F1 at its
+last round, and below it at no round on F1, AUROC or first-error accuracy; the best such
+by F1. Otherwise, or without evidence, it is random: on ProcessBench's GSM8K and MATH
+chains no strategy saves steps over random (BENCHMARKS.md, issue #26), so a
+model-driven default would cost labels. Evidence stored before the comparison was made at
+equal steps (no ``below`` per round) supports nothing: run the simulation again. Every
+choice comes with the sentence that says why; the ML page shows it.
 
 A zero-shot version (an open PRM's own step scores, ``PRMConfig.zero_shot``) scoring a
-project that has no held-out labels is the exception: there is nothing to compare it or
-the strategies on, and it is not a head trained on a handful of labels but a PRM that
-was trained to find errors. So until the evidence has lines, 'auto' applies ``entropy``,
-its step uncertainty (per step that would be rated): of the strategies it is the one that
-needs no ensemble and the only one measured to gain over random on ProcessBench (AUROC
-+0.018 ± 0.011, BENCHMARKS.md); the cold-start rule lets it steer
-(``scoring.cold_start_strategy``).
+project with no held-out labels changes nothing here: no figure Steplab holds shows a
+strategy steered by an unmeasured PRM saving labels, so 'auto' stays random until the
+project's labels give evidence. ML staff may still set a strategy by hand, and the
+cold-start rule (``scoring.cold_start_strategy``) then lets such a version steer.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,16 +40,14 @@ if TYPE_CHECKING:
     from prm_training.ml.simulate import SimulationConfig, SimulationRow
 
 RANDOM = AcquisitionStrategy.RANDOM.value
-# What 'auto' applies for a zero-shot version with no held-out labels (module docstring).
-ZERO_SHOT_STRATEGY = AcquisitionStrategy.ENTROPY.value
 
 
 def version_zero_shot_unmeasured(version: ModelVersion) -> bool:
     """Whether ``version`` is zero-shot with no held-out comparison with the rules (the
     project had no labeled held-out chains when it was made)."""
-    from prm_training.ml.baselines import verdict_against_rules
+    from prm_training.ml.baselines import verdict_against_baselines
 
-    return version.is_zero_shot and verdict_against_rules(version.metrics).beaten is None
+    return version.is_zero_shot and verdict_against_baselines(version.metrics).beaten is None
 
 
 def strategy_evidence_build(
@@ -62,7 +62,7 @@ def strategy_evidence_build(
     from prm_training.ml.simulate import summarize
 
     lines = []
-    for line in summarize(rows):
+    for line in summarize(rows, heldout_fraction=sim.heldout_fraction):
         if line.is_baseline or line.name == RANDOM:
             continue
         lines.append(
@@ -77,7 +77,10 @@ def strategy_evidence_build(
                         "text": str(gap),
                     }
                     for metric, gap in line.versus.items()
+                    if math.isfinite(gap.low) and math.isfinite(gap.high)
                 },
+                "below": {metric: list(rounds) for metric, rounds in line.below.items()},
+                "saves_steps": bool(line.saves_steps),
             }
         )
     evidence: dict[str, Any] = {
@@ -87,6 +90,7 @@ def strategy_evidence_build(
         "seeds": len(sim.seeds),
         "rounds": sim.rounds,
         "batch": sim.batch,
+        "comparison": "equal labeled steps, corrected intervals",
         "lines": lines,
     }
     evidence["chosen"], evidence["why"] = strategy_from_evidence(evidence)
@@ -108,29 +112,51 @@ def strategy_evidence_too_few(
     }
 
 
+def _saves(line: dict[str, Any]) -> bool:
+    """``ml.simulate.saves_steps`` on a stored line (False for one stored before the
+    comparison at equal steps, which has no ``below``)."""
+    from prm_training.ml.simulate import saves_steps
+
+    below = line.get("below")
+    f1 = line.get("processbench_f1") or {}
+    if not isinstance(below, dict):
+        return False
+    return saves_steps(f1.get("low"), below)
+
+
 def strategy_from_evidence(evidence: dict[str, Any]) -> tuple[str, str]:
     """(strategy, why) from stored evidence (the rule of the module docstring)."""
     where = (
         f"over {evidence.get('seeds')} seeds on the project's {evidence.get('chains')} "
         "labeled chains"
     )
-    supported = [
-        line
-        for line in evidence.get("lines", [])
-        if line["processbench_f1"]["low"] > 0
-        and line["step_auroc"]["high"] >= 0
-        and line["first_error_accuracy"]["high"] >= 0
-    ]
-    if supported:
-        best = max(supported, key=lambda line: line["processbench_f1"]["mean"])
-        return best["strategy"], f"F1 {best['processbench_f1']['text']} against random {where}"
     lines = evidence.get("lines", [])
     if not lines:
         return RANDOM, str(evidence.get("why") or "no strategy was compared")
-    best = max(lines, key=lambda line: line["processbench_f1"]["mean"])
+    if not any(isinstance(line.get("below"), dict) for line in lines):
+        return RANDOM, (
+            "the stored comparison predates the rule (strategies at equal labeled steps, "
+            "not below random at any round): run the simulation again"
+        )
+    supported = [line for line in lines if _saves(line)]
+    if supported:
+        best = max(supported, key=lambda line: line["processbench_f1"]["mean"])
+        return best["strategy"], (
+            f"saves labeled steps: F1 {best['processbench_f1']['text']} against random at "
+            f"equal labeled steps, never below it, {where}"
+        )
+    best = max(lines, key=lambda line: line.get("processbench_f1", {}).get("mean", -1.0))
+    gap = best.get("processbench_f1", {}).get("text", "n/a")
+    below = [
+        f"{metric} at round {', '.join(map(str, rounds))}"
+        for metric, rounds in (best.get("below") or {}).items()
+        if rounds
+    ]
     return RANDOM, (
-        f"no strategy beats random {where} (the best, {best['strategy']}, "
-        f"F1 {best['processbench_f1']['text']})"
+        f"no strategy saves labeled steps over random {where} (the best, {best['strategy']}, "
+        f"F1 {gap} at equal steps"
+        + (f"; below random on {'; '.join(below)}" if below else "")
+        + ")"
     )
 
 
@@ -138,21 +164,20 @@ def acquisition_strategy_resolve(
     *, loop: ProjectTrainingSettings, version: ModelVersion | None = None
 ) -> tuple[str, str]:
     """(the strategy a scoring run of this project applies by default, why): the one set,
-    or with 'auto' the one ``strategy_from_evidence`` supports; without evidence lines and
-    with a zero-shot ``version`` (the one scoring) that nothing measured,
-    ``ZERO_SHOT_STRATEGY`` (module docstring)."""
+    or with 'auto' the one ``strategy_from_evidence`` supports (random without evidence,
+    whatever ``version``, the one scoring, is: module docstring)."""
     if loop.acquisition_strategy != AUTO_STRATEGY:
         return loop.acquisition_strategy, "set in the loop settings"
-    lines = (loop.strategy_evidence or {}).get("lines")
-    if not lines and version is not None and version_zero_shot_unmeasured(version):
-        return ZERO_SHOT_STRATEGY, (
-            f"v{version.version} is zero-shot with no labeled held-out chains: the open "
-            "PRM's own step uncertainty orders the queue until a comparison on this "
-            "project's labels says otherwise"
-        )
     if not loop.strategy_evidence:
+        unmeasured = version is not None and version_zero_shot_unmeasured(version)
         return RANDOM, (
-            "no comparison on this project's labels yet (manage.py "
+            (
+                f"v{version.version} is zero-shot with no labeled held-out chains, and no "
+                "measured figure shows an unmeasured PRM's uncertainty saving labels; "
+                if unmeasured and version is not None
+                else ""
+            )
+            + "no comparison on this project's labels yet (manage.py "
             f"simulate_active_learning --project {loop.project_id} --save)"
         )
     return strategy_from_evidence(loop.strategy_evidence)

@@ -3,9 +3,10 @@
 chains as the oracle and compare acquisition strategies with random and the model-free
 baselines, paired by seed.
 
-The defaults (every strategy, 8 rounds of 40 chains after 20, 50 seeds) are sized for
-ProcessBench's GSM8K and MATH files to resolve a 0.02 difference in F1; ``--quick`` is a
-small run for a smoke test, whose intervals resolve little.
+The defaults (every strategy, 8 rounds of 40 chains after 20, 20 seeds) are sized for
+ProcessBench's GSM8K and MATH files: with the correction for the seeds' overlapping
+splits more seeds narrow the intervals little (``prm_training.ml.simulate.DEFAULT_SEEDS``);
+``--quick`` is a small run for a smoke test, whose intervals resolve little.
 
 With files it never touches the database. With ``--project`` it replays the labels of the
 project's newest snapshot, and ``--save`` stores the paired result on the project's loop
@@ -48,6 +49,7 @@ def _read_chains(paths: list[Path], fmt: str) -> tuple[list[Any], dict[int, bool
     knows reference answers, so this is no label leak to ``convincing_wrong``."""
     from prm_training.ml.answers import grade_answer
     from prm_training.ml.data import ChainExample
+    from prm_training.ml.evaluation import subset_of
 
     examples: list[ChainExample] = []
     graded: dict[int, bool | None] = {}
@@ -83,6 +85,11 @@ def _read_chains(paths: list[Path], fmt: str) -> tuple[list[Any], dict[int, bool
                         answer=item.answer,
                         reference_answer=item.reference_answer,
                         answer_correct=graded.get(chain_id),
+                        subset=subset_of(
+                            stated=item.meta.get("subset"),
+                            record_id=item.meta.get("id"),
+                            source=path.name,
+                        ),
                     )
                 )
     if errors:
@@ -124,8 +131,9 @@ class Command(BaseCommand):
         "Replay labeled chains as the oracle: from a random seed set, each round every "
         "strategy picks a batch, its labels are revealed, the PRM is retrained and scored "
         "on a held-out part split by problem (a different split per seed). Prints each "
-        "strategy's and the model-free baselines' paired differences with random (95% "
-        "intervals over seeds) and cost in labeled steps; writes DIR/results.csv, "
+        "strategy's paired difference with random at equal labeled steps and the "
+        "baselines' (95% intervals corrected for the seeds' overlapping splits), F1 per "
+        "subset, and which strategy, if any, saves labeled steps; writes DIR/results.csv, "
         "DIR/summary.txt and DIR/learning_curve.png. --project ID replays a project's "
         "newest snapshot; --save stores the result for the loop's 'auto' strategy."
     )
@@ -265,7 +273,7 @@ class Command(BaseCommand):
             )
         write_csv(rows, out / "results.csv")
         plot_learning_curves(rows, out / "learning_curve.png")
-        table = summary_table(rows)
+        table = summary_table(rows, heldout_fraction=sim.heldout_fraction)
         (out / "summary.txt").write_text(table + "\n")
         self.stdout.write(table)
         self.stdout.write(

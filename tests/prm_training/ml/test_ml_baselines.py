@@ -1,5 +1,6 @@
-"""The model-free baselines a PRM must beat: the outcome-only rule and the step-position
-prior, and their place in a training run's metrics."""
+"""The baselines a PRM must beat: the outcome-only rule, the step-position prior and the
+text-blind head, their place in a training run's metrics and checkpoint, and the verdict
+against the strongest of them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from prm_training.ml.baselines import (
     baseline_step_probs,
     fit_outcome_rule,
     graded_answers,
+    load_baselines,
+    scored_baseline_metrics,
+    verdict_against_baselines,
 )
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import ChainExample
@@ -126,3 +130,74 @@ def test_a_training_run_with_graded_answers_reports_the_outcome_rule(
 
     # Then the outcome rule is there, and exact on these chains (errors at the last step)
     assert metrics["baseline_outcome_rule_processbench_f1"] == 1.0
+
+
+def test_the_text_blind_head_reads_everything_but_the_step(tiny_bert: Path, tmp_path: Path) -> None:
+    # Given: graded chains whose error is always the last step of a wrong answer: what the
+    # answer's grade and the step's place say, without a word of the step
+    chains = [_chain(i, 3 + i % 3, None if i % 2 else 2 + i % 3) for i in range(60)]
+    train, heldout = chains[:40], chains[40:]
+    config = PRMConfig(
+        backbone=str(tiny_bert),
+        head_epochs=30,
+        head_hidden=16,
+        ensemble_size=2,
+        max_length=64,
+        device="cpu",
+        report_every_s=0.0,
+    )
+
+    # When trained, and its checkpoint's baselines read back
+    result = train_prm(config, train, heldout, tmp_path / "prm")
+    fitted = load_baselines(tmp_path / "prm")
+
+    # Then: the text-blind head is in the run's metrics and learns the rule from the
+    # answer's grade and the steps' places
+    assert result.metrics["baseline_text_blind_processbench_f1"] >= 0.9
+    # And the checkpoint keeps every baseline, which scores held-out chains as the run did
+    assert fitted is not None and fitted.text_blind is not None
+    again = scored_baseline_metrics(fitted, heldout)
+    for name in ("text_blind", "outcome_rule", "position_prior"):
+        key = f"baseline_{name}_processbench_f1"
+        assert again[key] == pytest.approx(result.metrics[key])
+    # And it reads no step: other words in every step change none of its scores
+    reworded = [replace(c, steps=tuple("other words" for _ in c.steps)) for c in heldout]
+    probs, _ = fitted.scorers(heldout)["text_blind"]
+    assert fitted.scorers(reworded)["text_blind"][0] == probs
+    # And the report holds the PRM against the strongest baseline, with intervals
+    assert result.report is not None
+    assert set(result.report["scores"]) == {"model", "outcome_rule", "position_prior", "text_blind"}
+    assert "mean_subset_f1" in result.report["versus_strongest"]
+
+
+def test_beating_the_baselines_means_beating_the_strongest_with_its_interval() -> None:
+    # Given: a version ahead of the rules but not of the text-blind head on F1, then one
+    # ahead of all three on both figures but with an F1 interval that holds zero, then one
+    # whose intervals lie above zero
+    rules = {
+        "baseline_outcome_rule_processbench_f1": 0.30,
+        "baseline_outcome_rule_step_auroc": 0.70,
+        "baseline_position_prior_processbench_f1": 0.30,
+        "baseline_position_prior_step_auroc": 0.55,
+        "baseline_text_blind_processbench_f1": 0.38,
+        "baseline_text_blind_step_auroc": 0.74,
+    }
+    behind = {**rules, "processbench_f1": 0.36, "step_auroc": 0.76}
+    unsure = {
+        **rules,
+        "processbench_f1": 0.40,
+        "step_auroc": 0.76,
+        "vs_strongest_processbench_f1_low": -0.01,
+        "vs_strongest_processbench_f1_high": 0.05,
+        "vs_strongest_step_auroc_low": 0.01,
+        "vs_strongest_step_auroc_high": 0.03,
+    }
+    ahead = {**unsure, "vs_strongest_processbench_f1_low": 0.005}
+
+    # When / Then
+    assert verdict_against_baselines(behind).beaten is False
+    assert "the text-blind head" in verdict_against_baselines(behind).text
+    assert verdict_against_baselines(unsure).beaten is False
+    assert "no difference" in verdict_against_baselines(unsure).text
+    assert verdict_against_baselines(ahead).beaten is True
+    assert verdict_against_baselines({}).beaten is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 
 import pytest
+import torch
 
 from prm_training.ml import (
     acquisition,
@@ -12,6 +13,7 @@ from prm_training.ml import (
     baselines,
     data,
     distributed,
+    evaluation,
     inputs,
     metrics,
     paired,
@@ -20,10 +22,13 @@ from prm_training.ml import (
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import (
     ChainExample,
+    Truncation,
+    Window,
     chain_content_key,
     chains_to_windows,
     step_target,
     tokenize_chain,
+    truncation,
 )
 from tests.prm_training.ml_tiny import tiny_tokenizer
 
@@ -83,16 +88,45 @@ def test_long_chain_splits_into_windows_that_each_start_with_the_problem(
     # When
     windows = chains_to_windows(encoder_tokenizer, [example], max_length=16)
 
-    # Then: every step is in exactly one window, every window begins with the problem
-    assert [w.first_step for w in windows] == [0, 2, 4]
+    # Then: every step is scored in exactly one window, every window begins with the
+    # problem, and a window after the first reads the step before its own (the overlap:
+    # half the room after the problem, here one step), so no step is read cut off from
+    # what came just before it
+    assert [w.first_step for w in windows] == [0, 2, 3, 4]
+    assert [w.context_steps for w in windows] == [0, 1, 1, 1]
     assert sum(len(w.step_end_positions) for w in windows) == 5
     for window in windows:
         assert len(window.input_ids) <= 16
         assert _tokens(encoder_tokenizer, list(window.input_ids[:3])) == ["[CLS]", "a", "[SEP]"]
         for position in window.step_end_positions:
             assert window.input_ids[position] == encoder_tokenizer.sep_token_id
+        # the context step's tokens come first, with its own segment (the mask's order)
+        if window.context_steps:
+            assert window.segment_ids[3] == window.first_step
+    # And what the windows could not hold is counted: 3 steps scored without the whole
+    # prefix, in one chain
+    assert truncation(encoder_tokenizer, [example], 16) == Truncation(
+        problems=0, steps=0, chains=1, context_steps=3
+    )
     with pytest.raises(ValueError, match="windows"):
         tokenize_chain(encoder_tokenizer, example, max_length=16)
+
+
+def test_a_batch_pools_only_the_steps_a_window_scores() -> None:
+    # Given: a window that reads step 0 as context and scores steps 1 and 2, batched after
+    # a window that scores step 0
+    from prm_training.ml.model import collate_windows
+
+    first = Window(0, 0, (1, 5, 2, 7, 7, 2), (0, 0, 0, 1, 1, 1), (5,))
+    second = Window(0, 1, (1, 5, 2, 7, 7, 2, 8, 2, 9, 2), (0, 0, 0, 1, 1, 1, 2, 2, 3, 3), (7, 9), 1)
+
+    # When
+    batch = collate_windows([first, second], pad_id=0, device=torch.device("cpu"))
+
+    # Then: the context step's tokens belong to no step of the batch (-1), and the scored
+    # ones to batch steps 1 and 2 (step 0 is the first window's)
+    assert batch.step_of_token[1].tolist() == [-1, -1, -1, -1, -1, -1, 1, 1, 2, 2]
+    assert batch.step_of_token[0].tolist()[:6] == [-1, -1, -1, 0, 0, 0]
 
 
 def test_overlong_problem_and_step_are_cut_to_fit(encoder_tokenizer) -> None:  # noqa: ANN001
@@ -159,6 +193,7 @@ def test_docstring_examples_hold() -> None:
         simulate,
         inputs,
         distributed,
+        evaluation,
     )
     for module in modules:
         result = doctest.testmod(module, extraglobs={"tok": tok})

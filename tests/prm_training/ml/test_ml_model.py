@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from prm_training.ml.config import PRMConfig
-from prm_training.ml.data import ChainExample
+from prm_training.ml.data import ChainExample, chains_to_windows
 from prm_training.ml.features import clear_feature_caches
 from prm_training.ml.inputs import CONTEXT_WIDTH
 from prm_training.ml.model import (
@@ -120,6 +120,26 @@ def test_changing_a_later_step_leaves_earlier_scores_unchanged(
     # ...and a chain scored alone scores as it did in the batch (padding does not leak)
     [alone] = score_chains(prm, [BASE])
     np.testing.assert_allclose(alone.step_probs, base.step_probs, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", ["bert", "llama"])
+def test_a_step_in_a_later_window_still_reads_the_step_before_it(
+    backbones: dict[str, Path], model_type: str
+) -> None:
+    # Given: 16-token windows, so each step of these chains is scored in a window of its
+    # own after the first, and two chains that differ only in their second step
+    prm = _untrained_prm(backbones[model_type], max_length=16)
+    windows = chains_to_windows(prm.tokenizer, [BASE], 16)
+    assert len(windows) > 2 and all(w.context_steps for w in windows[1:])
+    other = ChainExample(4, BASE.problem, (BASE.steps[0], "wrong square root", *BASE.steps[2:]))
+
+    # When
+    base, changed = score_chains(prm, [BASE, other])
+
+    # Then: the third step, in a later window, reads the second (the windows overlap)
+    # while the first, before it, does not move (invariant 3)
+    assert abs(base.step_probs[2] - changed.step_probs[2]) > 1e-5
+    np.testing.assert_allclose(base.step_probs[0], changed.step_probs[0], atol=1e-5)
 
 
 def test_without_the_step_mask_an_encoder_would_see_later_steps(

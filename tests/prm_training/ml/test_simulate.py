@@ -95,7 +95,7 @@ def _curve(strategy: str, values: tuple[float, ...], noise: float = 0.02) -> lis
     ]
 
 
-def test_reaching_random_is_judged_on_the_paired_interval() -> None:
+def test_reaching_random_s_final_f1_is_read_from_the_mean_curves() -> None:
     # Given: random ends at F1 0.5; entropy holds it from round 1; disagreement touches it
     # once (round 1) and falls back; first_error_entropy never gets there
     rows = (
@@ -109,6 +109,7 @@ def test_reaching_random_is_judged_on_the_paired_interval() -> None:
     lines = {line.name: line for line in summarize(rows)}
 
     # Then: only a level held to the last round counts, with its cost in labeled steps
+    # (a point estimate: whether a saving is real is saves_steps's question)
     assert lines["random"].reach.labeled_steps == 120
     assert lines["entropy"].reach.labeled_steps == 80
     assert lines["disagreement"].reach is None
@@ -125,7 +126,14 @@ def test_a_difference_inside_the_noise_is_no_difference() -> None:
     rows = _curve("random", (0.3, 0.5))
     rows += [
         SimulationRow(
-            "entropy", seed, r, 10 + 10 * r, 40, v + (0.05 if seed % 2 else -0.05), 0.6, 0.5
+            "entropy",
+            seed,
+            r,
+            10 + 10 * r,
+            40 + 40 * r,
+            v + (0.05 if seed % 2 else -0.05),
+            0.6,
+            0.5,
         )
         for seed in range(4)
         for r, v in enumerate((0.3, 0.51))
@@ -137,6 +145,53 @@ def test_a_difference_inside_the_noise_is_no_difference() -> None:
     # Then: the interval holds 0 and the table says so
     assert line.versus["processbench_f1"].verdict == "no difference"
     assert "95% interval" in summary_table(rows)
+
+
+def _steps_curve(
+    strategy: str, points: tuple[tuple[int, float], ...], noise: float = 0.01
+) -> list[SimulationRow]:
+    """Four seeds of (labeled steps, F1) per round, 10 chains more per round."""
+    return [
+        SimulationRow(strategy, seed, r, 10 + 10 * r, steps, value + noise * (seed - 1.5), 0.6, 0.5)
+        for seed in range(4)
+        for r, (steps, value) in enumerate(points)
+    ]
+
+
+def test_strategies_are_compared_at_equal_labeled_steps_not_equal_chains() -> None:
+    # Given: random labels 40 steps a round; "entropy" is ahead at every round but pays
+    # twice the steps for it; "disagreement" is ahead at equal steps
+    rows = _steps_curve("random", ((40, 0.1), (80, 0.3), (120, 0.5)))
+    rows += _steps_curve("entropy", ((40, 0.1), (120, 0.45), (200, 0.6)))
+    rows += _steps_curve("disagreement", ((40, 0.1), (60, 0.3), (80, 0.4)))
+
+    # When
+    lines = {line.name: line for line in summarize(rows)}
+
+    # Then: at random's 120 steps entropy is 0.45 against random's 0.5 (worse, though it
+    # is 0.1 ahead at its last round's chains), and it saves nothing; disagreement is 0.1
+    # ahead at its 80 steps and never below: it saves steps, and the table says which
+    entropy = lines["entropy"].versus["processbench_f1"]
+    assert entropy.mean == pytest.approx(-0.05) and entropy.verdict == "worse"
+    assert lines["entropy"].saves_steps is False
+    assert lines["disagreement"].versus["processbench_f1"].mean == pytest.approx(0.1)
+    assert lines["disagreement"].saves_steps is True
+    assert "disagreement saves labeled steps over random" in summary_table(rows)
+
+
+def test_a_strategy_below_random_at_some_round_does_not_save_steps() -> None:
+    # Given: a strategy below random at round 1 at equal steps, above it at the last
+    rows = _steps_curve("random", ((40, 0.1), (80, 0.3), (120, 0.5)))
+    rows += _steps_curve("convincing_wrong", ((40, 0.1), (80, 0.2), (120, 0.6)))
+
+    # When
+    line = {line.name: line for line in summarize(rows)}["convincing_wrong"]
+
+    # Then: above at the last round is not enough ('auto' would not take it)
+    assert line.versus["processbench_f1"].verdict == "better"
+    assert line.below["processbench_f1"] == (1,)
+    assert line.saves_steps is False
+    assert "no strategy saves steps over random" in summary_table(rows)
 
 
 def test_simulation_config_rejects_unknown_strategy() -> None:
@@ -166,8 +221,8 @@ def test_simulate_replays_rounds_for_every_strategy_and_seed(tiny_bert: Path) ->
     # When
     rows = simulate(chains, sim, _tiny_prm(tiny_bert), progress=lambda: calls.append(1))
 
-    # Then: rounds 0..2 per strategy, labeled chains growing by the batch, and the two
-    # model-free baselines fitted on the pool
+    # Then: rounds 0..2 per strategy, labeled chains growing by the batch, and the
+    # baselines fitted on the pool (no final answer to grade: no outcome rule)
     assert [
         (r.strategy, r.round, r.labeled_chains) for r in rows if r.strategy in sim.strategies
     ] == [
@@ -176,8 +231,8 @@ def test_simulate_replays_rounds_for_every_strategy_and_seed(tiny_bert: Path) ->
         for round_ in range(3)
     ]
     assert [(r.strategy, r.round) for r in rows if r.strategy not in sim.strategies] == [
-        ("outcome_rule", 2),
         ("position_prior", 2),
+        ("text_blind", 2),
     ]
     # And the cost in labeled steps counts the rated steps only (unrated ones are free)
     for row in rows:
@@ -253,11 +308,12 @@ def test_command_writes_csv_png_and_summary_without_a_database(
         stderr=stderr,
     )
 
-    # Then: one CSV row per (strategy, seed, round) with the agreed columns, and one per
-    # (baseline, seed)
+    # Then: one CSV row per (strategy, seed, round) with the agreed columns and the F1 of
+    # each subset (one here: the file's), and one per (baseline, seed); no final answer to
+    # grade, so no outcome rule
     with open(out / "results.csv", newline="") as handle:
         reader = csv.DictReader(handle)
-        assert tuple(reader.fieldnames or ()) == ROW_FIELDS
+        assert tuple(reader.fieldnames or ()) == (*ROW_FIELDS, "subset_f1:chains")
         rows = list(reader)
     assert sorted((r["strategy"], r["seed"], r["round"]) for r in rows) == sorted(
         [
@@ -266,7 +322,7 @@ def test_command_writes_csv_png_and_summary_without_a_database(
             for seed in (0, 1)
             for round_ in range(3)
         ]
-        + [(b, str(seed), "2") for b in ("outcome_rule", "position_prior") for seed in (0, 1)]
+        + [(b, str(seed), "2") for b in ("position_prior", "text_blind") for seed in (0, 1)]
     )
     assert {
         r["labeled_chains"]
@@ -279,10 +335,11 @@ def test_command_writes_csv_png_and_summary_without_a_database(
     assert list((out / "cache").rglob("*.npz"))
     # And the summary table (in DIR/summary.txt too) and the one-line summary
     text = stdout.getvalue()
-    assert "paired difference with random at its last round, 95% interval" in text
+    assert "paired difference with random at equal labeled steps" in text
+    assert "corrected for the seeds' overlapping splits" in text
     assert text.strip().splitlines()[-1].startswith("simulated 2 strategies x 2 seeds x 2 rounds")
     names = [line.split()[0] for line in text.splitlines()[2:] if line.strip()]
-    assert names[:4] == ["random", "entropy", "outcome_rule", "position_prior"]
+    assert names[:4] == ["random", "entropy", "position_prior", "text_blind"]
     assert (out / "summary.txt").read_text().splitlines()[0] == text.splitlines()[0]
 
 

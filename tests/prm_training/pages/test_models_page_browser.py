@@ -84,9 +84,10 @@ def test_each_version_says_whether_it_beats_the_rules(live_server: Any, page: Pa
         for row in page.query_selector_all("#versions-table tbody tr")
     }
     assert cells == {
-        "v1": "does not beat the outcome rule (F1 0.231 vs 0.262, AUROC 0.630 vs 0.700)",
-        "v2": "beats the outcome rule (F1 0.301 vs 0.262, AUROC 0.710 vs 0.700)"
-        "\n67 chains cut to fit max_length",
+        "v1": "does not beat the strongest baseline: F1 0.231 vs 0.262 the outcome rule; "
+        "AUROC 0.630 vs 0.700 the outcome rule",
+        "v2": "beats the strongest baseline (F1 0.301 vs 0.262 the outcome rule; AUROC 0.710 "
+        "vs 0.700 the outcome rule)\n67 chains cut to fit max_length",
         "v3": "—",
     }
     # And the scoring run says what it applied and why
@@ -216,6 +217,8 @@ def test_the_page_says_which_strategy_auto_applies_and_shows_its_evidence(
                 "processbench_f1": gap,
                 "step_auroc": gap,
                 "first_error_accuracy": gap,
+                "below": {"processbench_f1": [], "step_auroc": [], "first_error_accuracy": []},
+                "saves_steps": False,
             }
         ],
     }
@@ -228,7 +231,8 @@ def test_the_page_says_which_strategy_auto_applies_and_shows_its_evidence(
 
     # Then: 'auto' applies random, says why, and the evidence is a table
     applied = page.locator("#applied-strategy").inner_text()
-    assert "Chosen from evidence" in applied and "now random (no strategy beats random" in applied
+    assert "Chosen from evidence" in applied
+    assert "now random (no strategy saves labeled steps over random" in applied
     rows = page.locator("#evidence-table tbody tr td").all_inner_texts()
     assert rows == ["entropy", "-0.022 ± 0.016", "-0.022 ± 0.016", "-0.022 ± 0.016", "1444"]
     assert page.locator("#score-form select[name=strategy] option").first.inner_text() == (

@@ -242,6 +242,17 @@ RULES = {
         ({"processbench_f1": 0.40, "step_auroc": 0.70, **RULES}, "random"),  # AUROC below
         ({"processbench_f1": 0.30, "step_auroc": 0.79, **RULES}, "random"),  # F1 below
         ({"processbench_f1": 0.40, "step_auroc": 0.79}, "random"),  # never compared
+        # ahead, but the paired interval with the strongest baseline holds zero
+        (
+            {
+                "processbench_f1": 0.40,
+                "step_auroc": 0.79,
+                **RULES,
+                "vs_strongest_processbench_f1_low": -0.01,
+                "vs_strongest_processbench_f1_high": 0.05,
+            },
+            "random",
+        ),
     ],
 )
 def test_cold_start_picks_at_random_until_the_version_beats_the_rules(
@@ -272,7 +283,7 @@ def test_the_versions_api_says_whether_each_version_beats_the_rules(project: Any
     [row] = client.get(f"/api/v1/projects/{project.pk}/model-versions/").json()
     assert row["against_rules"] == {
         "beaten": False,
-        "text": "does not beat the outcome rule (F1 0.300 vs 0.380)",
+        "text": "does not beat the strongest baseline: F1 0.300 vs 0.380 the outcome rule",
     }
 
 

@@ -98,22 +98,30 @@ def test_a_zero_shot_version_of_an_unlabeled_project_scores_with_the_prm_s_own_h
 def test_a_scoring_run_with_it_orders_an_unlabeled_queue_from_round_0(
     unlabeled_project: Any, open_prm: Path
 ) -> None:
-    # Given: the zero-shot version of a project with no label ('auto' strategy, no evidence)
+    # Given: the zero-shot version of a project with no label (no evidence)
     from prm_training.ml.acquisition import step_entropy
+    from prm_training.selectors import project_training_settings_get
     from prm_training.services.scoring import scoring_run_execute, scoring_run_start
+    from prm_training.services.strategy import acquisition_strategy_resolve
 
     version = _run_zero_shot(unlabeled_project)
 
-    # When: a scoring run uses it, nothing at random
-    run = scoring_run_start(project=unlabeled_project, user=None, random_fraction=0.0)
+    # When: 'auto' is asked, and a scoring run is started with entropy set, nothing at
+    # random
+    loop = project_training_settings_get(project=unlabeled_project)
+    auto, why = acquisition_strategy_resolve(loop=loop, version=version)
+    run = scoring_run_start(
+        project=unlabeled_project, user=None, strategy="entropy", random_fraction=0.0
+    )
     ended = scoring_run_execute(scoring_run_id=run.pk)
 
-    # Then: 'auto' applied the prior's step uncertainty (nothing to compare it on), the
-    # cold-start rule let it steer and said why, and every chain got a priority in its order
+    # Then: 'auto' stays random (no figure shows an unmeasured PRM saving labels) and says
+    # so; set by hand, the prior's step uncertainty steers, the cold-start rule says why,
+    # and every chain got a priority in its order
+    assert auto == "random" and "zero-shot with no labeled held-out chains" in why
     assert ended is not None and ended.status == RunStatus.SUCCEEDED, ended and ended.error
     assert ended.model_version == version
     assert ended.strategy == ended.applied_strategy == "entropy"
-    assert "zero-shot with no labeled held-out chains" in ended.strategy_note
     assert f"Zero-shot v{version.version} has no labeled held-out chains" in ended.strategy_note
     rows = list(ChainScore.objects.filter(scoring_run=run))
     assert len(rows) == 12 and ended.priorities_updated == 12
