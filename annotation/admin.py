@@ -234,7 +234,9 @@ class ChainAdmin(admin.ModelAdmin):
         marked = 0
         for project, chain_ids in self._by_project(queryset).items():
             try:
-                marked += len(gold_mark(project=project, chain_ids=chain_ids))
+                marked += len(
+                    gold_mark(project=project, chain_ids=chain_ids, actor=request_user(request))
+                )
             except ValidationError as exc:
                 self.message_user(request, f"{project}: {' '.join(exc.messages)}", messages.ERROR)
         if marked:
@@ -243,7 +245,7 @@ class ChainAdmin(admin.ModelAdmin):
     @admin.action(description="Return the selected gold chains to ordinary work")
     def unmark_gold(self, request: HttpRequest, queryset: QuerySet[Chain]) -> None:
         unmarked = sum(
-            len(gold_unmark(project=project, chain_ids=chain_ids))
+            len(gold_unmark(project=project, chain_ids=chain_ids, actor=request_user(request)))
             for project, chain_ids in self._by_project(queryset).items()
         )
         self.message_user(request, f"{unmarked} chain(s) are no longer gold.", messages.SUCCESS)

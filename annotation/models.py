@@ -400,6 +400,17 @@ class Chain(models.Model):
     # as ``finished_count`` is, so the data manager filters and sorts on a column: worked
     # out per row, sorting 1,000,000 chains by it read every rating (BENCHMARKS.md).
     agreement = models.FloatField(null=True, blank=True)
+    # The lead who is to look at the chain (a bulk action of the data manager sets it):
+    # shown and filtered on in the data manager and the review page. A plain pointer,
+    # not a lease: anyone who leads the project may still act on the chain.
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -448,6 +459,12 @@ class Chain(models.Model):
                 fields=["project", "agreement", "id"],
                 condition=Q(agreement__isnull=False),
                 name="chain_by_agreement",
+            ),
+            # A reviewer's chains, by id (the reviewer filter); and deleting a user.
+            models.Index(
+                fields=["reviewer", "project", "id"],
+                condition=Q(reviewer__isnull=False),
+                name="chain_by_reviewer",
             ),
         ]
 
@@ -785,3 +802,123 @@ class KnownSignIn(models.Model):
 
     def __str__(self) -> str:
         return f"{self.username} from {self.address}"
+
+
+class BulkActionKind(models.TextChoices):
+    """What a lead does to many chains at once from the data manager
+    (``services/bulk_actions.py``), each through the service that does it to one."""
+
+    REQUEUE = "requeue", "Requeue for more passes"
+    GOLD_MARK = "gold_mark", "Mark gold"
+    GOLD_UNMARK = "gold_unmark", "Unmark gold"
+    UNFLAG = "unflag", "Clear the flag"
+    REVIEWER = "reviewer", "Assign a reviewer"
+
+
+class BulkActionStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed (nothing changed)"
+
+
+class BulkAction(models.Model):
+    """A lead's action on a selection of chains (``chain_ids``) or on every chain a filter
+    of the data manager matches (``filters``, as its API takes them), run by a Celery task
+    in one transaction (``services/bulk_actions.py``). ``expected`` is the count the lead
+    confirmed; ``matched`` the chains the selection held when it ran, ``done`` how many of
+    them were read so far (written while it runs), ``changed`` the chains the action
+    changed and ``unchanged`` why the others were left (reason -> count)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="bulk_actions")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    kind = models.CharField(max_length=20, choices=BulkActionKind.choices)
+    # The action's own inputs: {"more": n} to requeue, {"reviewer": user id or null}.
+    params = models.JSONField(default=dict, blank=True)
+    chain_ids = models.JSONField(null=True, blank=True)
+    filters = models.JSONField(null=True, blank=True)
+    expected = models.PositiveIntegerField(default=0)
+    status = models.CharField(
+        max_length=10, choices=BulkActionStatus.choices, default=BulkActionStatus.QUEUED
+    )
+    matched = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    changed = models.PositiveIntegerField(default=0)
+    unchanged = models.JSONField(default=dict, blank=True)
+    detail = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "-id"], name="bulk_action_by_project")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=BulkActionStatus.values), name="bulk_action_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=BulkActionKind.values), name="bulk_action_kind_valid"
+            ),
+            # A selection or a filter, never both.
+            models.CheckConstraint(
+                condition=Q(chain_ids__isnull=True) ^ Q(filters__isnull=True),
+                name="bulk_action_one_selection",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"bulk action {self.pk}: {self.kind} ({self.status})"
+
+
+class ChainEventKind(models.TextChoices):
+    """What a lead did to a chain, as its history on the chain page says it."""
+
+    REQUEUED = "requeued", "Requeued"
+    GOLD_MARKED = "gold_marked", "Marked gold"
+    GOLD_UNMARKED = "gold_unmarked", "Unmarked gold"
+    UNFLAGGED = "unflagged", "Flag cleared"
+    REVIEWER = "reviewer", "Reviewer set"
+
+
+class ChainEvent(models.Model):
+    """One thing a lead did to one chain, for its history (the chain page): written by the
+    service that did it, in the same transaction, whether it was done to this chain alone
+    or to many by a ``BulkAction`` (then ``bulk_action`` says which). ``detail`` holds the
+    action's inputs and what it changed, e.g. {"more": 1, "needed": 3}."""
+
+    chain = models.ForeignKey(
+        Chain, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
+    kind = models.CharField(max_length=20, choices=ChainEventKind.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
+    )
+    detail = models.JSONField(default=dict, blank=True)
+    bulk_action = models.ForeignKey(
+        BulkAction,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="events",
+        db_index=False,
+    )
+    created_at = models.DateTimeField()
+
+    class Meta:
+        # A chain's history, newest first; the FK's own index would only repeat it.
+        indexes = [models.Index(fields=["chain", "-id"], name="chain_event_by_chain")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=ChainEventKind.values), name="chain_event_kind_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on chain {self.chain_id}"

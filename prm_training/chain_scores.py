@@ -56,9 +56,10 @@ def chains_scored_by(
 ) -> QuerySet[Chain] | None:
     """The ``chains`` the newest run gave a value of ``field`` (``prm_score`` or
     ``prm_uncertainty``), read through one join on the run's scores (a FilteredRelation,
-    so the join is the run's row of each chain and nothing else), with ``prm_sort`` to
-    order by: the (scoring run, value, chain) indexes then give a page in order. None
-    without a run. One query to find the run."""
+    so the join is the run's row of each chain and nothing else), with ``prm_sort`` and
+    ``prm_sort_chain`` (the score row's chain id) to order by: the (scoring run, value,
+    chain) indexes then give a page in order. None without a run. One query to find the
+    run."""
     run_id = _newest_run_id(project_id=project_id)
     if run_id is None:
         return None
@@ -70,7 +71,7 @@ def chains_scored_by(
         .annotate(
             prm_score=F("newest__chain_score"), prm_uncertainty=F("newest__chain_uncertainty")
         )
-        .alias(prm_sort=F(column))
+        .alias(prm_sort=F(column), prm_sort_chain=F("newest__chain_id"))
     )
 
 

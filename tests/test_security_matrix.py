@@ -26,7 +26,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from annotation.models import Assignment, ImportJob, Invite, Role, Step
+from annotation.models import Assignment, BulkAction, ImportJob, Invite, Role, Step
 from prm_training.models import RunStatus, TrainingRun
 from tests.factories import (
     ChainFactory,
@@ -118,10 +118,15 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "api-chain-adjudicate": {"post": API_LEADS},
     "api-project-flags": {"get": API_LEADS},
     "api-chain-unflag": {"post": API_LEADS},
-    # The data manager: a project's chains, one chain, and asking it for more labels.
+    # The data manager: a project's chains, one chain, asking it for more labels, naming
+    # its reviewer, and the bulk actions (count first, then do, then follow).
     "api-project-chains": {"get": API_LEADS},
     "api-chain": {"get": API_LEADS},
     "api-chain-requeue": {"post": API_LEADS},
+    "api-chain-reviewer": {"post": API_LEADS},
+    "api-chains-bulk-preview": {"post": API_LEADS},
+    "api-chains-bulk": {"post": API_LEADS},
+    "api-chains-bulk-action": {"get": API_LEADS},
     "api-gold-chains": {"get": API_LEADS},
     "api-gold-mark": {"post": API_LEADS},
     "api-gold-unmark": {"post": API_LEADS},
@@ -249,6 +254,9 @@ def world(db: Any) -> dict[str, Any]:
         invited_by=users["lead"],
         expires_at=timezone.now() + timedelta(days=1),
     )
+    bulk = BulkAction.objects.create(
+        project=project, created_by=users["lead"], kind="unflag", chain_ids=[chain.pk]
+    )
     ids = {
         "project_id": project.pk,
         "assignment_id": assignment.pk,
@@ -260,6 +268,7 @@ def world(db: Any) -> dict[str, Any]:
         "annotation_id": submitted.pk,
         "job_id": import_job.pk,
         "invite_id": invite.pk,
+        "bulk_id": bulk.pk,
     }
     return {"users": users, "ids": ids}
 

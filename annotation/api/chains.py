@@ -7,7 +7,8 @@ access, validate, call one selector or service, serialize.
   order);
 - `GET /api/v1/chains/{id}/`: one chain with its status, steps, the PRM's step scores and
   every lease with its skip or flag reason (its labels: `chains/{id}/labels/`);
-- `POST /api/v1/chains/{id}/requeue/`: ask for more human passes on a chain.
+- `POST /api/v1/chains/{id}/requeue/`: ask for more human passes on a chain;
+- `POST /api/v1/chains/{id}/reviewer/`: name the lead who is to review it.
 
 Unflagging (`chains/{id}/unflag/`) and marking gold (`projects/{id}/gold/mark/`) have
 their own endpoints, which the chain page calls."""
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.generics import GenericAPIView
@@ -23,11 +25,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from annotation.api.fields import CursorField, IdField
-from annotation.api.permissions import LEADS, project_for_request
+from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.api.review import NOT_A_MEMBER, WRONG_ROLE, chain_for_lead
-from annotation.models import Chain, Membership
+from annotation.models import Chain, ChainEventKind, Membership, Project
 from annotation.selectors.chain_order import SORTS, ChainCursor, ChainOrder
 from annotation.selectors.chains import (
+    EVENTS_SHOWN,
     PAGE_SIZE_MAX,
     ChainFilters,
     ChainStatus,
@@ -35,14 +38,16 @@ from annotation.selectors.chains import (
     chain_list,
     chain_order_phases,
 )
-from annotation.services.chains import EXTRA_LABELS_MAX, chain_requeue
+from annotation.services.chains import EXTRA_LABELS_MAX, chain_requeue, chains_reviewer_set
 
 BAD_FILTER = OpenApiResponse(
     description="A filter out of range, an unknown status or sort, or a cursor of another sort."
 )
 
 
-class ChainListFilterSerializer(serializers.Serializer):
+class ChainFilterSerializer(serializers.Serializer):
+    """The list's filters; a bulk action on a filter takes the same (``filters``)."""
+
     status = serializers.ListField(
         child=serializers.ChoiceField(choices=ChainStatus.ALL),
         required=False,
@@ -50,6 +55,9 @@ class ChainListFilterSerializer(serializers.Serializer):
         help_text="Repeat for several (any of them): " + ", ".join(ChainStatus.ALL) + ".",
     )
     annotator = IdField(required=False, help_text="Only chains this member (user id) labeled.")
+    reviewer = IdField(
+        required=False, help_text="Only chains this lead (user id) is named to review."
+    )
     max_agreement = serializers.FloatField(
         required=False,
         min_value=0.0,
@@ -72,8 +80,38 @@ class ChainListFilterSerializer(serializers.Serializer):
         help_text="PRM uncertainty bounds: 1 - |2p - 1| at the least sure step.",
     )
     q = serializers.CharField(
-        required=False, default="", max_length=200, help_text="Words in the problem or a step."
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=200,
+        help_text="Words in the problem or a step.",
     )
+
+
+def chain_filters_from(*, project: Project, data: dict[str, Any]) -> ChainFilters:
+    """The ``ChainFilters`` of validated ``ChainFilterSerializer`` data; 400 for an
+    annotator or reviewer who is not a member of ``project``."""
+    for field in ("annotator", "reviewer"):
+        user_id = data.get(field)
+        if (
+            user_id is not None
+            and not Membership.objects.filter(project=project, user_id=user_id).exists()
+        ):
+            raise serializers.ValidationError({field: "Not a member of this project."})
+    return ChainFilters(
+        statuses=tuple(data.get("status", ())),
+        annotator=data.get("annotator"),
+        reviewer=data.get("reviewer"),
+        max_agreement=data.get("max_agreement"),
+        min_score=data.get("min_score"),
+        max_score=data.get("max_score"),
+        min_uncertainty=data.get("min_uncertainty"),
+        max_uncertainty=data.get("max_uncertainty"),
+        search=data.get("q", ""),
+    )
+
+
+class ChainListFilterSerializer(ChainFilterSerializer):
     sort = serializers.ChoiceField(
         choices=SORTS,
         required=False,
@@ -118,6 +156,9 @@ class ChainRowOutputSerializer(serializers.Serializer):
     priority = serializers.FloatField(help_text="Its place in the queue (higher first).")
     prm_score = serializers.FloatField(allow_null=True)
     prm_uncertainty = serializers.FloatField(allow_null=True)
+    reviewer = serializers.CharField(
+        allow_null=True, help_text="The lead named to review it (username); null if none."
+    )
     created_at = serializers.DateTimeField()
 
 
@@ -161,22 +202,7 @@ class ChainListApi(GenericAPIView):
         )
         query.is_valid(raise_exception=True)
         data = query.validated_data
-        annotator = data.get("annotator")
-        if (
-            annotator is not None
-            and not Membership.objects.filter(project=project, user_id=annotator).exists()
-        ):
-            raise serializers.ValidationError({"annotator": "Not a member of this project."})
-        filters = ChainFilters(
-            statuses=tuple(data["status"]),
-            annotator=annotator,
-            max_agreement=data.get("max_agreement"),
-            min_score=data.get("min_score"),
-            max_score=data.get("max_score"),
-            min_uncertainty=data.get("min_uncertainty"),
-            max_uncertainty=data.get("max_uncertainty"),
-            search=data["q"],
-        )
+        filters = chain_filters_from(project=project, data=data)
         order = data["order"]
         cursor = None
         if "cursor" in data:
@@ -203,6 +229,21 @@ class ChainLeaseOutputSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
     reason = serializers.CharField(help_text="A skip's reason (a flag's starts 'flag:').")
+
+
+class ChainEventOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="event_id")
+    kind = serializers.ChoiceField(choices=ChainEventKind.choices)
+    summary = serializers.CharField(source="label", help_text="The kind, in words.")
+    actor = serializers.CharField(allow_null=True, help_text="The lead who did it.")
+    detail = serializers.DictField(
+        help_text="Its inputs and outcome: requeued {more, needed}; marked gold "
+        "{answer_key}; flag cleared {flag_reason}; reviewer set {reviewer}."
+    )
+    bulk_action = serializers.IntegerField(
+        source="bulk_action_id", allow_null=True, help_text="The bulk action it was part of."
+    )
+    created_at = serializers.DateTimeField()
 
 
 class ChainStepOutputSerializer(serializers.Serializer):
@@ -239,6 +280,14 @@ class ChainDetailOutputSerializer(serializers.Serializer):
         help_text="The PRM's P(correct) per step in its newest scoring run; null if unscored.",
     )
     leases = ChainLeaseOutputSerializer(many=True, help_text="Every lease, oldest first.")
+    reviewer = serializers.CharField(
+        allow_null=True, help_text="The lead named to review it (username); null if none."
+    )
+    events = ChainEventOutputSerializer(
+        many=True,
+        help_text=f"What leads did to the chain, newest first (the newest {EVENTS_SHOWN}).",
+    )
+    event_count = serializers.IntegerField(help_text="How many actions there were in all.")
 
 
 class ChainDetailApi(GenericAPIView):
@@ -286,6 +335,49 @@ class ChainRequeueApi(GenericAPIView):
         chain = chain_for_lead(request=request, chain_id=chain_id)
         data = ChainRequeueInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        chain_requeue(chain=chain, more=data.validated_data["more"])
+        chain_requeue(chain=chain, more=data.validated_data["more"], actor=request_user(request))
         chain.refresh_from_db(fields=["extra_labels", "is_finished", "finished_count"])
+        return Response(ChainDetailOutputSerializer(chain_detail(chain=chain)).data)
+
+
+class ChainReviewerInputSerializer(serializers.Serializer):
+    reviewer = IdField(
+        allow_null=True, help_text="The lead (user id) who is to review it; null for nobody."
+    )
+
+
+class ChainReviewerApi(GenericAPIView):
+    serializer_class = ChainReviewerInputSerializer
+    queryset = Chain.objects.none()
+
+    @extend_schema(
+        tags=["chains"],
+        operation_id="chains_reviewer_set",
+        summary="Name the lead who is to review a chain (leads only)",
+        request=ChainReviewerInputSerializer,
+        responses={
+            200: ChainDetailOutputSerializer,
+            400: OpenApiResponse(description="The reviewer does not lead this project."),
+            403: WRONG_ROLE,
+            404: NOT_A_MEMBER,
+        },
+    )
+    def post(self, request: Request, chain_id: int) -> Response:
+        chain = chain_for_lead(request=request, chain_id=chain_id)
+        data = ChainReviewerInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        reviewer_id = data.validated_data["reviewer"]
+        reviewer = None
+        if reviewer_id is not None:
+            reviewer = get_user_model().objects.filter(pk=reviewer_id).first()
+            if reviewer is None:
+                raise serializers.ValidationError(
+                    {"reviewer": "A reviewer is a lead of this project."}
+                )
+        chains_reviewer_set(
+            project=chain.project,
+            chain_ids=[chain.pk],
+            reviewer=reviewer,
+            actor=request_user(request),
+        )
         return Response(ChainDetailOutputSerializer(chain_detail(chain=chain)).data)

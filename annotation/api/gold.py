@@ -106,8 +106,7 @@ class GoldScoresOutputSerializer(serializers.Serializer):
     annotators = GoldAnnotatorScoreOutputSerializer(many=True)
 
 
-def _mark_response(chains: list[Chain]) -> Response:
-    ids = [chain.pk for chain in chains]
+def _mark_response(ids: list[int]) -> Response:
     return Response(GoldMarkOutputSerializer({"chain_ids": ids, "count": len(ids)}).data)
 
 
@@ -120,14 +119,16 @@ CHAINS_CHANGE_RESPONSES = {
 
 
 def _chains_change(
-    *, request: Request, project_id: int, service: Callable[..., list[Chain]]
+    *, request: Request, project_id: int, service: Callable[..., list[int]]
 ) -> Response:
     """Mark or unmark (``service``) the chains a lead named in the body."""
     project = project_for_request(request=request, project_id=project_id, roles=LEADS)
     data = GoldMarkInputSerializer(data=request.data)
     data.is_valid(raise_exception=True)
-    chains = service(project=project, chain_ids=data.validated_data["chain_ids"])
-    return _mark_response(chains)
+    ids = service(
+        project=project, chain_ids=data.validated_data["chain_ids"], actor=request_user(request)
+    )
+    return _mark_response(ids)
 
 
 class GoldMarkApi(APIView):
@@ -176,12 +177,14 @@ class GoldFromImportApi(APIView):
         data = GoldFromImportInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         try:
-            chains = gold_mark_from_import(
-                project=project, import_batch_id=data.validated_data["import_batch"]
+            ids = gold_mark_from_import(
+                project=project,
+                import_batch_id=data.validated_data["import_batch"],
+                actor=request_user(request),
             )
         except ImportBatch.DoesNotExist:
             raise Http404("No such import in this project.") from None
-        return _mark_response(chains)
+        return _mark_response(ids)
 
 
 class GoldChainListApi(APIView):

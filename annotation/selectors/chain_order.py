@@ -26,7 +26,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import F, OrderBy, Q, QuerySet
+from django.db.models import F, Lookup, OrderBy, Q, QuerySet
+
+# Row comparisons ``(a, b) > (x, y)``: Django's own, which its composite primary keys use
+# (written as ANDs and ORs on a database without them).
+from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
 
 from annotation.models import Chain
 from annotation.selectors.chain_scores import chains_scored_by, chains_with_scores
@@ -109,23 +113,26 @@ class Phase:
     descending: bool
     scored: Scored
     shown: str | None = None
+    # The chain's id as the index the phase reads has it (the joined score row's own
+    # chain id for the PRM columns, so the row comparison below is on the index's columns).
+    tiebreak: str = "pk"
 
     def ordering(self) -> list[OrderBy]:
-        keys = [self.column, "pk"] if self.column else ["pk"]
+        keys = [self.column, self.tiebreak] if self.column else ["pk"]
         return [F(key).desc() if self.descending else F(key).asc() for key in keys]
 
-    def after(self, cursor: ChainCursor) -> Q:
-        """The chains of this phase past ``cursor``'s row."""
+    def after(self, cursor: ChainCursor) -> Q | Lookup:
+        """The chains of this phase past ``cursor``'s row: ``(value, id) > (v, id0)`` as
+        one row comparison (``<`` descending), which the database takes as where its
+        index scan starts; spelt ``value > v OR (value = v AND id > id0)`` it reads the
+        index from the start of ``v``'s run, half a million entries deep in a page at the
+        middle of the passes order."""
         past = "lt" if self.descending else "gt"
         if self.column is None:
             return Q(**{f"pk__{past}": cursor.chain_id})
-        column, value = self.column, cursor.value
-        # The bound alone lets the database start the index scan at the value; the OR
-        # then drops the rows of that value at or before the cursor's id.
-        bound = Q(**{f"{column}__{past}e": value})
-        return bound & (
-            Q(**{f"{column}__{past}": value}) | Q(**{column: value, f"pk__{past}": cursor.chain_id})
-        )
+        pair = Tuple(F(self.column), F(self.tiebreak))
+        comparison = TupleLessThan if self.descending else TupleGreaterThan
+        return comparison(pair, (cursor.value, cursor.chain_id))
 
     def value_of(self, chain: Chain) -> float | None:
         if self.column is None:
@@ -159,7 +166,7 @@ def order_phases(
             return chains_scored_by(chains=chains, project_id=project_id, field=field)
 
         return [
-            Phase(Q(), "prm_sort", desc, joined, shown=field),
+            Phase(Q(), "prm_sort", desc, joined, shown=field, tiebreak="prm_sort_chain"),
             Phase(Q(**{f"{field}__isnull": True}), None, desc, subselect),
         ]
     if order.key == "status":

@@ -30,9 +30,10 @@ class ChainScoreSource:
     step_probs: Callable[..., list[float] | None]
     # scored_by(queryset, project_id=..., field="prm_score" | "prm_uncertainty") -> the
     # chains of the queryset that have that value in the newest run, with ``prm_score``
-    # and ``prm_uncertainty`` and an alias ``prm_sort`` (the field's value) read by a
-    # join on the run's scores, so a page sorted by it walks an index of the run's scores
-    # in order; None when the project has no scoring run.
+    # and ``prm_uncertainty`` and aliases ``prm_sort`` (the field's value) and
+    # ``prm_sort_chain`` (its row's chain id) read by a join on the run's scores, so a
+    # page sorted by them walks an index of the run's scores in order; None when the
+    # project has no scoring run.
     scored_by: Callable[..., QuerySet[Chain] | None]
 
 

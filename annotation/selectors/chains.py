@@ -15,7 +15,7 @@ from typing import Any
 
 from django.contrib.postgres.search import SearchQuery, SearchVectorField
 from django.db import connection
-from django.db.models import Exists, Func, OuterRef, Q, QuerySet, Value
+from django.db.models import Exists, F, Func, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Substr
 from django.utils import timezone
 
@@ -25,6 +25,8 @@ from annotation.models import (
     Assignment,
     AssignmentStatus,
     Chain,
+    ChainEvent,
+    ChainEventKind,
     Problem,
     Project,
     Step,
@@ -35,7 +37,7 @@ from annotation.selectors.chain_order import (
     order_phases,
     phase_rows,
 )
-from annotation.selectors.chain_scores import chain_step_scores
+from annotation.selectors.chain_scores import chain_step_scores, chains_with_scores
 
 
 class ChainStatus:
@@ -60,11 +62,12 @@ PROBLEM_PREVIEW = 200
 @dataclass(frozen=True)
 class ChainFilters:
     """What the list shows: every field optional. ``statuses`` combine with OR, every
-    other field with AND. ``annotator``: a user id (chains they labeled); ``search``:
-    words in the problem or a step."""
+    other field with AND. ``annotator``: a user id (chains they labeled); ``reviewer``: a
+    user id (chains they are to review); ``search``: words in the problem or a step."""
 
     statuses: tuple[str, ...] = ()
     annotator: int | None = None
+    reviewer: int | None = None
     max_agreement: float | None = None
     min_score: float | None = None
     max_score: float | None = None
@@ -89,6 +92,7 @@ class ChainRow:
     priority: float
     prm_score: float | None
     prm_uncertainty: float | None
+    reviewer: str | None
     created_at: datetime
 
 
@@ -244,6 +248,7 @@ def chain_list(
             leased=Exists(_live_leases()),
             skipped=Exists(_skips()),
             preview=Substr("problem__text", 1, PROBLEM_PREVIEW),
+            reviewer_name=F("reviewer__username"),
         ).only(*_ROW_FIELDS)
         return _filtered(chains, project=project, filters=filters)
 
@@ -266,6 +271,13 @@ def chain_list(
     )
 
 
+def chains_matching(*, project: Project, filters: ChainFilters) -> QuerySet[Chain]:
+    """Every chain of ``project`` that ``filters`` lets through, unordered: what a bulk
+    action on a filter acts on (``services.bulk_actions``), the list's own filters."""
+    chains = chains_with_scores(chains=Chain.objects.filter(project=project), project_id=project.pk)
+    return _filtered(chains, project=project, filters=filters)
+
+
 def chain_order_phases(*, project: Project, order: ChainOrder) -> list[Any]:
     """The phases ``order`` reads the project's chains in (``chain_order.order_phases``),
     how many a cursor of it may name."""
@@ -283,6 +295,8 @@ def _filtered(chains: QuerySet[Any], *, project: Project, filters: ChainFilters)
         for status in filters.statuses:
             either |= _status_q(status, project=project)
         chains = chains.filter(either)
+    if filters.reviewer is not None:
+        chains = chains.filter(reviewer_id=filters.reviewer)
     if filters.annotator is not None:
         labeled = Annotation.objects.filter(
             annotator_id=filters.annotator, source=AnnotationSource.HUMAN
@@ -321,6 +335,7 @@ def _row(chain: Chain, *, overlap: int) -> ChainRow:
         priority=chain.priority,
         prm_score=None if score is None else float(score),
         prm_uncertainty=None if uncertainty is None else float(uncertainty),
+        reviewer=getattr(chain, "reviewer_name", None),
         created_at=chain.created_at,
     )
 
@@ -338,6 +353,24 @@ class LeaseRecord:
 
 
 @dataclass(frozen=True)
+class EventRecord:
+    """A lead's action on the chain (``ChainEvent``), for its history."""
+
+    event_id: int
+    kind: str
+    label: str
+    actor: str | None
+    detail: dict[str, Any]
+    bulk_action_id: int | None
+    created_at: datetime
+
+
+# A chain's history shows its newest actions; a chain a lead acted on more often than
+# this says how many there were.
+EVENTS_SHOWN = 100
+
+
+@dataclass(frozen=True)
 class ChainDetail:
     chain: Chain
     status: str
@@ -345,6 +378,9 @@ class ChainDetail:
     leases: list[LeaseRecord]
     step_scores: list[float] | None
     steps: list[Step]
+    reviewer: str | None
+    events: list[EventRecord]
+    event_count: int
 
 
 def chain_detail(*, chain: Chain) -> ChainDetail:
@@ -366,7 +402,11 @@ def chain_detail(*, chain: Chain) -> ChainDetail:
     ]
     listed = (
         Chain.objects.filter(pk=chain.pk)
-        .annotate(leased=Exists(_live_leases()), skipped=Exists(_skips()))
+        .annotate(
+            leased=Exists(_live_leases()),
+            skipped=Exists(_skips()),
+            reviewer_name=F("reviewer__username"),
+        )
         .get()
     )
     return ChainDetail(
@@ -376,4 +416,28 @@ def chain_detail(*, chain: Chain) -> ChainDetail:
         leases=leases,
         step_scores=chain_step_scores(chain_id=chain.pk),
         steps=list(chain.steps.order_by("index")),
+        reviewer=listed.reviewer_name,
+        events=chain_events(chain=chain),
+        event_count=ChainEvent.objects.filter(chain=chain).count(),
     )
+
+
+def chain_events(*, chain: Chain) -> list[EventRecord]:
+    """The chain's newest EVENTS_SHOWN actions by leads, newest first (one query)."""
+    events = (
+        ChainEvent.objects.filter(chain=chain)
+        .select_related("actor")
+        .order_by("-id")[:EVENTS_SHOWN]
+    )
+    return [
+        EventRecord(
+            event_id=event.pk,
+            kind=event.kind,
+            label=ChainEventKind(event.kind).label,
+            actor=event.actor.username if event.actor else None,
+            detail=event.detail,
+            bulk_action_id=event.bulk_action_id,
+            created_at=event.created_at,
+        )
+        for event in events
+    ]

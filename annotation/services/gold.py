@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from annotation.models import (
@@ -40,7 +40,9 @@ from annotation.models import (
     AnnotationSource,
     Assignment,
     AssignmentStatus,
+    BulkAction,
     Chain,
+    ChainEventKind,
     ImportBatch,
     Membership,
     Project,
@@ -55,6 +57,12 @@ from annotation.selectors.gold import (
     unseen_gold_chain,
 )
 from annotation.services.chain_agreement import chains_agreement_refresh
+from annotation.services.chain_changes import (
+    NOT_IN_PROJECT,
+    Changed,
+    chain_events_record,
+    chains_lock_sorted,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -90,45 +98,97 @@ def _answer_keys(
     return {chain_id: annotation_id for chain_id, (_rank, annotation_id) in keys.items()}
 
 
-def _locked_chains(*, project: Project, chain_ids: Iterable[int]) -> list[Chain]:
-    """Lock the chains (in id order, so two leads marking overlapping sets cannot
-    deadlock; no user row is held, so no cycle with a claim either), refusing ids that
-    are not chains of ``project`` without saying whether they exist elsewhere."""
+NO_ANSWER_KEY = "no answer key (an adjudication or labels from an import)"
+NOT_GOLD = "not gold"
+
+
+def _has_answer_key() -> Exists:
+    """Whether the chain (the outer query's row) has what ``_answer_keys`` would take."""
+    return Exists(
+        Annotation.objects.filter(
+            chain=OuterRef("pk"),
+            source__in=[AnnotationSource.ADJUDICATION, AnnotationSource.IMPORT],
+            superseded_by__isnull=True,
+        )
+    )
+
+
+def gold_mark_reasons() -> dict[str, Q]:
+    """Why ``chains_gold_mark`` leaves a chain as it is."""
+    return {NO_ANSWER_KEY: ~Q(_has_answer_key())}
+
+
+def gold_unmark_reasons() -> dict[str, Q]:
+    """Why ``chains_gold_unmark`` leaves a chain as it is."""
+    return {NOT_GOLD: Q(is_gold=False)}
+
+
+def _named(chain_ids: Iterable[int]) -> list[int]:
     wanted = sorted(set(chain_ids))
     if not wanted:
         raise ValidationError({"chain_ids": "Name at least one chain."})
-    chains = list(
-        Chain.objects.filter(project=project, pk__in=wanted)
-        .order_by("id")
-        .select_for_update(no_key=True)
-    )
-    missing = sorted(set(wanted) - {chain.pk for chain in chains})
+    return wanted
+
+
+def _refuse_missing(outcome: Changed) -> None:
+    """Ids that are no chains of the project are refused without saying whether they
+    exist elsewhere."""
+    missing = outcome.left_for(NOT_IN_PROJECT)
     if missing:
         raise ValidationError(
             {"chain_ids": f"Not chains of this project: {', '.join(map(str, missing))}."}
         )
-    return chains
 
 
-def _set_gold(chains: list[Chain], keys: dict[int, int]) -> None:
-    for chain in chains:
-        chain.is_gold = True
-        chain.gold_annotation_id = keys[chain.pk]
-    Chain.objects.bulk_update(chains, ["is_gold", "gold_annotation"], batch_size=1000)
-    closed_leases_sync(leases=Assignment.objects.filter(chain__in=chains))
-
-
-def gold_mark(*, project: Project, chain_ids: Iterable[int]) -> list[Chain]:
-    """Make the given chains of ``project`` gold, each with its answer key (see the module
-    docstring). All or nothing: a chain of another project, or one without an
-    adjudication or import labels, raises ValidationError naming it. Marking a gold chain
-    again refreshes its answer key (say after a new adjudication).
-
-    The caller checks that the user leads the project."""
+def chains_gold_mark(
+    *,
+    project: Project,
+    chain_ids: Iterable[int],
+    actor: User | None = None,
+    bulk_action: BulkAction | None = None,
+    now: datetime | None = None,
+    import_batch: ImportBatch | None = None,
+) -> Changed:
+    """Make each chain gold with its answer key (the module docstring; of
+    ``import_batch``'s labels when given), leaving those without one
+    (``gold_mark_reasons``). Marking a gold chain again refreshes its answer key (say
+    after a new adjudication). The caller checks that the user leads the project."""
+    now = now or timezone.now()
     with transaction.atomic():
-        chains = _locked_chains(project=project, chain_ids=chain_ids)
-        keys = _answer_keys(chain_ids=[chain.pk for chain in chains])
-        unlabeled = [chain.pk for chain in chains if chain.pk not in keys]
+        outcome = chains_lock_sorted(
+            project=project, chain_ids=chain_ids, reasons=gold_mark_reasons()
+        )
+        keys = _answer_keys(chain_ids=outcome.changed, import_batch=import_batch)
+        keyless = [chain_id for chain_id in outcome.changed if chain_id not in keys]
+        if keyless:  # an import's labels that another import's superseded
+            outcome.unchanged.setdefault(NO_ANSWER_KEY, []).extend(keyless)
+            outcome.changed = [chain_id for chain_id in outcome.changed if chain_id in keys]
+        chains = [
+            Chain(pk=chain_id, is_gold=True, gold_annotation_id=keys[chain_id])
+            for chain_id in outcome.changed
+        ]
+        Chain.objects.bulk_update(chains, ["is_gold", "gold_annotation"], batch_size=1000)
+        closed_leases_sync(leases=Assignment.objects.filter(chain_id__in=outcome.changed))
+        chain_events_record(
+            chain_ids=outcome.changed,
+            kind=ChainEventKind.GOLD_MARKED,
+            actor=actor,
+            now=now,
+            detail=lambda chain_id: {"answer_key": keys[chain_id]},
+            bulk_action=bulk_action,
+        )
+    return outcome
+
+
+def gold_mark(
+    *, project: Project, chain_ids: Iterable[int], actor: User | None = None
+) -> list[int]:
+    """``chains_gold_mark``, all or nothing: a chain of another project, or one without
+    an adjudication or import labels, raises ValidationError naming it. The ids marked."""
+    with transaction.atomic():
+        outcome = chains_gold_mark(project=project, chain_ids=_named(chain_ids), actor=actor)
+        _refuse_missing(outcome)
+        unlabeled = outcome.left_for(NO_ANSWER_KEY)
         if unlabeled:
             raise ValidationError(
                 {
@@ -137,15 +197,16 @@ def gold_mark(*, project: Project, chain_ids: Iterable[int]) -> list[Chain]:
                     f"{', '.join(map(str, unlabeled))}."
                 }
             )
-        _set_gold(chains, keys)
-    return chains
+    return outcome.changed
 
 
-def gold_mark_from_import(*, project: Project, import_batch_id: int) -> list[Chain]:
+def gold_mark_from_import(
+    *, project: Project, import_batch_id: int, actor: User | None = None
+) -> list[int]:
     """Make gold every chain to which the import ``import_batch_id`` of ``project`` brought
     labels; the answer key is the chain's adjudication if any, else that import's labels.
     Raises ImportBatch.DoesNotExist for an import of another project, ValidationError
-    for an import that carried no labels."""
+    for an import that carried no labels. The ids marked."""
     batch = ImportBatch.objects.get(pk=import_batch_id, project=project)
     with transaction.atomic():
         chain_ids = (
@@ -156,22 +217,33 @@ def gold_mark_from_import(*, project: Project, import_batch_id: int) -> list[Cha
         ids = list(chain_ids)
         if not ids:
             raise ValidationError({"import_batch": "This import carried no labels."})
-        chains = _locked_chains(project=project, chain_ids=ids)
-        keys = _answer_keys(chain_ids=ids, import_batch=batch)
-        _set_gold(chains, keys)
-    return chains
+        outcome = chains_gold_mark(project=project, chain_ids=ids, actor=actor, import_batch=batch)
+    return outcome.changed
 
 
-def gold_unmark(*, project: Project, chain_ids: Iterable[int]) -> list[Chain]:
-    """Return gold chains to ordinary work. The passes annotators made over them while
-    gold now count: ``finished_count`` becomes the number of annotators who labeled the
-    chain, ``is_finished`` follows the overlap and ``agreement`` the passes. Chains that
-    are not gold are left as they are."""
+def chains_gold_unmark(
+    *,
+    project: Project,
+    chain_ids: Iterable[int],
+    actor: User | None = None,
+    bulk_action: BulkAction | None = None,
+    now: datetime | None = None,
+) -> Changed:
+    """Return gold chains to ordinary work; chains that are not gold are left. The passes
+    annotators made over them while gold now count: ``finished_count`` becomes the number
+    of annotators who labeled the chain, ``is_finished`` follows the overlap and
+    ``agreement`` the passes."""
+    now = now or timezone.now()
     with transaction.atomic():
-        chains = [c for c in _locked_chains(project=project, chain_ids=chain_ids) if c.is_gold]
+        outcome = chains_lock_sorted(
+            project=project, chain_ids=chain_ids, reasons=gold_unmark_reasons()
+        )
+        chains = list(Chain.objects.filter(pk__in=outcome.changed).only("pk", "extra_labels"))
         done = dict(
             Annotation.objects.filter(
-                chain__in=chains, source=AnnotationSource.HUMAN, superseded_by__isnull=True
+                chain_id__in=outcome.changed,
+                source=AnnotationSource.HUMAN,
+                superseded_by__isnull=True,
             )
             .values("chain_id")
             .annotate(annotators=Count("annotator", distinct=True))
@@ -187,9 +259,27 @@ def gold_unmark(*, project: Project, chain_ids: Iterable[int]) -> list[Chain]:
             ["is_gold", "gold_annotation", "finished_count", "is_finished"],
             batch_size=1000,
         )
-        chains_agreement_refresh(chains=Chain.objects.filter(pk__in=[c.pk for c in chains]))
-        closed_leases_sync(leases=Assignment.objects.filter(chain__in=chains))
-    return chains
+        chains_agreement_refresh(chains=Chain.objects.filter(pk__in=outcome.changed))
+        closed_leases_sync(leases=Assignment.objects.filter(chain_id__in=outcome.changed))
+        chain_events_record(
+            chain_ids=outcome.changed,
+            kind=ChainEventKind.GOLD_UNMARKED,
+            actor=actor,
+            now=now,
+            bulk_action=bulk_action,
+        )
+    return outcome
+
+
+def gold_unmark(
+    *, project: Project, chain_ids: Iterable[int], actor: User | None = None
+) -> list[int]:
+    """``chains_gold_unmark``, refusing ids that are no chains of the project. The ids
+    returned to ordinary work."""
+    with transaction.atomic():
+        outcome = chains_gold_unmark(project=project, chain_ids=_named(chain_ids), actor=actor)
+        _refuse_missing(outcome)
+    return outcome.changed
 
 
 # --- the queue mix-in ----------------------------------------------------------------------

@@ -30,17 +30,18 @@ import uuid
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connections, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from annotation.models import ImportJob, ImportJobStatus, Project
 from annotation.services.imports import MAX_KEPT_ERRORS, ImportRejected, chain_import
+from annotation.services.progress import RowProgress
 
 logger = logging.getLogger(__name__)
 
@@ -234,41 +235,30 @@ def _finish(job: ImportJob, *, detail: str = "", rejected: ImportRejected | None
 class _ProgressWriter:
     """``chain_import``'s ``progress`` callback: counts the records read and, on
     PostgreSQL, writes them and the bytes read so far (the position in ``stream``) to the
-    job row through a connection of its own, at most every PROGRESS_INTERVAL_SECONDS."""
+    job row through a connection of its own (``progress.RowProgress``), at most every
+    PROGRESS_INTERVAL_SECONDS."""
 
     def __init__(self, *, job: ImportJob, stream: BinaryIO) -> None:
         self.job = job
         self.stream = stream
         self.records = 0
         self.last_write = time.monotonic()
-        self.connection: Any = None
-        if connections["default"].vendor == "postgresql":
-            # A new connection to the same database, outside the import's transaction.
-            self.connection = connections.create_connection("default")
+        self.row = RowProgress(model=ImportJob, pk=job.pk)
 
     def __enter__(self) -> _ProgressWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.job.records_read = self.records
-        if self.connection is not None:
-            self.connection.close()
+        self.row.close()
 
     def __call__(self, count: int) -> None:
         self.records += count
         now = time.monotonic()
-        if self.connection is None or now - self.last_write < PROGRESS_INTERVAL_SECONDS:
+        if not self.row.live or now - self.last_write < PROGRESS_INTERVAL_SECONDS:
             return
         self.last_write = now
         self._write(records=self.records, position=self.stream.tell())
 
     def _write(self, *, records: int, position: int) -> None:
-        table = self.connection.ops.quote_name(ImportJob._meta.db_table)
-        try:
-            with self.connection.cursor() as cursor:
-                cursor.execute(
-                    f"UPDATE {table} SET records_read = %s, bytes_read = %s WHERE id = %s",
-                    [records, min(position, self.job.size), self.job.pk],
-                )
-        except Exception:  # noqa: BLE001 - progress is a courtesy; the import goes on
-            logger.warning("Import job %s: progress not written", self.job.pk, exc_info=True)
+        self.row.write_now(records_read=records, bytes_read=min(position, self.job.size))

@@ -4,20 +4,22 @@ submitting live in ``annotation.queue``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from annotation.models import Assignment, Chain
+from annotation.models import Assignment, BulkAction, Chain, ChainEventKind, Project
 from annotation.queue.claim import lease_next
 from annotation.queue.errors import QueueBusy
 from annotation.queue.leases import Lease, assignment_lock_live, assignment_skip
 from annotation.queue.submit import RatingInput, Submitted, assignment_submit
+from annotation.services.chain_changes import Changed, chain_events_record, chains_lock_sorted
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -96,28 +98,56 @@ def chain_flag_by_lead(
         return locked
 
 
-def chain_flag_clear(*, chain: Chain, user: User, now: datetime | None = None) -> Chain:
-    """Put a flagged ``chain`` back in the queue, recording that ``user`` (a lead of its
-    project: the caller checks) cleared it and when; returns the chain with its flag's
-    authors loaded. Who flagged it and why stay, for the record. Clearing a chain that is
-    not flagged changes nothing.
+NOT_FLAGGED = "not flagged"
 
-    Takes the chain's row lock, so a flag in flight through a live lease commits either
+
+def flag_clear_reasons() -> dict[str, Q]:
+    """Why ``chains_flag_clear`` leaves a chain as it is."""
+    return {NOT_FLAGGED: Q(is_flagged=False)}
+
+
+def chains_flag_clear(
+    *,
+    project: Project,
+    chain_ids: Iterable[int],
+    user: User,
+    now: datetime | None = None,
+    bulk_action: BulkAction | None = None,
+) -> Changed:
+    """Put flagged chains back in the queue, recording that ``user`` (a lead of the
+    project: the caller checks) cleared each flag and when, in the chain and its history.
+    Who flagged it and why stay, for the record. Chains that are not flagged are left.
+
+    Under the chains' row locks, so a flag in flight through a live lease commits either
     before (and is cleared) or after (and stands)."""
     now = now if now is not None else timezone.now()
     with transaction.atomic():
-        locked = (
-            Chain.objects.select_for_update(no_key=True, of=("self",))
-            .select_related("flagged_by", "flag_cleared_by")
-            .get(pk=chain.pk)
+        outcome = chains_lock_sorted(
+            project=project, chain_ids=chain_ids, reasons=flag_clear_reasons()
         )
-        if not locked.is_flagged:
-            return locked
-        locked.is_flagged = False
-        locked.flag_cleared_by = user
-        locked.flag_cleared_at = now
-        locked.save(update_fields=["is_flagged", "flag_cleared_by", "flag_cleared_at"])
-        return locked
+        reasons = dict(
+            Chain.objects.filter(pk__in=outcome.changed).values_list("pk", "flag_reason")
+        )
+        Chain.objects.filter(pk__in=outcome.changed).update(
+            is_flagged=False, flag_cleared_by=user, flag_cleared_at=now
+        )
+        chain_events_record(
+            chain_ids=outcome.changed,
+            kind=ChainEventKind.UNFLAGGED,
+            actor=user,
+            now=now,
+            detail=lambda chain_id: {"flag_reason": reasons[chain_id]},
+            bulk_action=bulk_action,
+        )
+    return outcome
+
+
+def chain_flag_clear(*, chain: Chain, user: User, now: datetime | None = None) -> Chain:
+    """``chains_flag_clear`` for one chain; returns it with its flag's authors loaded.
+    Clearing a chain that is not flagged changes nothing."""
+    with transaction.atomic():
+        chains_flag_clear(project=chain.project, chain_ids=[chain.pk], user=user, now=now)
+        return Chain.objects.select_related("flagged_by", "flag_cleared_by").get(pk=chain.pk)
 
 
 @dataclass(frozen=True)
