@@ -94,9 +94,9 @@ class ProjectTrainingSettings(models.Model):
 
 class TrainingRun(models.Model):
     """One attempt to train a PRM on a snapshot. ``settings`` holds PRMConfig fields (those
-    left out take the ML package's defaults). ``worker`` and ``heartbeat_at`` let a later
-    worker tell a run whose worker died from one still going (see
-    ``services.training.training_run_reap_stale``)."""
+    left out take the ML package's defaults). ``worker`` and ``heartbeat_at`` tell a run
+    whose worker died from one still going (``services.runs.runs_reap_stale``); a retry
+    is a new run with the same settings (``retry_of``)."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="training_runs")
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
@@ -130,6 +130,14 @@ class TrainingRun(models.Model):
     worker = models.CharField(max_length=255, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     cancel_requested = models.BooleanField(default=False)
+    phase = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the run does now, how far and how fast (services.runs.RunProgress).",
+    )
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
     finished_chains_at_start = models.PositiveIntegerField(
         default=0, help_text="Finished chains in the project when the run was queued."
     )
@@ -254,6 +262,15 @@ class ScoringRun(models.Model):
     worker = models.CharField(max_length=255, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    cancel_requested = models.BooleanField(default=False)
+    phase = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the run does now, how far and how fast (services.runs.RunProgress).",
+    )
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -262,6 +279,7 @@ class ScoringRun(models.Model):
                 condition=Q(status__in=RunStatus.values), name="scoring_run_status_valid"
             ),
         ]
+        indexes = [models.Index(fields=["project", "status"], name="scoring_run_by_status")]
 
     def __str__(self) -> str:
         return f"scoring run {self.pk} ({self.status})"

@@ -5,16 +5,25 @@ belong to is a 404 (through ``project_get_for_member``), whatever the object."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
+from datetime import datetime
+from typing import Any, TypeVar
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Model, QuerySet
 from django.http import Http404
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from annotation.models import Project, Role
 from annotation.selectors.access import project_get_for_member
-from prm_training.models import ModelVersion, ProjectTrainingSettings, ScoringRun, TrainingRun
+from prm_training.models import (
+    FINISHED_STATUSES,
+    ModelVersion,
+    ProjectTrainingSettings,
+    ScoringRun,
+    TrainingRun,
+)
 
 ML_ONLY: tuple[str, ...] = (Role.ML,)
 ML_AND_LEADS: tuple[str, ...] = (Role.ML, Role.LEAD)
@@ -100,3 +109,32 @@ def project_training_settings_get(*, project: Project) -> ProjectTrainingSetting
     """The project's loop settings; an unsaved row with the defaults when it has none."""
     found = ProjectTrainingSettings.objects.filter(project=project).first()
     return found if found is not None else ProjectTrainingSettings(project=project)
+
+
+def run_phase_view(
+    *, run: TrainingRun | ScoringRun, now: datetime | None = None
+) -> dict[str, Any] | None:
+    """What a run reports of its phase (``services.progress.RunProgress``), as the API
+    and the ML page show it: the phase, its count, its rate and the seconds it should
+    still take at that rate, and the phases before it with their durations. A finished
+    run keeps its phases but no rate or ETA; None before the run's first report."""
+    stored = run.phase or {}
+    if not stored.get("name"):
+        return None
+    now = now or timezone.now()
+    eta_seconds = None
+    eta_at = parse_datetime(stored["eta_at"]) if stored.get("eta_at") else None
+    running = run.status not in FINISHED_STATUSES
+    if running and eta_at is not None:
+        eta_seconds = max(0.0, round((eta_at - now).total_seconds(), 1))
+    return {
+        "name": stored["name"],
+        "done": stored.get("done", 0),
+        "total": stored.get("total", 0),
+        "unit": stored.get("unit", ""),
+        "detail": stored.get("detail", ""),
+        "started_at": stored.get("started_at"),
+        "rate": stored.get("rate") if running else None,
+        "eta_seconds": eta_seconds,
+        "past": stored.get("past", []),
+    }

@@ -20,6 +20,7 @@ from django.db import connections
 from annotation.models import Project
 from prm_training.services.runs import (
     AUTOSTART_TASK,
+    REAP_EVERY_SECONDS,
     SCORE_TASK,
     TRAIN_TASK,
     runs_dispatch_pending,
@@ -83,8 +84,39 @@ class DispatchPendingRuns(bootsteps.StartStopStep):
             connections.close_all()
 
 
+class ReapStaleRuns(bootsteps.StartStopStep):
+    """A worker bootstep: every REAP_EVERY_SECONDS the worker's main process marks runs
+    whose heartbeat went silent as lost (``runs_reap_stale``), so a run whose process was
+    killed (out of memory, say) shows as failed within a minute of its last heartbeat,
+    whether or not anyone is looking at it."""
+
+    requires = {"celery.worker.components:Timer"}
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        self.tref: Any = None
+
+    def start(self, worker: Any) -> None:
+        self.tref = worker.timer.call_repeatedly(REAP_EVERY_SECONDS, _reap_stale_runs)
+
+    def stop(self, worker: Any) -> None:
+        if self.tref is not None:
+            self.tref.cancel()
+            self.tref = None
+
+
+def _reap_stale_runs() -> None:
+    try:
+        runs_reap_stale()
+    except Exception:  # noqa: BLE001 - a failed reap is tried again at the next tick
+        logger.exception("Reaping stale runs failed")
+    finally:
+        # The main process forks pool children later: none may inherit an open connection.
+        connections.close_all()
+
+
 # Registered when the worker imports its task modules, before it builds its consumer.
 current_app.steps["consumer"].add(DispatchPendingRuns)
+current_app.steps["worker"].add(ReapStaleRuns)
 
 
 @worker_ready.connect

@@ -17,7 +17,11 @@ from prm_training.selectors import (
     model_version_active_get,
     project_training_settings_get,
 )
-from prm_training.services.backbones import backbone_choices, step_head_backbone_choices
+from prm_training.services.backbones import (
+    backbone_choices,
+    backbone_root,
+    step_head_backbone_choices,
+)
 from prm_training.services.strategy import acquisition_strategy_resolve
 
 
@@ -46,5 +50,6 @@ def models_page(request: HttpRequest, project_id: int) -> HttpResponse:
         "applied_why": why,
         "backbones": backbone_choices(project=project) if can_manage else [],
         "open_prms": step_head_backbone_choices() if can_manage else [],
+        "backbone_root": backbone_root() if can_manage else "",
     }
     return render(request, "prm_training/models.html", context)

@@ -9,9 +9,12 @@ from prm_training.api.views import (
     ProjectScoringRunsApi,
     ProjectTrainingRunsApi,
     ProjectTrainingSettingsApi,
+    ScoringRunCancelApi,
     ScoringRunDetailApi,
+    ScoringRunRetryApi,
     TrainingRunCancelApi,
     TrainingRunDetailApi,
+    TrainingRunRetryApi,
 )
 
 urlpatterns = [
@@ -25,6 +28,11 @@ urlpatterns = [
         "training-runs/<id:run_id>/cancel/",
         TrainingRunCancelApi.as_view(),
         name="api-training-run-cancel",
+    ),
+    path(
+        "training-runs/<id:run_id>/retry/",
+        TrainingRunRetryApi.as_view(),
+        name="api-training-run-retry",
     ),
     path(
         "projects/<id:project_id>/model-versions/",
@@ -55,5 +63,15 @@ urlpatterns = [
         "scoring-runs/<id:scoring_run_id>/",
         ScoringRunDetailApi.as_view(),
         name="api-scoring-run",
+    ),
+    path(
+        "scoring-runs/<id:scoring_run_id>/cancel/",
+        ScoringRunCancelApi.as_view(),
+        name="api-scoring-run-cancel",
+    ),
+    path(
+        "scoring-runs/<id:scoring_run_id>/retry/",
+        ScoringRunRetryApi.as_view(),
+        name="api-scoring-run-retry",
     ),
 ]

@@ -32,19 +32,22 @@ from prm_training.selectors import (
     model_version_get_for_member,
     model_version_list,
     project_training_settings_get,
+    run_phase_view,
     scoring_run_get_for_member,
     scoring_run_list,
     training_run_get_for_member,
     training_run_list,
 )
 from prm_training.services.backbones import backbone_choices
-from prm_training.services.scoring import scoring_run_start
+from prm_training.services.runs import runs_reap_stale_of_project
+from prm_training.services.scoring import scoring_run_cancel, scoring_run_retry, scoring_run_start
 from prm_training.services.strategy import acquisition_strategy_resolve
 from prm_training.services.training import (
     CONFIG_FIELDS,
     model_version_activate,
     project_training_settings_update,
     training_run_cancel,
+    training_run_retry,
     training_run_start,
 )
 
@@ -96,7 +99,53 @@ TrainingRunInputSerializer = type(
 )
 
 
-class TrainingRunOutputSerializer(serializers.ModelSerializer):
+class PastPhaseSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    seconds = serializers.FloatField()
+
+
+class RunPhaseSerializer(serializers.Serializer):
+    """What a running run does now (its last report, at most a second or so old)."""
+
+    name = serializers.CharField(
+        help_text="snapshot, loading, encoding, training, evaluating, comparing, publishing, "
+        "scoring, simulating, writing."
+    )
+    done = serializers.IntegerField(help_text="Units done in this phase.")
+    total = serializers.IntegerField(help_text="Units in this phase; 0 when not counted.")
+    unit = serializers.CharField(help_text="steps, batches, trainings... (blank: not counted)")
+    detail = serializers.CharField(help_text='e.g. "epoch 3/40".')
+    started_at = serializers.DateTimeField(allow_null=True)
+    rate = serializers.FloatField(
+        allow_null=True, help_text="Units per second in this phase so far; None until measured."
+    )
+    eta_seconds = serializers.FloatField(
+        allow_null=True, help_text="Seconds this phase should still take at that rate."
+    )
+    past = PastPhaseSerializer(many=True, help_text="The phases before, with their durations.")
+
+
+class _RunOutputSerializer(serializers.ModelSerializer):
+    """What every kind of run shows of its lifecycle."""
+
+    phase = serializers.SerializerMethodField()
+
+    @extend_schema_field(RunPhaseSerializer(allow_null=True))
+    def get_phase(self, run: TrainingRun | ScoringRun) -> dict[str, Any] | None:
+        return run_phase_view(run=run)
+
+
+RUN_LIFECYCLE_FIELDS = [
+    "phase",
+    "worker",
+    "heartbeat_at",
+    "attempts",
+    "cancel_requested",
+    "retry_of",
+]
+
+
+class TrainingRunOutputSerializer(_RunOutputSerializer):
     started_by: serializers.SlugRelatedField = serializers.SlugRelatedField(
         slug_field="username", read_only=True
     )
@@ -119,10 +168,9 @@ class TrainingRunOutputSerializer(serializers.ModelSerializer):
             "last_loss",
             "loss_history",
             "error",
-            "attempts",
-            "cancel_requested",
             "activation_note",
             "model_version",
+            *RUN_LIFECYCLE_FIELDS,
         ]
 
     def get_model_version(self, run: TrainingRun) -> int | None:
@@ -140,6 +188,7 @@ class ProjectTrainingRunsApi(APIView):
         project = project_get_for_member(
             user=request.user, project_id=project_id, roles=ML_AND_LEADS
         )
+        runs_reap_stale_of_project(project_id=project.pk)
         runs = training_run_list(project=project)[:RUN_LIST_LIMIT]
         return Response(TrainingRunOutputSerializer(runs, many=True).data)
 
@@ -175,6 +224,8 @@ class TrainingRunDetailApi(APIView):
     )
     def get(self, request: Request, run_id: int) -> Response:
         run = training_run_get_for_member(user=request.user, run_id=run_id)
+        if runs_reap_stale_of_project(project_id=run.project_id):
+            run = training_run_get_for_member(user=request.user, run_id=run_id)
         return Response(TrainingRunOutputSerializer(run).data)
 
 
@@ -189,13 +240,33 @@ class TrainingRunCancelApi(APIView):
             404: NOT_FOUND,
         },
         summary="Cancel a training run (ML staff)",
-        description="A queued run is cancelled at once; a running one stops at its next "
-        "progress check and publishes nothing.",
+        description="A queued run is cancelled at once; a running one stops within about a "
+        "second, between two batches, and publishes nothing: the active version stays.",
     )
     def post(self, request: Request, run_id: int) -> Response:
         run = training_run_get_for_member(user=request.user, run_id=run_id, roles=ML_ONLY)
         run = training_run_cancel(run=run)
         return Response(TrainingRunOutputSerializer(run).data)
+
+
+class TrainingRunRetryApi(APIView):
+    @extend_schema(
+        operation_id="training_runs_retry",
+        request=None,
+        responses={
+            201: TrainingRunOutputSerializer,
+            400: OpenApiResponse(description="The run has not failed and was not cancelled."),
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+        },
+        summary="Retry a failed or cancelled training run (ML staff)",
+        description="Queues a new run with the same settings (`retry_of` names the old one); "
+        "it trains on a fresh snapshot.",
+    )
+    def post(self, request: Request, run_id: int) -> Response:
+        run = training_run_get_for_member(user=request.user, run_id=run_id, roles=ML_ONLY)
+        retry = training_run_retry(run=run, user=request_user(request))
+        return Response(TrainingRunOutputSerializer(retry).data, status=status.HTTP_201_CREATED)
 
 
 # --- model versions ----------------------------------------------------------------------
@@ -301,7 +372,7 @@ class ScoringRunInputSerializer(serializers.Serializer):
     model_version = IdField(required=False, help_text="Defaults to the active version.")
 
 
-class ScoringRunOutputSerializer(serializers.ModelSerializer):
+class ScoringRunOutputSerializer(_RunOutputSerializer):
     model_version_number = serializers.IntegerField(source="model_version.version", read_only=True)
 
     class Meta:
@@ -323,6 +394,7 @@ class ScoringRunOutputSerializer(serializers.ModelSerializer):
             "chains_scored",
             "priorities_updated",
             "error",
+            *RUN_LIFECYCLE_FIELDS,
         ]
 
 
@@ -336,6 +408,7 @@ class ProjectScoringRunsApi(APIView):
         project = project_get_for_member(
             user=request.user, project_id=project_id, roles=ML_AND_LEADS
         )
+        runs_reap_stale_of_project(project_id=project.pk)
         runs = scoring_run_list(project=project)[:RUN_LIST_LIMIT]
         return Response(ScoringRunOutputSerializer(runs, many=True).data)
 
@@ -378,7 +451,53 @@ class ScoringRunDetailApi(APIView):
     )
     def get(self, request: Request, scoring_run_id: int) -> Response:
         run = scoring_run_get_for_member(user=request.user, scoring_run_id=scoring_run_id)
+        if runs_reap_stale_of_project(project_id=run.project_id):
+            run = scoring_run_get_for_member(user=request.user, scoring_run_id=scoring_run_id)
         return Response(ScoringRunOutputSerializer(run).data)
+
+
+class ScoringRunCancelApi(APIView):
+    @extend_schema(
+        operation_id="scoring_runs_cancel",
+        request=None,
+        responses={
+            200: ScoringRunOutputSerializer,
+            400: OpenApiResponse(description="The run has already finished."),
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+        },
+        summary="Cancel a scoring run (ML staff)",
+        description="A queued run is cancelled at once; a running one stops within about a "
+        "second, between two batches. The queue keeps the order it had.",
+    )
+    def post(self, request: Request, scoring_run_id: int) -> Response:
+        run = scoring_run_get_for_member(
+            user=request.user, scoring_run_id=scoring_run_id, roles=ML_ONLY
+        )
+        run = scoring_run_cancel(run=run)
+        return Response(ScoringRunOutputSerializer(run).data)
+
+
+class ScoringRunRetryApi(APIView):
+    @extend_schema(
+        operation_id="scoring_runs_retry",
+        request=None,
+        responses={
+            201: ScoringRunOutputSerializer,
+            400: OpenApiResponse(description="The run has not failed and was not cancelled."),
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+        },
+        summary="Retry a failed or cancelled scoring run (ML staff)",
+        description="Queues a new scoring run with the same version, strategy, random share "
+        "and seed (`retry_of` names the old one).",
+    )
+    def post(self, request: Request, scoring_run_id: int) -> Response:
+        run = scoring_run_get_for_member(
+            user=request.user, scoring_run_id=scoring_run_id, roles=ML_ONLY
+        )
+        retry = scoring_run_retry(run=run, user=request_user(request))
+        return Response(ScoringRunOutputSerializer(retry).data, status=status.HTTP_201_CREATED)
 
 
 # --- loop settings -----------------------------------------------------------------------

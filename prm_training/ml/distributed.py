@@ -8,7 +8,7 @@ averages their gradients; the weights start equal (DDP broadcasts rank 0's) and 
 equal. Rank 0 writes the checkpoint, the others wait for it.
 
 ``train_prm_processes`` starts the processes from a caller that has no process group (the
-Celery worker): it relays rank 0's progress back to the caller and polls its
+Celery worker): it relays rank 0's progress and phases back to the caller and polls its
 ``should_stop``; a stop, or a failure of any rank, ends every process. Under ``torchrun``
 the launcher's group is used as it is and ``train_prm`` runs in each process.
 """
@@ -87,7 +87,8 @@ def _worker(
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     try:
         progress = (lambda event: events.put(("progress", event))) if rank == 0 else None
-        result = train_prm(config, train, heldout, out_dir, progress=progress)
+        phase = (lambda event: events.put(("phase", event))) if rank == 0 else None
+        result = train_prm(config, train, heldout, out_dir, progress=progress, phase=phase)
         if rank == 0:
             events.put(("result", result))
     finally:
@@ -102,10 +103,12 @@ def train_prm_processes(
     *,
     progress: Callable[[Any], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    phase: Callable[[Any], None] | None = None,
 ) -> Any:
     """``train_prm`` in ``config.processes`` processes (module docstring); returns rank 0's
-    TrainResult. Raises TrainingCancelled when ``should_stop()`` turns true, RuntimeError
-    when a process fails."""
+    TrainResult, relaying its ``progress`` and ``phase`` reports (a report that raises
+    stops every process). Raises TrainingCancelled when ``should_stop()`` turns true,
+    RuntimeError when a process fails."""
     from torch import multiprocessing
 
     from .train import TrainingCancelled
@@ -136,6 +139,8 @@ def train_prm_processes(
                 continue
             if kind == "progress" and progress is not None:
                 progress(payload)
+            elif kind == "phase" and phase is not None:
+                phase(payload)
             elif kind == "result":
                 result = payload
         context.join()  # every rank returns once the checkpoint is written

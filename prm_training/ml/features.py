@@ -136,7 +136,7 @@ def compute_step_features(
 ) -> list[np.ndarray]:
     """Frozen-backbone step representations of each chain: float16 [steps, width], in
     order (with a ``step_head``, its log-odds as the last column). ``progress`` gets the
-    number of windows done after each batch."""
+    number of steps a batch encoded, after each batch (it may raise to stop)."""
     windows = chains_to_windows(tokenizer, examples, max_length, layout)
     width = step_feature_width(int(backbone.config.hidden_size), pooling)
     width += int(step_head is not None)
@@ -155,7 +155,7 @@ def compute_step_features(
                 ]
                 row += n
             if progress is not None:
-                progress(len(batch_windows))
+                progress(row)
     return out
 
 
@@ -173,12 +173,17 @@ def cached_step_features(
     pooling: str = "mean",
     layout: TextLayout = PLAIN,
     step_head: nn.Module | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> list[np.ndarray]:
-    """Like ``compute_step_features`` but runs the backbone only on chains the cache lacks."""
+    """Like ``compute_step_features`` but runs the backbone only on chains the cache lacks;
+    ``progress`` counts the cached chains' steps at once, then each batch's."""
     keys = [chain_content_key(example) for example in examples]
     missing = {
         key: example for key, example in zip(keys, examples, strict=True) if cache.get(key) is None
     }
+    if progress is not None:
+        to_encode = sum(len(example.steps) for example in missing.values())
+        progress(sum(len(example.steps) for example in examples) - to_encode)
     if missing:
         fresh = compute_step_features(
             backbone=backbone,
@@ -192,6 +197,7 @@ def cached_step_features(
             pooling=pooling,
             layout=layout,
             step_head=step_head,
+            progress=progress,
         )
         cache.put_many(dict(zip(missing, fresh, strict=True)))
     return [cache.entries[key] for key in keys]

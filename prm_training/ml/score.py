@@ -82,9 +82,11 @@ def frozen_step_features(
     device: torch.device,
     step_head: nn.Module | None = None,
     batch_size: int = 32,
+    progress: Callable[[int], None] | None = None,
 ) -> list[np.ndarray]:
     """Each chain's step features as ``config`` reads them from a frozen backbone, through
-    ``config_feature_cache``: the backbone runs only on the chains the cache lacks."""
+    ``config_feature_cache``: the backbone runs only on the chains the cache lacks.
+    ``progress`` gets the steps done, a batch at a time (``features.cached_step_features``)."""
     return cached_step_features(
         cache=config_feature_cache(config, fingerprint, device),
         backbone=backbone,
@@ -98,6 +100,7 @@ def frozen_step_features(
         pooling=config.step_pooling,
         layout=config.text_layout(),
         step_head=step_head,
+        progress=progress,
     )
 
 
@@ -128,10 +131,13 @@ class LoadedPRM:
         return config_feature_cache(self.config, self.fingerprint, self.device)
 
     def frozen_features(
-        self, chains: Sequence[ChainExample], batch_size: int = 32
+        self,
+        chains: Sequence[ChainExample],
+        batch_size: int = 32,
+        progress: Callable[[int], None] | None = None,
     ) -> list[np.ndarray]:
         """Each chain's cached step features (frozen_head mode; the backbone runs on the
-        chains the cache lacks)."""
+        chains the cache lacks); ``progress`` gets the steps done, a batch at a time."""
         return frozen_step_features(
             self.config,
             chains,
@@ -142,6 +148,7 @@ class LoadedPRM:
             device=self.device,
             step_head=self.step_head,
             batch_size=batch_size,
+            progress=progress,
         )
 
     @property
@@ -220,14 +227,16 @@ def score_chains(
     *,
     batch_size: int = 32,
     progress: Callable[[int], None] | None = None,
+    steps_done: Callable[[int], None] | None = None,
 ) -> Iterator[ChainScores]:
     """Scores chains in input order. ``progress`` gets the number of chains scored so far
-    after each chunk. In frozen_head mode the step representations come from (and go to)
+    after each chunk, ``steps_done`` the steps of each batch as it is scored (either may
+    raise to stop). In frozen_head mode the step representations come from (and go to)
     the backbone's feature cache."""
     iterator = iter(chains)
     done = 0
     while chunk := list(islice(iterator, CHUNK_CHAINS)):
-        member_probs = _member_probs(prm, chunk, batch_size)
+        member_probs = _member_probs(prm, chunk, batch_size, steps_done)
         offset = 0
         for example in chunk:
             n = len(example.steps)
@@ -281,17 +290,22 @@ def prior_scores(
     ]
 
 
-def _member_probs(prm: LoadedPRM, chunk: Sequence[ChainExample], batch_size: int) -> np.ndarray:
+def _member_probs(
+    prm: LoadedPRM,
+    chunk: Sequence[ChainExample],
+    batch_size: int,
+    steps_done: Callable[[int], None] | None,
+) -> np.ndarray:
     """[E, total steps of the chunk] probabilities, steps in chain order."""
     prm.head.eval()
     if prm.config.mode == "frozen_head":
-        features = prm.frozen_features(chunk, batch_size)
+        features = prm.frozen_features(chunk, batch_size, steps_done)
         stacked = np.concatenate(features) if features else np.zeros((0, prm.head.input_width))
         with torch.inference_mode():
             return prm.member_probs(
                 torch.from_numpy(stacked).to(prm.device), _context(chunk, prm.config.context)
             )
-    return _full_member_probs(prm, chunk, batch_size)
+    return _full_member_probs(prm, chunk, batch_size, steps_done)
 
 
 def _context(chunk: Sequence[ChainExample], context: str) -> np.ndarray:
@@ -301,7 +315,10 @@ def _context(chunk: Sequence[ChainExample], context: str) -> np.ndarray:
 
 
 def _full_member_probs(
-    prm: LoadedPRM, chunk: Sequence[ChainExample], batch_size: int
+    prm: LoadedPRM,
+    chunk: Sequence[ChainExample],
+    batch_size: int,
+    steps_done: Callable[[int], None] | None,
 ) -> np.ndarray:
     starts = np.cumsum([0, *(len(example.steps) for example in chunk)]).tolist()
     out = np.zeros((prm.head.members, int(starts[-1])), dtype=np.float32)
@@ -322,6 +339,8 @@ def _full_member_probs(
                 first = int(starts[window.chain_index]) + window.first_step
                 out[:, first : first + n] = probs_np[:, column : column + n]
                 column += n
+            if steps_done is not None:
+                steps_done(column)
     return out
 
 

@@ -100,14 +100,16 @@ from .model import (
     save_json,
     step_feature_width,
 )
+from .progress import PhaseMeter, PhaseReport, RunCancelled, step_count
 from .score import ChainScores, LoadedPRM, prior_scores, score_chains, truncation_counts
 
 CHECKPOINT_FORMAT = "steplab-prm/1"
 logger = logging.getLogger(__name__)
 
 
-class TrainingCancelled(Exception):
-    """``should_stop()`` turned true; nothing was written at ``out_dir``."""
+class TrainingCancelled(RunCancelled):
+    """``should_stop()`` turned true, or a phase report raised; nothing was written at
+    ``out_dir``."""
 
 
 @dataclass
@@ -116,6 +118,7 @@ class TrainProgress:
     step: int  # optimizer steps done, over all epochs
     total_steps: int
     loss: float  # mean loss of this epoch so far
+    epochs: int = 0  # epochs in all
 
 
 @dataclass
@@ -138,20 +141,26 @@ class TrainResult:
 
 class _Reporter:
     """Calls progress() and should_stop() at most every ``interval`` seconds and at every
-    epoch's end: the callers write to a database."""
+    epoch's end: the callers write to a database. Every step goes to the phase meter
+    (whose report throttles itself)."""
 
     def __init__(
         self,
         interval: float,
         progress: Callable[[TrainProgress], None] | None,
         should_stop: Callable[[], bool] | None,
+        meter: PhaseMeter | None = None,
     ) -> None:
         self.interval = interval
         self.progress = progress
         self.should_stop = should_stop
+        self.meter = meter or PhaseMeter(None)
         self.last = -math.inf
 
     def __call__(self, event: TrainProgress, *, force: bool = False) -> None:
+        self.meter.set(
+            event.step, total=event.total_steps, detail=f"epoch {event.epoch}/{event.epochs}"
+        )
         now = time.monotonic()
         if not force and now - self.last < self.interval:
             return
@@ -253,7 +262,10 @@ def train_frozen_head(
             step += 1
             running, batches = running + loss.item(), batches + 1
             epoch_loss = running / batches
-            report(TrainProgress(epoch, step, total, epoch_loss), force=step % per_epoch == 0)
+            report(
+                TrainProgress(epoch, step, total, epoch_loss, config.head_epochs),
+                force=step % per_epoch == 0,
+            )
     head.eval()
     return epoch_loss
 
@@ -394,7 +406,10 @@ def _train_full(
             step += 1
             running, batches = running + loss.item(), batches + 1
             epoch_loss = running / batches
-            report(TrainProgress(epoch, step, total, epoch_loss), force=step % per_epoch == 0)
+            report(
+                TrainProgress(epoch, step, total, epoch_loss, config.epochs),
+                force=step % per_epoch == 0,
+            )
     head.eval()
     return epoch_loss, _finish_fine_tuning(backbone, config)
 
@@ -514,6 +529,7 @@ def _calibrate_and_readout(
     examples: list[ChainExample],
     targets: list[list[float | None]],
     chain_weights: np.ndarray,
+    steps_done: Callable[[int], None] | None = None,
 ) -> tuple[tuple[float, float], Readout]:
     """(calibration, readout) from the training chains, each scored by the members whose
     bootstrap left it out (weight 0; about 37% of them with Poisson(1) weights), so
@@ -526,7 +542,8 @@ def _calibrate_and_readout(
     scoring reads the feature cache just filled; in full mode it costs one forward pass."""
     prm.calibration = (1.0, 0.0)
     logits: list[np.ndarray] = []
-    for index, chain_scores in enumerate(score_chains(prm, examples, batch_size=32)):
+    scored = score_chains(prm, examples, batch_size=32, steps_done=steps_done)
+    for index, chain_scores in enumerate(scored):
         members = np.asarray(chain_scores.member_probs or [chain_scores.step_probs])  # [E, n]
         out_of_bag = chain_weights[:, index] == 0
         if members.shape[0] > 1 and out_of_bag.any():
@@ -714,6 +731,7 @@ def _run_metrics(
     train_loss: float | None,
     readout: Readout,
     baselines: FittedBaselines | None,
+    steps_done: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, float], list[ChainScores], dict[str, Any] | None]:
     """The run's metrics (training loss unless nothing trained, readout and calibration,
     truncation, and on ``heldout`` when asked: the PRM's, the baselines' and the zero-shot
@@ -733,7 +751,7 @@ def _run_metrics(
     scores: list[ChainScores] = []
     report = None
     if heldout and config.heldout_metrics:
-        scores = list(score_chains(prm, heldout, batch_size=32))
+        scores = list(score_chains(prm, heldout, batch_size=32, steps_done=steps_done))
         metrics.update(evaluate(heldout, scores, readout))
         labeled = [(e, s) for e, s in zip(heldout, scores, strict=True) if e.labels is not None]
         if baselines is not None and labeled:
@@ -760,6 +778,7 @@ def zero_shot_prm(
     out_dir: str | Path,
     *,
     should_stop: Callable[[], bool] | None = None,
+    phase: PhaseReport | None = None,
 ) -> TrainResult:
     """A version that trains nothing (``PRMConfig.zero_shot``): every step is scored by the
     backbone's own step head. The checkpoint is an ordinary frozen_head one whose single
@@ -770,15 +789,18 @@ def zero_shot_prm(
     and the zero-shot baseline's are chosen); the labeled ones of ``heldout`` give the
     held-out metrics and the rules' on the same chains. Without labels the readout is P <
     0.5 and the metrics hold ``zero_shot`` (1), the readout, calibration (identity) and
-    truncation only."""
+    truncation only. ``phase`` gets the phases (``train_prm``)."""
     config = replace(config, ensemble_size=1)
     if not config.zero_shot:
         raise ValueError("zero_shot_prm needs a config with zero_shot (and step_prior)")
     _seed_everything(config.seed)
+    meter = PhaseMeter(phase)
     examples = [example for example in train if example.labels is not None]
     labeled_heldout = [example for example in heldout if example.labels is not None]
+    meter.start("loading", detail="the backbone")
     prm = _prm_to_train(config, resolve_device(config.device))
     prm.head.pass_prior_through()
+    _encode(prm, [*examples, *labeled_heldout], meter)
     readout = Readout()
     if examples:
         readout = choose_readout(
@@ -792,12 +814,20 @@ def zero_shot_prm(
         labeled, targets = _labeled(config, examples)
         weights = _bootstrap_weights(len(labeled), 1, np.random.default_rng(config.seed))
         baselines = fit_baselines(config, labeled, targets, weights)
+    meter.start("evaluating", total=step_count(labeled_heldout), unit="steps", detail="held out")
     metrics, scores, report = _run_metrics(
-        prm, examples, labeled_heldout, train_loss=None, readout=readout, baselines=baselines
+        prm,
+        examples,
+        labeled_heldout,
+        train_loss=None,
+        readout=readout,
+        baselines=baselines,
+        steps_done=meter.tick,
     )
     metrics["zero_shot"] = 1.0
     if should_stop is not None and should_stop():
         raise TrainingCancelled("stopped on request")
+    meter.start("writing", detail="the checkpoint")
     return _version_written(
         prm,
         Path(out_dir),
@@ -809,6 +839,13 @@ def zero_shot_prm(
         baselines=baselines,
         report=report,
     )
+
+
+def _encode(prm: LoadedPRM, chains: Sequence[ChainExample], meter: PhaseMeter) -> None:
+    """Every chain's step features into the feature cache, as a phase of its own: the
+    longest part of a frozen_head run on a new backbone, counted in steps."""
+    meter.start("encoding", total=step_count(chains), unit="steps", detail=f"{len(chains)} chains")
+    prm.frozen_features(list(chains), progress=meter.tick)
 
 
 def _version_written(
@@ -863,6 +900,7 @@ def train_prm(
     progress: Callable[[TrainProgress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     baselines: bool = True,
+    phase: PhaseReport | None = None,
 ) -> TrainResult:
     """Trains on ``train``, evaluates on ``heldout`` (when ``config.heldout_metrics``), and
     writes the checkpoint directory ``out_dir`` (layout in the module docstring). With
@@ -870,37 +908,60 @@ def train_prm(
     ``heldout`` beside the PRM and kept in the checkpoint; the simulator, which fits them
     once per seed on its whole pool, turns them off for its rounds.
 
+    ``phase`` gets every phase as it goes (``progress.Phase``): loading the backbone,
+    encoding the steps (frozen_head: every chain's, held-out ones too, once), training
+    (batches, per epoch), evaluating (the steps scored for calibration and the held-out
+    metrics), writing; it may raise ``RunCancelled`` to stop between two batches.
+
     Raises TrainingCancelled as soon as ``should_stop()`` returns true (checked with
     progress, see ``PRMConfig.report_every_s``), and ValueError when no training step
     carries a usable label. With ``config.processes`` > 1 and no process group yet, the
     training runs in that many processes (``distributed``). With ``config.zero_shot``
     nothing trains: ``zero_shot_prm``."""
     if config.zero_shot:
-        return zero_shot_prm(config, train, heldout, out_dir, should_stop=should_stop)
+        return zero_shot_prm(config, train, heldout, out_dir, should_stop=should_stop, phase=phase)
     if config.processes > 1 and process_group()[1] == 1:
         return train_prm_processes(
-            config, train, heldout, out_dir, progress=progress, should_stop=should_stop
+            config, train, heldout, out_dir, progress=progress, should_stop=should_stop, phase=phase
         )
     _seed_everything(config.seed)
-    report = _Reporter(config.report_every_s, progress, should_stop)
+    meter = PhaseMeter(phase)
+    report = _Reporter(config.report_every_s, progress, should_stop, meter)
     examples, targets = _labeled(config, train)
     if should_stop is not None and should_stop():
         raise TrainingCancelled("training stopped on request")
 
+    meter.start("loading", detail="the backbone")
     prm = _prm_to_train(config, resolve_device(config.device))
+    if config.mode == "frozen_head":
+        _encode(prm, [*examples, *(heldout if config.heldout_metrics else [])], meter)
     chain_weights = _bootstrap_weights(
         len(examples), config.ensemble_size, np.random.default_rng(config.seed)
     )
+    epochs = config.head_epochs if config.mode == "frozen_head" else config.epochs
+    meter.start("training", unit="batches", detail=f"epoch 1/{epochs}")
     train_loss = _fit(prm, examples, targets, chain_weights, report)
-    prm.calibration, readout = _calibrate_and_readout(prm, examples, targets, chain_weights)
+    scored = [*examples, *(heldout if config.heldout_metrics else [])]
+    meter.start("evaluating", total=step_count(scored), unit="steps", detail="calibration")
+    prm.calibration, readout = _calibrate_and_readout(
+        prm, examples, targets, chain_weights, steps_done=meter.tick
+    )
     prm.threshold, prm.threshold_right = readout.threshold, readout.threshold_right
     fitted = fit_baselines(config, examples, targets, chain_weights) if baselines else None
+    meter.set(meter.phase.done, detail="held out")
     metrics, scores, heldout_report = _run_metrics(
-        prm, examples, heldout, train_loss=train_loss, readout=readout, baselines=fitted
+        prm,
+        examples,
+        heldout,
+        train_loss=train_loss,
+        readout=readout,
+        baselines=fitted,
+        steps_done=meter.tick,
     )
     if should_stop is not None and should_stop():
         raise TrainingCancelled("training stopped on request")
 
+    meter.start("writing", detail="the checkpoint")
     return _version_written(
         prm,
         Path(out_dir),

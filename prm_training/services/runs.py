@@ -11,10 +11,18 @@ run that is RUNNING with a fresh heartbeat, or finished, gets None and returns.
 A killed worker leaves its run RUNNING. Waiting 12 h for the redelivery is too long, so
 ``runs_reap_stale`` marks such runs FAILED ("worker lost"): a worker that starts reaps the
 runs recorded under its own node name (one node name is one process, so a run still
-RUNNING under it when the node starts was orphaned), and any worker reaps runs whose
-heartbeat is older than ``STEPLAB_TRAINING_STALE_SECONDS``. A redelivery that finds a stale
-run RUNNING takes it over itself if ``attempts`` is below ``MAX_ATTEMPTS``. A reaped run is
-not restarted: ML staff start a new one.
+RUNNING under it when the node starts was orphaned), and runs whose heartbeat is older
+than ``stale_after()`` (STEPLAB_TRAINING_STALE_SECONDS, 40 s) are reaped by every worker
+every REAP_EVERY_SECONDS and by the API and the ML page whenever they read a project's
+runs, so a dead run shows as such within a minute even with no worker left. The heartbeat
+comes from a thread of the run's own process every 10 s (``progress.run_kept_alive``),
+however long a step takes. A redelivery that finds a stale run RUNNING takes it over
+itself if ``attempts`` is below ``MAX_ATTEMPTS``. A reaped run is not restarted: ML staff
+retry it, which starts a new run with its settings (``retry_of``).
+
+Cancelling: a QUEUED run is CANCELLED at once (its task finds it so and returns); a
+RUNNING one gets ``cancel_requested``, which its progress report reads once a second and
+stops at, between two batches (``progress.RunProgress``).
 
 The row is the outbox. A run is sent after its row commits; when the broker is
 unreachable the row stays QUEUED with ``enqueued_at`` empty and ``runs_dispatch_pending``
@@ -35,7 +43,9 @@ from typing import Any, TypeVar
 
 from celery import current_app
 from django.conf import settings as django_settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from prm_training.models import (
@@ -79,7 +89,13 @@ def feature_cache_dir() -> Path:
 
 
 def stale_after() -> timedelta:
-    return timedelta(seconds=float(os.environ.get("STEPLAB_TRAINING_STALE_SECONDS", "900")))
+    """How long a RUNNING run's heartbeat may be silent before its worker counts as lost:
+    STEPLAB_TRAINING_STALE_SECONDS, 40 by default (four missed heartbeats)."""
+    return timedelta(seconds=float(os.environ.get("STEPLAB_TRAINING_STALE_SECONDS", "40")))
+
+
+# Workers reap stale runs this often (``tasks.ReapStaleRuns``).
+REAP_EVERY_SECONDS = 15.0
 
 
 def training_attempt_dir(run: TrainingRun) -> Path:
@@ -182,7 +198,7 @@ def run_claim(
                 run.error = f"Worker lost {run.attempts} times; giving up."
                 run.save(update_fields=["status", "finished_at", "error"])
                 return None
-        if getattr(run, "cancel_requested", False):
+        if run.cancel_requested:
             run.status = RunStatus.CANCELLED
             run.finished_at = now
             run.save(update_fields=["status", "finished_at"])
@@ -194,6 +210,7 @@ def run_claim(
         run.celery_task_id = task_id
         run.worker = worker
         run.error = ""
+        run.phase = {}
         for name, value in (reset or {}).items():
             setattr(run, name, value)
         run.save()
@@ -208,6 +225,35 @@ def _owned(run: Run) -> Any:
 
 def run_still_mine(run: Run) -> bool:
     return _owned(run).exists()
+
+
+def run_may_go_on(run: Run) -> bool:
+    """Whether this attempt still owns ``run`` and nobody asked it to stop."""
+    return bool(_owned(run).filter(cancel_requested=False).exists())
+
+
+def run_cancel(run: R) -> R:
+    """Cancel ``run`` (module docstring): at once when QUEUED, at its next progress check
+    when RUNNING. Raises ValidationError once it has finished."""
+    with transaction.atomic():
+        run = type(run).objects.select_for_update().get(pk=run.pk)
+        if run.status in FINISHED_STATUSES:
+            raise ValidationError(f"The run is already {run.status}.")
+        if run.status == RunStatus.QUEUED:
+            run.status = RunStatus.CANCELLED
+            run.finished_at = timezone.now()
+        run.cancel_requested = True
+        run.save(update_fields=["status", "finished_at", "cancel_requested"])
+    return run
+
+
+def run_retry_check(run: Run) -> None:
+    """A run is retried (a new run with its settings) once it has failed or was
+    cancelled; raises ValidationError otherwise."""
+    if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+        raise ValidationError(
+            f"Only a failed or cancelled run is retried; this one is {run.status}."
+        )
 
 
 def run_heartbeat(run: Run, **fields: Any) -> None:
@@ -232,22 +278,39 @@ def run_finish(run: Run, *, status: str, error: str = "", **fields: Any) -> bool
 # --- the reaper --------------------------------------------------------------------------
 
 
-def runs_reap_stale(*, worker: str = "", now: datetime | None = None) -> int:
-    """Mark FAILED the RUNNING training and scoring runs whose worker is gone: those
-    recorded under ``worker`` (called when a worker node starts, so its own earlier process
-    is dead) and those whose heartbeat is older than ``stale_after()``. Returns how many
-    runs were reaped.
+def runs_reap_stale_of_project(*, project_id: int) -> int:
+    """``runs_reap_stale`` for one project's runs, after one cheap read that usually finds
+    nothing to reap (the API and the ML page call it on every read of the runs)."""
+    cutoff = timezone.now() - stale_after()
+    silent = Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=cutoff)
+    if not any(
+        model.objects.filter(silent, project_id=project_id, status=RunStatus.RUNNING).exists()
+        for model in RUN_TASKS
+    ):
+        return 0
+    return runs_reap_stale(project_id=project_id)
+
+
+def runs_reap_stale(
+    *, worker: str = "", now: datetime | None = None, project_id: int | None = None
+) -> int:
+    """Mark FAILED the RUNNING runs (of ``project_id``, else of every project) whose worker
+    is gone: those recorded under ``worker`` (called when a worker node starts, so its own
+    earlier process is dead) and those whose heartbeat is older than ``stale_after()``.
+    Returns how many runs were reaped.
 
     A training run's partial checkpoint directory is removed; no ModelVersion exists for
     it, and the active version is untouched. A scoring run keeps the priorities it wrote
     (each chunk was whole)."""
     now = now or timezone.now()
     reaped = 0
-    for run_model in (TrainingRun, ScoringRun):
+    for run_model in RUN_TASKS:
         with transaction.atomic():
             candidates = run_model.objects.select_for_update(skip_locked=True).filter(
                 status=RunStatus.RUNNING
             )
+            if project_id is not None:
+                candidates = candidates.filter(project_id=project_id)
             for run in candidates:
                 orphaned = bool(worker) and run.worker == worker
                 silent = run.heartbeat_at is None or run.heartbeat_at < now - stale_after()
@@ -257,7 +320,8 @@ def runs_reap_stale(*, worker: str = "", now: datetime | None = None) -> int:
                 run.finished_at = now
                 run.error = (
                     f"Worker lost: {run.worker or 'unknown worker'} stopped while running "
-                    f"(attempt {run.attempts}). Start a new run."
+                    f"(attempt {run.attempts}; its last sign of life "
+                    f"{_ago(run.heartbeat_at, now)}). Retry it to start a new run."
                 )
                 run.save(update_fields=["status", "finished_at", "error"])
                 _leftovers_remove(run)
@@ -265,6 +329,12 @@ def runs_reap_stale(*, worker: str = "", now: datetime | None = None) -> int:
     if reaped:
         logger.warning("Reaped %d run(s) whose worker was lost.", reaped)
     return reaped
+
+
+def _ago(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "never came"
+    return f"{max(0, round((now - moment).total_seconds()))} s before"
 
 
 def run_failure_detail(exc: BaseException) -> str:

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet, Sum
 
 from annotation.models import Annotation, AnnotationSource, Chain, LabelingMode, Project
 from annotation.queue.priorities import PRIORITY_CHUNK, chain_priorities_write
+from prm_training.ml.progress import Phase, PhaseMeter, RunCancelled
 from prm_training.models import (
     AUTO_STRATEGY,
     AcquisitionStrategy,
@@ -37,13 +38,15 @@ from prm_training.models import (
 )
 from prm_training.selectors import project_training_settings_get
 from prm_training.services.examples import chain_examples_build
+from prm_training.services.progress import RunProgress, run_kept_alive
 from prm_training.services.runs import (
     feature_cache_dir,
+    run_cancel,
     run_claim,
     run_enqueue_on_commit,
     run_failure_detail,
     run_finish,
-    run_heartbeat,
+    run_retry_check,
 )
 from prm_training.services.strategy import (
     acquisition_strategy_resolve,
@@ -76,11 +79,12 @@ def scoring_run_start(
     strategy: str | None = None,
     random_fraction: float | None = None,
     seed: int = 0,
+    retry_of: ScoringRun | None = None,
 ) -> ScoringRun:
     """Create a QUEUED scoring run with ``model_version`` (default: the active one) and the
     project's acquisition settings unless given (its strategy resolved as 'auto' says,
     ``acquisition_strategy_resolve``, the reason kept in the run's note); enqueue it once
-    committed."""
+    committed. ``retry_of``: the failed or cancelled run it retries."""
     loop = project_training_settings_get(project=project)
     if model_version is None:
         model_version = ModelVersion.objects.filter(project=project, is_active=True).first()
@@ -107,9 +111,32 @@ def scoring_run_start(
             random_fraction=fraction,
             seed=seed,
             started_by=user if user is not None and user.is_authenticated else None,
+            retry_of=retry_of,
         )
         run_enqueue_on_commit(run)
     return run
+
+
+def scoring_run_cancel(*, run: ScoringRun) -> ScoringRun:
+    """A queued run is cancelled at once; a running one stops within about a second,
+    between two batches. The queue keeps the order it had: priorities are written only
+    once every chain is scored (``runs.run_cancel``)."""
+    return run_cancel(run)
+
+
+def scoring_run_retry(*, run: ScoringRun, user: User | None) -> ScoringRun:
+    """A new scoring run with the settings of ``run`` (its version, strategy, random share
+    and seed), which failed or was cancelled."""
+    run_retry_check(run)
+    return scoring_run_start(
+        project=run.project,
+        user=user,
+        model_version=run.model_version,
+        strategy=run.strategy,
+        random_fraction=run.random_fraction,
+        seed=run.seed,
+        retry_of=run,
+    )
 
 
 def mixed_priorities(
@@ -243,7 +270,10 @@ def scoring_run_execute(
     if run is None:
         return None
     try:
-        _score(run)
+        with run_kept_alive(run):
+            _score(run)
+    except RunCancelled:
+        run_finish(run, status=RunStatus.CANCELLED)
     except Exception as exc:  # noqa: BLE001 - any failure ends the run, the queue keeps its order
         logger.exception("Scoring run %s failed", run.pk)
         run_finish(run, status=RunStatus.FAILED, error=run_failure_detail(exc))
@@ -253,21 +283,27 @@ def scoring_run_execute(
 
 def _score(run: ScoringRun) -> None:
     """Score the run's chains (``_score_chains``), then rank them and write the queue's
-    priorities (``_prioritize``)."""
-    _score_chains(run)
+    priorities (``_prioritize``), every phase reported (``progress.RunProgress``)."""
+    progress = RunProgress(run)
+    _score_chains(run, progress)
+    progress(Phase("writing", 0, 0, detail="queue priorities"))
     _prioritize(run)
 
 
-def _score_chains(run: ScoringRun) -> None:
+def _score_chains(run: ScoringRun, progress: RunProgress) -> None:
     """Every chain to score through the run's version, a page at a time, into ChainScore
-    rows (rewritten by a takeover), the heartbeat after each page."""
+    rows (rewritten by a takeover); the phase counts steps a batch at a time, and a cancel
+    stops it between two batches."""
     from prm_training.ml.score import load_prm, score_chains
 
+    meter = PhaseMeter(progress)
+    meter.start("loading", detail=f"v{run.model_version.version}")
     prm = load_prm(run.model_version.checkpoint_dir, cache_dir=str(feature_cache_dir()))
-    chain_ids = list(
-        chains_to_score(project=run.project).order_by("id").values_list("id", flat=True)
-    )
+    to_score = chains_to_score(project=run.project).order_by("id")
+    chain_ids = list(to_score.values_list("id", flat=True))
+    steps = to_score.aggregate(steps=Sum("step_count"))["steps"] or 0
     ScoringRun.objects.filter(pk=run.pk).update(chains_total=len(chain_ids), chains_scored=0)
+    meter.start("scoring", total=steps, unit="steps", detail=f"0/{len(chain_ids):,} chains")
     scored = 0
     for start in range(0, len(chain_ids), SCORING_PAGE):
         page = list(
@@ -276,7 +312,9 @@ def _score_chains(run: ScoringRun) -> None:
             .order_by("id")
         )
         examples = chain_examples_build(chains=[(chain, None) for chain in page])
-        rows = [_chain_score(run, item) for item in score_chains(prm, examples)]
+        rows = [
+            _chain_score(run, item) for item in score_chains(prm, examples, steps_done=meter.tick)
+        ]
         ChainScore.objects.bulk_create(
             rows,
             update_conflicts=True,
@@ -284,7 +322,8 @@ def _score_chains(run: ScoringRun) -> None:
             update_fields=["step_probs", "member_probs", "chain_score", "chain_uncertainty"],
         )
         scored += len(rows)
-        run_heartbeat(run, chains_scored=scored)
+        progress.note(chains_scored=scored)
+        meter.set(meter.phase.done, detail=f"{scored:,}/{len(chain_ids):,} chains")
 
 
 def _chain_score(run: ScoringRun, item: Any) -> ChainScore:

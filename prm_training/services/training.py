@@ -28,8 +28,8 @@ from django.utils import timezone
 
 from annotation.models import Chain, Project, Snapshot, SnapshotSplit
 from prm_training.ml.config import run_settings
+from prm_training.ml.progress import Phase, PhaseMeter, RunCancelled, step_count
 from prm_training.models import (
-    FINISHED_STATUSES,
     ModelVersion,
     ProjectTrainingSettings,
     RunStatus,
@@ -38,14 +38,16 @@ from prm_training.models import (
 )
 from prm_training.services.backbones import backbone_path
 from prm_training.services.examples import snapshot_chain_examples
+from prm_training.services.progress import RunProgress, run_kept_alive
 from prm_training.services.runs import (
     AUTOSTART_TASK,
     feature_cache_dir,
+    run_cancel,
     run_claim,
     run_enqueue_on_commit,
     run_failure_detail,
     run_finish,
-    run_heartbeat,
+    run_retry_check,
     task_send,
     training_attempt_dir,
 )
@@ -57,9 +59,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Progress, loss and heartbeat are written at most this often; the cancel flag is read as
-# often. Training calls back once per step, far too often for a row update each.
-PROGRESS_WRITE_SECONDS = 1.0
+# The loss curve a run keeps (thinned evenly), written with its phase (progress.RunProgress).
 LOSS_HISTORY_MAX = 500
 
 # The PRMConfig fields a run may set, with their bounds, from the fields' metadata. The
@@ -176,10 +176,12 @@ def training_run_start(
     settings: Mapping[str, Any] | None = None,
     snapshot: Snapshot | None = None,
     trigger: str = RunTrigger.MANUAL,
+    retry_of: TrainingRun | None = None,
 ) -> TrainingRun:
     """Create a QUEUED run and enqueue its task once the row is committed, so a worker
     never looks for a row that was rolled back. Without ``snapshot`` the worker takes a
-    fresh one of the project's consensus labels when the run starts.
+    fresh one of the project's consensus labels when the run starts. ``retry_of``: the
+    failed or cancelled run this one retries (``training_run_retry``).
 
     With the ``zero_shot`` setting (and ``step_prior``) nothing trains: the version scores
     every step with the backbone's own step head (``ml.train.zero_shot_prm``), so a
@@ -195,6 +197,7 @@ def training_run_start(
             snapshot=snapshot,
             started_by=user if user is not None and user.is_authenticated else None,
             trigger=trigger,
+            retry_of=retry_of,
             finished_chains_at_start=Chain.objects.filter(
                 project=project, is_finished=True
             ).count(),
@@ -205,66 +208,43 @@ def training_run_start(
 
 def training_run_cancel(*, run: TrainingRun) -> TrainingRun:
     """A queued run is cancelled at once (its task finds it CANCELLED and returns); a
-    running one is asked to stop and the worker marks it CANCELLED at its next check."""
-    with transaction.atomic():
-        run = TrainingRun.objects.select_for_update().get(pk=run.pk)
-        if run.status in FINISHED_STATUSES:
-            raise ValidationError(f"The run is already {run.status}.")
-        if run.status == RunStatus.QUEUED:
-            run.status = RunStatus.CANCELLED
-            run.finished_at = timezone.now()
-        run.cancel_requested = True
-        run.save(update_fields=["status", "finished_at", "cancel_requested"])
-    return run
+    running one is asked to stop and its worker ends it CANCELLED within about a second,
+    between two batches, publishing nothing (``runs.run_cancel``)."""
+    return run_cancel(run)
+
+
+def training_run_retry(*, run: TrainingRun, user: User | None) -> TrainingRun:
+    """A new run with the settings of ``run``, which failed (its worker lost, say) or was
+    cancelled; it trains on a fresh snapshot, as any run does."""
+    run_retry_check(run)
+    return training_run_start(project=run.project, user=user, settings=run.settings, retry_of=run)
 
 
 # --- execute (worker side) ---------------------------------------------------------------
 
 
-class _RunReporter:
-    """The progress and should_stop callbacks handed to ``train_prm``: writes progress,
-    loss and the heartbeat to the run row and reads the cancel flag, each at most once per
-    ``PROGRESS_WRITE_SECONDS``."""
+class _RunReporter(RunProgress):
+    """The phase report handed to ``train_prm`` (``progress.RunProgress``), with its
+    ``progress`` callback (the training steps' share and the loss, written with the next
+    phase write) and ``should_stop`` (the cancel flag, read once a second)."""
 
-    def __init__(self, run: TrainingRun, *, start: float = 0.0, span: float = 1.0) -> None:
-        self.run = run
-        self.start = start
+    def __init__(self, run: TrainingRun, *, span: float = 1.0) -> None:
+        super().__init__(run)
         self.span = span
-        self.last_write = 0.0
-        self.last_check = 0.0
-        self.cancelled = False
         self.losses: list[float] = []
 
-    def beat(self, fraction: float | None = None, loss: float | None = None) -> None:
+    def progress(self, event: Any) -> None:
+        loss = _progress_loss(event)
         if loss is not None and math.isfinite(loss):
             self.losses.append(float(loss))
-        now = time.monotonic()
-        if now - self.last_write < PROGRESS_WRITE_SECONDS:
-            return
-        self.last_write = now
-        fields: dict[str, Any] = {}
+        fraction = _progress_fraction(event)
         if fraction is not None:
-            fields["progress"] = min(1.0, max(0.0, self.start + self.span * float(fraction)))
+            self.note(progress=min(1.0, max(0.0, self.span * float(fraction))))
         if self.losses:
-            fields["last_loss"] = self.losses[-1]
-            fields["loss_history"] = _thin(self.losses, LOSS_HISTORY_MAX)
-        run_heartbeat(self.run, **fields)
-
-    def progress(self, event: Any) -> None:
-        self.beat(_progress_fraction(event), _progress_loss(event))
+            self.note(last_loss=self.losses[-1], loss_history=_thin(self.losses, LOSS_HISTORY_MAX))
 
     def should_stop(self) -> bool:
-        now = time.monotonic()
-        if now - self.last_check >= PROGRESS_WRITE_SECONDS:
-            self.last_check = now
-            # Cancelled by hand, or this attempt lost the run (reaped as stale, taken over).
-            self.cancelled = not TrainingRun.objects.filter(
-                pk=self.run.pk,
-                attempts=self.run.attempts,
-                status=RunStatus.RUNNING,
-                cancel_requested=False,
-            ).exists()
-        return self.cancelled
+        return self.stop_requested()
 
 
 def _thin(values: list[float], limit: int) -> list[float]:
@@ -352,11 +332,16 @@ def _evaluate_version(
     from prm_training.ml.metrics import evaluate, first_error_hits
     from prm_training.ml.score import load_prm, score_chains
 
+    meter = PhaseMeter(reporter)
+    meter.start("loading", detail=f"active v{version.version}, to compare with")
     prm = load_prm(version.checkpoint_dir, cache_dir=str(feature_cache_dir()))
-    scores = []
-    for item in score_chains(prm, heldout):
-        scores.append(item)
-        reporter.beat()
+    meter.start(
+        "comparing",
+        total=step_count(heldout),
+        unit="steps",
+        detail=f"active v{version.version} on the same held-out chains",
+    )
+    scores = list(score_chains(prm, heldout, steps_done=meter.tick))
     # The version's own readout, chosen on its own training chains.
     return (
         dict(evaluate(heldout, scores, prm.readout)),
@@ -377,41 +362,11 @@ def training_run_execute(*, run_id: int, task_id: str = "", worker: str = "") ->
     )
     if run is None:
         return None
-    from prm_training.ml.config import PRMConfig
-    from prm_training.ml.train import TrainingCancelled, train_prm
-
     reporter = _RunReporter(run, span=0.95)
-    out_dir = training_attempt_dir(run)
     try:
-        zero_shot = bool(run.settings.get("zero_shot"))
-        snapshot = _zero_shot_snapshot(run) if zero_shot else _ensure_snapshot(run)
-        train, heldout = _snapshot_splits(snapshot)
-        if not zero_shot and snapshot is not None:
-            if not train:
-                raise ValidationError(f"Snapshot v{snapshot.version} has no training chains.")
-            if not heldout:
-                raise ValidationError(f"Snapshot v{snapshot.version} has no held-out chains.")
-        # Fields left out take the ML package's defaults (the bundled MiniLM backbone).
-        # The backbone is a name, resolved again here: gone since the run was queued, it
-        # fails the run with the message that refused it then.
-        settings = dict(run.settings)
-        settings["backbone"] = backbone_path(name=settings.get("backbone", ""), project=run.project)
-        settings["cache_dir"] = str(feature_cache_dir())
-        config = PRMConfig.from_dict({k: v for k, v in settings.items() if v != ""})
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        reporter.beat(0.0)
-        result = train_prm(
-            config,
-            train,
-            heldout,
-            out_dir,
-            progress=reporter.progress,
-            should_stop=reporter.should_stop,
-        )
-        return _publish(
-            run=run, snapshot=snapshot, result=result, heldout=heldout, reporter=reporter
-        )
-    except TrainingCancelled:
+        with run_kept_alive(run):
+            return _train_and_publish(run, reporter)
+    except RunCancelled:
         run_finish(run, status=RunStatus.CANCELLED)
     except ValidationError as exc:
         run_finish(run, status=RunStatus.FAILED, error="; ".join(exc.messages))
@@ -420,6 +375,42 @@ def training_run_execute(*, run_id: int, task_id: str = "", worker: str = "") ->
         run_finish(run, status=RunStatus.FAILED, error=run_failure_detail(exc))
     run.refresh_from_db()
     return run
+
+
+def _train_and_publish(run: TrainingRun, reporter: _RunReporter) -> TrainingRun:
+    """The claimed run's work: its snapshot, the training (``ml.train.train_prm``, every
+    phase reported), the comparison with the active version and the publish."""
+    from prm_training.ml.config import PRMConfig
+    from prm_training.ml.train import train_prm
+
+    zero_shot = bool(run.settings.get("zero_shot"))
+    reporter(Phase("snapshot", 0, 0, detail="freezing the project's labels"))
+    snapshot = _zero_shot_snapshot(run) if zero_shot else _ensure_snapshot(run)
+    train, heldout = _snapshot_splits(snapshot)
+    if not zero_shot and snapshot is not None:
+        if not train:
+            raise ValidationError(f"Snapshot v{snapshot.version} has no training chains.")
+        if not heldout:
+            raise ValidationError(f"Snapshot v{snapshot.version} has no held-out chains.")
+    # Fields left out take the ML package's defaults (the bundled MiniLM backbone).
+    # The backbone is a name, resolved again here: gone since the run was queued, it
+    # fails the run with the message that refused it then.
+    settings = dict(run.settings)
+    settings["backbone"] = backbone_path(name=settings.get("backbone", ""), project=run.project)
+    settings["cache_dir"] = str(feature_cache_dir())
+    config = PRMConfig.from_dict({k: v for k, v in settings.items() if v != ""})
+    out_dir = training_attempt_dir(run)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    result = train_prm(
+        config,
+        train,
+        heldout,
+        out_dir,
+        progress=reporter.progress,
+        should_stop=reporter.should_stop,
+        phase=reporter,
+    )
+    return _publish(run=run, snapshot=snapshot, result=result, heldout=heldout, reporter=reporter)
 
 
 def _paired_with(
@@ -521,6 +512,7 @@ def _publish(
         heldout=heldout,
         reporter=reporter,
     )
+    reporter(Phase("publishing", 0, 0, detail="the new version"))
     with transaction.atomic():
         # Lock order: the run, then the project (which serializes publishes per project).
         locked = TrainingRun.objects.select_for_update().get(pk=run.pk)
@@ -529,6 +521,10 @@ def _publish(
             logger.warning("Training run %s lost its claim; result discarded.", run.pk)
             shutil.rmtree(Path(result.checkpoint_dir), ignore_errors=True)
             return locked
+        if locked.cancel_requested:
+            # Cancelled after its last progress check: it publishes nothing (invariant 4).
+            shutil.rmtree(Path(result.checkpoint_dir), ignore_errors=True)
+            raise RunCancelled("cancelled before publishing")
         Project.objects.select_for_update().get(pk=run.project_id)
         active = ModelVersion.objects.filter(project_id=run.project_id, is_active=True).first()
         if activate and active is not None and (compared is None or active.pk != compared.pk):

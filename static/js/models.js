@@ -75,28 +75,145 @@
     return button;
   }
 
-  function renderRuns(runs) {
-    fillRows(document.getElementById("runs-table"), runs.map((run) => {
+  // A run's phase as the worker last reported it (at most a second or two old): what it
+  // does, how far through, how fast and how long it should still take; the phases before
+  // it with their durations. Words for the phase names the server sends.
+  const PHASES = {
+    snapshot: "Freezing the labels", loading: "Loading", encoding: "Encoding steps",
+    training: "Training", evaluating: "Evaluating", comparing: "Comparing with the active version",
+    publishing: "Publishing", scoring: "Scoring", simulating: "Simulating", writing: "Writing",
+  };
+  const count = (n) => Number(n).toLocaleString("en-US");
+
+  function duration(seconds) {
+    const s = Math.max(0, Math.round(seconds));
+    if (s < 60) return `${s} s`;
+    if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+    return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  }
+
+  function phaseText(phase) {
+    const parts = [PHASES[phase.name] || phase.name];
+    if (phase.detail) parts.push(phase.detail);
+    if (phase.total) parts.push(`${count(phase.done)}/${count(phase.total)} ${phase.unit}`);
+    else if (phase.done) parts.push(`${count(phase.done)} ${phase.unit}`);
+    return parts.join(" · ");
+  }
+
+  function pastText(past) {
+    return (past || []).map((p) => `${PHASES[p.name] || p.name} ${duration(p.seconds)}`)
+      .join(" · ");
+  }
+
+  // ``fallback``: the run's share done when it has reported no phase (a run from before
+  // phases were reported).
+  function phaseCell(run, fallback) {
+    const cell = el("div", null, "run-phase");
+    const phase = run.phase;
+    if (run.status === "queued") {
+      cell.append(el("span", run.cancel_requested ? "cancelling…" : "waiting for a worker", "muted"));
+      return cell;
+    }
+    if (!phase) {
+      if (fallback === null || !BUSY.has(run.status)) return cell;
       const bar = el("progress");
       bar.max = 1;
-      bar.value = run.progress;
+      bar.value = fallback;
       bar.setAttribute("aria-label", `Run ${run.id} progress`);
-      const cell = el("span");
-      cell.append(bar, ` ${Math.round(run.progress * 100)}%`);
-      const status = el("span", run.status, `status-${run.status}`);
+      cell.append(bar, ` ${Math.round(fallback * 100)}%`);
+      return cell;
+    }
+    if (BUSY.has(run.status)) {
+      const bar = el("progress");
+      bar.setAttribute("aria-label", `Run ${run.id}: ${PHASES[phase.name] || phase.name}`);
+      if (phase.total) {
+        bar.max = phase.total;
+        bar.value = Math.min(phase.done, phase.total);
+      }
+      const line = el("div", phaseText(phase), "phase-now");
+      cell.append(bar, line);
+      const pace = [];
+      if (phase.rate) pace.push(`${phase.rate >= 10 ? Math.round(phase.rate) : phase.rate.toFixed(1)} ${phase.unit}/s`);
+      if (phase.eta_seconds !== null && phase.eta_seconds !== undefined) {
+        pace.push(`about ${duration(phase.eta_seconds)} left`);
+      }
+      if (run.cancel_requested) pace.push("cancelling…");
+      if (pace.length) cell.append(el("div", pace.join(" · "), "muted phase-pace"));
+    }
+    if (run.status === "failed" || run.status === "cancelled") {
+      // Where it stopped: what a lost worker was doing when it went silent.
+      cell.append(el("div", `stopped while: ${phaseText(phase)}`, "phase-now"));
+    }
+    const past = pastText(phase.past);
+    if (past) cell.append(el("div", past, "muted phase-past"));
+    return cell;
+  }
+
+  // The status a person reads: a run whose worker died says so.
+  function statusCell(run) {
+    const lost = run.status === "failed" && /^Worker lost/.test(run.error || "");
+    const text = lost ? "failed: worker lost" : run.status;
+    const cell = el("span", text, `status-${run.status}`);
+    if (run.retry_of) cell.append(el("div", `retry of #${run.retry_of}`, "muted"));
+    return cell;
+  }
+
+  // Cancel while it is queued or running; Retry (a new run, same settings) once it
+  // failed or was cancelled. ``kind``: "training-runs" or "scoring-runs".
+  function runAction(run, kind, what) {
+    if (!canManage) return "";
+    if (BUSY.has(run.status) && !run.cancel_requested) {
+      return actionButton(
+        "Cancel",
+        () => api(`/api/v1/${kind}/${run.id}/cancel/`, { method: "POST" }),
+        `Cancel ${what} #${run.id}? ${kind === "training-runs"
+          ? "What it has trained so far is discarded; the active version stays."
+          : "The queue keeps the order it has."}`,
+      );
+    }
+    if (run.status === "failed" || run.status === "cancelled") {
+      return actionButton("Retry", async () => {
+        const retry = await api(`/api/v1/${kind}/${run.id}/retry/`, { method: "POST" });
+        const message = document.getElementById(kind === "training-runs" ? "train-message" : "score-message");
+        if (message) track(message, kind, retry.id, what);
+      });
+    }
+    return "";
+  }
+
+  function renderRuns(runs) {
+    fillRows(document.getElementById("runs-table"), runs.map((run) => {
       const note = run.error || run.activation_note || "";
-      const action = canManage && BUSY.has(run.status)
-        ? actionButton(
-          "Cancel",
-          () => api(`/api/v1/training-runs/${run.id}/cancel/`, { method: "POST" }),
-          `Cancel training run #${run.id}? What it has trained so far is discarded.`,
-        )
-        : "";
-      return [`#${run.id} (${run.trigger})`, status, cell, lossCell(run),
-        when(run.started_at), note, action];
+      return [`#${run.id} (${run.trigger})`, statusCell(run), phaseCell(run, run.progress),
+        lossCell(run), when(run.started_at), note, runAction(run, "training-runs", "training run")];
     }), 7, "No training runs yet.");
     drawLoss(runs);
+    updateTracked("training-runs", runs);
     return runs.some((run) => BUSY.has(run.status));
+  }
+
+  // A start's message follows its run: it says what the run is doing now, not what it
+  // was when the request answered.
+  const tracked = [];
+
+  function track(message, kind, id, what) {
+    message.className = "form-message";
+    message.textContent = `${what[0].toUpperCase()}${what.slice(1)} #${id} queued.`;
+    tracked.push({ message, kind, id, what });
+    refresh();
+  }
+
+  function updateTracked(kind, runs) {
+    tracked.filter((t) => t.kind === kind).forEach((t) => {
+      const run = runs.find((r) => r.id === t.id);
+      if (!run) return;
+      const name = `${t.what[0].toUpperCase()}${t.what.slice(1)} #${run.id}`;
+      let text = `${name} ${run.status}.`;
+      if (run.status === "running" && run.phase) text = `${name}: ${phaseText(run.phase)}.`;
+      if (run.status === "failed") text = `${name} failed: ${run.error}`;
+      t.message.className = run.status === "failed" ? "form-message error" : "form-message";
+      t.message.textContent = text;
+    });
   }
 
   // The loss curve shown under the runs: the run chosen in the table, else the newest run
@@ -257,11 +374,18 @@
   }
 
   function renderScoring(runs) {
-    fillRows(document.getElementById("scoring-table"), runs.map((run) => [
-      `#${run.id}`, `v${run.model_version_number}`, strategyCell(run),
-      el("span", run.error ? `${run.status}: ${run.error}` : run.status, `status-${run.status}`),
-      `${run.chains_scored} / ${run.chains_total}`, run.priorities_updated, when(run.finished_at),
-    ]), 7, "No scoring runs yet.");
+    fillRows(document.getElementById("scoring-table"), runs.map((run) => {
+      const status = statusCell(run);
+      if (run.error) status.append(el("div", run.error, "muted"));
+      const progress = phaseCell(run, null);
+      if (!(BUSY.has(run.status) && run.phase) && (run.chains_total || run.status === "succeeded")) {
+        progress.prepend(el("div", `${count(run.chains_scored)}/${count(run.chains_total)} chains`));
+      }
+      return [`#${run.id}`, `v${run.model_version_number}`, strategyCell(run), status,
+        progress, run.priorities_updated, when(run.finished_at),
+        runAction(run, "scoring-runs", "scoring run")];
+    }), 8, "No scoring runs yet.");
+    updateTracked("scoring-runs", runs);
     return runs.some((run) => BUSY.has(run.status));
   }
 
@@ -304,7 +428,8 @@
     return data;
   }
 
-  function bindForm(id, messageId, numeric, url, describe) {
+  // A start answers at once with the queued run; its message then follows the run.
+  function bindForm(id, messageId, numeric, kind, what) {
     const form = document.getElementById(id);
     if (!form) return;
     const message = document.getElementById(messageId);
@@ -313,24 +438,21 @@
       message.className = "form-message";
       message.textContent = "Starting…";
       try {
-        const created = await api(url, { method: "POST", body: formValues(form, numeric) });
-        message.textContent = describe(created);
+        const created = await api(`/api/v1/projects/${projectId}/${kind}/`,
+          { method: "POST", body: formValues(form, numeric) });
+        track(message, kind, created.id, what);
       } catch (error) {
         message.className = "form-message error";
         message.textContent = errorText(error);
       }
-      refresh();
     });
   }
 
   bindForm("train-form", "train-message",
-    ["epochs", "head_epochs", "learning_rate", "batch_size"],
-    `/api/v1/projects/${projectId}/training-runs/`, (run) => `Run #${run.id} queued.`);
-  bindForm("zero-shot-form", "zero-shot-message", ["max_length"],
-    `/api/v1/projects/${projectId}/training-runs/`,
-    (run) => `Run #${run.id} queued: a zero-shot version once it ends.`);
-  bindForm("score-form", "score-message", ["random_fraction"],
-    `/api/v1/projects/${projectId}/scoring-runs/`, (run) => `Scoring run #${run.id} queued.`);
+    ["epochs", "head_epochs", "learning_rate", "batch_size"], "training-runs", "training run");
+  bindForm("zero-shot-form", "zero-shot-message", ["max_length"], "training-runs",
+    "zero-shot run");
+  bindForm("score-form", "score-message", ["random_fraction"], "scoring-runs", "scoring run");
   // Loop settings: one PATCH with the loop fields and the automatic runs' config (sent
   // whole: a blank field falls back to the default).
   const settingsForm = document.getElementById("settings-form");

@@ -10,11 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import Role, Snapshot
 from prm_training.models import ModelVersion, RunStatus, ScoringRun, TrainingRun
-from tests.browser import ARTIFACTS, chromium_running, page_login, page_watched
+from tests.browser import ARTIFACTS, chromium_running, page_login, page_overflow, page_watched
 from tests.factories import MembershipFactory, ProjectFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -138,8 +139,14 @@ def test_a_running_runs_loss_curve_grows_live_and_an_earlier_run_can_be_chosen(
         last_loss=0.31,
         loss_history=[0.9, 0.6, 0.45, 0.31],
     )
+    # (its heartbeat fresh: the page's reads reap a run whose worker fell silent)
     running = TrainingRun.objects.create(
-        project=project, status=RunStatus.RUNNING, progress=0.2, last_loss=0.8, loss_history=[0.8]
+        project=project,
+        status=RunStatus.RUNNING,
+        heartbeat_at=timezone.now(),
+        progress=0.2,
+        last_loss=0.8,
+        loss_history=[0.8],
     )
     page_login(page=page, base_url=live_server.url, username=ml.username)
 
@@ -303,3 +310,122 @@ def test_a_zero_shot_version_is_made_from_a_listed_open_prm_and_says_what_it_is(
             "step_separator": "<extra_0>",
             "chat_template": True,
         }
+
+
+def _phase(name: str, done: int, total: int, unit: str, detail: str, **extra: Any) -> dict:
+    """A phase as the worker's progress report stores it (services.progress.RunProgress)."""
+    from datetime import timedelta
+
+    return {
+        "name": name,
+        "done": done,
+        "total": total,
+        "unit": unit,
+        "detail": detail,
+        "started_at": timezone.now().isoformat(),
+        "rate": extra.get("rate"),
+        "eta_at": (timezone.now() + timedelta(seconds=extra["eta"])).isoformat()
+        if "eta" in extra
+        else None,
+        "past": extra.get("past", []),
+    }
+
+
+@pytest.mark.parametrize(("width", "height"), [(1366, 768), (390, 844)])
+def test_runs_show_their_phase_and_are_cancelled_or_retried_from_the_page(
+    live_server: Any, browser: Browser, width: int, height: int
+) -> None:
+    # Given: a training run in its training phase, one whose worker was lost, and a
+    # scoring run scoring; the heartbeats are fresh, so nothing is reaped
+    project = ProjectFactory()
+    ml = MembershipFactory(project=project, role=Role.ML).user
+    now = timezone.now()
+    past = [{"name": "loading", "seconds": 3.2}, {"name": "encoding", "seconds": 481.0}]
+    training = TrainingRun.objects.create(
+        project=project,
+        status=RunStatus.RUNNING,
+        heartbeat_at=now,
+        worker="gpu@node-1",
+        attempts=1,
+        settings={"head_epochs": 40},
+        phase=_phase("training", 120, 1000, "batches", "epoch 5/40", rate=12.0, eta=70, past=past),
+    )
+    lost = TrainingRun.objects.create(
+        project=project,
+        status=RunStatus.FAILED,
+        settings={"head_epochs": 40},
+        error="Worker lost: gpu@node-1 stopped while running (attempt 1; its last sign of "
+        "life 44 s before). Retry it to start a new run.",
+        phase=_phase("encoding", 2400, 5600, "steps", "80 chains", past=past[:1]),
+    )
+    version = _version(project, 1, {"processbench_f1": 0.3})
+    scoring = ScoringRun.objects.create(
+        project=project,
+        model_version=version,
+        status=RunStatus.RUNNING,
+        strategy="entropy",
+        heartbeat_at=now,
+        attempts=1,
+        chains_total=1200,
+        chains_scored=400,
+        phase=_phase("scoring", 1300, 3600, "steps", "400/1,200 chains", rate=41.0, eta=56),
+    )
+    with page_watched(browser=browser, width=width, height=height) as page:
+        page_login(page=page, base_url=live_server.url, username=ml.username)
+
+        # When: ML staff open the ML page
+        page.goto(f"{live_server.url}/projects/{project.pk}/models/")
+        runs = page.locator("#runs-table")
+        expect(runs).to_contain_text("Training · epoch 5/40 · 120/1,000 batches")
+
+        # Then: each run says its phase, its pace and what it did before
+        assert "12 batches/s · about 1 min" in runs.inner_text()
+        assert "Loading 3 s · Encoding steps 8 min 1 s" in runs.inner_text()
+        assert "failed: worker lost" in runs.inner_text()
+        assert "stopped while: Encoding steps · 80 chains · 2,400/5,600 steps" in runs.inner_text()
+        table = page.locator("#scoring-table")
+        expect(table).to_contain_text("Scoring · 400/1,200 chains · 1,300/3,600 steps")
+        assert re.search(r"41 steps/s · about \d+ s left", table.inner_text())
+        assert page_overflow(page) == []
+        page.screenshot(path=str(ARTIFACTS / f"models-run-phases-{width}.png"), full_page=True)
+
+        # When: they cancel the training run (and accept the question)
+        page.once("dialog", lambda dialog: dialog.accept())
+        runs.locator("tr", has_text=f"#{training.pk} ").get_by_role("button", name="Cancel").click()
+
+        # Then: it is asked to stop, and says so
+        expect(runs.locator("tr", has_text=f"#{training.pk} ")).to_contain_text("cancelling…")
+        training.refresh_from_db()
+        assert training.cancel_requested and training.status == RunStatus.RUNNING
+
+        # When: they cancel the scoring run
+        page.once("dialog", lambda dialog: dialog.accept())
+        table.get_by_role("button", name="Cancel").click()
+        expect(table).to_contain_text("cancelling…")
+        scoring.refresh_from_db()
+        assert scoring.cancel_requested
+
+        # When: they retry the run whose worker was lost
+        runs.locator("tr", has_text=f"#{lost.pk} ").get_by_role("button", name="Retry").click()
+
+        # Then: a new run with its settings is queued, says what it retries, and the
+        # message follows it
+        expect(page.locator("#train-message")).to_contain_text("queued.")
+        retry = TrainingRun.objects.get(retry_of=lost)
+        assert retry.settings == lost.settings and retry.status == RunStatus.QUEUED
+        expect(page.locator("#train-message")).to_have_text(f"Training run #{retry.pk} queued.")
+        expect(runs.locator("tr", has_text=f"#{retry.pk} ")).to_contain_text(f"retry of #{lost.pk}")
+        expect(runs.locator("tr", has_text=f"#{retry.pk} ")).to_contain_text("waiting for a worker")
+        TrainingRun.objects.filter(pk=retry.pk).update(
+            status=RunStatus.RUNNING,
+            heartbeat_at=timezone.now(),
+            phase=_phase("encoding", 10, 500, "steps", "80 chains"),
+        )
+        expect(page.locator("#train-message")).to_have_text(
+            f"Training run #{retry.pk}: Encoding steps · 80 chains · 10/500 steps."
+        )
+        page.screenshot(
+            path=str(ARTIFACTS / f"models-run-cancel-retry-{width}.png"), full_page=True
+        )
+        # (the page stops polling before the database is flushed)
+        page.goto("about:blank")
