@@ -24,6 +24,7 @@ from rest_framework.test import APIClient
 
 from annotation.exporters.formats import EXPORT_FORMATS
 from annotation.models import Annotation, AnnotationSource, Chain, Project, Snapshot
+from annotation.public_ids import CHAIN_IDS
 from tests.annotation.import_worker import import_worker  # noqa: F401 - a fixture
 from tests.browser import ARTIFACTS, chromium_running, page_login, page_watched
 from tests.factories import UserFactory
@@ -55,7 +56,7 @@ def _shot(page: Page, name: str) -> None:
 
 
 def _label(client: APIClient, project: Project, *, wrong_step: int | None) -> int:
-    """One annotator's next chain, every step rated +1 (``wrong_step`` -1); its id."""
+    """One annotator's next chain, every step rated +1 (``wrong_step`` -1); its row id."""
     leased = client.post(f"/api/v1/projects/{project.pk}/assignments/next/")
     assert leased.status_code == 200, leased.content
     chain = leased.json()["chain"]
@@ -69,7 +70,9 @@ def _label(client: APIClient, project: Project, *, wrong_step: int | None) -> in
         format="json",
     )
     assert submitted.status_code == 201, submitted.content
-    return int(chain["id"])
+    chain_id = CHAIN_IDS.read(int(chain["id"]))
+    assert chain_id is not None
+    return chain_id
 
 
 def _download(page: Page, fmt: str) -> bytes:

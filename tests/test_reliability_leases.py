@@ -32,6 +32,7 @@ from annotation.models import (
     AssignmentStatus,
     StepRating,
 )
+from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -122,7 +123,9 @@ def test_an_abandoned_lease_is_reissued_within_a_second_and_the_late_submit_is_4
     status, abandoned = first_tab.next(project.pk)
     assert status == 200
     expires_at = timezone.now() + timedelta(seconds=LEASE_SECONDS)
-    Assignment.objects.filter(pk=abandoned["assignment"]["id"]).update(expires_at=expires_at)
+    Assignment.objects.filter(pk=ASSIGNMENT_IDS.read(abandoned["assignment"]["id"])).update(
+        expires_at=expires_at
+    )
 
     # When the second annotator keeps asking for work
     answers_before_expiry = []
@@ -143,11 +146,13 @@ def test_an_abandoned_lease_is_reissued_within_a_second_and_the_late_submit_is_4
     assert reissued is not None, "the abandoned lease was never reissued"
     assert answers_before_expiry, "the second annotator never asked before the expiry"
     assert answers_before_expiry[0] < expires_at
-    assert reissued["chain"]["id"] == chain.pk
+    assert reissued["chain"]["id"] == CHAIN_IDS.show(chain.pk)
     assert reissued["assignment"]["id"] != abandoned["assignment"]["id"]
     # (timed by the server, which stamps the new lease: a slow answer on a busy machine
     # is not a late reissue)
-    issued_at = Assignment.objects.get(pk=reissued["assignment"]["id"]).created_at
+    issued_at = Assignment.objects.get(
+        pk=ASSIGNMENT_IDS.read(reissued["assignment"]["id"])
+    ).created_at
     assert issued_at >= expires_at
     assert issued_at - expires_at <= timedelta(seconds=1)
 
@@ -159,7 +164,7 @@ def test_an_abandoned_lease_is_reissued_within_a_second_and_the_late_submit_is_4
     assert status == 409, conflict
     assert conflict["code"] == "lease_lost"
     assert not Annotation.objects.filter(annotator=first).exists()
-    held = Assignment.objects.get(pk=reissued["assignment"]["id"])
+    held = Assignment.objects.get(pk=ASSIGNMENT_IDS.read(reissued["assignment"]["id"]))
     assert held.annotator == second
     assert held.status == AssignmentStatus.ACTIVE
     assert held.expires_at > timezone.now()

@@ -27,6 +27,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from annotation.models import Assignment, BulkAction, ImportJob, Invite, Role, Step
+from annotation.public_ids import ASSIGNMENT_IDS, STEP_IDS
 from prm_training.models import RunStatus, TrainingRun
 from tests.factories import (
     ChainFactory,
@@ -262,7 +263,8 @@ def world(db: Any) -> dict[str, Any]:
     )
     ids = {
         "project_id": project.pk,
-        "assignment_id": assignment.pk,
+        # Leases are named by their public ids, as annotators read them.
+        "assignment_id": ASSIGNMENT_IDS.show(assignment.pk),
         "chain_id": chain.pk,
         "run_id": run.pk,
         "version_id": scoring.model_version_id,
@@ -281,7 +283,7 @@ def _body(name: str, ids: dict[str, int]) -> dict[str, Any]:
     the access decision, not the validation, answers."""
     if name in ("assignment-submit", "assignment-submit-and-next"):
         steps = Step.objects.filter(chain_id=ids["chain_id"]).order_by("index")
-        return {"ratings": [{"step": step.pk, "rating": 1} for step in steps]}
+        return {"ratings": [{"step": STEP_IDS.of(step), "rating": 1} for step in steps]}
     if name in ("assignment-skip", "assignment-flag"):
         return {"reason": "security matrix"}
     return {}

@@ -30,6 +30,7 @@ from rest_framework.authtoken.models import Token
 from annotation.models import (
     Annotation, Assignment, Chain, LabelingMode, Membership, Problem, Project, Step, StepRating
 )
+from annotation.public_ids import CHAIN_IDS
 
 User = get_user_model()
 project = Project.objects.create(name="sqlite", overlap=2)
@@ -75,7 +76,7 @@ url = f"/api/v1/assignments/{lease['assignment']['id']}/submit/"
 submitted = session.post(url, json.dumps(body), content_type="application/json")
 out["session_submit"] = submitted.status_code
 
-chain = Chain.objects.get(pk=lease["chain"]["id"])
+chain = Chain.objects.get(pk=CHAIN_IDS.read(lease["chain"]["id"]))
 out["chain"] = [chain.finished_count, chain.is_finished, chain.meta]
 out["stored"] = sorted(StepRating.objects.values_list("rating", "comment"))
 out["leases"] = sorted(Assignment.objects.values_list("status", flat=True))
@@ -122,7 +123,9 @@ flags = [token.post(url, reason, content_type="application/json").status_code fo
 lead_client = Client()
 lead_client.force_login(lead)
 listed = lead_client.get(f"/api/v1/projects/{flag_project.pk}/flags/").json()["results"]
-cleared = lead_client.post(f"/api/v1/chains/{lease['chain']['id']}/unflag/").json()
+# A lead's rooms name chains by their row ids, the workspace by their public ids.
+flagged_chain = CHAIN_IDS.read(lease["chain"]["id"])
+cleared = lead_client.post(f"/api/v1/chains/{flagged_chain}/unflag/").json()
 out["flag"] = flags + [
     [listed[0]["flagged_by"], listed[0]["flag_reason"]],
     [cleared["is_flagged"], cleared["cleared_by"]],

@@ -14,6 +14,7 @@ from django.http.response import HttpResponseBase
 from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
+    extend_schema_field,
     inline_serializer,
 )
 from rest_framework import serializers, status
@@ -25,9 +26,10 @@ from rest_framework.views import APIView
 
 from annotation.api.authentication import token_key
 from annotation.api.errors import api_exception_handler
-from annotation.api.fields import INT32_MAX, IdField, RatingField
+from annotation.api.fields import INT32_MAX, IdField, PublicIdField, RatingField
 from annotation.api.permissions import request_user
 from annotation.models import Annotation, Assignment, Chain, Project, Step, StepRating
+from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, PUBLIC_ID_MAX, STEP_IDS
 from annotation.queue.access import (
     project_get_for_labeling,
     user_and_project_for_labeling,
@@ -145,7 +147,19 @@ def _json_body(request: HttpRequest) -> Any | None:
 # The serializers below describe the answers in the schema; ``lease_payload`` builds them.
 
 
+def assignment_pk(public_id: int) -> int:
+    """The row id of the assignment an annotator names by its public id
+    (``annotation.public_ids``); Assignment.DoesNotExist (a 404) for a number that is
+    none, as for a lease that is not theirs."""
+    pk = ASSIGNMENT_IDS.read(public_id)
+    if pk is None:
+        raise Assignment.DoesNotExist("No such assignment.")
+    return pk
+
+
 class LeaseOutputSerializer(serializers.ModelSerializer):
+    id = PublicIdField(ASSIGNMENT_IDS)
+
     class Meta:
         model = Assignment
         fields = ["id", "expires_at"]
@@ -159,6 +173,10 @@ class ProblemForLabelingSerializer(serializers.Serializer):
 
 
 class StepForLabelingSerializer(serializers.ModelSerializer):
+    id = serializers.IntegerField(
+        min_value=1, max_value=PUBLIC_ID_MAX, help_text="The step's public id (not its row id)."
+    )
+
     class Meta:
         model = Step
         fields = ["id", "index", "text"]
@@ -168,6 +186,7 @@ class ChainForLabelingSerializer(serializers.ModelSerializer):
     """What an annotator sees: no ratings of others, no imported labels, no metadata
     (which may carry them), no generator name (which may bias the grade)."""
 
+    id = PublicIdField(CHAIN_IDS)
     problem = ProblemForLabelingSerializer()
     steps = StepForLabelingSerializer(many=True)
     labeling_mode = serializers.CharField()
@@ -188,20 +207,23 @@ _expires_at_field = serializers.DateTimeField()
 def lease_payload(*, lease: Lease, project: Project) -> dict[str, Any]:
     """The answer of next and prefetch for ``lease`` (``NextOutputSerializer`` in the
     schema), built as plain dicts: next is the hottest request, and nested serializers
-    cost more than the claim itself."""
+    cost more than the claim itself. Ids are public ids (``annotation.public_ids``)."""
     chain = lease.chain
     problem = {"text": chain.problem_text}
     if project.show_reference_answer:
         problem["reference_answer"] = chain.reference_answer
+    step_base = STEP_IDS.base(lease.assignment.chain_id)
     return {
         "assignment": {
-            "id": lease.assignment.pk,
+            "id": ASSIGNMENT_IDS.show(lease.assignment.pk),
             "expires_at": _expires_at_field.to_representation(lease.assignment.expires_at),
         },
         "chain": {
-            "id": lease.assignment.chain_id,
+            "id": CHAIN_IDS.show(lease.assignment.chain_id),
             "problem": problem,
-            "steps": [{"id": s.id, "index": s.index, "text": s.text} for s in chain.steps],
+            "steps": [
+                {"id": step_base + s.index, "index": s.index, "text": s.text} for s in chain.steps
+            ],
             "final_answer": chain.final_answer,
             "labeling_mode": project.labeling_mode,
         },
@@ -281,7 +303,7 @@ class AssignmentPrefetchView(APIView):
 
 
 class RatingInputSerializer(serializers.Serializer):
-    step = IdField(help_text="A step id of the leased chain.")
+    step = IdField(help_text="The id of a step of the leased chain, as next showed it.")
     # Range-checked by the service, whose message names the step.
     rating = RatingField(help_text="-1 (incorrect), 0 (ambiguous) or 1 (correct).")
     comment = serializers.CharField(
@@ -402,7 +424,9 @@ def submit_input_validate(data: Any) -> dict[str, Any]:
 
 
 def ratings_from_payload(data: dict[str, Any]) -> list[RatingInput]:
-    """The service's rating inputs from a validated submit body."""
+    """The service's rating inputs from a validated submit body: steps named by their
+    public ids, which the service reads back against the leased chain's steps
+    (``public_step_ids``)."""
     return [
         RatingInput(
             step_id=r["step"],
@@ -423,7 +447,11 @@ def after_submit(submitted: Submitted) -> None:
 
 
 class StepRatingOutputSerializer(serializers.ModelSerializer):
-    step = serializers.IntegerField(source="step_id")
+    step = serializers.SerializerMethodField(help_text="The step's public id.")
+
+    @extend_schema_field(serializers.IntegerField(min_value=1, max_value=PUBLIC_ID_MAX))
+    def get_step(self, rating: StepRating) -> int:
+        return STEP_IDS.of(rating.step)
 
     class Meta:
         model = StepRating
@@ -431,7 +459,7 @@ class StepRatingOutputSerializer(serializers.ModelSerializer):
 
 
 class AnnotationOutputSerializer(serializers.ModelSerializer):
-    chain = serializers.IntegerField(source="chain_id")
+    chain = PublicIdField(CHAIN_IDS, source="chain_id")
     ratings = StepRatingOutputSerializer(many=True)
 
     class Meta:
@@ -448,11 +476,12 @@ _created_at_field = serializers.DateTimeField()
 
 def annotation_payload(submitted: Submitted) -> dict[str, Any]:
     """A submit's annotation as the answer shows it (``AnnotationOutputSerializer`` in the
-    schema), from what the submit recorded: a new submit's answer needs no query."""
+    schema), from what the submit recorded: a new submit's answer needs no query. Chain
+    and step ids are public ids (``annotation.public_ids``)."""
     annotation = submitted.annotation
     return {
         "id": annotation.pk,
-        "chain": annotation.chain_id,
+        "chain": CHAIN_IDS.show(annotation.chain_id),
         "created_at": _created_at_field.to_representation(annotation.created_at),
         "rewrite": annotation.rewrite,
         "duration_ms": annotation.duration_ms,
@@ -469,12 +498,13 @@ def submit_answer(*, user: Any, assignment_id: int, data: Any) -> tuple[dict[str
     same answer, whichever of the two reached it."""
     body = submit_input_validate(data)
     submitted = assignment_submit(
-        assignment_id=assignment_id,
+        assignment_id=assignment_pk(assignment_id),
         user=user,
         ratings=ratings_from_payload(body),
         rewrite=body["rewrite"],
         duration_ms=body["duration_ms"],
         request_id=body["request_id"],
+        public_step_ids=True,
     )
     after_submit(submitted)
     return {"annotation": annotation_payload(submitted)}, status.HTTP_201_CREATED
@@ -538,7 +568,9 @@ class AssignmentRenewView(APIView):
         "renewed too while its place is still free.",
     )
     def post(self, request: Request, assignment_id: int) -> Response:
-        assignment = assignment_renew(assignment_id=assignment_id, user=request_user(request))
+        assignment = assignment_renew(
+            assignment_id=assignment_pk(assignment_id), user=request_user(request)
+        )
         return Response(LeaseOutputSerializer(assignment).data)
 
 
@@ -550,6 +582,8 @@ class SkipInputSerializer(serializers.Serializer):
 
 
 class SkipOutputSerializer(serializers.ModelSerializer):
+    id = PublicIdField(ASSIGNMENT_IDS)
+
     class Meta:
         model = Assignment
         fields = ["id", "status", "skip_reason"]
@@ -575,7 +609,7 @@ class AssignmentSkipView(APIView):
         payload = SkipInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         assignment = assignment_skip(
-            assignment_id=assignment_id,
+            assignment_id=assignment_pk(assignment_id),
             user=request_user(request),
             reason=payload.validated_data["reason"],
         )

@@ -14,6 +14,8 @@ from typing import Any
 
 from rest_framework import pagination, serializers
 
+from annotation.public_ids import PUBLIC_ID_MAX, PublicIds
+
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # integer (and the positive types) in PostgreSQL
 BIGINT_MAX = 2**63 - 1  # bigint: every id (DEFAULT_AUTO_FIELD is BigAutoField)
 
@@ -21,6 +23,19 @@ BIGINT_MAX = 2**63 - 1  # bigint: every id (DEFAULT_AUTO_FIELD is BigAutoField)
 def IdField(**kwargs: Any) -> serializers.IntegerField:  # noqa: N802 (a field factory)
     """An object id: 1 .. the largest bigint."""
     return serializers.IntegerField(min_value=1, max_value=BIGINT_MAX, **kwargs)
+
+
+class PublicIdField(serializers.IntegerField):
+    """An id as annotators read it (``annotation.public_ids``): the row's id in, its
+    public id out. Output only: an id an annotator sends back is read by the view."""
+
+    def __init__(self, ids: PublicIds, **kwargs: Any) -> None:
+        kwargs.setdefault("help_text", f"The {ids.kind}'s public id (not its row id).")
+        super().__init__(min_value=1, max_value=PUBLIC_ID_MAX, read_only=True, **kwargs)
+        self.ids = ids
+
+    def to_representation(self, value: Any) -> int:
+        return self.ids.show(int(value))
 
 
 def RatingField(**kwargs: Any) -> serializers.IntegerField:  # noqa: N802

@@ -9,23 +9,26 @@
 A lead may name any member with ``?annotator=<user id>`` and reopen any member's
 annotation; anyone else who names another member gets 403, and another person's
 annotation is a 404. Non-members get 404, as everywhere (invariant 6). Nothing here says
-whether a chain is gold (``tests/annotation/test_gold_leakage.py``)."""
+whether a chain is gold (``tests/annotation/test_gold_leakage.py``): chain and step ids
+are public ids, as the workspace showed them (``annotation.public_ids``)."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api.fields import CursorField, IdField
+from annotation.api.fields import CursorField, IdField, PublicIdField
 from annotation.api.permissions import project_for_request, request_user
 from annotation.models import Role
+from annotation.public_ids import CHAIN_IDS, PUBLIC_ID_MAX, STEP_IDS
 from annotation.selectors.access import membership_role
 from annotation.selectors.history import (
     HISTORY_PAGE_SIZE,
     HISTORY_PAGE_SIZE_MAX,
+    HistoryStep,
     annotator_history_chain,
     annotator_history_page,
     history_annotator_resolve,
@@ -56,7 +59,7 @@ class HistoryQuerySerializer(serializers.Serializer):
 
 class HistoryEntryOutputSerializer(serializers.Serializer):
     annotation = serializers.IntegerField(source="annotation_id")
-    chain = serializers.IntegerField(source="chain_id")
+    chain = PublicIdField(CHAIN_IDS, source="chain_id")
     submitted_at = serializers.DateTimeField()
     problem = serializers.CharField(
         source="problem_line", help_text="The problem's first line (cut at 200 characters)."
@@ -124,13 +127,19 @@ class HistoryView(APIView):
 
 
 class HistoryStepOutputSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
+    id = serializers.SerializerMethodField(
+        help_text="The step's public id, as the workspace showed it."
+    )
     index = serializers.IntegerField()
     text = serializers.CharField()
     rating = serializers.IntegerField(
         allow_null=True, help_text="Your rating, −1, 0 or 1; null where you gave none."
     )
     comment = serializers.CharField(allow_blank=True)
+
+    @extend_schema_field(serializers.IntegerField(min_value=1, max_value=PUBLIC_ID_MAX))
+    def get_id(self, step: HistoryStep) -> int:
+        return STEP_IDS.show(self.context["chain_id"], step.index)
 
 
 class HistoryChainOutputSerializer(serializers.Serializer):
@@ -139,7 +148,7 @@ class HistoryChainOutputSerializer(serializers.Serializer):
     submitted_at = serializers.DateTimeField()
     duration_ms = serializers.IntegerField(allow_null=True)
     labeling_mode = serializers.CharField()
-    chain = serializers.IntegerField(source="chain_id")
+    chain = PublicIdField(CHAIN_IDS, source="chain_id")
     problem = serializers.CharField(source="problem_text")
     reference_answer = serializers.CharField(
         allow_null=True, help_text="Null unless the project shows reference answers."
@@ -176,4 +185,6 @@ class HistoryChainView(APIView):
             annotation_id=annotation_id,
             lead=membership_role(user=user, project=project) == Role.LEAD,
         )
-        return Response(HistoryChainOutputSerializer(chain).data)
+        return Response(
+            HistoryChainOutputSerializer(chain, context={"chain_id": chain.chain_id}).data
+        )

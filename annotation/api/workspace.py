@@ -18,6 +18,7 @@ from annotation.api.assignments import (
     SubmitInputSerializer,
     after_submit,
     annotation_payload,
+    assignment_pk,
     lease_payload,
     ratings_from_payload,
     submit_input_validate,
@@ -63,7 +64,7 @@ class AssignmentFlagView(APIView):
         payload = FlagInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         assignment = chain_flag(
-            assignment_id=assignment_id,
+            assignment_id=assignment_pk(assignment_id),
             user=request_user(request),
             reason=payload.validated_data["reason"],
         )
@@ -166,12 +167,13 @@ class AssignmentSubmitAndNextView(APIView):
     def post(self, request: Request, assignment_id: int) -> Response:
         body = submit_input_validate(request.data)
         result = assignment_submit_and_claim_next(
-            assignment_id=assignment_id,
+            assignment_id=assignment_pk(assignment_id),
             user=request_user(request),
             ratings=ratings_from_payload(body),
             rewrite=body["rewrite"],
             duration_ms=body["duration_ms"],
             request_id=body["request_id"],
+            public_step_ids=True,
         )
         after_submit(result.submitted)
         following = result.next_lease

@@ -4,7 +4,7 @@ the annotation, its ratings, the lease's close and the chain's count together.""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from annotation.models import (
     LabelingMode,
     Rating,
 )
+from annotation.public_ids import STEP_IDS
 from annotation.queue.errors import LeaseClosed, LeaseConflict
 from annotation.queue.leases import (
     lease_with_steps,
@@ -65,8 +66,10 @@ class Submitted:
     ratings: list[RatingInput]
 
 
-def _describe(position: int, step_id: int) -> str:
-    return f"step {position} (id {step_id})"
+def _describe(position: int) -> str:
+    """A step as messages name it: by its number in the chain, never by its row id (which
+    annotators never see: ``annotation.public_ids``)."""
+    return f"step {position}"
 
 
 def _validate_submission(
@@ -83,11 +86,11 @@ def _validate_submission(
     position = {step_id: pos for pos, (step_id, _index) in enumerate(steps, start=1)}
     errors: list[str] = []
     seen: dict[int, RatingInput] = {}
-    for item in ratings:
+    for number, item in enumerate(ratings, start=1):
         if item.step_id not in position:
-            errors.append(f"Step id {item.step_id} is not a step of this chain.")
+            errors.append(f"The step of rating {number} is not a step of this chain.")
             continue
-        where = _describe(position[item.step_id], item.step_id)
+        where = _describe(position[item.step_id])
         if item.step_id in seen:
             errors.append(f"{where.capitalize()} is rated more than once.")
             continue
@@ -108,7 +111,7 @@ def _validate_submission(
     )
     if mode == LabelingMode.FIRST_ERROR and first_error is not None:
         beyond = [
-            _describe(pos, step_id)
+            _describe(pos)
             for step_id, pos in position.items()
             if pos > first_error and step_id in seen
         ]
@@ -120,7 +123,7 @@ def _validate_submission(
         required = [step_id for step_id, pos in position.items() if pos <= first_error]
     else:
         required = list(position)
-    missing = [_describe(position[s], s) for s in required if s not in seen]
+    missing = [_describe(position[s]) for s in required if s not in seen]
     if missing:
         if mode == LabelingMode.FIRST_ERROR:
             rule = (
@@ -141,7 +144,9 @@ def _validate_submission(
         )
 
 
-def _idempotent_repeat(*, annotation_id: int, assignment_id: int, request_id: str) -> Submitted:
+def _idempotent_repeat(
+    *, annotation_id: int, assignment_id: int, request_id: str, public_step_ids: bool
+) -> Submitted:
     """The first submit's record, for a repeat of its ``request_id``."""
     annotation = Annotation.objects.get(pk=annotation_id)
     if annotation.assignment_id != assignment_id:
@@ -149,11 +154,18 @@ def _idempotent_repeat(*, annotation_id: int, assignment_id: int, request_id: st
             f"request_id {request_id!r} was already used for another submission; "
             "use a new request_id for each submission."
         )
+    rows = annotation.ratings.order_by("step__index").values_list(
+        "step_id", "step__index", "rating", "comment", "duration_ms"
+    )
+    base = STEP_IDS.base(annotation.chain_id) if public_step_ids else 0
     ratings = [
         RatingInput(
-            step_id=r.step_id, rating=r.rating, comment=r.comment, duration_ms=r.duration_ms
+            step_id=base + index if public_step_ids else step_id,
+            rating=rating,
+            comment=comment,
+            duration_ms=duration,
         )
-        for r in annotation.ratings.order_by("step__index")
+        for step_id, index, rating, comment, duration in rows
     ]
     return Submitted(annotation=annotation, created=False, ratings=ratings)
 
@@ -307,6 +319,19 @@ def _in_step_order(
     ]
 
 
+def _named_steps(
+    *, chain_id: int, steps: list[tuple[int, int]], public_step_ids: bool
+) -> tuple[list[tuple[int, int]], dict[int, int] | None]:
+    """The chain's steps as (the id the caller names them by, index), and, when that is
+    their public id, the row id of each public id (one permutation for the chain)."""
+    if not public_step_ids:
+        return steps, None
+    base = STEP_IDS.base(chain_id)
+    return [(base + index, index) for _, index in steps], {
+        base + index: row for row, index in steps
+    }
+
+
 def assignment_submit(
     *,
     assignment_id: int,
@@ -316,6 +341,7 @@ def assignment_submit(
     duration_ms: int | None = None,
     request_id: str = "",
     now: datetime | None = None,
+    public_step_ids: bool = False,
 ) -> Submitted:
     """Record the caller's ratings for the chain leased by ``assignment_id``.
 
@@ -330,7 +356,11 @@ def assignment_submit(
     if its place went to another annotator this raises LeaseLost, and a chain that is
     already full raises LeaseConflict: never a label beyond the overlap. Bad ratings
     raise ValidationError naming the step; someone else's lease raises
-    Assignment.DoesNotExist."""
+    Assignment.DoesNotExist.
+
+    The ratings name steps by their row ids, or with ``public_step_ids`` by their public
+    ids (``annotation.public_ids``, as the queue's answers show them to annotators), and
+    ``Submitted.ratings`` names them the same way."""
     now = now_or_current(now)
     rewrite = rewrite.strip()
     _check_request(request_id=request_id, duration_ms=duration_ms)
@@ -339,49 +369,78 @@ def assignment_submit(
         project = chain.project
         # Read after the lock: a claim may have marked this lease EXPIRED and taken its
         # place, or a concurrent repeat of this very submit may have just committed.
-        assignment, steps, earlier = lease_with_steps(
+        assignment, step_rows, earlier = lease_with_steps(
             assignment_id=assignment_id, user=user, request_id=request_id
         )
         if earlier is not None:
             # Annotations are never edited or deleted, so a hit here is final.
             return _idempotent_repeat(
-                annotation_id=earlier, assignment_id=assignment_id, request_id=request_id
+                annotation_id=earlier,
+                assignment_id=assignment_id,
+                request_id=request_id,
+                public_step_ids=public_step_ids,
             )
+        steps, row_of = _named_steps(
+            chain_id=chain.pk, steps=step_rows, public_step_ids=public_step_ids
+        )
         _hold_place(chain=chain, assignment=assignment, user=user, now=now)
         _validate_submission(
             steps=steps, ratings=ratings, mode=project.labeling_mode, rewrite=rewrite
         )
 
-        annotation = Annotation(
+        return _submit_new(
             chain=chain,
-            source=AnnotationSource.HUMAN,
-            annotator=user,
             assignment=assignment,
-            rewrite=rewrite,
-            duration_ms=duration_ms,
-            request_id=request_id,
-        )
-        rating_rows = _in_step_order(ratings=ratings, steps=steps)
-        # finished_count was read under the lock, so it is current. A pass over a gold
-        # chain is a test, not real work: it does not count (annotation/services/gold.py).
-        counted = None
-        if not chain.is_gold:
-            finished = chain.finished_count + 1
-            counted = (finished, finished >= project.overlap + chain.extra_labels)
-        _submit_write(
-            annotation=annotation,
-            ratings=rating_rows,
-            assignment_id=assignment.pk,
+            ratings=_in_step_order(ratings=ratings, steps=steps),
+            row_of=row_of,
+            annotation=Annotation(
+                chain=chain,
+                source=AnnotationSource.HUMAN,
+                annotator=user,
+                assignment=assignment,
+                rewrite=rewrite,
+                duration_ms=duration_ms,
+                request_id=request_id,
+            ),
             now=now,
-            counted=counted,
         )
-        if counted is not None and counted[0] >= 2:
-            # Two or more passes now count: the chain's agreement moves with this one.
-            chains_agreement_refresh(chains=Chain.objects.filter(pk=chain.pk))
-        assignment.status = AssignmentStatus.SUBMITTED
-        assignment.finished_at = now
-        assignment.chain_open = counted is not None and not counted[1]
-        if counted is not None:
-            chain.finished_count, chain.is_finished = counted
-        annotation.chain = chain
-        return Submitted(annotation=annotation, created=True, ratings=rating_rows)
+
+
+def _submit_new(
+    *,
+    chain: Chain,
+    assignment: Assignment,
+    ratings: list[RatingInput],
+    row_of: dict[int, int] | None,
+    annotation: Annotation,
+    now: datetime,
+) -> Submitted:
+    """Write a validated submit's ``annotation`` with ``ratings`` (in step order, steps
+    named as the caller names them; ``row_of`` their row ids when those are public ids),
+    close the lease and count the annotation on the chain. Precondition: the chain's
+    row lock is held and the submit was validated under it."""
+    # finished_count was read under the lock, so it is current. A pass over a gold
+    # chain is a test, not real work: it does not count (annotation/services/gold.py).
+    counted = None
+    if not chain.is_gold:
+        finished = chain.finished_count + 1
+        counted = (finished, finished >= chain.project.overlap + chain.extra_labels)
+    _submit_write(
+        annotation=annotation,
+        ratings=ratings
+        if row_of is None
+        else [replace(r, step_id=row_of[r.step_id]) for r in ratings],
+        assignment_id=assignment.pk,
+        now=now,
+        counted=counted,
+    )
+    if counted is not None and counted[0] >= 2:
+        # Two or more passes now count: the chain's agreement moves with this one.
+        chains_agreement_refresh(chains=Chain.objects.filter(pk=chain.pk))
+    assignment.status = AssignmentStatus.SUBMITTED
+    assignment.finished_at = now
+    assignment.chain_open = counted is not None and not counted[1]
+    if counted is not None:
+        chain.finished_count, chain.is_finished = counted
+    annotation.chain = chain
+    return Submitted(annotation=annotation, created=True, ratings=ratings)

@@ -25,7 +25,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import CharField, Exists, OuterRef, Q, Value
+from django.db.models.functions import MD5, Cast, Concat
 
 from annotation.models import (
     Annotation,
@@ -40,6 +41,7 @@ from annotation.models import (
     ScreeningStatus,
     StepRating,
 )
+from annotation.public_ids import purpose_key
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -242,12 +244,28 @@ def unseen_gold_chains(*, project: Project, user: User, now: datetime) -> Q:
     )
 
 
-def unseen_gold_chain(*, project: Project, user: User, now: datetime) -> Chain | None:
-    """The first gold chain (by id, so screening gives every annotator the same set) that
-    ``user`` may still be offered (see ``unseen_gold_chains``), or None."""
+def gold_order(*, project: Project, annotator: User | None = None) -> MD5:
+    """A keyed shuffle of ``project``'s gold chains, as an expression to order by: the
+    chain id hashed behind a secret (``annotation.public_ids.purpose_key``) and, for one
+    annotator's own order, their user id. Id order served gold chains from a later
+    import in a rising sequence of their own beside the real work's; an order only the
+    key decides reveals nothing, and differs from one annotator to the next."""
+    scope = f"{project.pk}:{annotator.pk if annotator is not None else '*'}"
+    prefix = f"{purpose_key('gold-order').hex()}:{scope}:"
+    return MD5(Concat(Value(prefix), Cast("id", CharField())))
+
+
+def unseen_gold_chain(
+    *, project: Project, user: User, now: datetime, shuffle_for: User | None = None
+) -> Chain | None:
+    """The first gold chain that ``user`` may still be offered (see
+    ``unseen_gold_chains``) in a keyed shuffle of the project's gold chains, or None: the
+    project's own shuffle unless ``shuffle_for`` names an annotator, so that screening
+    gives every annotator the same set; their own for the gold mixed into their work."""
+    order = gold_order(project=project, annotator=shuffle_for)
     return (
         Chain.objects.filter(unseen_gold_chains(project=project, user=user, now=now))
-        .order_by("id")
+        .order_by(order, "id")
         .first()
     )
 

@@ -10,21 +10,27 @@ its normal candidate query, and the normal query never returns a gold chain:
 * a gold chain is offered to every annotator once, whatever the overlap, and a pass over
   it does not count toward ``Chain.finished_count`` (it is a test, not real work);
 * with ``Project.gold_rate`` r, a claim is gold with probability r while the annotator has
-  a gold chain they have not done. The draw is a hash of (project, annotator, number of
-  leases the annotator took in the project) unless a random source is injected, so a run
-  is reproducible and two annotators do not get gold on the same beat;
+  a gold chain they have not done. The draw is a keyed hash of (project, annotator, number
+  of leases the annotator took in the project) unless a random source is injected, so a
+  run is reproducible, two annotators do not get gold on the same beat, and no annotator
+  can work out which of their claims will be gold (they know all three, not the key);
+* the gold chain drawn is the next of the annotator's own order of the project's gold
+  chains, a keyed shuffle (``annotation.selectors.gold.unseen_gold_chain``): never id
+  order, which put gold imported after the real work in a sequence of its own;
 * with ``Project.screening_chains`` N > 0, an annotator (role "annotator") who has not
-  passed gets only gold chains, N of them (the first N by id, the same set for everyone),
-  then is scored: a step accuracy of at least ``screening_pass_accuracy`` passes, less
-  fails, and a failed annotator gets nothing more until a lead resets the screening.
+  passed gets only gold chains, N of them (the first N of the project's keyed shuffle, the
+  same set for everyone), then is scored: a step accuracy of at least
+  ``screening_pass_accuracy`` passes, less fails, and a failed annotator gets nothing
+  more until a lead resets the screening.
 
 Nothing here tells the annotator a chain is gold: the lease and its payload are the same
-as for any chain, and a submit records an ordinary human annotation.
+as for any chain (the ids in it are public ids, ``annotation.public_ids``), and a submit
+records an ordinary human annotation.
 """
 
 from __future__ import annotations
 
-import hashlib
+import hmac
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -49,6 +55,7 @@ from annotation.models import (
     Screening,
     ScreeningStatus,
 )
+from annotation.public_ids import purpose_key
 from annotation.queue.closed_leases import closed_leases_sync
 from annotation.selectors.gold import (
     ScreeningState,
@@ -300,13 +307,15 @@ BLOCKED = GoldPick(blocked=True)
 
 
 def gold_draw(*, project_id: int, user_id: int, claim_number: int) -> float:
-    """A uniform number in [0, 1) fixed by who claims and how many leases they took.
+    """A uniform number in [0, 1) fixed by who claims and how many leases they took, keyed
+    with a secret so that the annotator, who knows all three, cannot compute it.
 
     >>> gold_draw(project_id=1, user_id=2, claim_number=3) == gold_draw(
     ...     project_id=1, user_id=2, claim_number=3)
     True
     """
-    digest = hashlib.sha256(f"gold:{project_id}:{user_id}:{claim_number}".encode()).digest()
+    message = f"{project_id}:{user_id}:{claim_number}".encode()
+    digest = hmac.digest(purpose_key("gold-draw"), message, "sha256")
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
@@ -353,8 +362,8 @@ def gold_candidate(
     Returns NORMAL without a query when the project uses neither gold nor screening.
     Under screening (annotators who have not passed) the pick is the next screening chain,
     or BLOCKED when failed or when no gold chain is left to screen with. Otherwise, with
-    probability ``gold_rate`` (drawn from ``rng``, else from ``gold_draw``), the first gold
-    chain the user has not done, if any.
+    probability ``gold_rate`` (drawn from ``rng``, else from ``gold_draw``), the next gold
+    chain the user has not done in their own shuffled order, if any.
 
     Precondition: called by the claim, holding the user's claim lock."""
     if not project.gold_rate and not project.screening_chains:
@@ -377,7 +386,7 @@ def gold_candidate(
         draw = gold_draw(project_id=project.pk, user_id=user.pk, claim_number=claims)
     if draw >= project.gold_rate:
         return NORMAL
-    chain = unseen_gold_chain(project=project, user=user, now=now)
+    chain = unseen_gold_chain(project=project, user=user, now=now, shuffle_for=user)
     return GoldPick(chain=chain) if chain is not None else NORMAL
 
 

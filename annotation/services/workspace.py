@@ -168,8 +168,10 @@ def assignment_submit_and_claim_next(
     rewrite: str = "",
     duration_ms: int | None = None,
     request_id: str = "",
+    public_step_ids: bool = False,
 ) -> SubmitAndNext:
-    """``assignment_submit``, then ``lease_next`` in the same project: one
+    """``assignment_submit`` (``public_step_ids`` as there), then ``lease_next`` in the
+    same project: one
     round trip for the workspace instead of two, which is most of the wait between
     pressing submit and seeing the next chain.
 
@@ -185,6 +187,7 @@ def assignment_submit_and_claim_next(
         rewrite=rewrite,
         duration_ms=duration_ms,
         request_id=request_id,
+        public_step_ids=public_step_ids,
     )
     project = submitted.annotation.chain.project
     try:

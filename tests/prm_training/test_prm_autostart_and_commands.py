@@ -14,6 +14,7 @@ from django.core.management import call_command
 from prm_worker import WorkerFactory, wait_until
 
 from annotation.models import Chain
+from annotation.public_ids import CHAIN_IDS
 from prm_training.models import (
     ChainScore,
     ModelVersion,
@@ -31,7 +32,7 @@ CHECK_DONE = re.compile(r"Task prm_training\.autostart_check\[[^\]]+\] succeeded
 
 
 def _submit_next(client: Any, project: Any) -> int:
-    """Lease the next chain and rate every step correct; returns the chain id."""
+    """Lease the next chain and rate every step correct; returns the chain's row id."""
     leased = client.post(f"/api/v1/projects/{project.pk}/assignments/next/")
     assert leased.status_code == 200, leased.content
     body = leased.json()
@@ -42,7 +43,9 @@ def _submit_next(client: Any, project: Any) -> int:
         format="json",
     )
     assert submitted.status_code == 201, submitted.content
-    return body["chain"]["id"]
+    chain_id = CHAIN_IDS.read(body["chain"]["id"])
+    assert chain_id is not None
+    return chain_id
 
 
 def test_auto_retraining_starts_after_every_n_new_finished_chains(

@@ -10,6 +10,7 @@ import pytest
 from prm_worker import PrivateRedis, WorkerFactory, wait_until
 
 from annotation.models import Annotation, Chain
+from annotation.public_ids import CHAIN_IDS
 from prm_training.models import ModelVersion, RunStatus, TrainingRun
 from prm_training.services.training import (
     project_training_settings_update,
@@ -59,7 +60,7 @@ def test_labeling_goes_on_while_redis_is_down_and_training_waits_for_it(
         format="json",
     )
     assert submitted.status_code == 201, submitted.content
-    assert Annotation.objects.filter(chain_id=body["chain"]["id"]).exists()
+    assert Annotation.objects.filter(chain_id=CHAIN_IDS.read(body["chain"]["id"])).exists()
     assert Chain.objects.filter(project=project, is_finished=True).count() == 31
 
     # ...and ML staff's training request is accepted and waits in its row, not sent

@@ -24,6 +24,7 @@ from annotation.models import (
     Role,
     StepRating,
 )
+from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, STEP_IDS
 from annotation.queue.claim import assignment_claim_next
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.services.workspace import FLAG_REASON_PREFIX
@@ -32,13 +33,15 @@ from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, Use
 pytestmark = pytest.mark.django_db
 
 
-def lease_url(assignment_id: int, action: str) -> str:
-    return f"/api/v1/assignments/{assignment_id}/{action}/"
+def lease_url(lease: Assignment | int, action: str) -> str:
+    """The URL of ``action`` on a lease: an Assignment, or the public id an answer gave."""
+    public = ASSIGNMENT_IDS.show(lease.pk) if isinstance(lease, Assignment) else lease
+    return f"/api/v1/assignments/{public}/{action}/"
 
 
 def ratings_body(chain: Chain, value: int = 1, **extra: Any) -> dict[str, Any]:
     steps = chain.steps.order_by("index")
-    return {"ratings": [{"step": s.pk, "rating": value} for s in steps], **extra}
+    return {"ratings": [{"step": STEP_IDS.of(s), "rating": value} for s in steps], **extra}
 
 
 @pytest.fixture
@@ -62,7 +65,7 @@ def test_flag_takes_the_chain_out_of_the_queue_and_closes_the_lease(
     lease = assignment_claim_next(project=project, user=annotator)
 
     # When: they flag it
-    response = client.post(lease_url(lease.pk, "flag"), {"reason": " garbled "}, format="json")
+    response = client.post(lease_url(lease, "flag"), {"reason": " garbled "}, format="json")
 
     # Then: the chain is flagged, the lease closed with the reason, and nobody gets it
     assert response.status_code == 200, response.content
@@ -78,7 +81,7 @@ def test_flag_needs_a_reason(project: Project, annotator: Any, client: APIClient
     ChainFactory(project=project)
     lease = assignment_claim_next(project=project, user=annotator)
 
-    response = client.post(lease_url(lease.pk, "flag"), {"reason": "   "}, format="json")
+    response = client.post(lease_url(lease, "flag"), {"reason": "   "}, format="json")
 
     assert response.status_code == 400
     assert not Chain.objects.filter(is_flagged=True).exists()
@@ -90,10 +93,10 @@ def test_flag_of_a_submitted_lease_is_refused_and_flags_nothing(
     # Given: a submitted lease
     chain = ChainFactory(project=project, step_count=1)
     lease = assignment_claim_next(project=project, user=annotator)
-    client.post(lease_url(lease.pk, "submit"), ratings_body(chain), format="json")
+    client.post(lease_url(lease, "submit"), ratings_body(chain), format="json")
 
     # When: it is flagged afterwards
-    response = client.post(lease_url(lease.pk, "flag"), {"reason": "broken"}, format="json")
+    response = client.post(lease_url(lease, "flag"), {"reason": "broken"}, format="json")
 
     # Then: 409, and the chain is not flagged (the flag rolled back with the skip)
     assert response.status_code == 409
@@ -109,7 +112,7 @@ def test_flag_of_someone_elses_lease_is_404(
     lease = assignment_claim_next(project=project, user=annotator)
 
     response = client_for(make_member(project)).post(
-        lease_url(lease.pk, "flag"), {"reason": "broken"}, format="json"
+        lease_url(lease, "flag"), {"reason": "broken"}, format="json"
     )
 
     assert response.status_code == 404
@@ -123,10 +126,10 @@ def test_flag_through_a_skipped_lease_is_refused_and_flags_nothing(
     # Given: a lease the annotator skipped
     chain = ChainFactory(project=project)
     lease = assignment_claim_next(project=project, user=annotator)
-    client.post(lease_url(lease.pk, "skip"), {"reason": "too long"}, format="json")
+    client.post(lease_url(lease, "skip"), {"reason": "too long"}, format="json")
 
     # When: they flag the chain through that old lease
-    response = client.post(lease_url(lease.pk, "flag"), {"reason": "broken"}, format="json")
+    response = client.post(lease_url(lease, "flag"), {"reason": "broken"}, format="json")
 
     # Then: 409 with a reason, the chain stays in the queue, the skip reason is kept
     assert response.status_code == 409
@@ -150,7 +153,7 @@ def test_flag_through_an_expired_lease_is_refused_and_flags_nothing(
         Assignment.objects.filter(pk=lease.pk).update(status=AssignmentStatus.EXPIRED)
 
     # When: the annotator flags through it
-    response = client.post(lease_url(lease.pk, "flag"), {"reason": "broken"}, format="json")
+    response = client.post(lease_url(lease, "flag"), {"reason": "broken"}, format="json")
 
     # Then: 409 lease_lost, nothing flagged, the lease unchanged
     assert response.status_code == 409
@@ -168,7 +171,7 @@ def test_a_flag_keeps_its_author_reason_and_time_for_the_leads(
     chain = ChainFactory(project=project)
     lease = assignment_claim_next(project=project, user=annotator)
     before = timezone.now()
-    client.post(lease_url(lease.pk, "flag"), {"reason": " steps merged "}, format="json")
+    client.post(lease_url(lease, "flag"), {"reason": " steps merged "}, format="json")
 
     # When: a lead lists the flagged chains and opens the chain's labels
     lead = client_for(make_member(project, role=Role.LEAD))
@@ -204,7 +207,7 @@ def test_a_cleared_flag_records_the_lead_and_an_old_lease_cannot_flag_again(
     # Given: a chain flagged through a lease, then cleared by a lead
     chain = ChainFactory(project=project)
     lease = assignment_claim_next(project=project, user=annotator)
-    client.post(lease_url(lease.pk, "flag"), {"reason": "garbled"}, format="json")
+    client.post(lease_url(lease, "flag"), {"reason": "garbled"}, format="json")
     lead_user = make_member(project, role=Role.LEAD)
     lead = client_for(lead_user)
     cleared = lead.post(f"/api/v1/chains/{chain.pk}/unflag/")
@@ -218,7 +221,7 @@ def test_a_cleared_flag_records_the_lead_and_an_old_lease_cannot_flag_again(
     assert lead.get(f"/api/v1/projects/{project.pk}/flags/").json()["results"] == []
 
     # When: the annotator flags again through the old, closed lease
-    again = client.post(lease_url(lease.pk, "flag"), {"reason": "garbled"}, format="json")
+    again = client.post(lease_url(lease, "flag"), {"reason": "garbled"}, format="json")
 
     # Then: refused, and the lead's decision stands
     assert again.status_code == 409
@@ -235,7 +238,7 @@ def test_only_leads_clear_a_flag(
     # Given: a flagged chain
     chain = ChainFactory(project=project)
     lease = assignment_claim_next(project=project, user=annotator)
-    client.post(lease_url(lease.pk, "flag"), {"reason": "garbled"}, format="json")
+    client.post(lease_url(lease, "flag"), {"reason": "garbled"}, format="json")
 
     # When: annotators (the author included) and ML staff try to clear it
     tries = [
@@ -253,7 +256,7 @@ def test_a_flag_reason_is_bounded(project: Project, annotator: Any, client: APIC
     ChainFactory(project=project)
     lease = assignment_claim_next(project=project, user=annotator)
 
-    response = client.post(lease_url(lease.pk, "flag"), {"reason": "x" * 2_001}, format="json")
+    response = client.post(lease_url(lease, "flag"), {"reason": "x" * 2_001}, format="json")
 
     assert response.status_code == 400
     assert "reason" in response.json()
@@ -283,7 +286,7 @@ def test_my_stats_counts_only_my_work_today_and_in_total(
     skipped = ChainFactory(project=project)
     lease = assignment_claim_next(project=project, user=annotator)
     assert lease.chain_id == skipped.pk
-    client.post(lease_url(lease.pk, "skip"), {"reason": "too long"}, format="json")
+    client.post(lease_url(lease, "skip"), {"reason": "too long"}, format="json")
     other = make_member(project)
     their_lease = assignment_claim_next(project=project, user=other)  # the chain I skipped
     assignment_submit(
@@ -329,8 +332,13 @@ def test_submit_and_next_records_times_and_returns_the_next_chain(
     steps = list(first.steps.order_by("index"))
     body = {
         "ratings": [
-            {"step": steps[0].pk, "rating": 1, "duration_ms": 1200},
-            {"step": steps[1].pk, "rating": -1, "duration_ms": 3400, "comment": "wrong sign"},
+            {"step": STEP_IDS.of(steps[0]), "rating": 1, "duration_ms": 1200},
+            {
+                "step": STEP_IDS.of(steps[1]),
+                "rating": -1,
+                "duration_ms": 3400,
+                "comment": "wrong sign",
+            },
         ],
         "rewrite": "The right step.",
         "duration_ms": 5000,
@@ -338,14 +346,15 @@ def test_submit_and_next_records_times_and_returns_the_next_chain(
     }
 
     # When
-    response = client.post(lease_url(lease.pk, "submit-and-next"), body, format="json")
+    response = client.post(lease_url(lease, "submit-and-next"), body, format="json")
 
     # Then: the annotation landed with per-step times, and the next chain came back leased
     assert response.status_code == 201, response.content
     data = response.json()
     assert data["next_status"] == "leased"
-    assert data["next"]["chain"]["id"] == second.pk
-    assert Assignment.objects.get(pk=data["next"]["assignment"]["id"]).chain_id == second.pk
+    assert data["next"]["chain"]["id"] == CHAIN_IDS.show(second.pk)
+    following = Assignment.objects.get(pk=ASSIGNMENT_IDS.read(data["next"]["assignment"]["id"]))
+    assert following.chain_id == second.pk
     annotation = Annotation.objects.get(pk=data["annotation"]["id"])
     assert annotation.duration_ms == 5000 and annotation.rewrite == "The right step."
     assert list(
@@ -355,7 +364,7 @@ def test_submit_and_next_records_times_and_returns_the_next_chain(
     ) == [(1, 1200, ""), (-1, 3400, "wrong sign")]
 
     # When: the same request is repeated (a dropped answer)
-    again = client.post(lease_url(lease.pk, "submit-and-next"), body, format="json")
+    again = client.post(lease_url(lease, "submit-and-next"), body, format="json")
 
     # Then: nothing new is written, the status is the first answer's and the same next
     # lease is returned
@@ -371,9 +380,7 @@ def test_submit_and_next_on_the_last_chain_says_empty(
     chain = ChainFactory(project=project, step_count=1)
     lease = assignment_claim_next(project=project, user=annotator)
 
-    response = client.post(
-        lease_url(lease.pk, "submit-and-next"), ratings_body(chain), format="json"
-    )
+    response = client.post(lease_url(lease, "submit-and-next"), ratings_body(chain), format="json")
 
     assert response.status_code == 201
     assert response.json()["next"] is None
@@ -388,7 +395,7 @@ def test_submit_and_next_with_bad_ratings_claims_nothing(
     body = ratings_body(chain)
     body["ratings"] = body["ratings"][:1]  # all_steps mode needs both
 
-    response = client.post(lease_url(lease.pk, "submit-and-next"), body, format="json")
+    response = client.post(lease_url(lease, "submit-and-next"), body, format="json")
 
     assert response.status_code == 400
     assert Assignment.objects.filter(annotator=annotator).count() == 1
@@ -402,7 +409,7 @@ def test_step_duration_must_not_be_negative(
     body = ratings_body(chain)
     body["ratings"][0]["duration_ms"] = -5
 
-    response = client.post(lease_url(lease.pk, "submit"), body, format="json")
+    response = client.post(lease_url(lease, "submit"), body, format="json")
 
     assert response.status_code == 400
     assert not Annotation.objects.exists()
@@ -493,12 +500,10 @@ def test_submit_and_next_query_count_does_not_grow_with_steps(
     big = ChainFactory(project=project, step_count=30)
     lease = assignment_claim_next(project=project, user=annotator)
     assert lease.chain_id == small.pk
-    response = client.post(
-        lease_url(lease.pk, "submit-and-next"), ratings_body(small), format="json"
-    )
+    response = client.post(lease_url(lease, "submit-and-next"), ratings_body(small), format="json")
     assert response.status_code == 201
     lease_id = response.json()["next"]["assignment"]["id"]
-    chain = Assignment.objects.get(pk=lease_id).chain
+    chain = Assignment.objects.get(pk=ASSIGNMENT_IDS.read(lease_id)).chain
 
     # When / Then: a 30-step submit that leases the next 30-step chain takes 20 queries
     # for submit, claim and output together, none of them per step
@@ -507,4 +512,4 @@ def test_submit_and_next_query_count_does_not_grow_with_steps(
             lease_url(lease_id, "submit-and-next"), ratings_body(chain), format="json"
         )
     assert response.status_code == 201
-    assert response.json()["next"]["chain"]["id"] == big.pk
+    assert response.json()["next"]["chain"]["id"] == CHAIN_IDS.show(big.pk)

@@ -13,6 +13,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import Chain, LabelingMode, Project, Role, Step
+from annotation.public_ids import CHAIN_IDS
 from tests.browser import (
     ARTIFACTS,
     chromium_running,
@@ -135,7 +136,7 @@ def test_annotator_reopens_a_submitted_chain_with_their_ratings(
     second = page.evaluate(
         SUBMIT_NEXT, {"next": next_url, "ratings": [1, 1, 1], "comments": [], "rewrite": ""}
     )
-    assert (first, second) == (math.pk, plain.pk)
+    assert (first, second) == (CHAIN_IDS.show(math.pk), CHAIN_IDS.show(plain.pk))
 
     # Then: the workspace has nothing left and links to the history from its summary
     workspace_open(page=page, base_url=live_server.url, project_id=project.pk)

@@ -29,6 +29,7 @@ from annotation.models import (
     Step,
     StepRating,
 )
+from annotation.public_ids import ASSIGNMENT_IDS
 from annotation.services.workspace import FLAG_REASON_PREFIX
 from tests.browser import (
     ARTIFACTS,
@@ -173,7 +174,8 @@ def test_grade_whole_chain_with_keyboard_only(live_server: Any, page: Page) -> N
     assert [c for i, (_, c) in enumerate(ratings) if i != 1] == [""] * 5
     assert annotation.duration_ms is not None and annotation.duration_ms > 0
     assert all(d is not None for d in annotation.ratings.values_list("duration_ms", flat=True))
-    assert annotation.request_id.startswith(f"ws-{annotation.assignment_id}-")
+    # (the workspace names its lease by the public id the API gave it)
+    assert annotation.request_id.startswith(f"ws-{ASSIGNMENT_IDS.show(annotation.assignment_id)}-")
     assert drafts(page) == []
     # And: the own counts show the submit
     expect(page.locator("#stat-total")).to_have_text("1")

@@ -20,6 +20,7 @@ from annotation.models import (
     Role,
     StepRating,
 )
+from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, PUBLIC_ID_MAX, STEP_IDS
 from prm_training.services import training
 from tests.factories import ChainFactory, ProblemFactory, ProjectFactory, UserFactory
 
@@ -35,8 +36,9 @@ def lease_url(assignment_id: int, action: str) -> str:
 
 
 def ratings_body(chain_id: int, value: int = 1, **extra: object) -> dict:
-    steps = Chain.objects.get(pk=chain_id).steps.order_by("index")
-    return {"ratings": [{"step": s.pk, "rating": value} for s in steps], **extra}
+    """A submit body rating every step of the chain whose public id is ``chain_id``."""
+    steps = Chain.objects.get(pk=CHAIN_IDS.read(chain_id)).steps.order_by("index")
+    return {"ratings": [{"step": STEP_IDS.of(s), "rating": value} for s in steps], **extra}
 
 
 @pytest.fixture
@@ -73,13 +75,13 @@ def test_next_returns_the_lease_and_the_chain_to_label(project, client) -> None:
     assert response.status_code == 200
     body = response.json()
     lease = Assignment.objects.get()
-    assert body["assignment"]["id"] == lease.pk
+    assert body["assignment"]["id"] == ASSIGNMENT_IDS.show(lease.pk)
     assert body["assignment"]["expires_at"].startswith(lease.expires_at.strftime("%Y-%m-%dT%H:%M"))
     steps = list(chain.steps.order_by("index"))
     assert body["chain"] == {
-        "id": chain.pk,
+        "id": CHAIN_IDS.show(chain.pk),
         "problem": {"text": "What is 6 * 7?", "reference_answer": "42"},
-        "steps": [{"id": s.pk, "index": s.index, "text": s.text} for s in steps],
+        "steps": [{"id": STEP_IDS.of(s), "index": s.index, "text": s.text} for s in steps],
         "final_answer": "42",
         "labeling_mode": "all_steps",
     }
@@ -138,7 +140,8 @@ def test_the_queue_needs_authentication(project, api_client, annotator) -> None:
 
     assert api_client.post(next_url(project)).status_code in (401, 403)
     for action in ("submit", "renew", "skip"):
-        assert api_client.post(lease_url(lease.pk, action), {}).status_code in (401, 403)
+        url = lease_url(ASSIGNMENT_IDS.show(lease.pk), action)
+        assert api_client.post(url, {}).status_code in (401, 403)
     assert not Assignment.objects.exclude(pk=lease.pk).exists()
 
 
@@ -193,7 +196,7 @@ def test_a_repeated_submit_answers_as_the_first_did(project, client, extras) -> 
 @pytest.mark.parametrize(
     ("mutate", "field", "expected"),
     [
-        (lambda b: b["ratings"][1].update(rating=5), "ratings", "Step 2 (id"),
+        (lambda b: b["ratings"][1].update(rating=5), "ratings", "Step 2: a rating is"),
         (lambda b: b["ratings"].pop(), "ratings", "missing: step 3"),
         (lambda b: b["ratings"].append(dict(b["ratings"][0])), "ratings", "more than once"),
         (lambda b: b["ratings"][0].update(step=10**9), "ratings", "not a step of this chain"),
@@ -245,6 +248,29 @@ def test_first_error_submit_over_http(make_member, client_for) -> None:
     assert len(accepted.json()["annotation"]["ratings"]) == 2
 
 
+def test_leases_and_steps_are_named_by_their_public_ids_only(project, client) -> None:
+    # Given a lease on a chain
+    ChainFactory(project=project)
+    leased = client.post(next_url(project)).json()
+    lease = Assignment.objects.get()
+    assert leased["assignment"]["id"] != lease.pk
+
+    # Then the lease's row id names no lease of the caller, nor does a number past the
+    # public ids' range
+    body = ratings_body(leased["chain"]["id"])
+    for wrong in (lease.pk, PUBLIC_ID_MAX + 1):
+        assert client.post(lease_url(wrong, "renew")).status_code == 404
+        assert client.post(lease_url(wrong, "submit"), body, format="json").status_code == 404
+    # And a step named by its row id is no step of the chain, and the message names the
+    # rating, not a row id
+    step_row_id = lease.chain.steps.order_by("index")[0].pk
+    body["ratings"][0]["step"] = step_row_id
+    response = client.post(lease_url(leased["assignment"]["id"], "submit"), body, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"ratings": ["The step of rating 1 is not a step of this chain."]}
+    assert not Annotation.objects.exists()
+
+
 def test_submit_for_someone_elses_lease_is_404(project, client, make_member, client_for):
     ChainFactory(project=project)
     leased = client.post(next_url(project)).json()
@@ -266,7 +292,7 @@ def test_submit_of_an_expired_lease_taken_by_someone_else_is_409(
     # Given a lease that ran out, and whose place another annotator then took
     ChainFactory(project=project)
     leased = client.post(next_url(project)).json()
-    Assignment.objects.filter(pk=leased["assignment"]["id"]).update(
+    Assignment.objects.filter(pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"])).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
     assert client_for(make_member(project)).post(next_url(project)).status_code == 200
@@ -288,7 +314,7 @@ def test_submit_of_an_expired_lease_taken_by_someone_else_is_409(
 def test_submit_of_an_expired_lease_whose_place_is_free_is_201(project, client) -> None:
     ChainFactory(project=project)
     leased = client.post(next_url(project)).json()
-    Assignment.objects.filter(pk=leased["assignment"]["id"]).update(
+    Assignment.objects.filter(pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"])).update(
         expires_at=timezone.now() - timedelta(hours=1)
     )
 
@@ -322,13 +348,14 @@ def test_renew_extends_the_lease(project, client) -> None:
     leased = client.post(next_url(project)).json()
     lease_id = leased["assignment"]["id"]
     soon = timezone.now() + timedelta(minutes=1)
-    Assignment.objects.filter(pk=lease_id).update(expires_at=soon)
+    Assignment.objects.filter(pk=ASSIGNMENT_IDS.read(lease_id)).update(expires_at=soon)
 
     response = client.post(lease_url(lease_id, "renew"))
 
     assert response.status_code == 200
     assert response.json()["id"] == lease_id
-    assert Assignment.objects.get(pk=lease_id).expires_at > soon + timedelta(minutes=25)
+    lease = Assignment.objects.get(pk=ASSIGNMENT_IDS.read(lease_id))
+    assert lease.expires_at > soon + timedelta(minutes=25)
 
 
 def test_renew_and_skip_of_someone_elses_lease_are_404(project, client, make_member, client_for):
@@ -338,7 +365,8 @@ def test_renew_and_skip_of_someone_elses_lease_are_404(project, client, make_mem
 
     assert intruder.post(lease_url(lease_id, "renew")).status_code == 404
     assert intruder.post(lease_url(lease_id, "skip"), {"reason": "x"}).status_code == 404
-    assert Assignment.objects.get(pk=lease_id).status == AssignmentStatus.ACTIVE
+    lease = Assignment.objects.get(pk=ASSIGNMENT_IDS.read(lease_id))
+    assert lease.status == AssignmentStatus.ACTIVE
 
 
 def test_skip_needs_a_reason_and_then_the_chain_is_gone(project, client) -> None:

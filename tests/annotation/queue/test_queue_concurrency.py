@@ -28,6 +28,7 @@ from annotation.models import (
     Chain,
     Project,
 )
+from annotation.public_ids import ASSIGNMENT_IDS, STEP_IDS
 from annotation.queue.claim import assignment_claim_next, assignment_prefetch
 from annotation.queue.errors import LeaseLost
 from annotation.queue.leases import assignment_skip
@@ -555,14 +556,16 @@ def test_a_skip_racing_a_submit_of_the_same_lease_has_exactly_one_winner(
         lease = assignment_claim_next(project=project, user=user)
         assert lease is not None
         steps = Chain.objects.get(pk=lease.chain_id).steps.order_by("index")
-        body = {"ratings": [{"step": s.pk, "rating": 1} for s in steps], "request_id": f"r{trial}"}
+        ratings = [{"step": STEP_IDS.of(s), "rating": 1} for s in steps]
+        body = {"ratings": ratings, "request_id": f"r{trial}"}
         answers: dict[str, tuple[int, dict]] = {}
         start = threading.Barrier(2, timeout=BARRIER_TIMEOUT)
         outcome = Outcome()
 
         # When the skip (or flag) and the submit of that lease are sent at the same instant
-        skip_url = f"/api/v1/assignments/{lease.pk}/{action}/"
-        submit_url = f"/api/v1/assignments/{lease.pk}/submit/"
+        lease_id = ASSIGNMENT_IDS.show(lease.pk)
+        skip_url = f"/api/v1/assignments/{lease_id}/{action}/"
+        submit_url = f"/api/v1/assignments/{lease_id}/submit/"
         run_threads(
             [
                 post(start, answers, "skip", skip_url, {"reason": "unsure"}),

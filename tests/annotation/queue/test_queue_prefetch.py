@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from annotation.api.assignments import AnnotationOutputSerializer, annotation_payload
 from annotation.models import Annotation, Assignment, AssignmentStatus, Chain, Project, Role
+from annotation.public_ids import CHAIN_IDS, STEP_IDS
 from annotation.queue.claim import MAX_LIVE_LEASES, assignment_claim_next, assignment_prefetch
 from annotation.queue.leases import assignment_renew
 from annotation.queue.submit import RatingInput, assignment_submit
@@ -32,8 +33,9 @@ def submit_url(assignment_id: int) -> str:
 
 
 def ratings_body(chain_id: int, **extra: object) -> dict:
-    steps = Chain.objects.get(pk=chain_id).steps.order_by("index")
-    return {"ratings": [{"step": s.pk, "rating": 1} for s in steps], **extra}
+    """A submit body rating every step of the chain whose public id is ``chain_id``."""
+    steps = Chain.objects.get(pk=CHAIN_IDS.read(chain_id)).steps.order_by("index")
+    return {"ratings": [{"step": STEP_IDS.of(s), "rating": 1} for s in steps], **extra}
 
 
 def rate_all(chain_id: int) -> list[RatingInput]:
@@ -274,10 +276,11 @@ def test_a_submits_answer_is_what_the_schema_describes(project, annotator) -> No
     lease = assignment_claim_next(project=project, user=annotator)
     assert lease is not None
     steps = list(chain.steps.order_by("index"))
+    # (named by their public ids, as the API's submit names them)
     ratings = [
-        RatingInput(step_id=steps[2].pk, rating=0, comment="  unsure <b>why</b> "),
-        RatingInput(step_id=steps[0].pk, rating=1, duration_ms=1200),
-        RatingInput(step_id=steps[1].pk, rating=-1),
+        RatingInput(step_id=STEP_IDS.of(steps[2]), rating=0, comment="  unsure <b>why</b> "),
+        RatingInput(step_id=STEP_IDS.of(steps[0]), rating=1, duration_ms=1200),
+        RatingInput(step_id=STEP_IDS.of(steps[1]), rating=-1),
     ]
     submitted = assignment_submit(
         assignment_id=lease.pk,
@@ -286,9 +289,14 @@ def test_a_submits_answer_is_what_the_schema_describes(project, annotator) -> No
         rewrite="fixed step",
         duration_ms=5000,
         request_id="r-1",
+        public_step_ids=True,
     )
     repeat = assignment_submit(
-        assignment_id=lease.pk, user=annotator, ratings=ratings, request_id="r-1"
+        assignment_id=lease.pk,
+        user=annotator,
+        ratings=ratings,
+        request_id="r-1",
+        public_step_ids=True,
     )
 
     # When the answer is built from what the submit recorded, and from its repeat
@@ -297,8 +305,9 @@ def test_a_submits_answer_is_what_the_schema_describes(project, annotator) -> No
     # Then it is what the schema's serializer gives for the stored row, ratings in step
     # order, comments stripped; the repeat answers the same
     described = AnnotationOutputSerializer(Annotation.objects.get(pk=submitted.annotation.pk))
-    by_step = sorted(described.data["ratings"], key=lambda r: r["step"])  # steps in id order
+    # (the stored rows come in step row id order)
+    by_step = sorted(described.data["ratings"], key=lambda r: STEP_IDS.read(r["step"])[1])
     assert payload == {**described.data, "ratings": by_step}
-    assert [r["step"] for r in payload["ratings"]] == [s.pk for s in steps]
+    assert [r["step"] for r in payload["ratings"]] == [STEP_IDS.of(s) for s in steps]
     assert payload["ratings"][2]["comment"] == "unsure <b>why</b>"
     assert not repeat.created and annotation_payload(repeat) == payload

@@ -375,8 +375,7 @@ def test_all_steps_mode_requires_every_step(project, make_member) -> None:
         )
 
     message = " ".join(info.value.message_dict["ratings"])
-    assert f"step 2 (id {steps[1].pk})" in message
-    assert f"step 3 (id {steps[2].pk})" in message
+    assert "step 2, step 3" in message
     assert not Annotation.objects.exists()
 
 
@@ -445,7 +444,7 @@ def test_first_error_mode_refuses_ratings_after_the_first_incorrect_step(make_me
 
     message = " ".join(info.value.message_dict["ratings"])
     assert "first incorrect step (step 2)" in message
-    assert f"step 4 (id {s[3].pk})" in message
+    assert "step 4" in message
     assert not Annotation.objects.exists()
 
 

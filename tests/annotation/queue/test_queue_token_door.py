@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from annotation.api.assignments import QueueView
 from annotation.models import Annotation, Assignment, AssignmentStatus, Chain
+from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, STEP_IDS
 from tests.factories import ChainFactory, ProjectFactory
 
 pytestmark = pytest.mark.django_db
@@ -27,8 +28,9 @@ def submit_url(assignment_id: int) -> str:
 
 
 def ratings_body(chain_id: int, value: int = 1, **extra: object) -> dict:
-    steps = Chain.objects.get(pk=chain_id).steps.order_by("index")
-    return {"ratings": [{"step": s.pk, "rating": value} for s in steps], **extra}
+    """A submit body rating every step of the chain whose public id is ``chain_id``."""
+    steps = Chain.objects.get(pk=CHAIN_IDS.read(chain_id)).steps.order_by("index")
+    return {"ratings": [{"step": STEP_IDS.of(s), "rating": value} for s in steps], **extra}
 
 
 @pytest.fixture
@@ -158,13 +160,15 @@ def test_errors_are_drfs(case: str, project, make_member, door_calls) -> None:
                 project=other,
                 chain=Chain.objects.filter(project=other).get(),
                 annotator=make_member(other),
-                expires_at=Assignment.objects.get(pk=leased["assignment"]["id"]).expires_at,
+                expires_at=Assignment.objects.get(
+                    pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"])
+                ).expires_at,
             )
             body = {"ratings": [{"step": 1, "rating": 1}]}
-            got = both("post", submit_url(stranger_lease.pk), body)
+            got = both("post", submit_url(ASSIGNMENT_IDS.show(stranger_lease.pk)), body)
             expected_status = 404
         else:  # lost_lease: expired, and its place went to someone else
-            Assignment.objects.filter(pk=leased["assignment"]["id"]).update(
+            Assignment.objects.filter(pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"])).update(
                 status=AssignmentStatus.EXPIRED
             )
             project.overlap = 1
@@ -172,9 +176,11 @@ def test_errors_are_drfs(case: str, project, make_member, door_calls) -> None:
             taker = make_member(project)
             Assignment.objects.create(
                 project=project,
-                chain_id=leased["chain"]["id"],
+                chain_id=CHAIN_IDS.read(leased["chain"]["id"]),
                 annotator=taker,
-                expires_at=Assignment.objects.get(pk=leased["assignment"]["id"]).expires_at,
+                expires_at=Assignment.objects.get(
+                    pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"])
+                ).expires_at,
             )
             got = both("post", url, ratings_body(leased["chain"]["id"]))
             expected_status = 409

@@ -11,6 +11,7 @@ from django.http import Http404
 from django.test import Client
 
 from annotation.models import Annotation, Project, StepRating
+from annotation.public_ids import CHAIN_IDS
 from annotation.selectors.history import (
     annotator_history_chain,
     annotator_history_page,
@@ -295,7 +296,7 @@ def test_api_reopens_own_chain_with_ratings(
     }
     assert (body["annotation"], body["chain"], body["problem"]) == (
         mine.pk,
-        mine.chain_id,
+        CHAIN_IDS.show(mine.chain_id),
         "Find $x$.",
     )
     assert [(s["index"], s["rating"], s["comment"]) for s in body["steps"]] == [

@@ -23,6 +23,7 @@ from annotation.queue.leases import assignment_skip
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.selectors.gold import (
     compare_to_gold,
+    gold_order,
     gold_scores,
     screening_state_get,
 )
@@ -49,6 +50,13 @@ def make_gold(project, key: list[int | None], step_count: int | None = None) -> 
     gold_mark(project=project, chain_ids=[chain.pk])
     chain.refresh_from_db()
     return chain
+
+
+def shuffled(chains: list[Chain], project, annotator=None) -> list[Chain]:
+    """``chains`` in the keyed order the queue offers gold in: the project's own (screening)
+    or one annotator's (gold mixed into their work)."""
+    order = gold_order(project=project, annotator=annotator)
+    return list(Chain.objects.filter(pk__in=[c.pk for c in chains]).order_by(order, "id"))
 
 
 def ratings(chain: Chain, labels: list[int | None]) -> list[RatingInput]:
@@ -227,6 +235,7 @@ def test_rate_one_gives_every_gold_chain_once_then_real_work(project, make_membe
 
     leased = [claim_submit(project, user) for _ in range(4)]
 
+    gold = shuffled(gold, project, user)
     assert [c.pk if c else None for c in leased] == [gold[0].pk, gold[1].pk, real.pk, None]
 
 
@@ -302,6 +311,7 @@ def test_a_prefetch_gets_another_gold_chain(project, make_member):
     current = assignment_claim_next(project=project, user=user)
     prefetched = assignment_prefetch(project=project, user=user)
 
+    gold = shuffled(gold, project, user)
     assert (current.chain_id, prefetched.chain_id) == (gold[0].pk, gold[1].pk)
 
 
@@ -310,14 +320,15 @@ def test_a_prefetch_gets_another_gold_chain(project, make_member):
 
 @pytest.fixture
 def screened(project):
-    """Screening on 2 chains at 75 % step accuracy, 3 gold chains, 2 real ones."""
+    """Screening on 2 chains at 75 % step accuracy, 3 gold chains (in the order screening
+    offers them), 2 real ones."""
     project.screening_chains = 2
     project.screening_pass_accuracy = 0.75
     project.labeling_mode = LabelingMode.FIRST_ERROR
     project.save()
     gold = [make_gold(project, [1, 1, -1, 1]) for _ in range(3)]
     real = [ChainFactory(project=project, priority=1.0) for _ in range(2)]
-    return gold, real
+    return shuffled(gold, project), real
 
 
 def test_screening_gives_only_gold_then_passes_to_real_work(project, make_member, screened):
@@ -374,6 +385,34 @@ def test_screening_leases_no_more_gold_than_it_needs(project, make_member, scree
     assert assignment_prefetch(project=project, user=user) is None
     state = screening_state_get(project=project, user=user, now=timezone.now())
     assert (state.status, state.waiting_for_gold) == (ScreeningStatus.PENDING, False)
+
+
+def test_screening_is_one_set_for_everyone_and_gold_in_work_each_annotator_s_own_order(
+    project, make_member
+):
+    # Given: eight gold chains, and screening on three of them
+    gold = [make_gold(project, [1, 1, 1]) for _ in range(8)]
+    project.screening_chains = 3
+    project.screening_pass_accuracy = 0.0
+    project.save()
+    first, second = make_member(project), make_member(project)
+
+    # When: both are screened
+    screening = [[claim_submit(project, user).pk for _ in range(3)] for user in (first, second)]
+
+    # Then: both got the same three, not the three oldest, in the project's keyed order
+    assert screening[0] == screening[1] == [c.pk for c in shuffled(gold, project)[:3]]
+    assert screening[0] != [c.pk for c in gold[:3]]
+
+    # When: the rest come mixed into their work (every claim gold while gold is left)
+    project.screening_chains = 0
+    project.gold_rate = 1.0
+    project.save()
+    rest = [[claim_submit(project, user).pk for _ in range(5)] for user in (first, second)]
+
+    # Then: each gets the other five in an order of their own
+    assert set(rest[0]) == set(rest[1]) == {c.pk for c in gold} - set(screening[0])
+    assert rest[0] != rest[1]
 
 
 def test_a_pending_screening_cannot_be_reset(project, make_member, screened):

@@ -1,0 +1,143 @@
+"""Public ids: the ids of chains, steps and assignments as annotators read and send them.
+
+Row ids grow in insertion order, so shown as they are they order work by when it came
+in: gold chains imported after the real work had the larger chain and step ids, and an
+annotator could tell them apart by id alone (issue 22). Every such id an annotator reads
+(the queue's answers on both doors, the workspace, the history) and every one they send
+back (a lease in a path, a step in a submit) is therefore a public id: a keyed
+permutation of the row id, one key per kind, so that the public id of one row reveals
+nothing about another's, nor the order in which rows were written, to anyone without the
+key. A step's public id is its chain's permutation (a kind of its own, over 36 bits)
+followed by the step's index (16 bits): one permutation per chain, not per step, on the
+queue's hot path, and it says no more than what the answer shows beside it (which chain,
+which step). Leads and ML staff keep reading row ids in their own rooms (the data
+manager, review, gold and training), which never show the public ones.
+
+The permutation is a six-round Feistel network with keyed BLAKE2b as its round function
+(a pseudo-random permutation by Luby and Rackoff's construction), over 52 bits, so a
+public id stays below 2**53 and survives a JavaScript number. Its keys come from
+``SECRET_KEY``: rotating the secret changes every public id (a lease an annotator holds
+is then found again through ``next``, under its new id).
+
+>>> ids = PublicIds("example")
+>>> ids.read(ids.show(42)) == 42
+True
+>>> ids.read(0) is None and ids.read(2**52 + 1) is None
+True
+>>> STEP_IDS.read(STEP_IDS.show(7, 3)) == (7, 3)
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+from typing import Any
+
+from django.conf import settings
+
+# Row ids 1 .. 2**52 map onto public ids 1 .. 2**52 (zero is neither).
+PUBLIC_ID_BITS = 52
+PUBLIC_ID_MAX = 1 << PUBLIC_ID_BITS
+_ROUNDS = 6
+
+
+def purpose_key(purpose: str) -> bytes:
+    """A secret key for one purpose, derived from ``SECRET_KEY``: the keys of two purposes
+    are unrelated, and none can be worked out from what an annotator reads."""
+    return _purpose_key(settings.SECRET_KEY, purpose)
+
+
+@functools.cache
+def _purpose_key(secret: str, purpose: str) -> bytes:
+    return hmac.digest(secret.encode(), f"steplab.{purpose}".encode(), "sha256")
+
+
+@functools.cache
+def _round_functions(secret: str, kind: str) -> tuple[Any, ...]:
+    """The keyed round functions of ``kind``'s permutation, ready to be copied."""
+    key = _purpose_key(secret, f"public-ids.{kind}")
+    return tuple(
+        hashlib.blake2b(key=key, digest_size=4, person=f"round-{i}".encode())
+        for i in range(_ROUNDS)
+    )
+
+
+class PublicIds:
+    """The public ids of one kind of row (``"chain"``, ``"assignment"``): a keyed
+    permutation of 1 .. 2**bits."""
+
+    def __init__(self, kind: str, bits: int = PUBLIC_ID_BITS) -> None:
+        assert bits % 2 == 0, "a balanced Feistel network: two halves of equal width"
+        self.kind = kind
+        self.max = 1 << bits
+        self._half_bits = bits // 2
+        self._half_mask = (1 << self._half_bits) - 1
+
+    def _rounds(self) -> tuple[Any, ...]:
+        return _round_functions(settings.SECRET_KEY, self.kind)
+
+    def show(self, pk: int) -> int:
+        """The public id of the row ``pk`` (1 .. 2**bits)."""
+        if not 1 <= pk <= self.max:
+            raise ValueError(f"A {self.kind} id past {self.max} has no public id.")
+        half, mask = self._half_bits, self._half_mask
+        left, right = (pk - 1) >> half, (pk - 1) & mask
+        for round_function in self._rounds():
+            h = round_function.copy()
+            h.update(right.to_bytes(4, "little"))
+            left, right = right, left ^ (int.from_bytes(h.digest(), "little") & mask)
+        return ((left << half) | right) + 1
+
+    def read(self, public: int) -> int | None:
+        """The row id whose public id is ``public``; None for a number that is no public
+        id at all. Any number in range reads as some row id, existing or not: the caller
+        looks the row up and answers for it as for any id it does not know."""
+        if not 1 <= public <= self.max:
+            return None
+        half, mask = self._half_bits, self._half_mask
+        left, right = (public - 1) >> half, (public - 1) & mask
+        for round_function in reversed(self._rounds()):
+            h = round_function.copy()
+            h.update(left.to_bytes(4, "little"))
+            left, right = right ^ (int.from_bytes(h.digest(), "little") & mask), left
+        return ((left << half) | right) + 1
+
+
+class StepPublicIds:
+    """Steps' public ids: the chain's own permutation (``"step"``, 36 bits) in the high
+    bits, the step's index in the low 16. The public id of step ``i`` of a chain is
+    ``base(chain) + i``: one permutation per chain, however many steps it has."""
+
+    INDEX_BITS = 16
+
+    def __init__(self) -> None:
+        self._chains = PublicIds("step", bits=PUBLIC_ID_BITS - self.INDEX_BITS)
+
+    def base(self, chain_pk: int) -> int:
+        """The public id of the chain's step 0; step ``i``'s is this plus ``i``."""
+        return ((self._chains.show(chain_pk) - 1) << self.INDEX_BITS) + 1
+
+    def show(self, chain_pk: int, index: int) -> int:
+        if not 0 <= index < 1 << self.INDEX_BITS:
+            raise ValueError(f"A step index past {1 << self.INDEX_BITS} has no public id.")
+        return self.base(chain_pk) + index
+
+    def of(self, step: Any) -> int:
+        """The public id of a Step (its ``chain_id`` and ``index``)."""
+        return self.show(step.chain_id, step.index)
+
+    def read(self, public: int) -> tuple[int, int] | None:
+        """(chain row id, step index) of a step's public id; None for a number that is
+        none."""
+        if not 1 <= public <= PUBLIC_ID_MAX:
+            return None
+        high, index = (public - 1) >> self.INDEX_BITS, (public - 1) & ((1 << self.INDEX_BITS) - 1)
+        chain_pk = self._chains.read(high + 1)
+        return None if chain_pk is None else (chain_pk, index)
+
+
+CHAIN_IDS = PublicIds("chain")
+STEP_IDS = StepPublicIds()
+ASSIGNMENT_IDS = PublicIds("assignment")
