@@ -16,6 +16,7 @@ bench/bench_foundation.py (BENCHMARKS.md, "Foundation")."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -36,6 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", default="10,150", help="steps per chain, comma-separated")
     parser.add_argument("--pairs", type=int, default=20_000, help="pairs timed per row")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out" / "public_ids.json")
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.dev")
     sys.path.insert(0, str(REPO_ROOT))
@@ -44,6 +46,7 @@ def main() -> None:
     django.setup()
     from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, STEP_IDS
 
+    rows = []
     print(f"{'steps':>6} {'row ids, us/pair':>17} {'public ids, us/pair':>20} {'added us':>9}")
     for steps in (int(s) for s in args.steps.split(",")):
         lease, chain, step_rows = 123_456_789, 4_567_890, list(range(9_000_000, 9_000_000 + steps))
@@ -71,6 +74,13 @@ def main() -> None:
         plain = _per_pair_us(with_row_ids, pairs)
         public = _per_pair_us(with_public_ids, pairs)
         print(f"{steps:>6} {plain:>17.1f} {public:>20.1f} {public - plain:>9.1f}")
+        rows.append({"steps": steps, "row_ids_us": plain, "public_ids_us": public})
+    report = {
+        "rows": rows,
+        "added_us_per_pair": max(r["public_ids_us"] - r["row_ids_us"] for r in rows),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

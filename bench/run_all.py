@@ -140,6 +140,14 @@ SUITE: tuple[Bench, ...] = (
         "the data manager's filtered pages at 1,000,000 chains",
     ),
     Bench(
+        "public_ids",
+        "bench_public_ids.py",
+        (),
+        ("--pairs", "2000"),
+        "public_ids.json",
+        "public ids' CPU per next+submit pair against row ids",
+    ),
+    Bench(
         "workspace",
         "bench_workspace.py",
         (),

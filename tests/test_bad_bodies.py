@@ -34,6 +34,8 @@ NO_BODY = {
     "assignment-prefetch",
     "assignment-renew",
     "api-training-run-cancel",
+    "api-training-run-retry",
+    "api-scoring-run-retry",
     "api-project-member",  # DELETE removes a member
     "api-model-version-activate",
     "api-gold-screening-reset",

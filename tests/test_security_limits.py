@@ -110,5 +110,12 @@ def test_an_import_line_over_the_limit_is_rejected_with_its_line_number() -> Non
     job = client.get(response.json()["url"]).json()
     # Then: the file is refused whole, naming line 2 and why
     assert job["status"] == "failed", job
-    assert job["errors"] == [{"line": 2, "reason": f"line longer than {MAX_LINE_BYTES} bytes"}]
+    assert job["errors"] == [
+        {
+            "line": 2,
+            "record": None,
+            "where": "line 2",
+            "reason": f"line longer than {MAX_LINE_BYTES} bytes",
+        }
+    ]
     assert (ImportBatch.objects.count(), Chain.objects.count()) == (0, 0)

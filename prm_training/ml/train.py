@@ -913,11 +913,9 @@ def train_prm(
     (batches, per epoch), evaluating (the steps scored for calibration and the held-out
     metrics), writing; it may raise ``RunCancelled`` to stop between two batches.
 
-    Raises TrainingCancelled as soon as ``should_stop()`` returns true (checked with
-    progress, see ``PRMConfig.report_every_s``), and ValueError when no training step
-    carries a usable label. With ``config.processes`` > 1 and no process group yet, the
-    training runs in that many processes (``distributed``). With ``config.zero_shot``
-    nothing trains: ``zero_shot_prm``."""
+    Raises TrainingCancelled once ``should_stop()`` is true (``PRMConfig.report_every_s``),
+    ValueError when no training step has a usable label. ``config.processes`` > 1 with no
+    process group: ``distributed``; ``config.zero_shot``: ``zero_shot_prm``."""
     if config.zero_shot:
         return zero_shot_prm(config, train, heldout, out_dir, should_stop=should_stop, phase=phase)
     if config.processes > 1 and process_group()[1] == 1:

@@ -132,7 +132,8 @@ def test_worker_makes_a_zero_shot_version_that_orders_an_unlabeled_queue(
     assert run.status == RunStatus.SUCCEEDED, run.error
     version = ModelVersion.objects.get(training_run=run)
     assert version.is_active and version.is_zero_shot and version.snapshot is None
-    scoring = scoring_run_start(project=project, user=None, random_fraction=0.0)
+    # with entropy set by hand ('auto' stays random until labels give evidence)
+    scoring = scoring_run_start(project=project, user=None, strategy="entropy", random_fraction=0.0)
     _wait_until_ended(ScoringRun, scoring, worker=worker, timeout=180, what="the scoring run")
 
     # Then the queue of the unlabeled project follows the PRM's own step uncertainty

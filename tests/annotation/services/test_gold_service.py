@@ -287,8 +287,9 @@ def test_a_gold_chain_marked_after_it_was_finished_is_still_offered(project, mak
 def test_an_expired_gold_lease_is_offered_again_and_a_skipped_one_not(project, make_member):
     project.gold_rate = 1.0
     project.save()
-    first, second = make_gold(project, [1, 1, 1]), make_gold(project, [1, 1, 1])
+    gold = [make_gold(project, [1, 1, 1]) for _ in range(2)]
     user = make_member(project)
+    first, second = shuffled(gold, project, user)
     now = timezone.now()
     lease = assignment_claim_next(project=project, user=user, now=now)
     assert lease.chain_id == first.pk
@@ -402,7 +403,8 @@ def test_screening_is_one_set_for_everyone_and_gold_in_work_each_annotator_s_own
 
     # Then: both got the same three, not the three oldest, in the project's keyed order
     assert screening[0] == screening[1] == [c.pk for c in shuffled(gold, project)[:3]]
-    assert screening[0] != [c.pk for c in gold[:3]]
+    # (the keyed order of all eight is the creation order once in 40,320)
+    assert shuffled(gold, project) != gold
 
     # When: the rest come mixed into their work (every claim gold while gold is left)
     project.screening_chains = 0
@@ -410,9 +412,10 @@ def test_screening_is_one_set_for_everyone_and_gold_in_work_each_annotator_s_own
     project.save()
     rest = [[claim_submit(project, user).pk for _ in range(5)] for user in (first, second)]
 
-    # Then: each gets the other five in an order of their own
-    assert set(rest[0]) == set(rest[1]) == {c.pk for c in gold} - set(screening[0])
-    assert rest[0] != rest[1]
+    # Then: each gets the other five in an order of their own, keyed by who they are
+    left = [c for c in gold if c.pk not in screening[0]]
+    assert rest == [[c.pk for c in shuffled(left, project, user)] for user in (first, second)]
+    assert shuffled(gold, project, first) != shuffled(gold, project, second)
 
 
 def test_a_pending_screening_cannot_be_reset(project, make_member, screened):
