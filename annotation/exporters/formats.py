@@ -18,8 +18,11 @@ Formats (one record per chain unless said otherwise):
   "final_answer_correct"}``; ``label`` is the index of the earliest -1 (an ambiguous
   step counts as the error only with ``negative``), or -1 when every step is rated and
   none is wrong. A chain with no error but unrated steps cannot claim "no error" and is
-  not written. ``final_answer_correct`` compares the final answer with the problem's
-  reference answer (ignoring spaces and $), null when either is missing.
+  not written. What came in stays: ``id`` is the source record's own id (a ProcessBench
+  or generic file's ``id``, kept in the chain's meta), else ``steplab-<project>-<chain>``;
+  ``final_answer_correct`` is the record's own verdict where it gave one, else the final
+  answer compared with the problem's reference answer (ignoring spaces and $), null when
+  either is missing. A ProcessBench file imported and exported so gives back its records.
 - ``openrlhf``: OpenRLHF's process-reward dataset (``openrlhf.cli.train_prm``)
   ``{"input", "value"}``, laid out as Math-Shepherd is, the data OpenRLHF's PRM examples
   train on: the problem, then ``Step k: <step> ки`` a line, the placeholder ``ки`` closing

@@ -97,11 +97,13 @@ def processbench_record(
     label = first_error_index(labels=example.labels, ambiguous=ambiguous)
     if label is None:
         return None
-    correct = None
-    if example.final_answer and example.reference_answer:
+    # What came in stays: the record's own verdict, else one from the answers.
+    correct = example.answer_correct
+    if correct is None and example.final_answer and example.reference_answer:
         correct = _answer_key(example.final_answer) == _answer_key(example.reference_answer)
+    source_id = example.source_id
     return {
-        "id": f"steplab-{project_id}-{example.chain_id}",
+        "id": source_id if source_id is not None else f"steplab-{project_id}-{example.chain_id}",
         "generator": example.generator,
         "problem": example.problem,
         "steps": example.steps,

@@ -40,6 +40,7 @@ _STREAM_TYPES = (
     "text",
     "text",
     "text",
+    "text",
     "text[]",
 )
 
@@ -52,6 +53,16 @@ def stated_verdict(meta: Any) -> bool | None:
     """The import's own verdict on a chain's final answer (ProcessBench's
     ``final_answer_correct``, kept in the chain's meta), if it gave one."""
     return _verdict(meta.get("final_answer_correct") if isinstance(meta, dict) else None)
+
+
+def _source_id(value: Any) -> str | int | None:
+    return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+
+def stated_id(meta: Any) -> str | int | None:
+    """The id the chain's source record gave it (ProcessBench's ``id``, a generic line's
+    ``id``, kept in the chain's meta), if it gave a string or an integer."""
+    return _source_id(meta.get("id") if isinstance(meta, dict) else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +83,8 @@ class SnapshotExample:
     # The import's own verdict on the final answer (ProcessBench's final_answer_correct,
     # kept in the chain's meta) when it gave one: what the PRM reads as the answer's grade.
     answer_correct: bool | None = None
+    # The source record's own id (``stated_id``), which an export writes back.
+    source_id: str | int | None = None
 
 
 # Which snapshots ``snapshot_list`` returns: a person's (or the command line's) datasets,
@@ -192,6 +205,7 @@ def snapshot_examples(
                 generator=row[7],
                 steps=steps.get(row[1], []),
                 answer_correct=stated_verdict(row[10]),
+                source_id=stated_id(row[10]),
             )
 
 
@@ -215,7 +229,7 @@ _STREAM_SQL = f"""
     FROM (
         SELECT sc.chain_id, c.content_hash, sc.split, sc.labels::text, sc.support::text,
                {{votes}}, p.text, p.reference_answer, c.final_answer, c.generator,
-               (c.meta -> 'final_answer_correct')::text
+               (c.meta -> 'final_answer_correct')::text, (c.meta -> 'id')::text
         FROM {SnapshotChain._meta.db_table} sc
         JOIN {Chain._meta.db_table} c ON c.id = sc.chain_id
         JOIN {Problem._meta.db_table} p ON p.id = c.problem_id
@@ -285,6 +299,7 @@ def snapshot_examples_streamed(
                 final_answer,
                 generator,
                 verdict,
+                source_id,
                 steps,
             ) in copy.rows():
                 yield SnapshotExample(
@@ -300,6 +315,7 @@ def snapshot_examples_streamed(
                     generator=generator,
                     steps=steps,
                     answer_correct=_verdict(loads(verdict) if verdict is not None else None),
+                    source_id=_source_id(loads(source_id) if source_id is not None else None),
                 )
 
 

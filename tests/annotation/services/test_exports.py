@@ -21,6 +21,7 @@ from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.services.exports import export_write
 from annotation.services.imports import chain_import
 from annotation.services.snapshots import snapshot_create
+from tests.conftest import require_shared_data
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -359,3 +360,27 @@ def test_export_dataset_command_errors(project, tmp_path):
         call_command(
             "export_dataset", project.name, "--format", "csv", "--out", str(tmp_path / "a/b.csv")
         )
+
+
+@pytest.mark.parametrize("name", ["gsm8k.json", "math.json"])
+def test_processbench_file_round_trips_with_its_ids_and_verdicts(tmp_path, name):
+    """A real ProcessBench file imported and exported as ProcessBench gives back every
+    record: its id, steps (stripped, as every import stores text), label and
+    final_answer_correct."""
+    path = require_shared_data() / "processbench" / name
+    given = {record["id"]: record for record in json.loads(path.read_text(encoding="utf-8"))}
+    project = ProjectFactory(labeling_mode=LabelingMode.FIRST_ERROR)
+    chain_import(project=project, path=path, fmt="processbench")
+    snapshot = snapshot_create(project=project, heldout_fraction=0.0)
+    out = tmp_path / "pb.jsonl"
+    result = export_write(snapshot=snapshot, fmt="processbench", path=out)
+
+    back = {row["id"]: row for row in map(json.loads, out.read_text("utf-8").splitlines())}
+    assert result.records == len(back) == len(given)
+    for record_id, record in given.items():
+        row = back[record_id]
+        assert row["steps"] == [step.strip() for step in record["steps"]]
+        assert row["problem"] == record["problem"].strip()
+        assert row["label"] == record["label"]
+        assert row["final_answer_correct"] is record["final_answer_correct"]
+        assert row["generator"] == record["generator"]
