@@ -274,6 +274,35 @@ class ImportBatch(models.Model):
         return f"{self.filename} ({self.format})"
 
 
+class EvaluationSet(models.Model):
+    """Chains a lead set apart to measure model versions on (``services.evaluation_sets``):
+    an import's chains, marked after they carry labels (the import's, or human passes made
+    before). Its chains are never trained on and never leased; every model version of the
+    project is scored on it (``prm_training``'s ``EvaluationResult``). A chain belongs to
+    one set at most (``Chain.evaluation_set``); unmarking a set returns its chains to
+    ordinary work and drops the results measured on it."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="evaluation_sets")
+    name = models.CharField(max_length=200)
+    import_batch = models.ForeignKey(
+        ImportBatch, on_delete=models.CASCADE, related_name="evaluation_sets"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project_id", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["import_batch"], name="evaluation_set_one_per_import"),
+            models.UniqueConstraint(fields=["project", "name"], name="evaluation_set_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"evaluation set {self.name}"
+
+
 class ImportJobStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"
@@ -411,6 +440,16 @@ class Chain(models.Model):
         related_name="+",
         db_index=False,
     )
+    # The evaluation set the chain is held out in (``EvaluationSet``): never trained on,
+    # never leased (out of the queue's index below).
+    evaluation_set = models.ForeignKey(
+        EvaluationSet,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="chains",
+        db_index=False,
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -430,8 +469,14 @@ class Chain(models.Model):
                 "project",
                 models.F("priority").desc(),
                 "id",
-                condition=Q(is_finished=False, is_flagged=False),
+                condition=Q(is_finished=False, is_flagged=False, evaluation_set__isnull=True),
                 name="chain_queue_idx",
+            ),
+            # The chains of an evaluation set: what training leaves out and a run scores.
+            models.Index(
+                fields=["evaluation_set", "id"],
+                condition=Q(evaluation_set__isnull=False),
+                name="chain_evaluation_idx",
             ),
             # Gold chains of a project: few, scanned at every gold claim and score.
             models.Index(

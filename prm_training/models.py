@@ -10,7 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from annotation.models import Chain, Project, Snapshot
+from annotation.models import Chain, EvaluationSet, Project, Snapshot
 
 
 class RunStatus(models.TextChoices):
@@ -72,6 +72,12 @@ class ProjectTrainingSettings(models.Model):
     )
     default_config = models.JSONField(
         default=dict, blank=True, help_text="PRMConfig fields used by automatic runs."
+    )
+    promotion_needs_evaluation_sets = models.BooleanField(
+        default=False,
+        help_text="A version is made active (by hand or after its run) only when it loses on "
+        "no evaluation set of the project: scored on each, and its F1 not below the "
+        "strongest baseline that reads no step with the interval clear of zero.",
     )
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -216,6 +222,46 @@ class ModelVersion(models.Model):
     def is_zero_shot(self) -> bool:
         """Made without training (``PRMConfig.zero_shot``): its metrics say so."""
         return bool(self.metrics.get("zero_shot"))
+
+
+class EvaluationResult(models.Model):
+    """One model version's figures on one evaluation set, measured by the training task
+    after the version's run (``services.evaluation``): the official report with intervals
+    (``ml.evaluation.evaluation_report``: per-subset F1 and their mean, AUROC, PRMScore
+    where it applies, each baseline's, and the paired difference with the strongest
+    baseline that reads no step), what windows still cut, and whether it loses there."""
+
+    model_version = models.ForeignKey(
+        ModelVersion, on_delete=models.CASCADE, related_name="evaluation_results"
+    )
+    evaluation_set = models.ForeignKey(
+        EvaluationSet, on_delete=models.CASCADE, related_name="results"
+    )
+    chains = models.PositiveIntegerField(default=0, help_text="Chains of the set scored.")
+    unlabeled_chains = models.PositiveIntegerField(
+        default=0, help_text="Chains of the set with no label in the run's snapshot: not scored."
+    )
+    report = models.JSONField(default=dict, blank=True)
+    truncation = models.JSONField(
+        default=dict, blank=True, help_text="What windows of max_length cut (ml.score)."
+    )
+    loses = models.BooleanField(
+        null=True,
+        help_text="F1 below the strongest baseline's with the paired interval under zero; "
+        "null when undefined (no labeled chain, or no baseline kept).",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["evaluation_set_id", "-model_version_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model_version", "evaluation_set"], name="evaluation_result_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_version} on {self.evaluation_set}"
 
 
 class ScoringRun(models.Model):

@@ -40,6 +40,7 @@ NO_BODY = {
     "api-model-version-activate",
     "api-gold-screening-reset",
     "api-chain-unflag",
+    "api-evaluation-set",  # DELETE unmarks the set
 }
 WRITE_METHODS = ("post", "put", "patch", "delete")
 

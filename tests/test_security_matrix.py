@@ -28,9 +28,11 @@ from rest_framework.test import APIClient
 
 from annotation.models import Assignment, BulkAction, ImportJob, Invite, Role, Step
 from annotation.public_ids import ASSIGNMENT_IDS, STEP_IDS
+from annotation.services.evaluation_sets import evaluation_set_mark
 from prm_training.models import RunStatus, TrainingRun
 from tests.factories import (
     ChainFactory,
+    ImportBatchFactory,
     MembershipFactory,
     ProjectFactory,
     annotation_with_ratings,
@@ -134,6 +136,8 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "api-gold-from-import": {"post": API_LEADS},
     "api-gold-scores": {"get": API_LEADS},
     "api-gold-screening-reset": {"post": API_LEADS},
+    "api-evaluation-sets": {"get": API_ML_AND_LEADS, "post": API_LEADS},
+    "api-evaluation-set": {"delete": API_LEADS},
     # ---------------------------------------------------------------- PRM loop
     "api-training-runs": {"get": API_ML_AND_LEADS, "post": API_ML},
     "api-training-run": {"get": API_ML_AND_LEADS},
@@ -258,6 +262,8 @@ def world(db: Any) -> dict[str, Any]:
         invited_by=users["lead"],
         expires_at=timezone.now() + timedelta(days=1),
     )
+    held_out = ChainFactory(project=project, import_batch=ImportBatchFactory(project=project))
+    evaluation_set = evaluation_set_mark(project=project, import_batch_id=held_out.import_batch_id)
     bulk = BulkAction.objects.create(
         project=project, created_by=users["lead"], kind="unflag", chain_ids=[chain.pk]
     )
@@ -274,6 +280,7 @@ def world(db: Any) -> dict[str, Any]:
         "job_id": import_job.pk,
         "invite_id": invite.pk,
         "bulk_id": bulk.pk,
+        "evaluation_set_id": evaluation_set.pk,
     }
     return {"users": users, "ids": ids}
 

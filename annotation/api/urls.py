@@ -15,5 +15,6 @@ urlpatterns = [
     path("", include("annotation.api.review_urls")),
     path("", include("annotation.api.chain_urls")),
     path("", include("annotation.api.gold_urls")),
+    path("", include("annotation.api.evaluation_set_urls")),
     path("", include("annotation.api.dashboard_urls")),
 ]

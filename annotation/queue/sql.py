@@ -63,8 +63,9 @@ PLACE_FREE_SQL = f"""
     )
 """
 
-# Highest priority, then oldest. ``project_id``, ``NOT is_finished``, ``NOT is_flagged`` and
-# the order match the partial index ``chain_queue_idx``: the scan walks the index and stops
+# Highest priority, then oldest. ``project_id``, ``NOT is_finished``, ``NOT is_flagged``, no
+# evaluation set (its chains are never leased) and the order match the partial index
+# ``chain_queue_idx``: the scan walks the index and stops
 # at the first chain that passes the per-chain probes.
 # The ``NOT IN`` repeats a test of the predicate on purpose: PostgreSQL runs it as one hashed
 # subplan (the caller's submitted and skipped chains, read once by the annotator index), so
@@ -80,7 +81,7 @@ PLACE_FREE_SQL = f"""
 CANDIDATE_SQL = f"""
     SELECT c.id FROM {Chain._meta.db_table} c
     WHERE c.project_id = %(project)s AND NOT c.is_finished AND NOT c.is_flagged
-      AND NOT c.is_gold
+      AND c.evaluation_set_id IS NULL AND NOT c.is_gold
       AND c.id NOT IN (
           SELECT a.chain_id FROM {Assignment._meta.db_table} a
           WHERE a.annotator_id = %(user)s AND a.project_id = %(project)s AND a.chain_open

@@ -38,12 +38,27 @@ def chain_subsets(*, chain_ids: Sequence[int]) -> dict[int, str]:
     return out
 
 
-def snapshot_chain_examples(*, snapshot: Snapshot, split: str | None = None) -> list[ChainExample]:
+def evaluation_chain_ids(*, project_id: int) -> set[int]:
+    """The chains of the project's evaluation sets as they are now
+    (``annotation.services.evaluation_sets``): what no model is trained on."""
+    return set(
+        Chain.objects.filter(project_id=project_id, evaluation_set__isnull=False).values_list(
+            "pk", flat=True
+        )
+    )
+
+
+def snapshot_chain_examples(
+    *, snapshot: Snapshot, split: str | None = None, without_evaluation: bool = False
+) -> list[ChainExample]:
     """The snapshot's chains as the ML package's ChainExample, in chain order, labels from
     the snapshot (consensus at snapshot time, not the chain's labels now), read by the
-    same streamed reader as the exports."""
+    same streamed reader as the exports. ``without_evaluation``: leave out the chains of
+    the project's evaluation sets as they are now, whenever the snapshot was taken (what
+    training and the simulator read)."""
     from prm_training.ml.data import ChainExample
 
+    held_out = evaluation_chain_ids(project_id=snapshot.project_id) if without_evaluation else set()
     examples = [
         ChainExample(
             chain_id=example.chain_id,
@@ -55,6 +70,7 @@ def snapshot_chain_examples(*, snapshot: Snapshot, split: str | None = None) -> 
             answer_correct=example.answer_correct,
         )
         for example in snapshot_examples_streamed(snapshot=snapshot, split=split)
+        if example.chain_id not in held_out
     ]
     return _with_subsets(examples)
 

@@ -63,12 +63,13 @@ SCORING_PAGE = 1_000
 
 
 def chains_to_score(*, project: Project) -> QuerySet[Chain]:
-    """The chains the PRM should rank: open (not finished, not flagged) and with no human
-    annotation yet. Chains that a person has begun to label keep their place."""
+    """The chains the PRM should rank: open (not finished, not flagged, in no evaluation
+    set: never leased) and with no human annotation yet. Chains that a person has begun to
+    label keep their place."""
     human = Annotation.objects.filter(chain=OuterRef("pk"), source=AnnotationSource.HUMAN)
-    return Chain.objects.filter(project=project, is_finished=False, is_flagged=False).filter(
-        ~Exists(human)
-    )
+    return Chain.objects.filter(
+        project=project, is_finished=False, is_flagged=False, evaluation_set__isnull=True
+    ).filter(~Exists(human))
 
 
 def scoring_run_start(

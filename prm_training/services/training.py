@@ -301,12 +301,17 @@ def _zero_shot_snapshot(run: TrainingRun) -> Snapshot | None:
 
 
 def _snapshot_splits(snapshot: Snapshot | None) -> tuple[list[ChainExample], list[ChainExample]]:
-    """(training chains, held-out chains) of ``snapshot``; none without one."""
+    """(training chains, held-out chains) of ``snapshot``, neither holding a chain of an
+    evaluation set; none without a snapshot."""
     if snapshot is None:
         return [], []
     return (
-        snapshot_chain_examples(snapshot=snapshot, split=SnapshotSplit.TRAIN),
-        snapshot_chain_examples(snapshot=snapshot, split=SnapshotSplit.HELDOUT),
+        snapshot_chain_examples(
+            snapshot=snapshot, split=SnapshotSplit.TRAIN, without_evaluation=True
+        ),
+        snapshot_chain_examples(
+            snapshot=snapshot, split=SnapshotSplit.HELDOUT, without_evaluation=True
+        ),
     )
 
 

@@ -100,7 +100,8 @@ def _read_chains(paths: list[Path], fmt: str) -> tuple[list[Any], dict[int, bool
 
 
 def _read_project(project_id: int) -> tuple[list[Any], dict[int, bool | None], int]:
-    """(ChainExamples of the project's newest snapshot, their graded answers, its version)."""
+    """(ChainExamples of the project's newest snapshot but its evaluation sets' chains, which
+    the loop never labels nor trains on, their graded answers, its version)."""
     from annotation.models import Project, Snapshot
     from prm_training.ml.inputs import answer_grade
     from prm_training.services.examples import snapshot_chain_examples
@@ -110,7 +111,7 @@ def _read_project(project_id: int) -> tuple[list[Any], dict[int, bool | None], i
     snapshot = Snapshot.objects.filter(project_id=project_id).order_by("-version").first()
     if snapshot is None:
         raise CommandError(f"project {project_id} has no snapshot: take one first")
-    examples = snapshot_chain_examples(snapshot=snapshot)
+    examples = snapshot_chain_examples(snapshot=snapshot, without_evaluation=True)
     graded = {example.chain_id: answer_grade(example) for example in examples}
     return examples, graded, snapshot.version
 

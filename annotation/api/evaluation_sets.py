@@ -1,0 +1,114 @@
+"""Evaluation sets over HTTP: leads mark an import as one and unmark it; leads and ML staff
+list them. Thin: check access, call one service or selector, serialize. Each version's
+figures on them are the training app's (``api-evaluation-results``)."""
+
+from __future__ import annotations
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotation.api.fields import IdField
+from annotation.api.permissions import LEADS, project_for_request, request_user
+from annotation.models import EvaluationSet, ImportBatch, Role
+from annotation.selectors.access import project_get_for_member
+from annotation.selectors.evaluation_sets import evaluation_set_list
+from annotation.services.evaluation_sets import NAME_MAX, evaluation_set_mark, evaluation_set_unmark
+
+LEADS_AND_ML = (Role.LEAD, Role.ML)
+NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is not a member.")
+
+
+class EvaluationSetInputSerializer(serializers.Serializer):
+    import_batch = IdField(help_text="An import of this project whose chains carry labels.")
+    name = serializers.CharField(
+        max_length=NAME_MAX,
+        required=False,
+        allow_blank=True,
+        help_text="Blank: the import's file name.",
+    )
+
+
+class EvaluationSetOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    import_batch = serializers.IntegerField(source="import_batch_id")
+    filename = serializers.CharField(source="import_batch.filename")
+    chains = serializers.IntegerField(source="chain_count", help_text="Chains held out.")
+    labeled_chains = serializers.IntegerField(
+        source="labeled_count", help_text="Chains with labels: what versions are scored on."
+    )
+    created_by = serializers.CharField(source="created_by.username", allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+class ProjectEvaluationSetsApi(APIView):
+    @extend_schema(
+        tags=["evaluation sets"],
+        operation_id="evaluation_sets_list",
+        summary="The project's evaluation sets (leads and ML staff)",
+        responses={
+            200: EvaluationSetOutputSerializer(many=True),
+            403: OpenApiResponse(description="An annotator."),
+            404: NOT_A_MEMBER,
+        },
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id, roles=LEADS_AND_ML)
+        sets = evaluation_set_list(project=project)
+        return Response(EvaluationSetOutputSerializer(sets, many=True).data)
+
+    @extend_schema(
+        tags=["evaluation sets"],
+        operation_id="evaluation_set_mark",
+        summary="Hold out an import's chains as an evaluation set (leads only)",
+        description="Its chains leave the queue and every training run; every version "
+        "trained afterwards is scored on them. Mark an import once its chains carry labels.",
+        request=EvaluationSetInputSerializer,
+        responses={
+            201: EvaluationSetOutputSerializer,
+            400: OpenApiResponse(description="Invalid input, or the import is already one."),
+            403: OpenApiResponse(description="Not a lead of the project."),
+            404: OpenApiResponse(description="No such project or import, or not a member."),
+        },
+    )
+    def post(self, request: Request, project_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id, roles=LEADS)
+        data = EvaluationSetInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            marked = evaluation_set_mark(
+                project=project,
+                import_batch_id=data.validated_data["import_batch"],
+                name=data.validated_data.get("name", ""),
+                actor=request_user(request),
+            )
+        except ImportBatch.DoesNotExist:
+            raise Http404("No such import in this project.") from None
+        row = evaluation_set_list(project=project).get(pk=marked.pk)
+        return Response(EvaluationSetOutputSerializer(row).data, status=status.HTTP_201_CREATED)
+
+
+class EvaluationSetDetailApi(APIView):
+    @extend_schema(
+        tags=["evaluation sets"],
+        operation_id="evaluation_set_unmark",
+        summary="Return an evaluation set's chains to ordinary work (leads only)",
+        description="The chains go back to the queue and to training; the figures measured "
+        "on the set are dropped.",
+        responses={
+            204: None,
+            403: OpenApiResponse(description="Not a lead of the set's project."),
+            404: OpenApiResponse(description="No such evaluation set, or not a member."),
+        },
+    )
+    def delete(self, request: Request, evaluation_set_id: int) -> Response:
+        evaluation_set = EvaluationSet.objects.filter(pk=evaluation_set_id).first()
+        if evaluation_set is None:
+            raise Http404("No such evaluation set.")
+        project_get_for_member(user=request.user, project_id=evaluation_set.project_id, roles=LEADS)
+        evaluation_set_unmark(evaluation_set=evaluation_set)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,45 @@
+"""The evaluation set endpoints: a lead marks, lists and unmarks; ML staff read."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from annotation.models import Chain
+from tests.factories import ChainFactory, ImportBatchFactory, annotation_with_ratings
+
+pytestmark = pytest.mark.django_db
+
+
+def _client(user) -> APIClient:
+    client = APIClient()
+    client.force_login(user)
+    return client
+
+
+def test_a_lead_marks_an_import_ml_staff_read_it_and_the_lead_unmarks_it(project, make_member):
+    batch = ImportBatchFactory(project=project, filename="unseen.jsonl")
+    chains = [ChainFactory(project=project, import_batch=batch) for _ in range(3)]
+    annotation_with_ratings(chain=chains[0], labels=[1, 1, -1], import_batch=batch)
+    lead, ml = make_member(project, "lead"), make_member(project, "ml")
+    url = reverse("api-evaluation-sets", kwargs={"project_id": project.pk})
+
+    response = _client(ml).post(url, {"import_batch": batch.pk}, format="json")
+    assert response.status_code == 403
+    response = _client(lead).post(url, {"import_batch": batch.pk}, format="json")
+    assert response.status_code == 201, response.content
+    marked = response.json()
+    assert (marked["name"], marked["chains"], marked["labeled_chains"]) == ("unseen.jsonl", 3, 1)
+    again = _client(lead).post(url, {"import_batch": batch.pk, "name": "x"}, format="json")
+    assert again.status_code == 400 and "import_batch" in again.json()
+    assert _client(lead).post(url, {"import_batch": 10**12}, format="json").status_code == 404
+
+    listed = _client(ml).get(url).json()
+    assert [row["id"] for row in listed] == [marked["id"]]
+
+    detail = reverse("api-evaluation-set", kwargs={"evaluation_set_id": marked["id"]})
+    assert _client(ml).delete(detail).status_code == 403
+    assert _client(lead).delete(detail).status_code == 204
+    assert not Chain.objects.filter(evaluation_set__isnull=False).exists()
+    assert _client(lead).delete(detail).status_code == 404
