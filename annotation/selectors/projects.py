@@ -35,7 +35,8 @@ def progress_annotations() -> dict[str, Any]:
     project list and the lead dashboard both read it, so they cannot disagree.
 
     - ``chains_total``, ``chains_finished`` (``Chain.is_finished``), ``chains_flagged``:
-      gold chains left out (every annotator labels them, so they never finish),
+      gold chains left out (every annotator labels them, so they never finish), and the
+      chains of evaluation sets (never leased, so never finished),
     - ``annotations_finished``: finished human annotations, counting at most ``overlap``
       (plus the chain's ``extra_labels``) per chain so that lowering the overlap never
       shows more than 100 %;
@@ -47,7 +48,7 @@ def progress_annotations() -> dict[str, Any]:
     as an expression over these."""
     # Also filters out the chain-less LEFT JOIN row: LEAST ignores NULL on PostgreSQL, so
     # that row would otherwise count ``overlap`` finished annotations.
-    work = Q(chains__is_gold=False)
+    work = Q(chains__is_gold=False, chains__evaluation_set__isnull=True)
     return {
         "chains_total": Count("chains", filter=work),
         "chains_finished": Count("chains", filter=work & Q(chains__is_finished=True)),

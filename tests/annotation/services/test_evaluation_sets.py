@@ -88,3 +88,21 @@ def test_marking_refuses_twice_a_taken_name_and_an_import_of_gold_only(project):
     other = ImportBatchFactory()
     with pytest.raises(ImportBatch.DoesNotExist):
         evaluation_set_mark(project=project, import_batch_id=other.pk)
+
+
+def test_progress_leaves_the_chains_of_an_evaluation_set_out(project):
+    from annotation.selectors.projects import progress_annotations
+
+    held = _imported(project, ImportBatchFactory(project=project), 3)
+    ChainFactory(project=project)
+
+    def total() -> int:
+        return (
+            type(project)
+            .objects.filter(pk=project.pk)
+            .aggregate(**{"n": progress_annotations()["chains_total"]})["n"]
+        )
+
+    assert total() == 4
+    evaluation_set_mark(project=project, import_batch_id=held[0].import_batch_id)
+    assert total() == 1
