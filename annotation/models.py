@@ -967,3 +967,28 @@ class ChainEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} on chain {self.chain_id}"
+
+
+class ConsensusFit(models.Model):
+    """A project's last Dawid-Skene fit, shared by every web process and worker
+    (``annotation.services.consensus.dawid_skene_fit``): the fitted arrays, and the stamp
+    of the label state they were fitted on. A reader uses it only while the project's
+    stamp is still the same, so a stale fit is never served as current; one row per
+    project and import-labels rule, replaced by each refit."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    import_labels = models.CharField(max_length=16, choices=ImportLabels.choices)
+    stamp = models.CharField(max_length=200)
+    data = models.BinaryField()
+    seconds = models.FloatField()
+    fitted_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "import_labels"], name="consensus_fit_one_per_rule"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Dawid-Skene fit of project {self.project_id} ({self.import_labels})"

@@ -116,10 +116,12 @@ def test_the_circle_check_finds_a_circle() -> None:
 # Where app code may run SQL it wrote: the queue's hot path, the import's and the
 # export's COPY paths (with the import's advisory lock), a job's progress (an import's, a
 # bulk action's: on a connection of its own, which the ORM cannot name), the snapshot's
-# advisory lock, and the health check's SELECT 1. Everything else goes through the ORM.
+# and the consensus fit's advisory locks, and the health check's SELECT 1. Everything
+# else goes through the ORM.
 SQL_ALLOWED = {
     "annotation/services/imports.py",
     "annotation/services/progress.py",
+    "annotation/services/consensus.py",
     "annotation/selectors/datasets.py",
     "annotation/services/snapshots.py",
     "config/health.py",

@@ -26,6 +26,7 @@ from annotation.services.consensus import (
     chain_consensus,
     counted_votes,
     dawid_skene_fit,
+    dawid_skene_fit_current,
     votes_for_chains,
 )
 
@@ -247,7 +248,8 @@ def chain_labels(*, chain: Chain) -> ChainLabels:
     """Every current label of the chain side by side per step, its consensus, majority
     vote's and Dawid-Skene's labels, and the whole history. Four queries (steps,
     annotations, ratings and the consensus votes) and Dawid-Skene's fit of the project
-    (two queries when cached, see ``dawid_skene_fit``)."""
+    (two queries when current, see ``dawid_skene_fit``; a majority-vote project only
+    reads a current stored fit, never fits)."""
     history = chain_label_history(chain=chain)
     columns = [revision for revision in history if revision.current]
     steps = list(
@@ -260,10 +262,18 @@ def chain_labels(*, chain: Chain) -> ChainLabels:
     majority = chain_consensus(
         step_count=len(steps), votes=counted, import_labels=ImportLabels.VOTE
     )
-    fit = dawid_skene_fit(project=project) if counted else None
+    method = project.consensus
+    # A majority-vote project is never fitted for this comparison: it shows the stored
+    # fit while it is current (made when the project counted by Dawid-Skene), else none.
+    fit = None
+    if counted:
+        fit = (
+            dawid_skene_fit(project=project)
+            if method == ConsensusMethod.DAWID_SKENE
+            else dawid_skene_fit_current(project=project)
+        )
     learned = fit.chain(chain_id=chain.pk) if fit is not None else []
     learned += [None] * (len(steps) - len(learned))
-    method = project.consensus
     consensus = chain_consensus(
         step_count=len(steps),
         votes=votes,

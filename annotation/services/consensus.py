@@ -34,28 +34,36 @@ without a database; ``consensus_for_chains`` loads the votes of many chains in o
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 import threading
 import time
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
-from django.core.cache import cache
+from django.db import connection, transaction
 from django.db.models import Count, Exists, Max, OuterRef, Sum
+from django.utils import timezone
 
 from annotation.models import (
     Annotation,
     AnnotationSource,
     Chain,
+    ConsensusFit,
     ConsensusMethod,
     ImportLabels,
     Project,
     StepRating,
 )
 from annotation.services.dawid_skene import dawid_skene_posteriors
+
+logger = logging.getLogger(__name__)
 
 Label = int | None
 
@@ -296,15 +304,16 @@ def consensus_for_chains(
 # Chains whose votes are loaded at a time while a fit collects a project's votes: memory
 # holds the collected votes as three integer arrays and one batch of Vote objects.
 FIT_CHAIN_BATCH = 2000
-# A project's fit is kept under one key per project with the stamp of the votes it was
-# fitted on (``_fit_stamp``), replaced when they change; a day bounds how long an unused
-# one stays in the cache.
-FIT_CACHE_SECONDS = 24 * 3600
-# The newest fits this process used, by the same key, so pages and snapshots do not
-# unpickle one each time; web threads share it, hence the lock.
-_RECENT_FITS: dict[str, tuple[str, DawidSkeneFit]] = {}
+# The newest fits this process used, by project, rule and stamp, so pages and snapshots
+# do not read and unpack the stored one each time; web threads share it, hence the lock.
+_RECENT_FITS: dict[tuple[int, str], tuple[str, DawidSkeneFit]] = {}
 _RECENT_FITS_MAX = 4
 _RECENT_FITS_LOCK = threading.Lock()
+# The high half of the advisory lock a project's fit is made under (the low half is the
+# project's id), apart from the other advisory locks' namespaces.
+_FIT_LOCK_NAMESPACE = 0x44534654  # "DSFT"
+# Without PostgreSQL (the embedded SQLite default) one process's threads take turns here.
+_FIT_THREAD_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,25 +378,139 @@ def _fit_stamp(*, project: Project, import_labels: str) -> str:
 def dawid_skene_fit(*, project: Project, import_labels: str | None = None) -> DawidSkeneFit:
     """Dawid-Skene fitted over every vote the project's consensus counts (rules 2 and 3:
     current human passes, and import labels as ``import_labels`` says, by default the
-    project's), with the gold chains' answer keys held fixed, cached until a vote or a
-    gold chain changes. Two queries when cached; else also the voted chains and their
-    votes in batches of FIT_CHAIN_BATCH chains, and the answer keys."""
+    project's), with the gold chains' answer keys held fixed.
+
+    Fitted once per label state (``_fit_stamp``) for every process: the fit is stored in
+    ``ConsensusFit`` with its stamp and read back while the stamp holds. When none is
+    current, one process at a time fits the project, under the project's advisory lock
+    (``_fit_lock``); the others wait on the lock and then read the fit it stored rather
+    than fitting again. Two queries when this process holds the current fit; three when
+    another one stored it; else also the voted chains and their votes in batches of
+    FIT_CHAIN_BATCH chains, and the answer keys."""
     import_labels = import_labels or project.import_labels
-    key = f"consensus:dawid-skene:v2:{project.pk}:{import_labels}"
     stamp = _fit_stamp(project=project, import_labels=import_labels)
+    fit = _recent_fit(project=project, import_labels=import_labels, stamp=stamp)
+    if fit is None:
+        fit = _stored_fit(project=project, import_labels=import_labels, stamp=stamp)
+    if fit is None:
+        stamp, fit = _fit_shared(project=project, import_labels=import_labels)
+    _remember(project=project, import_labels=import_labels, stamp=stamp, fit=fit)
+    return fit
+
+
+def dawid_skene_fit_current(
+    *, project: Project, import_labels: str | None = None
+) -> DawidSkeneFit | None:
+    """The project's stored Dawid-Skene fit if it is still current, else None: never
+    fits (the pages of a majority-vote project show a fit only if one was made)."""
+    import_labels = import_labels or project.import_labels
+    stamp = _fit_stamp(project=project, import_labels=import_labels)
+    fit = _recent_fit(project=project, import_labels=import_labels, stamp=stamp)
+    if fit is None:
+        fit = _stored_fit(project=project, import_labels=import_labels, stamp=stamp)
+    if fit is not None:
+        _remember(project=project, import_labels=import_labels, stamp=stamp, fit=fit)
+    return fit
+
+
+def _recent_fit(*, project: Project, import_labels: str, stamp: str) -> DawidSkeneFit | None:
     with _RECENT_FITS_LOCK:
-        held = _RECENT_FITS.get(key)
-    if held is None or held[0] != stamp:
-        held = cache.get(key)
-    if held is None or held[0] != stamp:
-        held = (stamp, _fit(project=project, import_labels=import_labels))
-        cache.set(key, held, FIT_CACHE_SECONDS)  # one entry a project, replaced
+        held = _RECENT_FITS.get((project.pk, import_labels))
+    return held[1] if held is not None and held[0] == stamp else None
+
+
+def _remember(*, project: Project, import_labels: str, stamp: str, fit: DawidSkeneFit) -> None:
+    key = (project.pk, import_labels)
     with _RECENT_FITS_LOCK:
         _RECENT_FITS.pop(key, None)
-        _RECENT_FITS[key] = held
+        _RECENT_FITS[key] = (stamp, fit)
         while len(_RECENT_FITS) > _RECENT_FITS_MAX:
             _RECENT_FITS.pop(next(iter(_RECENT_FITS)), None)
-    return held[1]
+
+
+def _stored_fit(*, project: Project, import_labels: str, stamp: str) -> DawidSkeneFit | None:
+    """The stored fit of this label state, if any. One query."""
+    data = (
+        ConsensusFit.objects.filter(project=project, import_labels=import_labels, stamp=stamp)
+        .values_list("data", flat=True)
+        .first()
+    )
+    return fit_from_bytes(bytes(data)) if data is not None else None
+
+
+def _fit_shared(*, project: Project, import_labels: str) -> tuple[str, DawidSkeneFit]:
+    """Fit the project and store the fit, one process at a time: under the lock, the
+    label state is read again and a fit another process stored meanwhile is used."""
+    with transaction.atomic(), _fit_lock(project=project):
+        stamp = _fit_stamp(project=project, import_labels=import_labels)
+        fit = _stored_fit(project=project, import_labels=import_labels, stamp=stamp)
+        if fit is not None:
+            return stamp, fit
+        fit = _fit(project=project, import_labels=import_labels)
+        ConsensusFit.objects.update_or_create(
+            project=project,
+            import_labels=import_labels,
+            defaults={
+                "stamp": stamp,
+                "data": fit_to_bytes(fit),
+                "seconds": fit.seconds,
+                "fitted_at": timezone.now(),
+            },
+        )
+    logger.info(
+        "Dawid-Skene fit of project %s (%s): %d votes, %.2f s",
+        project.pk,
+        import_labels,
+        fit.votes,
+        fit.seconds,
+    )
+    return stamp, fit
+
+
+@contextmanager
+def _fit_lock(*, project: Project) -> Iterator[None]:
+    """Hold the project's fit lock until the surrounding transaction ends: an advisory
+    lock on PostgreSQL (every process and host), a thread lock otherwise (one process:
+    the embedded default runs one web process)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s)",
+                [(_FIT_LOCK_NAMESPACE << 32) | (project.pk & 0xFFFFFFFF)],
+            )
+        yield
+        return
+    with _FIT_THREAD_LOCK:
+        yield
+
+
+def fit_to_bytes(fit: DawidSkeneFit) -> bytes:
+    """The fit as an .npz archive (arrays, and the rest as JSON): no pickle, so a
+    stored row can hold nothing but data."""
+    out = io.BytesIO()
+    rest = {
+        "reliability": fit.reliability,
+        "votes": fit.votes,
+        "gold_steps": fit.gold_steps,
+        "iterations": fit.iterations,
+        "seconds": fit.seconds,
+    }
+    np.savez_compressed(
+        out,
+        **{name: getattr(fit, name) for name in _FIT_ARRAYS},
+        rest=np.frombuffer(json.dumps(rest).encode(), dtype=np.uint8),
+    )
+    return out.getvalue()
+
+
+def fit_from_bytes(data: bytes) -> DawidSkeneFit:
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+        arrays = {name: archive[name] for name in _FIT_ARRAYS}
+        rest = json.loads(archive["rest"].tobytes())
+    return DawidSkeneFit(**arrays, **rest)
+
+
+_FIT_ARRAYS = ("chain_ids", "starts", "lengths", "voted", "labels", "probability", "tied")
 
 
 def _fit(*, project: Project, import_labels: str) -> DawidSkeneFit:

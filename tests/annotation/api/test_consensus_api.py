@@ -70,9 +70,24 @@ def test_the_setting_is_described_in_the_schema(client_for):
 def test_review_payload_shows_majority_and_dawid_skene_per_step(project, make_member, client_for):
     people, _, target = _calibrated_project(project)
     lead = client_for(make_member(project, Role.LEAD))
+    url = f"/api/v1/chains/{target.pk}/labels/"
 
-    payload = lead.get(f"/api/v1/chains/{target.pk}/labels/").json()
+    # A majority-vote project is never fitted for the comparison: no Dawid-Skene column
+    payload = lead.get(url).json()
+    assert payload["consensus_method"] == "majority"
+    assert [step["dawid_skene"] for step in payload["steps"]] == [None, None]
+    assert payload["reliability"] == {}
 
+    # When the project switches, the consensus follows Dawid-Skene
+    lead.patch(f"/api/v1/projects/{project.pk}/", {"consensus": "dawid_skene"}, format="json")
+    payload = lead.get(url).json()
+    assert payload["consensus_method"] == "dawid_skene"
+    assert [step["consensus"] for step in payload["steps"]] == [1, 1]
+    assert [step["tied"] for step in payload["steps"]] == [False, False]
+
+    # And switched back, its fit (still current) shows beside majority vote
+    lead.patch(f"/api/v1/projects/{project.pk}/", {"consensus": "majority"}, format="json")
+    payload = lead.get(url).json()
     assert payload["consensus_method"] == "majority"
     first, second = payload["steps"]
     # Step 1: ann +1 vs uli -1. Majority ties (and says so); Dawid-Skene follows ann
@@ -85,13 +100,6 @@ def test_review_payload_shows_majority_and_dawid_skene_per_step(project, make_me
     assert second["dawid_skene"]["label"] == 1
     assert payload["reliability"][people["ann"].username] > 0.95
     assert payload["reliability"][people["uli"].username] < 0.5
-
-    # When the project switches, the consensus follows Dawid-Skene
-    lead.patch(f"/api/v1/projects/{project.pk}/", {"consensus": "dawid_skene"}, format="json")
-    payload = lead.get(f"/api/v1/chains/{target.pk}/labels/").json()
-    assert payload["consensus_method"] == "dawid_skene"
-    assert [step["consensus"] for step in payload["steps"]] == [1, 1]
-    assert [step["tied"] for step in payload["steps"]] == [False, False]
 
 
 def test_a_step_nobody_rated_has_no_dawid_skene_label(project, make_member, client_for):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from annotation.models import ConsensusMethod, ImportLabels, Snapshot
+from annotation.models import ConsensusFit, ConsensusMethod, ImportLabels, Snapshot
 from annotation.selectors.review import chain_labels
 from annotation.services.consensus import consensus_for_chains, dawid_skene_fit
 from annotation.services.dawid_skene import dawid_skene_posteriors
@@ -312,8 +312,6 @@ def test_snapshots_use_the_projects_method(project):
 
 @pytest.mark.django_db
 def test_a_snapshot_fits_once_though_votes_arrive_between_its_chunks(project, monkeypatch):
-    from django.core.cache import cache
-
     from annotation.services import consensus, snapshots
 
     # Given a Dawid-Skene project of finished chains, read one chunk (chain) at a time
@@ -344,17 +342,25 @@ def test_a_snapshot_fits_once_though_votes_arrive_between_its_chunks(project, mo
 
     # Then the project was fitted once, for every chunk alike
     assert fits == [1]
-    # And the cache holds one fit for the project, replaced (not added to) on a refit
+    # And the database holds one fit for the project, replaced (not added to) on a refit
     dawid_skene_fit(project=project)
     assert fits == [1, 1]
-    key = f"consensus:dawid-skene:v2:{project.pk}:{project.import_labels}"
-    stamp, _ = cache.get(key)
-    assert stamp == consensus._fit_stamp(project=project, import_labels=project.import_labels)
+    stored = ConsensusFit.objects.get(project=project)
+    assert stored.stamp == consensus._fit_stamp(
+        project=project, import_labels=project.import_labels
+    )
 
 
 @pytest.mark.django_db
 def test_chain_labels_show_both_methods_side_by_side(project):
     people, _, target = _calibrated_project(project)
+    # A majority-vote project is never fitted for the comparison
+    unfitted = chain_labels(chain=target)
+    assert [step.dawid_skene for step in unfitted.steps] == [None, None]
+    assert unfitted.reliability == {}
+    assert not ConsensusFit.objects.exists()
+    # Once a fit of its current labels is stored, it is shown beside majority vote
+    dawid_skene_fit(project=project)
     labels = chain_labels(chain=target)
     first, second = labels.steps
     assert labels.method == ConsensusMethod.MAJORITY
