@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("annotation", "0019_bulk_actions_and_chain_history"),
+        ("annotation", "0020_evaluation_sets"),
     ]
 
     operations = [
