@@ -342,6 +342,24 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 
+# What one training run may ask of the GPU node, each refused with its limit named before
+# the run is queued (prm_training.services.training.node_limits); (value, variable).
+# Processes: one per GPU of the node (on a CPU each loads the whole backbone), so 1 unless
+# the node has more GPUs. The others bound one run's memory (batch x window) and time.
+STEPLAB_TRAINING_LIMITS: dict[str, tuple[int, str]] = {
+    name: (int(os.environ.get(variable, default)), variable)
+    for name, variable, default in (
+        ("processes", "STEPLAB_TRAIN_MAX_PROCESSES", "1"),
+        ("batch_size", "STEPLAB_TRAIN_MAX_BATCH_SIZE", "256"),
+        ("head_batch_size", "STEPLAB_TRAIN_MAX_HEAD_BATCH_SIZE", "65536"),
+        ("max_length", "STEPLAB_TRAIN_MAX_LENGTH", "8192"),
+        ("epochs", "STEPLAB_TRAIN_MAX_EPOCHS", "100"),
+        ("head_epochs", "STEPLAB_TRAIN_MAX_HEAD_EPOCHS", "10000"),
+        ("ensemble_size", "STEPLAB_TRAIN_MAX_ENSEMBLE_SIZE", "16"),
+        ("head_hidden", "STEPLAB_TRAIN_MAX_HEAD_HIDDEN", "4096"),
+    )
+}
+
 # Imports: uploads go to a temporary file, never into memory whole.
 STEPLAB_IMPORT_MAX_UPLOAD_BYTES = int(
     os.environ.get("STEPLAB_IMPORT_MAX_UPLOAD_BYTES", str(2 * 1024**3))

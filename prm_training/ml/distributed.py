@@ -114,8 +114,15 @@ def train_prm_processes(
     from .train import TrainingCancelled
 
     world = config.processes
-    if config.device != "cpu" and torch.cuda.is_available() and torch.cuda.device_count() < world:
-        raise ValueError(f"processes={world} but this node has {torch.cuda.device_count()} GPUs")
+    if config.device != "cpu" and torch.cuda.is_available():
+        if torch.cuda.device_count() < world:
+            raise ValueError(
+                f"processes={world} but this node has {torch.cuda.device_count()} GPUs"
+            )
+    elif world > (os.cpu_count() or 1):
+        # On the CPU each process loads the whole backbone: more than the cores is only
+        # memory (64 asked for once spawned 64 backbones and took the node down).
+        raise ValueError(f"processes={world} but this node has {os.cpu_count()} CPU cores")
     spawn = multiprocessing.get_context("spawn")
     events = spawn.Queue()
     context = multiprocessing.start_processes(

@@ -18,9 +18,11 @@ import math
 import shutil
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
@@ -68,10 +70,35 @@ LOSS_HISTORY_MAX = 500
 CONFIG_FIELDS = run_settings()
 
 
+@dataclass(frozen=True)
+class NodeLimit:
+    """The most of one training setting this node can give a run
+    (``settings.STEPLAB_TRAINING_LIMITS``), and the environment variable that sets it."""
+
+    value: int
+    variable: str
+
+    def __str__(self) -> str:
+        return (
+            f"Must be at most {self.value:,}: this node's limit ({self.variable}; ask an "
+            "administrator to raise it if the node can give more)."
+        )
+
+
+def node_limits() -> dict[str, NodeLimit]:
+    """The node's limit of each bounded training setting, by setting name."""
+    return {
+        name: NodeLimit(value=value, variable=variable)
+        for name, (value, variable) in django_settings.STEPLAB_TRAINING_LIMITS.items()
+    }
+
+
 def training_config_clean(*, config: Mapping[str, Any], project: Project) -> dict[str, Any]:
     """``config`` with only known PRMConfig fields, each of the right type and in range,
     and a ``backbone`` that ``project``'s runs may name (``services.backbones``: a name,
-    never a path). Raises ValidationError naming every bad field."""
+    never a path). What the node gives a run (processes, batch, window, epochs,
+    ensemble) is bounded by ``node_limits``, so a run asking more is refused here, naming
+    the limit, before it is queued. Raises ValidationError naming every bad field."""
     errors: dict[str, list[str]] = {}
     cleaned: dict[str, Any] = {}
     for name, value in config.items():
@@ -97,6 +124,10 @@ def training_config_clean(*, config: Mapping[str, Any], project: Project) -> dic
             continue
         if spec.high is not None and value > spec.high:
             errors.setdefault(name, []).append(f"Must be at most {spec.high:g}.")
+            continue
+        node_limit = node_limits().get(name)
+        if node_limit is not None and value > node_limit.value:
+            errors.setdefault(name, []).append(str(node_limit))
             continue
         if spec.max_length is not None and len(value) > spec.max_length:
             errors.setdefault(name, []).append(f"At most {spec.max_length} characters.")

@@ -5,6 +5,8 @@ point, and training data-parallel over two processes (gloo)."""
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -200,6 +202,21 @@ def test_a_prm_shipping_its_own_code_is_loaded_with_it(prm_dir: Path, tmp_path: 
     plain = zero_shot_scores(_frozen(prm_dir, step_prior=True), chains)
     flat = [p for scores in ours for p in scores.step_probs]
     assert flat == pytest.approx([p for scores in plain for p in scores.step_probs])
+
+
+def test_more_processes_than_cpu_cores_is_refused_before_any_starts(
+    llama_dir: Path, tmp_path: Path
+) -> None:
+    # Given: a CPU run asking one process more than the node has cores (each would load
+    # the backbone: 64 once took a node down)
+    cores = os.cpu_count() or 1
+    config = _frozen(llama_dir, mode="full", processes=cores + 1)
+    chains = synthetic_chains(8, seed=3)
+    # When / Then: refused, naming the cores, and no process was started
+    before = multiprocessing.active_children()
+    with pytest.raises(ValueError, match=f"this node has {cores} CPU cores"):
+        train_prm(config, chains[:6], chains[6:], tmp_path / "ddp")
+    assert multiprocessing.active_children() == before
 
 
 def test_full_mode_trains_data_parallel_in_two_processes(llama_dir: Path, tmp_path: Path) -> None:

@@ -111,6 +111,45 @@ def test_the_real_prm_settings_reach_the_run(
         assert response.status_code == 400 and set(response.json()) == set(bad), bad
 
 
+def test_a_run_asking_more_than_the_node_has_is_refused_naming_the_limit(
+    project: Any,
+    make_member: Any,
+    client_for: Any,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # Given: ML staff on a node whose limits are the defaults (one process), and a
+    # second node that gives runs two processes and batches of at most 32
+    client = client_for(make_member(project, "ml"))
+    url = f"/api/v1/projects/{project.pk}/training-runs/"
+    # When: a run asks for 64 processes (each would load the backbone), a batch of 4096,
+    # a 32k window, 10,000 epochs and an ensemble of 64
+    asks = {"processes": 64, "batch_size": 4096, "max_length": 32_768, "epochs": 10_000}
+    asks |= {"ensemble_size": 64}
+    with django_capture_on_commit_callbacks(execute=False) as queued:
+        response = client.post(url, {"mode": "full", **asks}, format="json")
+    # Then: refused before anything is queued, each naming the limit and its variable
+    assert response.status_code == 400, response.content
+    assert set(response.json()) == set(asks)
+    assert response.json()["processes"] == [
+        "Must be at most 1: this node's limit (STEPLAB_TRAIN_MAX_PROCESSES; ask an "
+        "administrator to raise it if the node can give more)."
+    ]
+    assert (TrainingRun.objects.count(), queued) == (0, [])
+    # And: within what a node gives, the run is queued
+    settings.STEPLAB_TRAINING_LIMITS = {
+        **settings.STEPLAB_TRAINING_LIMITS,
+        "processes": (2, "STEPLAB_TRAIN_MAX_PROCESSES"),
+        "batch_size": (32, "STEPLAB_TRAIN_MAX_BATCH_SIZE"),
+    }
+    refused = client.post(url, {"mode": "full", "batch_size": 33}, format="json")
+    assert "STEPLAB_TRAIN_MAX_BATCH_SIZE" in refused.json()["batch_size"][0]
+    with django_capture_on_commit_callbacks(execute=False):
+        accepted = client.post(url, {"mode": "full", "processes": 2, "batch_size": 32})
+    assert accepted.status_code == 201, accepted.content
+    assert TrainingRun.objects.get().settings["processes"] == 2
+
+
 @pytest.mark.parametrize(
     ("role", "expected"), [("ml", 200), ("lead", 200), ("annotator", 403), (None, 404)]
 )
