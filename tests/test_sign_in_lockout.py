@@ -31,7 +31,12 @@ def _login_page(client: Client, username: str, password: str, address: str = OFF
 
 
 def _token(client: Client, username: str, password: str, address: str = OFFICE) -> Any:
-    return client.post(TOKEN_URL, {"username": username, "password": password}, REMOTE_ADDR=address)
+    return client.post(
+        TOKEN_URL,
+        {"username": username, "password": password},
+        content_type="application/json",
+        REMOTE_ADDR=address,
+    )
 
 
 def _admin(client: Client, username: str, password: str, address: str = OFFICE) -> Any:
@@ -196,6 +201,7 @@ def test_a_forged_forwarded_for_header_does_not_dodge_the_address_lock(
                 .post(
                     TOKEN_URL,
                     {"username": username, "password": password},
+                    content_type="application/json",
                     REMOTE_ADDR=proxy_addr,
                     HTTP_X_FORWARDED_FOR=forwarded,
                 )

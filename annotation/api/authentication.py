@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest
+from django.http import HttpRequest, QueryDict
+from rest_framework import authentication
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.request import Request
 
 from annotation.queue.access import user_for_token
+from config.uploads import is_multipart
 
 
 class FastTokenAuthentication(TokenAuthentication):
@@ -35,6 +38,33 @@ class FastTokenAuthentication(TokenAuthentication):
         token = Token(key=key, user=user, created=created)
         token._state.adding = False  # the stored row, as DRF's own lookup would give
         return user, token
+
+
+class _FormFieldsUnread:
+    """The request as Django's CSRF check sees it, with no form fields: the check then
+    takes the token from the X-CSRFToken header and reads nothing of the body."""
+
+    POST = QueryDict()
+
+    def __init__(self, request: Request) -> None:
+        self._request = request
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._request, name)
+
+
+class SessionAuthentication(authentication.SessionAuthentication):
+    """DRF's session scheme, whose CSRF check never parses a multipart body.
+
+    Django's check reads ``request.POST`` for the ``csrfmiddlewaretoken`` field first; for
+    an upload that meant spooling the whole file to disk before a wrong token, or a
+    caller without the role, was refused. An upload's token must come in the header (the
+    pages' fetches send it there for every call)."""
+
+    def enforce_csrf(self, request: Request) -> None:
+        if is_multipart(request._request):
+            request = _FormFieldsUnread(request)  # type: ignore[assignment]
+        super().enforce_csrf(request)
 
 
 def token_key(request: HttpRequest) -> str | None:

@@ -3,14 +3,16 @@ its import as a job (202); `GET /api/v1/projects/{id}/imports/{job_id}/` polls t
 its progress, then its counts or its bad lines. Thin: check access, validate, call
 ``import_job_create``, serialize the job (``services.import_jobs`` runs it).
 
-The upload is spooled to a temporary file that has no name in the temporary directory
-(``tempfile.TemporaryFile``: O_TMPFILE on Linux, else unlinked as it is created), so
-nothing is left behind in it whatever ends the request: an error, or the process killed.
-The job's own copy goes to STEPLAB_IMPORT_DIR, a block at a time."""
+The only endpoint that takes a multipart body (``config.uploads``). Nothing of the body is
+read before the caller is known to be a lead of the project: the session's CSRF token
+comes from the X-CSRFToken header, never from a form field, and the view checks the role
+before it touches ``request.data``. Then the upload is spooled, at most
+STEPLAB_IMPORT_MAX_UPLOAD_BYTES, to a temporary file that has no name in the temporary
+directory, so nothing is left behind in it whatever ends the request: an error, or the
+process killed. The job's own copy goes to STEPLAB_IMPORT_DIR, a block at a time."""
 
 from __future__ import annotations
 
-import tempfile
 from typing import Any, BinaryIO, cast
 
 from django.conf import settings
@@ -39,6 +41,7 @@ from annotation.models import ImportJob, ImportJobStatus
 from annotation.selectors.imports import import_job_get
 from annotation.services.import_jobs import import_job_create, import_jobs_reap_stale
 from annotation.services.imports import MAX_KEPT_ERRORS
+from config.uploads import NamelessTemporaryFileUploadHandler
 
 # Multipart framing around the file (boundaries, headers, the `format` field): a request
 # this much over the file limit may still hold an acceptable file.
@@ -177,36 +180,6 @@ class _UploadSizeLimit(FileUploadHandler):
         return None
 
 
-class _NamelessTemporaryFileUpload(FileUploadHandler):
-    """Spools every upload to a nameless temporary file (Django's own handlers keep a
-    small one in memory and a large one under a name in FILE_UPLOAD_TEMP_DIR, which a
-    killed worker leaves behind). The file goes when it is closed or its process ends."""
-
-    def new_file(self, *args: Any, **kwargs: Any) -> None:
-        super().new_file(*args, **kwargs)
-        spool = tempfile.TemporaryFile(prefix="steplab-import-", dir=settings.FILE_UPLOAD_TEMP_DIR)
-        self.file = UploadedFile(
-            file=spool,
-            name=self.file_name,
-            content_type=self.content_type,
-            size=0,
-            charset=self.charset,
-            content_type_extra=self.content_type_extra,
-        )
-
-    def receive_data_chunk(self, raw_data: bytes, start: int) -> None:
-        self.file.write(raw_data)
-
-    def file_complete(self, file_size: int) -> UploadedFile:
-        self.file.seek(0)
-        self.file.size = file_size
-        return self.file
-
-    def upload_interrupted(self) -> None:
-        if hasattr(self, "file"):
-            self.file.close()
-
-
 def _too_large_message(limit: int) -> str:
     return f"The file is larger than the import limit of {limit:,} bytes."
 
@@ -221,7 +194,7 @@ class ImportCreateApi(GenericAPIView):
         self.upload_limit = _UploadSizeLimit(
             request, limit=settings.STEPLAB_IMPORT_MAX_UPLOAD_BYTES
         )
-        request.upload_handlers = [self.upload_limit, _NamelessTemporaryFileUpload(request)]
+        request.upload_handlers = [self.upload_limit, NamelessTemporaryFileUploadHandler(request)]
         return super().initialize_request(request, *args, **kwargs)
 
     @extend_schema(

@@ -55,6 +55,9 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # Before the CSRF check, which reads the body: 415 for a multipart body where no file
+    # is expected, before a byte of it is read.
+    "config.uploads.MultipartOnlyWhereExpectedMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -150,7 +153,7 @@ REST_FRAMEWORK = {
     # DRF enforcing CSRF on them. The token class is DRF's with a cheaper lookup.
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "annotation.api.authentication.FastTokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
+        "annotation.api.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # The data layer's errors become status codes in one place, not in each view.
@@ -158,8 +161,10 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": [
         "annotation.api.parsers.JSONParser",
         "annotation.api.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    ],  # multipart only where a view names its parser (config.uploads)
+    # DRF's test client sends JSON unless a test names another format (its own default,
+    # multipart, is refused by every endpoint but the imports).
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "annotation.api.fields.PageNumberPagination",
@@ -360,10 +365,13 @@ STEPLAB_TRAINING_LIMITS: dict[str, tuple[int, str]] = {
     )
 }
 
-# Imports: uploads go to a temporary file, never into memory whole.
+# Imports: uploads go to a temporary file, never into memory whole. Only the imports
+# API endpoint takes a multipart body (config.uploads), spooled to a nameless temporary
+# file in FILE_UPLOAD_TEMP_DIR (default: $TMPDIR); a page never stores a file part.
 STEPLAB_IMPORT_MAX_UPLOAD_BYTES = int(
     os.environ.get("STEPLAB_IMPORT_MAX_UPLOAD_BYTES", str(2 * 1024**3))
 )
+FILE_UPLOAD_HANDLERS = ["config.uploads.NoFileUploadHandler"]
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 # Uploads waiting for their import task (annotation.services.import_jobs): web and workers
 # must both see this directory (one volume); a file is removed once its job finishes.

@@ -90,7 +90,9 @@ def test_session_api_calls_need_the_csrf_token() -> None:
     login_page = client.get("/login/")
     csrf = login_page.cookies["csrftoken"].value
     logged_in = client.post(
-        "/login/", {"username": "boss", "password": "pass-1234", "csrfmiddlewaretoken": csrf}
+        "/login/",
+        {"username": "boss", "password": "pass-1234", "csrfmiddlewaretoken": csrf},
+        format="multipart",  # the page's form
     )
     assert logged_in.status_code == 302
     payload = {"name": "via session", "overlap": 1, "labeling_mode": "all_steps"}

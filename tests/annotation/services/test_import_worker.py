@@ -44,7 +44,9 @@ def test_a_worker_imports_an_upload_and_the_job_reports_it(
 
     # When: it is uploaded (the job commits with the request, then its task is sent)
     with path.open("rb") as stream:
-        queued = client.post(f"/api/v1/projects/{project.pk}/imports/", {"file": stream})
+        queued = client.post(
+            f"/api/v1/projects/{project.pk}/imports/", {"file": stream}, format="multipart"
+        )
     assert queued.status_code == 202, queued.content
     job = _poll(client, queued.json()["url"], import_worker)
 
@@ -73,6 +75,7 @@ def test_a_worker_rejects_a_bad_upload_with_its_lines(
     queued = client.post(
         f"/api/v1/projects/{project.pk}/imports/",
         {"file": SimpleUploadedFile("bad.jsonl", content)},
+        format="multipart",
     )
     job = _poll(client, queued.json()["url"], import_worker)
 
