@@ -26,6 +26,7 @@ from annotation.selectors.access import project_create_allowed, project_get_for_
 from annotation.selectors.datasets import snapshot_get, training_snapshots
 from annotation.selectors.history import history_annotator_resolve
 from annotation.selectors.projects import (
+    chains_imported_count,
     membership_list,
     progress_as_annotators_see_it,
     project_get_with_progress,
@@ -177,6 +178,7 @@ def project_overview(request: HttpRequest, project_id: int) -> HttpResponse:
     }
     if not is_lead:
         return render(request, "annotation/project_overview.html", context)
+    context["chains_imported"] = chains_imported_count(project=project)
     context["snapshot"] = snapshot_get(project=project)
     context["training_snapshots"] = training_snapshots(project=project)
     context["export_formats"] = [(fmt, EXPORT_DESCRIPTIONS[fmt]) for fmt in EXPORT_FORMATS]

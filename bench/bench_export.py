@@ -137,7 +137,7 @@ def _prepare(
     chain_import(project=project, path=source, fmt="generic")
     imported = time.perf_counter() - started
     started = time.perf_counter()
-    snapshot = snapshot_create(project=project)
+    snapshot = snapshot_create(project=project, include_imported=True)
     frozen = time.perf_counter() - started
     source.unlink()
     # Autovacuum would analyze the fresh rows within a minute or so; do it now, so the

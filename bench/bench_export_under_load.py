@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _write_labeled(source, chains=chains, steps=args.steps, seed=args.labels)
         chain_import(project=project, path=source, fmt="generic")
         source.unlink()
-        snapshot = snapshot_create(project=project)
+        snapshot = snapshot_create(project=project, include_imported=True)
         connections.close_all()
         database_settle(database_url=args.database_url)
         _say("reference export before the load")

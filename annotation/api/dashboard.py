@@ -27,7 +27,13 @@ class DashboardProjectOutputSerializer(serializers.Serializer):
 
 class ProgressOutputSerializer(serializers.Serializer):
     chains_total = serializers.IntegerField()
-    chains_finished = serializers.IntegerField(help_text="Chains with `overlap` annotations.")
+    chains_finished = serializers.IntegerField(
+        help_text="Chains with `overlap` human passes: what people finished."
+    )
+    chains_imported = serializers.IntegerField(
+        help_text="Chains carrying labels that came with an import, counted apart: they "
+        "finish no chain and enter a snapshot only when it includes imported labels."
+    )
     chains_flagged = serializers.IntegerField(help_text="Chains out of the queue as broken.")
     overlap = serializers.IntegerField()
     annotations_needed = serializers.IntegerField(help_text="chains_total x overlap.")

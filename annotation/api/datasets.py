@@ -80,8 +80,14 @@ class SnapshotCreateInputSerializer(serializers.Serializer):
     finished_only = serializers.BooleanField(
         default=True,
         help_text="Only finished chains: their human passes reached the overlap, a lead "
-        "ruled, gold, or an import's labels on a chain no person has started; flagged "
-        "chains left out. Off: every chain with a labeled step.",
+        "ruled, gold, or (with include_imported) an import's labels on a chain no person "
+        "has started; flagged chains left out. Off: every chain with a labeled step.",
+    )
+    include_imported = serializers.BooleanField(
+        default=False,
+        help_text="Also read the labels that came with an import (they then count by the "
+        "project's import_labels rule, and finish a chain no person has started). Off: "
+        "people's labels only (annotators' passes and leads' rulings).",
     )
     min_support = serializers.IntegerField(
         default=1,
@@ -109,6 +115,7 @@ class SnapshotListInputSerializer(serializers.Serializer):
 
 class SnapshotOptionsOutputSerializer(serializers.Serializer):
     finished_only = serializers.BooleanField()
+    include_imported = serializers.BooleanField()
     min_support = serializers.IntegerField()
     ties = serializers.ChoiceField(choices=TIE_POLICIES)
     heldout_fraction = serializers.FloatField()
@@ -126,7 +133,9 @@ class SnapshotOutputSerializer(serializers.Serializer):
     counts = serializers.JSONField(
         help_text="chains, steps_labeled, train_chains, heldout_chains, problems, "
         "label_counts, tied_steps, steps_below_support, unfinished_left_out (the last three "
-        "in snapshots taken with options)"
+        "in snapshots taken with options), sources {human, import}: chains whose labels "
+        "rest on each source, imported_left_out: chains only an import labeled, left out "
+        "(the last two in snapshots that chose their sources)"
     )
     meta = serializers.JSONField(
         help_text="The options, the consensus rules and the TRL ambiguous mapping."
@@ -260,7 +269,8 @@ class SnapshotListCreateApi(GenericAPIView):
         operation_id="projects_snapshots_create",
         summary="Freeze the current consensus labels into a new snapshot (leads only)",
         description=(
-            "By default only finished chains, every step with at least one vote, tied "
+            "By default only finished chains, people's labels only (no imported ones), every "
+            "step with at least one vote, tied "
             "steps left unlabeled, 20% of the problems held out with seed 0. The options "
             "are stored in the snapshot's `meta.options`."
         ),

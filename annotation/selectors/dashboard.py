@@ -24,7 +24,11 @@ from django.utils import timezone
 
 from annotation.agreement_math import CATEGORIES, alpha_from_coincidences
 from annotation.models import Annotation, AnnotationSource, Project, StepRating
-from annotation.selectors.projects import annotations_needed, progress_annotations
+from annotation.selectors.projects import (
+    annotations_needed,
+    chains_imported_count,
+    progress_annotations,
+)
 from annotation.services.agreement import (
     CurrentRatings,
     ProjectAgreement,
@@ -63,6 +67,9 @@ class Progress:
     overlap: int
     annotations_needed: int
     annotations_finished: int
+    # Chains carrying an import's labels (``chains_imported_count``), apart from those
+    # people finished.
+    chains_imported: int = 0
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,7 @@ def _progress(*, project: Project) -> Progress:
         annotations_needed=annotations_needed(
             chains=row["chains_total"], overlap=project.overlap, extra=extra
         ),
+        chains_imported=chains_imported_count(project=project),
     )
 
 

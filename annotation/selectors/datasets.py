@@ -107,10 +107,12 @@ def snapshot_list(*, project: Project, kind: str | None = None) -> QuerySet[Snap
 def snapshot_options(*, snapshot: Snapshot) -> dict[str, Any]:
     """The options the snapshot was taken with (``snapshot_create``). A snapshot taken
     before there were options holds what they stand for: every labeled chain, any number
-    of votes, a tie at the lowest rating."""
+    of votes, a tie at the lowest rating. One taken before the label sources were a choice
+    read imported labels by the project's rule: ``include_imported`` is true for it."""
     stored = snapshot.meta.get("options") if isinstance(snapshot.meta, dict) else None
     before_options = {
         "finished_only": False,
+        "include_imported": True,
         "min_support": 1,
         "ties": "lowest",
         "heldout_fraction": snapshot.heldout_fraction,

@@ -12,6 +12,7 @@ from django.db.models import (
     Case,
     CharField,
     Count,
+    Exists,
     F,
     IntegerField,
     JSONField,
@@ -26,7 +27,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Least
 from django.utils import timezone
 
-from annotation.models import Membership, Project, Role
+from annotation.models import Annotation, AnnotationSource, Chain, Membership, Project, Role
 from annotation.selectors.access import project_get_for_member, project_list_for_user
 
 
@@ -76,6 +77,15 @@ PROGRESS_FIELDS = (
     "annotations_finished",
     "extra_needed",
 )
+
+
+def chains_imported_count(*, project: Project) -> int:
+    """The project's chains (gold left out, as in ``progress_annotations``) that carry
+    labels an import brought in: counted apart from the chains people finished, since
+    an import's labels finish no chain and enter a snapshot only when a lead includes
+    them (``snapshot_create``). One query, by the (chain, source) index of annotations."""
+    imported = Annotation.objects.filter(chain=OuterRef("pk"), source=AnnotationSource.IMPORT)
+    return Chain.objects.filter(project=project, is_gold=False).filter(Exists(imported)).count()
 
 
 def annotations_needed(*, chains: int, overlap: int, extra: int) -> int:

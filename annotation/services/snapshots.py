@@ -3,12 +3,18 @@ dataset version, split into train and held-out by problem.
 
 What a snapshot holds is the lead's choice, recorded in ``meta["options"]``:
 
+- ``include_imported``: which label sources it reads (``meta["sources"]``). Off (the
+  default) only people's: annotators' passes and leads' rulings; labels that came with an
+  import (``import:processbench``) are no vote and finish no chain. On, imported labels
+  count too, by the project's ``import_labels`` rule (a project that ignores them uses
+  them on chains no person labeled, as "fallback" does). ``counts["sources"]`` says how
+  many chains rest on each source, and ``imported_left_out`` how many chains only an
+  import labeled, which a people-only snapshot leaves out.
 - ``finished_only`` (the default): only finished chains, those whose human passes reached
-  the project's overlap (``Chain.is_finished``), that a lead ruled on, gold chains, and
-  chains labeled by an import (when the project counts imported labels) that no person
-  has started on; flagged chains are left out. Off, every chain with a labeled step
-  counts, as in a training run's own snapshot (the loop learns from every label as soon
-  as it is given).
+  the project's overlap (``Chain.is_finished``), that a lead ruled on, gold chains, and,
+  with ``include_imported``, chains labeled by an import that no person has started on;
+  flagged chains are left out. Off, every chain with a labeled step counts, as in a
+  training run's own snapshot (the loop learns from every label as soon as it is given).
 - ``min_support``: a step's label needs at least this many votes; below it the step is
   left unlabeled. A lead's ruling settles a step whatever the count.
 - ``ties``: a step whose votes tie (no ruling) is left unlabeled (``drop``, the default:
@@ -69,10 +75,11 @@ TIE_RULES = {
 }
 # A step label's least number of votes; no project asks for more annotators (overlap).
 MIN_SUPPORT_MAX = 50
-FINISHED_RULE = (
-    "human passes reached the overlap, a lead ruled, a gold chain, or labels an import "
-    "carried in on a chain no person has started; flagged chains left out"
+FINISHED_RULE = "human passes reached the overlap, a lead ruled, or a gold chain"
+FINISHED_RULE_IMPORTED = (
+    f"{FINISHED_RULE}, or labels an import carried in on a chain no person has started"
 )
+FLAGGED_RULE = "; flagged chains left out"
 # Chains read, voted on and written per round; keeps memory flat for any project size.
 CHUNK_CHAINS = 2_000
 # pg_advisory_xact_lock key space of snapshots: (namespace << 32) | project id.
@@ -103,14 +110,31 @@ class SnapshotOptions:
     """What a snapshot holds (the module docstring says what each option does)."""
 
     finished_only: bool = True
+    include_imported: bool = False
     min_support: int = 1
     ties: str = DEFAULT_TIES
     heldout_fraction: float = 0.2
     seed: int = 0
 
+    @property
+    def sources(self) -> list[str]:
+        """The label sources the snapshot reads (AnnotationSource values; a lead's ruling
+        is a person's)."""
+        return [AnnotationSource.HUMAN, *([AnnotationSource.IMPORT] * self.include_imported)]
+
+    def import_rule(self, *, project: Project) -> str:
+        """How imported labels enter consensus: not at all unless included, then by the
+        project's rule, "fallback" where the project ignores them."""
+        if not self.include_imported:
+            return ImportLabels.IGNORE
+        if project.import_labels == ImportLabels.IGNORE:
+            return ImportLabels.FALLBACK
+        return project.import_labels
+
     def as_meta(self) -> dict[str, Any]:
         return {
             "finished_only": self.finished_only,
+            "include_imported": self.include_imported,
             "min_support": self.min_support,
             "ties": self.ties,
             "heldout_fraction": self.heldout_fraction,
@@ -137,6 +161,7 @@ def snapshot_create(
     seed: int = 0,
     ambiguous: str = DEFAULT_AMBIGUOUS,
     finished_only: bool = True,
+    include_imported: bool = False,
     min_support: int = 1,
     ties: str = DEFAULT_TIES,
     training_run: int | None = None,
@@ -150,10 +175,13 @@ def snapshot_create(
     ids, timing or who voted. ``counts`` holds chains, steps_labeled, train_chains,
     heldout_chains, problems, label_counts {"-1", "0", "1"}, tied_steps (steps whose votes
     tie, whatever became of them), steps_below_support (left unlabeled by
-    ``min_support``) and unfinished_left_out (labeled chains ``finished_only`` left out);
-    ``meta`` the options (``options``), the consensus rules in force, ``trl_ambiguous``,
-    the default mapping of ambiguous steps for TRL exports, and ``training_run`` when a
-    training run took it for itself.
+    ``min_support``), unfinished_left_out (labeled chains ``finished_only`` left out),
+    sources {"human", "import"} (chains whose labels rest on votes of that source; a chain
+    may count under both) and imported_left_out (chains only an import labeled, which a
+    snapshot without ``include_imported`` leaves out); ``meta`` the label sources read
+    (``sources``), the options (``options``), the consensus rules in force,
+    ``trl_ambiguous``, the default mapping of ambiguous steps for TRL exports, and
+    ``training_run`` when a training run took it for itself.
 
     Raises ValidationError for a held-out fraction outside [0, 1), a seed outside what
     its column holds (0 .. 2**31 - 1: a larger one would not be stored as given, and the
@@ -166,6 +194,7 @@ def snapshot_create(
         raise ValidationError({"ambiguous": f"Must be one of {', '.join(AMBIGUOUS_CHOICES)}."})
     options = _options_checked(
         finished_only=finished_only,
+        include_imported=include_imported,
         min_support=min_support,
         ties=ties,
         heldout_fraction=heldout_fraction,
@@ -195,7 +224,13 @@ def snapshot_create(
 
 
 def _options_checked(
-    *, finished_only: bool, min_support: int, ties: str, heldout_fraction: float, seed: int
+    *,
+    finished_only: bool,
+    include_imported: bool,
+    min_support: int,
+    ties: str,
+    heldout_fraction: float,
+    seed: int,
 ) -> SnapshotOptions:
     """The options, or ValidationError naming the first one out of its range."""
     if not 0 <= heldout_fraction < 1:
@@ -208,6 +243,7 @@ def _options_checked(
         raise ValidationError({"min_support": f"Must be between 1 and {MIN_SUPPORT_MAX}."})
     return SnapshotOptions(
         finished_only=finished_only,
+        include_imported=include_imported,
         min_support=min_support,
         ties=ties,
         heldout_fraction=heldout_fraction,
@@ -220,16 +256,18 @@ def _snapshot_meta(
 ) -> dict[str, Any]:
     """What a snapshot says of itself: the options it was taken with (an export says
     them from here), the rules in force, and the training run that took it, if one did."""
+    finished = FINISHED_RULE_IMPORTED if options.include_imported else FINISHED_RULE
     return {
         "options": options.as_meta(),
-        **({"finished": FINISHED_RULE} if options.finished_only else {}),
+        "sources": options.sources,
+        **({"finished": finished + FLAGGED_RULE} if options.finished_only else {}),
         "consensus": {
             # majority or dawid_skene (Project.consensus): how the votes became labels.
             "method": project.consensus,
             "order": ["adjudication", project.consensus, "import_fallback"],
             "adjudication": "the newest ruling wins on the steps it rates",
             "tie": TIE_RULES[options.ties],
-            "import_labels": project.import_labels,
+            "import_labels": options.import_rule(project=project),
         },
         "split": "sha256(seed:problem content hash) < heldout_fraction",
         "trl_ambiguous": ambiguous,
@@ -251,20 +289,23 @@ def _snapshots_lock(*, project: Project) -> None:
         )
 
 
-def _finished(*, project: Project) -> Q:
+def _imported() -> Exists:
+    return Exists(Annotation.objects.filter(chain=OuterRef("pk"), source=AnnotationSource.IMPORT))
+
+
+def _finished(*, options: SnapshotOptions) -> Q:
     """The chains ``finished_only`` keeps: their labeling is done (see FINISHED_RULE).
 
-    Labels an import carried in (a PRM800K or ProcessBench file) are a finished labeling
-    of their own, as long as the project counts them and no person has started on the
-    chain: from a person's first pass on, the chain waits for the overlap like any other
-    (its consensus then rests on the people's passes, or on them and the import's)."""
+    People finish a chain; an import's labels do not, unless the snapshot includes them:
+    then labels an import carried in (a PRM800K or ProcessBench file) are a finished
+    labeling of their own as long as no person has started on the chain. From a person's
+    first pass on, the chain waits for the overlap like any other (its consensus then
+    rests on the people's passes, or on them and the import's)."""
     of_chain = Annotation.objects.filter(chain=OuterRef("pk"))
     ruled = of_chain.filter(source=AnnotationSource.ADJUDICATION, superseded_by__isnull=True)
     done = Q(is_finished=True) | Q(is_gold=True) | Q(Exists(ruled))
-    if project.import_labels != ImportLabels.IGNORE:
-        done |= Q(Exists(of_chain.filter(source=AnnotationSource.IMPORT))) & ~Q(
-            Exists(of_chain.filter(source=AnnotationSource.HUMAN))
-        )
+    if options.include_imported:
+        done |= Q(_imported()) & ~Q(Exists(of_chain.filter(source=AnnotationSource.HUMAN)))
     return done & Q(is_flagged=False)
 
 
@@ -323,6 +364,12 @@ def _nothing_to_freeze(*, counts: dict[str, Any], options: SnapshotOptions) -> s
             f"No finished chain has a label yet ({counts['unfinished_left_out']} labeled "
             "chains are unfinished): take the snapshot without finished_only to include them."
         )
+    if counts["imported_left_out"] and not options.include_imported:
+        return (
+            f"No chain has a label from a person yet ({counts['imported_left_out']} chains "
+            "have labels from an import only): take the snapshot with include_imported to "
+            "use them."
+        )
     return "The project has no labeled step yet: nothing to snapshot."
 
 
@@ -337,10 +384,17 @@ class _Tally:
     tied_steps: int = 0
     below_support: int = 0
     unfinished_left_out: int = 0
+    imported_left_out: int = 0
+    # Chains whose labels rest on a source's votes (a lead's ruling is a person's).
+    sources: dict[str, int] = field(
+        default_factory=lambda: {AnnotationSource.HUMAN.value: 0, AnnotationSource.IMPORT.value: 0}
+    )
     problems: set[str] = field(default_factory=set)
     label_counts: dict[str, int] = field(default_factory=lambda: {"-1": 0, "0": 0, "1": 0})
 
-    def add(self, *, row: _Row, chain_hash: str, split: str, problem_hash: str) -> None:
+    def add(
+        self, *, row: _Row, chain_hash: str, split: str, problem_hash: str, sources: set[str]
+    ) -> None:
         self.digest.update(
             snapshot_row_digest(
                 chain_hash=chain_hash, split=split, labels=row.labels, tied=row.tied
@@ -349,6 +403,8 @@ class _Tally:
         self.chains += 1
         self.heldout += split == SnapshotSplit.HELDOUT
         self.problems.add(problem_hash)
+        for source in sources:
+            self.sources[source] += 1
         for label in row.labels:
             if label is not None:
                 self.steps_labeled += 1
@@ -366,6 +422,8 @@ class _Tally:
             "tied_steps": self.tied_steps,
             "steps_below_support": self.below_support,
             "unfinished_left_out": self.unfinished_left_out,
+            "sources": dict(self.sources),
+            "imported_left_out": self.imported_left_out,
         }
 
 
@@ -383,7 +441,7 @@ def _chunk_rows(
     options are applied."""
     consensus = consensus_for_chains(
         chain_step_counts={chain_id: count for chain_id, _, count, _ in chunk},
-        import_labels=project.import_labels,
+        import_labels=options.import_rule(project=project),
         project=project,
         fit=fit,
     )
@@ -402,7 +460,18 @@ def _chunk_rows(
             seed=snapshot.seed,
             heldout_fraction=snapshot.heldout_fraction,
         )
-        tally.add(row=row, chain_hash=chain_hash, split=split, problem_hash=problem_hash)
+        tally.add(
+            row=row,
+            chain_hash=chain_hash,
+            split=split,
+            problem_hash=problem_hash,
+            sources={
+                AnnotationSource.IMPORT.value
+                if vote.source == AnnotationSource.IMPORT
+                else AnnotationSource.HUMAN.value
+                for vote in result.votes
+            },
+        )
         rows.append(
             SnapshotChain(
                 snapshot=snapshot,
@@ -428,14 +497,20 @@ def _write_rows(
     # One Dawid-Skene fit for the whole snapshot: votes arriving meanwhile would
     # otherwise refit the project for a later chunk, and chunks would mix fits.
     fit = (
-        dawid_skene_fit(project=project)
+        dawid_skene_fit(project=project, import_labels=options.import_rule(project=project))
         if project.consensus == ConsensusMethod.DAWID_SKENE
         else None
     )
     annotated = Annotation.objects.filter(chain=OuterRef("pk"))
-    candidates = Chain.objects.filter(project=project).filter(Exists(annotated))
+    candidates = Chain.objects.filter(project=project)
+    if options.include_imported:
+        candidates = candidates.filter(Exists(annotated))
+    else:
+        by_people = Exists(annotated.exclude(source=AnnotationSource.IMPORT))
+        tally.imported_left_out = candidates.filter(_imported(), ~Q(by_people)).count()
+        candidates = candidates.filter(by_people)
     if options.finished_only:
-        finished = _finished(project=project)
+        finished = _finished(options=options)
         tally.unfinished_left_out = candidates.filter(~finished).count()
         candidates = candidates.filter(finished)
     last_hash = ""

@@ -307,12 +307,14 @@ def _ensure_snapshot(run: TrainingRun) -> Snapshot:
         return run.snapshot  # type: ignore[return-value]
     from annotation.services.snapshots import snapshot_create
 
-    # The loop learns from every label as soon as it is given: unfinished chains too, and
-    # tied steps at the consensus rule's lowest rating (a lead's dataset may choose less).
+    # The loop learns from every label as soon as it is given: unfinished chains too, an
+    # import's labels by the project's rule, and tied steps at the consensus rule's lowest
+    # rating (a lead's dataset may choose less).
     snapshot = snapshot_create(
         project=run.project,
         user=run.started_by,
         finished_only=False,
+        include_imported=True,
         ties="lowest",
         training_run=run.pk,
     )

@@ -67,12 +67,18 @@
   function optionsText(options) {
     const parts = [
       options.finished_only ? "finished only" : "all labeled chains",
+      options.include_imported ? "people's and imported labels" : "people's labels only",
       `≥ ${options.min_support} vote${options.min_support === 1 ? "" : "s"}`,
       TIE_NAMES[options.ties] || `ties: ${options.ties}`,
       `held-out\u00a0${Math.round(options.heldout_fraction * 100)}\u00a0%`,
       `seed ${options.seed}`,
     ];
     return parts.join(" · ");
+  }
+
+  function sourcesText(counts) {
+    if (!counts.sources) return "—";
+    return `${counts.sources.human ?? 0} / ${counts.sources.import ?? 0}`;
   }
 
   function snapshotRow(snapshot, withRun) {
@@ -87,6 +93,13 @@
     tr.append(el("td", snapshot.created_by || "—"));
     tr.append(el("td", optionsText(snapshot.options), "sn-options"));
     tr.append(el("td", String(counts.chains ?? "—"), "sn-num"));
+    // Chains resting on people's votes and on imported ones (a chain may count in both);
+    // a snapshot taken before the sources were a choice has no such counts.
+    const sources = el("td", sourcesText(counts), "sn-num sn-sources");
+    if (counts.imported_left_out) {
+      sources.title = `${plural(counts.imported_left_out, "chain")} labeled by an import only, left out`;
+    }
+    tr.append(sources);
     tr.append(el("td", String(counts.steps_labeled ?? "—"), "sn-num"));
     tr.append(el("td", `${counts.train_chains ?? "—"} / ${counts.heldout_chains ?? "—"}`, "sn-num"));
     const hash = el("td");
@@ -180,6 +193,7 @@
     if (!form.reportValidity()) return;
     const body = {
       finished_only: $("sn-finished-only").checked,
+      include_imported: $("sn-include-imported").checked,
       min_support: Number($("sn-min-support").value),
       ties: $("sn-ties").value,
       heldout_fraction: Number($("sn-heldout").value),
@@ -196,8 +210,12 @@
       showMessage(
         `Snapshot v${snapshot.version} taken: ${plural(counts.chains, "chain")}, ` +
           `${plural(counts.steps_labeled, "labeled step")}` +
+          (counts.sources && counts.sources.import
+            ? ` (${counts.sources.import} with imported labels)` : "") +
           (counts.unfinished_left_out
             ? `, ${plural(counts.unfinished_left_out, "unfinished chain")} left out` : "") +
+          (counts.imported_left_out
+            ? `, ${plural(counts.imported_left_out, "chain")} labeled by an import only left out` : "") +
           (counts.tied_steps
             ? `, ${plural(counts.tied_steps, "tied step")} (${TIE_NAMES[snapshot.options.ties]})` : "") +
           (counts.steps_below_support

@@ -64,6 +64,12 @@ class Command(BaseCommand):
             "finished chains only)",
         )
         parser.add_argument(
+            "--include-imported",
+            action="store_true",
+            help="for a new snapshot: also the labels that came with an import (default: "
+            "people's labels only)",
+        )
+        parser.add_argument(
             "--min-support",
             type=int_between(1, MIN_SUPPORT_MAX),
             default=1,
@@ -93,6 +99,7 @@ class Command(BaseCommand):
                     seed=options["seed"],
                     ambiguous=options["ambiguous"] or "drop",
                     finished_only=not options["include_unfinished"],
+                    include_imported=options["include_imported"],
                     min_support=options["min_support"],
                     ties=options["ties"],
                 )

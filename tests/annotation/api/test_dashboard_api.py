@@ -62,6 +62,7 @@ def test_dashboard_numbers_match_hand_computed_values(
         "overlap": 2,
         "annotations_needed": 6,
         "annotations_finished": 3,
+        "chains_imported": 0,
     }
     assert data["annotations_per_day"] == [1, 2]
     assert data["annotations_cumulative"] == [1, 3]
@@ -200,14 +201,15 @@ def test_dashboard_endpoint_query_count_does_not_grow(
     url = f"/api/v1/projects/{project.pk}/dashboard/"
     # project, role; chains; annotations per (annotator, day); ratings per (day, rating);
     # durations overall and per day; the current ratings (once, for the agreement and
-    # its series); agreement usernames; the series' annotation days; gold chains.
-    with django_assert_num_queries(11):
+    # its series); agreement usernames; the series' annotation days; gold chains; the
+    # chains an import labeled.
+    with django_assert_num_queries(12):
         assert client.get(url).status_code == 200
     # Ten more annotators with a chain each change nothing.
     for _ in range(10):
         chain = ChainFactory(project=project)
         annotation_with_ratings(chain=chain, annotator=UserFactory(), labels=[1, 0, -1])
-    with django_assert_num_queries(11):
+    with django_assert_num_queries(12):
         assert client.get(url).status_code == 200
 
 
@@ -287,3 +289,27 @@ def test_training_snapshots_are_listed_apart_and_never_replace_the_lead_s(
     assert "TRL&#x27;s stepwise schema" in html or "TRL's stepwise schema" in html
     exported = client_for(lead).get(f"/api/v1/projects/{project.pk}/export/", {"format": "csv"})
     assert exported["X-Steplab-Snapshot"] == str(mine.version)
+
+
+def test_chains_an_import_labeled_are_counted_apart_from_those_people_finished(
+    labeled: dict[str, Any], make_member: Any, client_for: Any
+) -> None:
+    # Given: two chains that came labeled with their import
+    project = labeled["project"]
+    for chain in (ChainFactory(project=project), ChainFactory(project=project)):
+        annotation_with_ratings(chain=chain, labels=[1, 1, -1])
+    lead = make_member(project, Role.LEAD)
+
+    # When
+    data = client_for(lead).get(f"/api/v1/projects/{project.pk}/dashboard/").json()
+    browser = Client()
+    browser.force_login(lead)
+    page = browser.get(f"/projects/{project.pk}/")
+
+    # Then: the import's labels finish no chain; they are counted apart
+    assert data["progress"]["chains_finished"] == 1
+    assert data["progress"]["chains_imported"] == 2
+    assert data["progress"]["chains_total"] == 5
+    text = page.content.decode()
+    assert "chains finished by people" in text
+    assert "<strong>2</strong> of 5 chains carry labels from an import" in text

@@ -51,11 +51,13 @@ def test_a_snapshot_with_the_defaults_holds_finished_chains_without_ties(
     body = created.json()
     assert body["options"] == {
         "finished_only": True,
+        "include_imported": False,
         "min_support": 1,
         "ties": "drop",
         "heldout_fraction": 0.2,
         "seed": 0,
     }
+    assert body["meta"]["sources"] == ["human"]
     assert body["meta"]["options"] == body["options"]
     assert body["training_run"] is None
     assert body["counts"]["chains"] == 2
@@ -84,6 +86,7 @@ def test_a_snapshot_with_options(tied_project, make_member, client_for):
     body = created.json()
     assert body["options"] == {
         "finished_only": False,
+        "include_imported": False,
         "min_support": 1,
         "ties": "mark",
         "heldout_fraction": 0.5,
@@ -234,8 +237,31 @@ def test_an_export_says_what_its_snapshot_holds(tied_project, make_member, clien
 
     assert response.status_code == 200
     assert response["X-Steplab-Snapshot-Options"] == (
-        "finished_only=1; min_support=1; ties=mark; heldout_fraction=0.2; seed=3"
+        "finished_only=1; include_imported=0; min_support=1; ties=mark; heldout_fraction=0.2; "
+        "seed=3"
     )
+
+
+def test_a_snapshot_reads_imported_labels_only_when_asked(tied_project, make_member, client_for):
+    # Given: beside the people's chains, one that only an import labeled
+    client = client_for(make_member(tied_project, "lead"))
+    annotation_with_ratings(chain=ChainFactory(project=tied_project, step_count=2), labels=[1, -1])
+
+    # When: the default snapshot, then one that includes imported labels
+    people = client.post(_snapshots_url(tied_project), {}, format="json").json()
+    both = client.post(
+        _snapshots_url(tied_project), {"include_imported": True}, format="json"
+    ).json()
+
+    # Then: the imported chain is counted apart, and enters only the second
+    assert people["counts"]["chains"] == 2
+    assert people["counts"]["sources"] == {"human": 2, "import": 0}
+    assert people["counts"]["imported_left_out"] == 1
+    assert both["options"]["include_imported"] is True
+    assert both["meta"]["sources"] == ["human", "import"]
+    assert both["counts"]["chains"] == 3
+    assert both["counts"]["sources"] == {"human": 2, "import": 1}
+    assert both["counts"]["imported_left_out"] == 0
 
 
 @pytest.mark.parametrize(

@@ -97,6 +97,7 @@ def test_lead_takes_a_snapshot_with_options_and_compares_it(
     taken = Snapshot.objects.get(project=lab["project"], version=3)
     assert taken.meta["options"] == {
         "finished_only": True,
+        "include_imported": False,
         "min_support": 1,
         "ties": "mark",
         "heldout_fraction": 0.2,
@@ -128,6 +129,47 @@ def test_lead_takes_a_snapshot_with_options_and_compares_it(
     page.locator("#sn-diff-change").select_option("removed")
     page.get_by_role("button", name="Compare").click()
     expect(page.locator("#sn-diff-table tbody tr")).to_have_count(1)
+
+
+def test_imported_labels_enter_a_snapshot_only_when_the_lead_ticks_them(
+    live_server: Any, page: Page, lab: Any
+) -> None:
+    # Given: beside the people's chains, one that came labeled with its import
+    annotation_with_ratings(
+        chain=ChainFactory(project=lab["project"], step_count=2), labels=[1, -1]
+    )
+    _open(page, live_server, lab)
+    assert not page.locator("#sn-include-imported").is_checked()
+
+    # When: a snapshot with the defaults
+    page.get_by_role("button", name="Take snapshot").click()
+
+    # Then: people's labels only; the imported chain is said to be left out
+    expect(page.locator("#sn-message.ok")).to_contain_text("Snapshot v3 taken: 2 chains")
+    expect(page.locator("#sn-message")).to_contain_text(
+        "1 chain labeled by an import only left out"
+    )
+    row = page.locator("#sn-datasets tbody tr").first
+    expect(row).to_contain_text("people's labels only")
+    expect(row.locator(".sn-sources")).to_have_text("2 / 0")
+
+    # When: the lead ticks the imported labels
+    page.locator("#sn-include-imported").check()
+    page.get_by_role("button", name="Take snapshot").click()
+
+    # Then: the imported chain is in, counted apart
+    expect(page.locator("#sn-message.ok")).to_contain_text(
+        "Snapshot v4 taken: 3 chains, 8 labeled steps (1 with imported labels)"
+    )
+    row = page.locator("#sn-datasets tbody tr").first
+    expect(row).to_contain_text("people's and imported labels")
+    expect(row.locator(".sn-sources")).to_have_text("2 / 1")
+    assert Snapshot.objects.get(project=lab["project"], version=4).meta["sources"] == [
+        "human",
+        "import",
+    ]
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "snapshots-imported.png"), full_page=True)
 
 
 def test_a_snapshot_the_options_leave_empty_says_why(

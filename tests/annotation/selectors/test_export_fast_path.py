@@ -60,7 +60,7 @@ def snapshot(tmp_path: Path):
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
     project = ProjectFactory()
     chain_import(project=project, path=source, fmt="generic")
-    return snapshot_create(project=project, heldout_fraction=0.4)
+    return snapshot_create(project=project, heldout_fraction=0.4, include_imported=True)
 
 
 def _fallback(**kwargs):
@@ -168,7 +168,7 @@ def test_closing_a_large_stream_early_cancels_its_copy(tmp_path, monkeypatch):
             out.write(json.dumps(record) + "\n")
     project = ProjectFactory()
     chain_import(project=project, path=source, fmt="generic")
-    snapshot = snapshot_create(project=project)
+    snapshot = snapshot_create(project=project, include_imported=True)
     before = connection.in_atomic_block
     cancels = []
     try_cancel = psycopg.Connection._try_cancel  # a spy: it still cancels

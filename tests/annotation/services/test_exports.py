@@ -371,7 +371,7 @@ def test_processbench_file_round_trips_with_its_ids_and_verdicts(tmp_path, name)
     given = {record["id"]: record for record in json.loads(path.read_text(encoding="utf-8"))}
     project = ProjectFactory(labeling_mode=LabelingMode.FIRST_ERROR)
     chain_import(project=project, path=path, fmt="processbench")
-    snapshot = snapshot_create(project=project, heldout_fraction=0.0)
+    snapshot = snapshot_create(project=project, heldout_fraction=0.0, include_imported=True)
     out = tmp_path / "pb.jsonl"
     result = export_write(snapshot=snapshot, fmt="processbench", path=out)
 

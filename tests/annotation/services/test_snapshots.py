@@ -82,16 +82,21 @@ def test_snapshot_create_counts_and_rows(project):
         "tied_steps": 0,
         "steps_below_support": 0,
         "unfinished_left_out": 0,
+        "sources": {"human": 2, "import": 0},
+        "imported_left_out": 0,
     }
+    assert snapshot.meta["sources"] == ["human"]
     assert snapshot.meta["options"] == {
         "finished_only": True,
+        "include_imported": False,
         "min_support": 1,
         "ties": "drop",
         "heldout_fraction": 0.0,
         "seed": 0,
     }
     assert snapshot.meta["trl_ambiguous"] == "drop"
-    assert snapshot.meta["consensus"]["import_labels"] == "fallback"
+    # People's labels only: no import's label counts, whatever the project's rule.
+    assert snapshot.meta["consensus"]["import_labels"] == "ignore"
     rows = {row.chain_id: row for row in SnapshotChain.objects.filter(snapshot=snapshot)}
     assert set(rows) == {full.pk, partial.pk}
     assert rows[partial.pk].labels == [1, -1, None]
@@ -270,35 +275,75 @@ def test_finished_only_is_the_default_and_says_what_it_left_out():
     flagged.save(update_fields=["is_flagged"])
     ChainFactory(project=project)  # unlabeled
 
-    # When: a snapshot with the defaults, and one of every labeled chain
+    # When: a snapshot with the defaults, one with imported labels, one of every chain
     default = snapshot_create(project=project, user=lead)
-    everything = snapshot_create(project=project, user=lead, finished_only=False)
+    with_imported = snapshot_create(project=project, user=lead, include_imported=True)
+    everything = snapshot_create(
+        project=project, user=lead, finished_only=False, include_imported=True
+    )
 
-    # Then: the default keeps the chains whose labeling is done, and counts the rest
-    kept = set(SnapshotChain.objects.filter(snapshot=default).values_list("chain_id", flat=True))
-    assert kept == {finished.pk, ruled.pk, imported.pk, gold.pk}
+    # Then: the default keeps the chains people finished, and counts the rest apart;
+    # only the snapshot that includes imported labels lets an import finish a chain
+    def kept(snapshot):
+        return set(
+            SnapshotChain.objects.filter(snapshot=snapshot).values_list("chain_id", flat=True)
+        )
+
+    assert kept(default) == {finished.pk, ruled.pk}
     assert default.counts["unfinished_left_out"] == 3  # half done, started, flagged
+    assert default.counts["imported_left_out"] == 2  # imported, gold (an imported key)
+    assert default.counts["sources"] == {"human": 2, "import": 0}
     assert default.meta["options"]["finished_only"] is True
     assert "overlap" in default.meta["finished"]
+    assert "import" not in default.meta["finished"]
+    assert kept(with_imported) == {finished.pk, ruled.pk, imported.pk, gold.pk}
+    assert with_imported.counts["sources"] == {"human": 2, "import": 2}
+    assert with_imported.counts["imported_left_out"] == 0
+    assert with_imported.meta["sources"] == ["human", "import"]
     assert everything.counts["chains"] == 7
     assert everything.counts["unfinished_left_out"] == 0
     assert everything.meta["options"]["finished_only"] is False
     assert "finished" not in everything.meta
-    assert half_done.pk in set(
-        SnapshotChain.objects.filter(snapshot=everything).values_list("chain_id", flat=True)
+    assert half_done.pk in kept(everything)
+
+
+@pytest.mark.parametrize("rule", [ImportLabels.IGNORE, ImportLabels.FALLBACK, ImportLabels.VOTE])
+def test_imported_labels_enter_a_snapshot_only_when_the_lead_includes_them(rule):
+    # Given: a chain only an import labeled, and one a person labeled over an import's
+    project = ProjectFactory(import_labels=rule)
+    imported = ChainFactory(project=project, step_count=2)
+    annotation_with_ratings(chain=imported, labels=[1, -1])
+    both = _labeled_chain(project, [1, 1])
+    annotation_with_ratings(chain=both, labels=[-1, -1])
+
+    # When: the default snapshot, and one with imported labels
+    people = snapshot_create(project=project, finished_only=False)
+    imports = snapshot_create(
+        project=project, finished_only=False, include_imported=True, ties="lowest"
+    )
+
+    # Then: the people's snapshot holds people's labels only, whatever the project's rule
+    assert people.counts["chains"] == 1
+    assert people.counts["imported_left_out"] == 1
+    assert _row(people, both).labels == [1, 1]
+    assert [vote["source"] for vote in _row(people, both).votes] == ["human"]
+    # and with them, imported labels count by the project's rule ("ignore": fallback)
+    assert imports.counts["chains"] == 2
+    assert _row(imports, imported).labels == [1, -1]
+    voted = rule == ImportLabels.VOTE
+    assert _row(imports, both).labels == ([-1, -1] if voted else [1, 1])  # a tie: lowest
+    assert imports.counts["sources"] == {"human": 1, "import": 2 if voted else 1}
+    assert imports.meta["consensus"]["import_labels"] == (
+        ImportLabels.FALLBACK if rule == ImportLabels.IGNORE else rule
     )
 
 
-def test_imported_labels_are_not_finished_when_the_project_ignores_them():
-    project = ProjectFactory(import_labels=ImportLabels.IGNORE)
-    imported = ChainFactory(project=project, step_count=2)
-    annotation_with_ratings(chain=imported, labels=[1, -1])
-    _labeled_chain(project, [1, 1])
-
-    snapshot = snapshot_create(project=project)
-
-    assert snapshot.counts["chains"] == 1
-    assert snapshot.counts["unfinished_left_out"] == 1
+def test_a_people_only_snapshot_of_imported_labels_says_how_to_include_them():
+    project = ProjectFactory()
+    annotation_with_ratings(chain=ChainFactory(project=project, step_count=2), labels=[1, 1])
+    with pytest.raises(ValidationError, match="1 chains have labels from an import only"):
+        snapshot_create(project=project)
+    assert snapshot_create(project=project, include_imported=True).counts["chains"] == 1
 
 
 def test_finished_only_with_nothing_finished_says_how_to_include_the_rest(project):
@@ -443,6 +488,7 @@ def test_a_snapshot_older_than_the_options_says_what_it_holds(project):
     )
     assert snapshot_options(snapshot=old) == {
         "finished_only": False,
+        "include_imported": True,
         "min_support": 1,
         "ties": "lowest",
         "heldout_fraction": 0.1,
