@@ -35,6 +35,7 @@ NO_BODY = {
     "assignment-renew",
     "api-training-run-cancel",
     "api-training-run-retry",
+    "api-scoring-run-cancel",
     "api-scoring-run-retry",
     "api-project-member",  # DELETE removes a member
     "api-model-version-activate",
