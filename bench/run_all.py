@@ -140,6 +140,14 @@ SUITE: tuple[Bench, ...] = (
         "the data manager's filtered pages at 1,000,000 chains",
     ),
     Bench(
+        "demo_training",
+        "bench_demo_training.py",
+        (),
+        ("--chains", "40"),
+        "demo_training.json",
+        "make demo: a run's answer, web and worker memory, cancel",
+    ),
+    Bench(
         "public_ids",
         "bench_public_ids.py",
         (),

@@ -201,13 +201,41 @@ for i in range(ANNOTATORS):
     user, _ = get_user_model().objects.get_or_create(username=f"lab-annotator-{i}")
     membership_add(project=project, user=user, role=Role.ANNOTATOR)
     keys.append(Token.objects.get_or_create(user=user)[0].key)
+ml = get_user_model().objects.get(username="ml")
 print("LAB", project.pk, project.overlap, project.chains.count(), ",".join(keys))
+print("ML", Token.objects.get_or_create(user=ml)[0].key)
 """
+
+
+def _json_call(port: int, token: str, method: str, path: str) -> tuple[int, dict[str, Any]]:
+    import http.client
+    import json
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+    connection.request(method, path, body=b"{}" if method == "POST" else None, headers=headers)
+    response = connection.getresponse()
+    payload = json.loads(response.read() or b"{}")
+    connection.close()
+    return response.status, payload
+
+
+def _run_until(port: int, token: str, run_id: int, done: Any, seconds: float) -> dict[str, Any]:
+    deadline = time.monotonic() + seconds
+    while True:
+        status, run = _json_call(port, token, "GET", f"/api/v1/training-runs/{run_id}/")
+        assert status == 200, run
+        if done(run):
+            return run
+        assert time.monotonic() < deadline, f"the run did not get there in {seconds} s: {run}"
+        time.sleep(0.5)
 
 
 def test_make_demo_on_sqlite_holds_sixteen_annotators(tmp_path: Path) -> None:
     """The embedded default: the demo's own project (200 chains, overlap 2) on a SQLite
-    file, 16 annotators writing through the server's threads and processes at once."""
+    file, 16 annotators writing through the server's threads and processes at once; then
+    ML staff start a training run, which the demo's own worker takes (the request only
+    queues it), reports its phase, and stops on a cancel."""
     import sqlite3
 
     database = tmp_path / "demo.sqlite3"
@@ -231,6 +259,9 @@ def test_make_demo_on_sqlite_holds_sixteen_annotators(tmp_path: Path) -> None:
         _, project_id, overlap, chains, keys = next(
             line for line in made.stdout.splitlines() if line.startswith("LAB ")
         ).split()
+        ml_key = next(line for line in made.stdout.splitlines() if line.startswith("ML ")).split()[
+            1
+        ]
         result = load_run(
             port=port,
             tokens=keys.split(","),
@@ -238,6 +269,20 @@ def test_make_demo_on_sqlite_holds_sixteen_annotators(tmp_path: Path) -> None:
             seconds=540,
             client_factory=AnnotatorClient,
         )
+
+        # ML staff start a run: queued by the request, taken by the demo's gpu worker
+        status, run = _json_call(
+            port, ml_key, "POST", f"/api/v1/projects/{project_id}/training-runs/"
+        )
+        assert (status, run["status"]) == (201, "queued"), run
+        running = _run_until(
+            port, ml_key, run["id"], lambda r: r["status"] != "queued" and r["phase"], 300
+        )
+        assert running["status"] == "running" and running["worker"].startswith("gpu@"), running
+        status, _ = _json_call(port, ml_key, "POST", f"/api/v1/training-runs/{run['id']}/cancel/")
+        assert status == 200
+        stopped = _run_until(port, ml_key, run["id"], lambda r: r["finished_at"], 120)
+        assert (stopped["status"], stopped["model_version"]) == ("cancelled", None), stopped
     assert result["non_2xx"] == 0, result["failures"]
     assert result["empty_queue"] == ANNOTATORS, result
     assert result["submits_ok"] == int(chains) * int(overlap)
