@@ -19,6 +19,7 @@ from annotation.models import Project, Role
 from annotation.selectors.access import project_get_for_member
 from prm_training.models import (
     FINISHED_STATUSES,
+    EvaluationResult,
     ModelVersion,
     ProjectTrainingSettings,
     ScoringRun,
@@ -99,6 +100,16 @@ def model_version_list(*, project: Project) -> QuerySet[ModelVersion]:
 def model_version_active_get(*, project: Project) -> ModelVersion | None:
     """The project's active version, or None."""
     return ModelVersion.objects.filter(project=project, is_active=True).first()
+
+
+def evaluation_result_list(*, project: Project) -> QuerySet[EvaluationResult]:
+    """Every version's figures on every evaluation set of the project, newest version
+    first, then by set."""
+    return (
+        EvaluationResult.objects.filter(model_version__project=project)
+        .select_related("model_version", "evaluation_set")
+        .order_by("-model_version__version", "evaluation_set_id")
+    )
 
 
 def scoring_run_list(*, project: Project) -> QuerySet[ScoringRun]:

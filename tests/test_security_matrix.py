@@ -145,6 +145,7 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "api-training-run-retry": {"post": API_ML},
     "api-model-versions": {"get": API_ML_AND_LEADS},
     "api-model-version-activate": {"post": API_ML},
+    "api-evaluation-results": {"get": API_ML_AND_LEADS},
     "api-training-settings": {"get": API_ML_AND_LEADS, "patch": API_ML},
     "api-backbones": {"get": API_ML_AND_LEADS},
     "api-scoring-runs": {"get": API_ML_AND_LEADS, "post": API_ML},

@@ -5,6 +5,7 @@ from django.urls import path
 from prm_training.api.views import (
     ModelVersionActivateApi,
     ProjectBackbonesApi,
+    ProjectEvaluationResultsApi,
     ProjectModelVersionsApi,
     ProjectScoringRunsApi,
     ProjectTrainingRunsApi,
@@ -43,6 +44,11 @@ urlpatterns = [
         "model-versions/<id:version_id>/activate/",
         ModelVersionActivateApi.as_view(),
         name="api-model-version-activate",
+    ),
+    path(
+        "projects/<id:project_id>/evaluation-results/",
+        ProjectEvaluationResultsApi.as_view(),
+        name="api-evaluation-results",
     ),
     path(
         "projects/<id:project_id>/backbones/",

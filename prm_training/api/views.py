@@ -28,6 +28,7 @@ from prm_training.models import (
 from prm_training.selectors import (
     ML_AND_LEADS,
     ML_ONLY,
+    evaluation_result_list,
     model_version_active_get,
     model_version_get_for_member,
     model_version_list,
@@ -345,7 +346,12 @@ class ModelVersionActivateApi(APIView):
     @extend_schema(
         operation_id="model_versions_activate",
         request=None,
-        responses={200: ModelVersionOutputSerializer, 403: FORBIDDEN, 404: NOT_FOUND},
+        responses={
+            200: ModelVersionOutputSerializer,
+            400: OpenApiResponse(description="The project's evaluation set rule refuses it."),
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+        },
         summary="Make a model version the active one (ML staff)",
     )
     def post(self, request: Request, version_id: int) -> Response:
@@ -355,6 +361,43 @@ class ModelVersionActivateApi(APIView):
         version = model_version_activate(model_version=version, user=request_user(request))
         version = model_version_list(project=version.project).get(pk=version.pk)
         return Response(ModelVersionOutputSerializer(version).data)
+
+
+class EvaluationResultOutputSerializer(serializers.Serializer):
+    model_version = serializers.IntegerField(source="model_version_id")
+    version = serializers.IntegerField(source="model_version.version")
+    evaluation_set = serializers.IntegerField(source="evaluation_set_id")
+    evaluation_set_name = serializers.CharField(source="evaluation_set.name")
+    chains = serializers.IntegerField(help_text="Labeled chains of the set scored.")
+    unlabeled_chains = serializers.IntegerField(help_text="Chains of the set with no label.")
+    report = serializers.JSONField(
+        help_text="ml.evaluation.evaluation_report: per figure (subset_f1:<subset>, "
+        "mean_subset_f1, f1, auroc, prmscore, ...) each scorer's value with its 95% interval, "
+        "the strongest baseline and the paired difference with it."
+    )
+    truncation = serializers.JSONField(help_text="What windows of max_length still cut.")
+    loses = serializers.BooleanField(
+        allow_null=True, help_text="Below the strongest baseline on F1, interval under zero."
+    )
+    created_at = serializers.DateTimeField()
+
+
+class ProjectEvaluationResultsApi(APIView):
+    @extend_schema(
+        operation_id="evaluation_results_list",
+        responses={
+            200: EvaluationResultOutputSerializer(many=True),
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+        },
+        summary="Each version's figures on each evaluation set (ML staff and leads)",
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_get_for_member(
+            user=request.user, project_id=project_id, roles=ML_AND_LEADS
+        )
+        results = evaluation_result_list(project=project)
+        return Response(EvaluationResultOutputSerializer(results, many=True).data)
 
 
 # --- scoring runs ------------------------------------------------------------------------
@@ -524,6 +567,11 @@ class TrainingSettingsInputSerializer(serializers.Serializer):
     default_config = TrainingRunInputSerializer(
         required=False, help_text="Training settings of automatic runs (replaced whole)."
     )
+    promotion_needs_evaluation_sets = serializers.BooleanField(
+        required=False,
+        help_text="Make a version active (after its run or by hand) only when it loses on no "
+        "evaluation set of the project.",
+    )
 
 
 class StrategyChoiceSerializer(serializers.Serializer):
@@ -552,6 +600,7 @@ class TrainingSettingsOutputSerializer(serializers.ModelSerializer):
             "random_fraction",
             "retrain_every_n_finished",
             "default_config",
+            "promotion_needs_evaluation_sets",
             "updated_at",
         ]
 

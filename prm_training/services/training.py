@@ -39,6 +39,13 @@ from prm_training.models import (
     TrainingRun,
 )
 from prm_training.services.backbones import backbone_path
+from prm_training.services.evaluation import (
+    SetFigures,
+    evaluation_results_write,
+    evaluation_sets_measure,
+    model_version_promotion_refusal,
+    promotion_refusal,
+)
 from prm_training.services.examples import snapshot_chain_examples
 from prm_training.services.progress import RunProgress, run_kept_alive
 from prm_training.services.runs import (
@@ -158,7 +165,12 @@ def _zero_shot_errors(cleaned: Mapping[str, Any]) -> dict[str, list[str]]:
     return {}
 
 
-LOOP_FIELDS = ("acquisition_strategy", "random_fraction", "retrain_every_n_finished")
+LOOP_FIELDS = (
+    "acquisition_strategy",
+    "random_fraction",
+    "retrain_every_n_finished",
+    "promotion_needs_evaluation_sets",
+)
 
 
 def _of_kind(value: Any, kind: type) -> bool:
@@ -448,7 +460,52 @@ def _train_and_publish(run: TrainingRun, reporter: _RunReporter) -> TrainingRun:
         should_stop=reporter.should_stop,
         phase=reporter,
     )
-    return _publish(run=run, snapshot=snapshot, result=result, heldout=heldout, reporter=reporter)
+    figures = _measure_evaluation_sets(result, snapshot, reporter)
+    return _publish(
+        run=run,
+        snapshot=snapshot,
+        result=result,
+        heldout=heldout,
+        reporter=reporter,
+        figures=figures,
+    )
+
+
+def _measure_evaluation_sets(
+    result: Any, snapshot: Snapshot | None, reporter: _RunReporter
+) -> list[SetFigures] | None:
+    """The new version on every evaluation set of its project (``services.evaluation``);
+    None when that failed: the version is published unmeasured, not lost."""
+    try:
+        return evaluation_sets_measure(
+            checkpoint_dir=str(result.checkpoint_dir), snapshot=snapshot, phase=reporter
+        )
+    except RunCancelled:
+        raise
+    except Exception:  # noqa: BLE001 - a failed measurement must not sink a trained version
+        logger.exception("Could not measure the new version on the evaluation sets")
+        return None
+
+
+def _evaluation_gate(
+    *, project_id: int, activate: bool, note: str, figures: list[SetFigures] | None
+) -> tuple[bool, str]:
+    """(activate, note) after the project's evaluation set rule and the new version's
+    figures on each set (``services.evaluation.promotion_refusal``)."""
+    if figures is None:
+        note += " Its evaluation on the evaluation sets failed (see the worker's log)."
+    elif figures:
+        losing = [f.name for f in figures if f.loses]
+        note += f" Measured on {len(figures)} evaluation set(s)" + (
+            f"; below the strongest baseline on {', '.join(losing)}." if losing else "."
+        )
+    if not activate:
+        return activate, note
+    measured = {f.evaluation_set_id: f.loses for f in figures or []}
+    refusal = promotion_refusal(project_id=project_id, measured=measured, version="It")
+    if refusal is None:
+        return activate, note
+    return False, f"{note} {refusal}"
 
 
 def _paired_with(
@@ -540,6 +597,7 @@ def _publish(
     result: Any,
     heldout: list[ChainExample],
     reporter: _RunReporter,
+    figures: list[SetFigures] | None = None,
 ) -> TrainingRun:
     metrics = {k: float(v) for k, v in dict(result.metrics).items()}
     compared, activate, note = _compare_with_active(
@@ -549,6 +607,9 @@ def _publish(
         metrics=metrics,
         heldout=heldout,
         reporter=reporter,
+    )
+    activate, note = _evaluation_gate(
+        project_id=run.project_id, activate=activate, note=note, figures=figures
     )
     reporter(Phase("publishing", 0, 0, detail="the new version"))
     with transaction.atomic():
@@ -576,7 +637,7 @@ def _publish(
         if activate and active is not None:
             # Before the insert: the partial unique index allows one active row per project.
             ModelVersion.objects.filter(pk=active.pk).update(is_active=False)
-        ModelVersion.objects.create(
+        published = ModelVersion.objects.create(
             project_id=run.project_id,
             training_run=locked,
             snapshot=snapshot,
@@ -586,6 +647,7 @@ def _publish(
             is_active=activate,
             activated_at=now if activate else None,
         )
+        evaluation_results_write(version=published, figures=figures or [])
         locked.status = RunStatus.SUCCEEDED
         locked.finished_at = now
         locked.progress = 1.0
@@ -601,12 +663,17 @@ def _publish(
 
 
 def model_version_activate(*, model_version: ModelVersion, user: User | None) -> ModelVersion:
-    """Make ``model_version`` the project's active version (ML staff, by hand). Idempotent."""
+    """Make ``model_version`` the project's active version (ML staff, by hand). Idempotent.
+    Raises ValidationError when the project's evaluation set rule refuses it
+    (``services.evaluation.model_version_promotion_refusal``)."""
     with transaction.atomic():
         Project.objects.select_for_update().get(pk=model_version.project_id)
         version = ModelVersion.objects.get(pk=model_version.pk)
         if version.is_active:
             return version
+        refusal = model_version_promotion_refusal(version=version)
+        if refusal is not None:
+            raise ValidationError(refusal)
         ModelVersion.objects.filter(project_id=version.project_id, is_active=True).update(
             is_active=False
         )

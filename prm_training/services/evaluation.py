@@ -1,0 +1,211 @@
+"""Every model version on every evaluation set of its project, and the promotion rule
+that reads it.
+
+The training task measures a new version on each evaluation set
+(``annotation.services.evaluation_sets``) before it publishes it, from its checkpoint:
+the official report (``ml.evaluation.evaluation_report``: ProcessBench F1 per subset and
+their mean, pooled F1, AUROC, PRMScore where the labels go past a first error), the same
+chains scored by the baselines the checkpoint kept (fitted on its own training chains:
+the position prior, the outcome rule, the text-blind head), and the paired problem-
+bootstrap interval of the version minus the strongest of them. The labels are those of
+the run's snapshot (the consensus the project's rules give, imported labels included
+where they count); a chain of the set with none there is counted, not scored.
+
+A version *loses* on a set when its official F1 (the mean over subsets) is below the
+strongest baseline's with the whole interval under zero. With the project's
+``promotion_needs_evaluation_sets`` on, a version becomes active (after its run or by
+hand) only when it was measured on every evaluation set and loses on none; a set marked
+after the version was trained has no figures of it, and the version is not promoted on
+faith.
+
+Torch is imported only inside ``evaluation_sets_measure`` (the worker's side)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from annotation.models import Chain, EvaluationSet, Snapshot
+from prm_training.ml.progress import PhaseMeter, PhaseReport, step_count
+from prm_training.models import EvaluationResult, ModelVersion, ProjectTrainingSettings
+from prm_training.services.examples import snapshot_chain_examples
+from prm_training.services.runs import feature_cache_dir
+
+logger = logging.getLogger(__name__)
+
+# The figure a version must not lose on: ProcessBench's own (F1 per subset, averaged), and
+# the pooled F1 where the report has no subsets.
+VERDICT_FIGURES = ("mean_subset_f1", "f1")
+
+
+@dataclass(frozen=True)
+class SetFigures:
+    """One version's figures on one evaluation set, before they are stored."""
+
+    evaluation_set_id: int
+    name: str
+    chains: int
+    unlabeled_chains: int
+    report: dict[str, Any] = field(default_factory=dict)
+    truncation: dict[str, float] = field(default_factory=dict)
+    loses: bool | None = None
+
+
+def report_loses(report: Mapping[str, Any]) -> bool | None:
+    """Whether the report's model is below its strongest baseline on the official F1,
+    the interval of the difference under zero; None where the report has no such
+    difference (no labeled chain, no baseline kept).
+
+    >>> report_loses({"versus_strongest": {"mean_subset_f1": {"mean": -0.1, "high": -0.02}}})
+    True
+    >>> report_loses({"versus_strongest": {"f1": {"mean": -0.1, "high": 0.01}}})
+    False
+    """
+    versus = report.get("versus_strongest") or {}
+    for figure in VERDICT_FIGURES:
+        gap = versus.get(figure)
+        if gap and "high" in gap and math.isfinite(float(gap["high"])):
+            return float(gap["high"]) < 0
+    return None
+
+
+def _set_examples(snapshot: Snapshot | None) -> tuple[dict[int, list[Any]], dict[int, int]]:
+    """({set id: its chains with labels in ``snapshot``}, {set id: its chains}) of the
+    snapshot's project, every set of it."""
+    sets = list(EvaluationSet.objects.filter(project_id=snapshot.project_id)) if snapshot else []
+    if not sets:
+        return {}, {}
+    member: dict[int, int] = {
+        chain_id: set_id
+        for chain_id, set_id in Chain.objects.filter(evaluation_set__in=sets).values_list(
+            "pk", "evaluation_set_id"
+        )
+        if set_id is not None
+    }
+    totals: dict[int, int] = {s.pk: 0 for s in sets}
+    for set_id in member.values():
+        totals[set_id] += 1
+    labeled: dict[int, list[Any]] = {s.pk: [] for s in sets}
+    assert snapshot is not None
+    for example in snapshot_chain_examples(snapshot=snapshot):
+        owner = member.get(example.chain_id)
+        if owner is not None and example.labels is not None:
+            labeled[owner].append(example)
+    return labeled, totals
+
+
+def evaluation_sets_measure(
+    *,
+    checkpoint_dir: str,
+    snapshot: Snapshot | None,
+    phase: PhaseReport | None = None,
+) -> list[SetFigures]:
+    """The figures of the checkpoint on every evaluation set of the snapshot's project
+    (none without a snapshot or a set), in set order; ``phase`` gets an "evaluation sets"
+    phase counted in steps."""
+    labeled, totals = _set_examples(snapshot)
+    if not totals:
+        return []
+    from prm_training.ml.baselines import load_baselines
+    from prm_training.ml.evaluation import evaluation_report
+    from prm_training.ml.score import load_prm, score_chains, truncation_counts
+
+    names = dict(EvaluationSet.objects.filter(pk__in=totals).values_list("pk", "name"))
+    meter = PhaseMeter(phase)
+    every = [example for examples in labeled.values() for example in examples]
+    meter.start("evaluation sets", total=step_count(every), unit="steps", detail="loading")
+    prm = load_prm(checkpoint_dir, cache_dir=str(feature_cache_dir()))
+    baselines = load_baselines(checkpoint_dir)
+    out = []
+    for set_id in sorted(totals):
+        examples = labeled[set_id]
+        meter.set(meter.phase.done, detail=names[set_id])
+        report: dict[str, Any] = {}
+        cut: dict[str, float] = {}
+        if examples:
+            scores = list(score_chains(prm, examples, steps_done=meter.tick))
+            scorers: dict[str, Any] = {"model": ([s.step_probs for s in scores], prm.readout)}
+            if baselines is not None:
+                scorers.update(baselines.scorers(examples))
+            report = evaluation_report(examples, scorers, seed=prm.config.seed)
+            cut = truncation_counts(prm.tokenizer, examples, prm.config)
+        out.append(
+            SetFigures(
+                evaluation_set_id=set_id,
+                name=names[set_id],
+                chains=len(examples),
+                unlabeled_chains=totals[set_id] - len(examples),
+                report=report,
+                truncation=cut,
+                loses=report_loses(report),
+            )
+        )
+    return out
+
+
+def evaluation_results_write(*, version: ModelVersion, figures: Sequence[SetFigures]) -> None:
+    """Store ``figures`` as the version's results (in the publishing transaction); a set
+    unmarked since it was measured is skipped."""
+    present = set(
+        EvaluationSet.objects.filter(
+            pk__in=[f.evaluation_set_id for f in figures], project_id=version.project_id
+        ).values_list("pk", flat=True)
+    )
+    EvaluationResult.objects.bulk_create(
+        [
+            EvaluationResult(
+                model_version=version,
+                evaluation_set_id=f.evaluation_set_id,
+                chains=f.chains,
+                unlabeled_chains=f.unlabeled_chains,
+                report=f.report,
+                truncation=f.truncation,
+                loses=f.loses,
+            )
+            for f in figures
+            if f.evaluation_set_id in present
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def promotion_refusal(
+    *, project_id: int, measured: Mapping[int, bool | None], version: str
+) -> str | None:
+    """Why ``version`` may not become active under the project's evaluation set rule
+    (``measured``: {set id: loses} of its results), or None when it may: the rule is off,
+    the project has no set, or it was measured on every set and loses on none."""
+    rule = ProjectTrainingSettings.objects.filter(
+        project_id=project_id, promotion_needs_evaluation_sets=True
+    ).exists()
+    if not rule:
+        return None
+    sets = dict(EvaluationSet.objects.filter(project_id=project_id).values_list("pk", "name"))
+    losing = sorted(sets[pk] for pk, loses in measured.items() if pk in sets and loses)
+    unmeasured = sorted(name for pk, name in sets.items() if measured.get(pk) is None)
+    if losing:
+        return (
+            f"{version} loses to the strongest baseline that reads no step on evaluation "
+            f"set(s) {', '.join(losing)}: not made active (the project requires no loss)."
+        )
+    if unmeasured:
+        return (
+            f"{version} has no figures against a baseline on evaluation set(s) "
+            f"{', '.join(unmeasured)}: not made active (the project requires no loss)."
+        )
+    return None
+
+
+def model_version_promotion_refusal(*, version: ModelVersion) -> str | None:
+    """``promotion_refusal`` of a stored version, from its stored results."""
+    measured = dict(
+        EvaluationResult.objects.filter(model_version=version).values_list(
+            "evaluation_set_id", "loses"
+        )
+    )
+    return promotion_refusal(
+        project_id=version.project_id, measured=measured, version=f"v{version.version}"
+    )
