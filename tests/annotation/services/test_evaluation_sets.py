@@ -51,7 +51,9 @@ def test_training_reads_no_chain_of_an_evaluation_set_in_either_split(project):
     project.save()
     trained = _imported(project, ImportBatchFactory(project=project), 20)
     held = _imported(project, ImportBatchFactory(project=project), 20)
-    snapshot = snapshot_create(project=project, finished_only=False, heldout_fraction=0.5)
+    snapshot = snapshot_create(
+        project=project, finished_only=False, heldout_fraction=0.5, include_imported=True
+    )
     every = {e.chain_id for e in snapshot_chain_examples(snapshot=snapshot)}
     assert every == {c.pk for c in trained + held}
     # When the second import becomes an evaluation set
