@@ -175,7 +175,7 @@
       return actionButton("Retry", async () => {
         const retry = await api(`/api/v1/${kind}/${run.id}/retry/`, { method: "POST" });
         const message = document.getElementById(kind === "training-runs" ? "train-message" : "score-message");
-        if (message) track(message, kind, retry.id, what);
+        if (message) track(message, kind, retry, what);
       });
     }
     return "";
@@ -188,32 +188,44 @@
         lossCell(run), when(run.started_at), note, runAction(run, "training-runs", "training run")];
     }), 7, "No training runs yet.");
     drawLoss(runs);
-    updateTracked("training-runs", runs);
     return runs.some((run) => BUSY.has(run.status));
   }
 
   // A start's message follows its run: it says what the run is doing now, not what it
-  // was when the request answered.
-  const tracked = [];
+  // was when the request answered. Each message reads its own run (``/<kind>/<id>/``)
+  // until the run ends, so it never depends on the run lists (capped, and rendered by
+  // code that may fail) nor on which of two overlapping list reads answered last.
+  const FOLLOW_MS = 2000;
 
-  function track(message, kind, id, what) {
-    message.className = "form-message";
-    message.textContent = `${what[0].toUpperCase()}${what.slice(1)} #${id} queued.`;
-    tracked.push({ message, kind, id, what });
-    refresh();
+  function trackedText(run, what) {
+    const name = `${what[0].toUpperCase()}${what.slice(1)} #${run.id}`;
+    if (run.status === "running" && run.phase) return `${name}: ${phaseText(run.phase)}.`;
+    if (run.status === "failed") return `${name} failed: ${run.error}`;
+    return `${name} ${run.status}.`;
   }
 
-  function updateTracked(kind, runs) {
-    tracked.filter((t) => t.kind === kind).forEach((t) => {
-      const run = runs.find((r) => r.id === t.id);
-      if (!run) return;
-      const name = `${t.what[0].toUpperCase()}${t.what.slice(1)} #${run.id}`;
-      let text = `${name} ${run.status}.`;
-      if (run.status === "running" && run.phase) text = `${name}: ${phaseText(run.phase)}.`;
-      if (run.status === "failed") text = `${name} failed: ${run.error}`;
-      t.message.className = run.status === "failed" ? "form-message error" : "form-message";
-      t.message.textContent = text;
-    });
+  function showTracked(message, run, what) {
+    message.className = run.status === "failed" ? "form-message error" : "form-message";
+    message.textContent = trackedText(run, what);
+  }
+
+  function track(message, kind, created, what) {
+    const generation = (message.dataset.follows = String(created.id));
+    showTracked(message, created, what);
+    refresh();
+    const follow = async () => {
+      if (message.dataset.follows !== generation) return;  // a newer start took the message
+      try {
+        const run = await api(`/api/v1/${kind}/${created.id}/`);
+        if (message.dataset.follows !== generation) return;
+        showTracked(message, run, what);
+        if (!BUSY.has(run.status)) return;
+      } catch (error) {
+        console.error(error);
+      }
+      window.setTimeout(follow, FOLLOW_MS);
+    };
+    if (BUSY.has(created.status)) window.setTimeout(follow, FOLLOW_MS);
   }
 
   // The loss curve shown under the runs: the run chosen in the table, else the newest run
@@ -385,7 +397,6 @@
         progress, run.priorities_updated, when(run.finished_at),
         runAction(run, "scoring-runs", "scoring run")];
     }), 8, "No scoring runs yet.");
-    updateTracked("scoring-runs", runs);
     return runs.some((run) => BUSY.has(run.status));
   }
 
@@ -440,7 +451,7 @@
       try {
         const created = await api(`/api/v1/projects/${projectId}/${kind}/`,
           { method: "POST", body: formValues(form, numeric) });
-        track(message, kind, created.id, what);
+        track(message, kind, created, what);
       } catch (error) {
         message.className = "form-message error";
         message.textContent = errorText(error);

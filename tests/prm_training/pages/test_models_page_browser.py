@@ -289,9 +289,11 @@ def test_a_zero_shot_version_is_made_from_a_listed_open_prm_and_says_what_it_is(
         assert form.locator("select[name=backbone] option").all_inner_texts() == ["qwen-prm"]
         cells = page.locator("#versions-table tbody tr td").all_inner_texts()
         assert cells[1] == "—" and "no labeled held-out chains" in cells[5]
-        assert (
-            "own step scores steer from round 0" in page.locator("#applied-strategy").inner_text()
-        )
+        # ...and says what 'auto' does with it: random, its scores steering only when set
+        applied = page.locator("#applied-strategy").inner_text()
+        assert "'auto' stays random with it" in applied
+        assert "steer from round 0 only where a strategy is set by hand" in applied
+        assert "applies their step uncertainty" not in applied
         page.locator("#zero-shot").scroll_into_view_if_needed()
         page.screenshot(path=str(ARTIFACTS / f"models-zero-shot-{width}.png"), full_page=True)
 
@@ -429,3 +431,31 @@ def test_runs_show_their_phase_and_are_cancelled_or_retried_from_the_page(
         )
         # (the page stops polling before the database is flushed)
         page.goto("about:blank")
+
+
+def test_a_scoring_start_message_follows_its_run_to_the_end(live_server: Any, page: Page) -> None:
+    # Given: an active version and ML staff on the ML page
+    project = ProjectFactory()
+    ml = MembershipFactory(project=project, role=Role.ML).user
+    version = _version(project, 1, {"processbench_f1": 0.3})
+    ModelVersion.objects.filter(pk=version.pk).update(is_active=True)
+    page_login(page=page, base_url=live_server.url, username=ml.username)
+    page.goto(f"{live_server.url}/projects/{project.pk}/models/")
+
+    # When: they start a scoring run (no worker takes it here)
+    page.get_by_role("button", name="Score unlabeled chains with the active version").click()
+    message = page.locator("#score-message")
+    expect(message).to_contain_text("queued.")
+    run = ScoringRun.objects.get(project=project)
+    expect(message).to_have_text(f"Scoring run #{run.pk} queued.")
+
+    # When: a worker runs it to the end
+    ScoringRun.objects.filter(pk=run.pk).update(
+        status=RunStatus.SUCCEEDED, finished_at=timezone.now(), chains_total=4, chains_scored=4
+    )
+
+    # Then: the message says so, no longer "queued"
+    expect(message).to_have_text(f"Scoring run #{run.pk} succeeded.")
+    page.locator("#score-form").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "models-scoring-message-follows.png"), full_page=True)
+    page.goto("about:blank")
