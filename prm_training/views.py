@@ -11,6 +11,7 @@ from django.views.decorators.http import require_GET
 from annotation.models import Role
 from annotation.navigation import page_roles
 from annotation.selectors.access import membership_role, project_get_for_member
+from annotation.selectors.evaluation_sets import import_batches_markable
 from prm_training.ml.config import AMBIGUOUS_RULES, CLASS_WEIGHTS, MODES
 from prm_training.models import STRATEGY_SETTINGS, AcquisitionStrategy
 from prm_training.selectors import (
@@ -34,12 +35,16 @@ def models_page(request: HttpRequest, project_id: int) -> HttpResponse:
     )
     role = membership_role(user=request.user, project=project)
     can_manage = role == Role.ML or request.user.is_superuser
+    # Leads hold imports out as evaluation sets here too, beside the figures on them.
+    can_lead = role == Role.LEAD or request.user.is_superuser
     loop = project_training_settings_get(project=project)
     active = model_version_active_get(project=project)
     applied, why = acquisition_strategy_resolve(loop=loop, version=active)
     context = {
         "project": project,
         "can_manage": can_manage,
+        "can_lead": can_lead,
+        "markable_imports": import_batches_markable(project=project) if can_lead else [],
         "modes": MODES,
         "ambiguous_rules": AMBIGUOUS_RULES,
         "class_weights": CLASS_WEIGHTS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
-from annotation.models import Annotation, EvaluationSet, Project
+from annotation.models import Annotation, EvaluationSet, ImportBatch, Project
 
 
 def evaluation_set_list(*, project: Project) -> QuerySet[EvaluationSet]:
@@ -24,4 +24,13 @@ def evaluation_set_list(*, project: Project) -> QuerySet[EvaluationSet]:
             ),
         )
         .order_by("id")
+    )
+
+
+def import_batches_markable(*, project: Project) -> QuerySet[ImportBatch]:
+    """The project's imports that are not an evaluation set yet, newest first."""
+    return (
+        ImportBatch.objects.filter(project=project, evaluation_sets__isnull=True)
+        .only("pk", "filename", "created_at", "chains_created")
+        .order_by("-id")
     )

@@ -307,7 +307,13 @@
     const cut = metrics.truncated_chains;
     if (typeof cut === "number" && cut > 0) {
       const chains = cut === 1 ? "1 chain" : `${cut} chains`;
-      cell.append(el("div", `${chains} cut to fit max_length`, "muted truncated"));
+      const note = el("div", `${chains} cut to fit max_length`, "muted truncated");
+      // What the overlapping windows still could not hold (ml/data.py ``truncation``).
+      note.title = `${metrics.truncated_problems || 0} problems and ` +
+        `${metrics.truncated_steps || 0} steps keep only their head and tail; ` +
+        `${metrics.truncated_context_steps || 0} steps are scored without some of the ` +
+        "steps before them.";
+      cell.append(note);
     }
     return cell;
   }
@@ -475,7 +481,11 @@
     settingsForm.addEventListener("submit", async (event) => {
       event.preventDefault();
       const values = formValues(settingsForm, NUMERIC);
-      const body = { default_config: {} };
+      delete values.promotion_needs_evaluation_sets;
+      const body = {
+        default_config: {},
+        promotion_needs_evaluation_sets: settingsForm.elements.promotion_needs_evaluation_sets.checked,
+      };
       Object.entries(values).forEach(([key, value]) => {
         if (LOOP.includes(key)) body[key] = value;
         else body.default_config[key] = value;
