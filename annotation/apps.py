@@ -8,3 +8,4 @@ class AnnotationConfig(AppConfig):
     def ready(self) -> None:
         # Every process registers the tasks: the services send them by name.
         from annotation import tasks  # noqa: F401
+        from annotation.api import schema  # noqa: F401  (the OpenAPI extensions)
