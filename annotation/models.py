@@ -8,10 +8,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxLengthValidator, MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
+
+from annotation.guidelines import GUIDELINES_MAX_CHARS
 
 
 class LabelingMode(models.TextChoices):
@@ -53,7 +55,13 @@ class Rating(models.IntegerChoices):
 
 class Project(models.Model):
     name = models.CharField(max_length=200, unique=True)
-    guidelines = models.TextField(blank=True)
+    guidelines = models.TextField(
+        blank=True, validators=[MaxLengthValidator(GUIDELINES_MAX_CHARS)], help_text="Markdown."
+    )
+    # The guidelines rendered once, when saved, for every page that shows them, and the
+    # digest of the Markdown it was rendered from (services.projects).
+    guidelines_html = models.TextField(blank=True, editable=False)
+    guidelines_html_digest = models.CharField(max_length=64, blank=True, editable=False)
     overlap = models.PositiveSmallIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(50)],

@@ -9,6 +9,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from annotation.guidelines import GUIDELINES_MAX_CHARS, RENDER_SECONDS
 from annotation.models import (
     ConsensusMethod,
     ImportLabels,
@@ -17,6 +18,11 @@ from annotation.models import (
     Project,
     Role,
     StepSplit,
+)
+
+GUIDELINES_HELP = (
+    f"Markdown (raw HTML is shown as text), at most {GUIDELINES_MAX_CHARS:,} characters "
+    f"that render within {RENDER_SECONDS:g} s (else a 400)."
 )
 
 
@@ -84,7 +90,13 @@ class ProjectCreateInputSerializer(_ProjectSettingsInputSerializer):
     name = serializers.CharField(max_length=200)
     overlap = serializers.IntegerField(min_value=1, max_value=50)
     labeling_mode = serializers.ChoiceField(choices=LabelingMode.choices)
-    guidelines = serializers.CharField(required=False, allow_blank=True, default="")
+    guidelines = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=GUIDELINES_MAX_CHARS,
+        help_text=GUIDELINES_HELP,
+    )
     lease_minutes = serializers.IntegerField(
         required=False, min_value=1, max_value=24 * 60, default=30
     )
@@ -95,7 +107,9 @@ class ProjectCreateInputSerializer(_ProjectSettingsInputSerializer):
 
 
 class ProjectUpdateInputSerializer(_ProjectSettingsInputSerializer):
-    guidelines = serializers.CharField(required=False, allow_blank=True)
+    guidelines = serializers.CharField(
+        required=False, allow_blank=True, max_length=GUIDELINES_MAX_CHARS, help_text=GUIDELINES_HELP
+    )
     overlap = serializers.IntegerField(required=False, min_value=1, max_value=50)
     labeling_mode = serializers.ChoiceField(choices=LabelingMode.choices, required=False)
     lease_minutes = serializers.IntegerField(required=False, min_value=1, max_value=24 * 60)
@@ -197,15 +211,14 @@ class MemberRoleInputSerializer(_RejectUnknownFieldsMixin, serializers.Serialize
 
 # Guidelines past this are refused by the preview only: rendering is the one cost the
 # endpoint has, and any signed-in user may call it.
-GUIDELINES_PREVIEW_MAX_CHARS = 200_000
 
 
 class GuidelinesPreviewInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
     guidelines = serializers.CharField(
         allow_blank=True,
         trim_whitespace=False,
-        max_length=GUIDELINES_PREVIEW_MAX_CHARS,
-        help_text="Guidelines in Markdown (raw HTML is shown as text).",
+        max_length=GUIDELINES_MAX_CHARS,
+        help_text=GUIDELINES_HELP,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -24,7 +25,7 @@ from annotation.api.project_serializers import (
     ProjectOutputSerializer,
     ProjectUpdateInputSerializer,
 )
-from annotation.guidelines import guidelines_html
+from annotation.guidelines import GuidelinesTooSlow, guidelines_html
 from annotation.models import Membership, Project
 from annotation.selectors.projects import (
     membership_list,
@@ -235,5 +236,8 @@ class GuidelinesPreviewApi(GenericAPIView):
     def post(self, request: Request) -> Response:
         data = GuidelinesPreviewInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        html = guidelines_html(text=data.validated_data["guidelines"])
+        try:
+            html = guidelines_html(text=data.validated_data["guidelines"])
+        except GuidelinesTooSlow as exc:
+            raise ValidationError({"guidelines": [str(exc)]}) from None
         return Response(GuidelinesPreviewOutputSerializer({"html": html}).data)

@@ -10,7 +10,10 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
+from annotation.guidelines import GuidelinesTooSlow, guidelines_digest, guidelines_html
 from annotation.models import (
     Assignment,
     AssignmentStatus,
@@ -81,6 +84,8 @@ def project_create(
         created_by=created_by,
     )
     project.full_clean()
+    project.guidelines_html = _guidelines_rendered(guidelines)
+    project.guidelines_html_digest = guidelines_digest(guidelines)
     try:
         with transaction.atomic():
             project.save()
@@ -109,11 +114,42 @@ def project_update(*, project: Project, data: dict[str, Any]) -> Project:
         for field, value in data.items():
             setattr(locked, field, value)
         locked.full_clean()
-        if data:
-            locked.save(update_fields=list(data))
+        fields = list(data)
+        if "guidelines" in data:
+            locked.guidelines_html = _guidelines_rendered(locked.guidelines)
+            locked.guidelines_html_digest = guidelines_digest(locked.guidelines)
+            fields += ["guidelines_html", "guidelines_html_digest"]
+        if fields:
+            locked.save(update_fields=fields)
         if locked.overlap != old_overlap:
             chain_finished_recompute(project=locked)
     return locked
+
+
+def _guidelines_rendered(text: str) -> str:
+    """The guidelines as HTML, to store with them; a ValidationError naming the time
+    bound when they take too long to render (``annotation.guidelines``)."""
+    try:
+        return str(guidelines_html(text=text))
+    except GuidelinesTooSlow as exc:
+        raise ValidationError({"guidelines": [str(exc)]}) from None
+
+
+def project_guidelines_html(*, project: Project) -> SafeString:
+    """The project's guidelines as HTML for a page: the rendering stored when they were
+    saved. Guidelines saved another way (the admin, a fixture) are rendered on their
+    first view and stored then; ones that cannot be rendered in time are shown as text."""
+    digest = guidelines_digest(project.guidelines)
+    if project.guidelines_html_digest == digest:
+        return mark_safe(project.guidelines_html)  # rendered with raw HTML off
+    try:
+        html = str(guidelines_html(text=project.guidelines))
+    except GuidelinesTooSlow:
+        html = f'<pre class="guidelines-text">{escape(project.guidelines)}</pre>'
+    Project.objects.filter(pk=project.pk, guidelines=project.guidelines).update(
+        guidelines_html=html, guidelines_html_digest=digest
+    )
+    return mark_safe(html)
 
 
 def chain_finished_recompute(*, project: Project) -> int:

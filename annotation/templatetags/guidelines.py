@@ -1,16 +1,18 @@
-"""``{{ project.guidelines|guidelines_html }}``: the guidelines' Markdown rendered the one
-way every page and the settings preview render it (``annotation.guidelines``)."""
+"""``{{ project|guidelines_html }}``: the project's guidelines as HTML, rendered the one
+way every page and the settings preview render them (``annotation.guidelines``), once
+when they are saved (``services.projects.project_guidelines_html``)."""
 
 from __future__ import annotations
 
 from django import template
 from django.utils.safestring import SafeString
 
-from annotation.guidelines import guidelines_html as render_guidelines
+from annotation.models import Project
+from annotation.services.projects import project_guidelines_html
 
 register = template.Library()
 
 
 @register.filter(name="guidelines_html")
-def guidelines_html(text: str) -> SafeString:
-    return render_guidelines(text=text or "")
+def guidelines_html(project: Project) -> SafeString:
+    return project_guidelines_html(project=project)

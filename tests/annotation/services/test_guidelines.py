@@ -11,8 +11,7 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from annotation.api.project_serializers import GUIDELINES_PREVIEW_MAX_CHARS
-from annotation.guidelines import guidelines_html
+from annotation.guidelines import GUIDELINES_MAX_CHARS, guidelines_html
 from annotation.models import Role
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 
@@ -79,7 +78,7 @@ def test_preview_answers_what_the_pages_show(client_for: Callable[..., APIClient
     [
         ({}, "guidelines"),
         ({"guidelines": None}, "guidelines"),
-        ({"guidelines": "x" * (GUIDELINES_PREVIEW_MAX_CHARS + 1)}, "guidelines"),
+        ({"guidelines": "x" * (GUIDELINES_MAX_CHARS + 1)}, "guidelines"),
         ({"guidelines": "ok", "overlap": 2}, "overlap"),
     ],
 )
@@ -111,3 +110,75 @@ def test_workspace_and_project_pages_render_the_markdown(path: str) -> None:
     # Then it holds the renderer's HTML, and the markup only as text
     assert str(guidelines_html(text=GUIDELINES)) in html
     assert "<script>window.__xss" not in html
+
+
+# ------------------------------------------------------------------ size and time bounds
+
+# 50,000 characters (half the size bound) that markdown-it takes seconds to render: each
+# unclosed bracket scans the whole paragraph after it.
+SLOW = "[" * 1000 + "a\n" * 24_500
+
+
+@pytest.mark.django_db
+def test_guidelines_that_render_too_slowly_are_refused_in_about_the_time_bound(
+    client_for: Callable[..., APIClient],
+) -> None:
+    import time
+
+    from annotation.guidelines import RENDER_SECONDS, too_slow_message
+
+    assert len(SLOW) < GUIDELINES_MAX_CHARS
+    # Given: a lead, and guidelines within the size bound that take seconds to render
+    project = ProjectFactory(guidelines="Old.")
+    lead = client_for(MembershipFactory(project=project, role=Role.LEAD).user)
+    # When: they are previewed, and saved
+    started = time.monotonic()
+    preview = lead.post("/api/v1/guidelines/preview/", {"guidelines": SLOW}, format="json")
+    preview_seconds = time.monotonic() - started
+    saved = lead.patch(f"/api/v1/projects/{project.pk}/", {"guidelines": SLOW}, format="json")
+    # Then: both are a 400 naming the bound, soon after it; nothing was saved
+    assert (preview.status_code, saved.status_code) == (400, 400)
+    assert preview.json() == saved.json() == {"guidelines": [too_slow_message()]}
+    assert preview_seconds < RENDER_SECONDS + 1.5
+    project.refresh_from_db()
+    assert project.guidelines == "Old."
+
+
+@pytest.mark.django_db
+def test_guidelines_over_the_size_bound_are_refused_on_save(
+    client_for: Callable[..., APIClient],
+) -> None:
+    project = ProjectFactory()
+    lead = client_for(MembershipFactory(project=project, role=Role.LEAD).user)
+    too_long = "x" * (GUIDELINES_MAX_CHARS + 1)
+    saved = lead.patch(f"/api/v1/projects/{project.pk}/", {"guidelines": too_long}, format="json")
+    assert saved.status_code == 400
+    assert saved.json() == {
+        "guidelines": [f"Ensure this field has no more than {GUIDELINES_MAX_CHARS} characters."]
+    }
+
+
+@pytest.mark.django_db
+def test_saved_guidelines_are_rendered_once_and_pages_serve_the_stored_html(
+    client_for: Callable[..., APIClient],
+) -> None:
+    from annotation.models import Project
+
+    # Given: a lead saves Markdown guidelines
+    project = ProjectFactory()
+    lead_user = MembershipFactory(project=project, role=Role.LEAD).user
+    response = client_for(lead_user).patch(
+        f"/api/v1/projects/{project.pk}/", {"guidelines": GUIDELINES}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    # Then: their rendering is stored with them
+    project.refresh_from_db()
+    assert project.guidelines_html == str(guidelines_html(text=GUIDELINES))
+    # When: the stored HTML is marked, and the workspace and project pages are opened
+    Project.objects.filter(pk=project.pk).update(guidelines_html="<p>stored once</p>")
+    browser = Client()
+    browser.force_login(lead_user)
+    # Then: they show the stored HTML, not a new rendering
+    for path in ("", "label/"):
+        page = browser.get(f"/projects/{project.pk}/{path}").content.decode()
+        assert "<p>stored once</p>" in page and "<h1>Grading</h1>" not in page, path
