@@ -36,8 +36,6 @@ from annotation.exporters.formats import (
     CONTENT_TYPES,
     EXPORT_DESCRIPTIONS,
     EXPORT_FORMATS,
-    EXTENSIONS,
-    JSON_LINES_FORMATS,
 )
 from annotation.models import Role, Snapshot, SnapshotSplit
 from annotation.selectors.datasets import (
@@ -50,7 +48,12 @@ from annotation.selectors.datasets import (
     snapshot_list,
     snapshot_options,
 )
-from annotation.services.exports import export_bytes, export_options_check, export_parquet
+from annotation.services.exports import (
+    export_bytes,
+    export_filename,
+    export_options_check,
+    export_parquet,
+)
 from annotation.services.snapshots import (
     AMBIGUOUS_CHOICES,
     DEFAULT_AMBIGUOUS,
@@ -360,7 +363,9 @@ class ExportApi(GenericAPIView):
             "headers name the snapshot "
             "(`X-Steplab-Snapshot`, `X-Steplab-Snapshot-Hash`), what it holds "
             "(`X-Steplab-Snapshot-Options`) and the ambiguous mapping used "
-            "(`X-Steplab-Ambiguous`)."
+            "(`X-Steplab-Ambiguous`). The file is named "
+            "`<project-slug>-v<N>-<split>.<format>.<ext>` (split `all` without `split`; "
+            "no `.<format>` where it is the extension: csv, parquet)."
         ),
         parameters=[
             OpenApiParameter(
@@ -403,7 +408,7 @@ class ExportApi(GenericAPIView):
         ambiguous = export_options_check(
             fmt=fmt, ambiguous=params.get("ambiguous"), split=split, snapshot=snapshot
         )
-        filename = _filename(snapshot=snapshot, fmt=fmt, split=split)
+        filename = export_filename(project=project, snapshot=snapshot, fmt=fmt, split=split)
         if fmt == "parquet":
             # Parquet writes its footer last and needs a seekable file: a temporary file,
             # deleted when the response closes it.
@@ -428,11 +433,3 @@ class ExportApi(GenericAPIView):
             for key, value in snapshot_options(snapshot=snapshot).items()
         )
         return response
-
-
-def _filename(*, snapshot: Snapshot, fmt: str, split: str | None) -> str:
-    part = f"-{split}" if split else ""
-    suffix = f"{fmt}." if fmt in JSON_LINES_FORMATS else ""
-    return (
-        f"steplab-project{snapshot.project_id}-v{snapshot.version}{part}.{suffix}{EXTENSIONS[fmt]}"
-    )

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from django.core.exceptions import ValidationError
+from django.utils.text import slugify
 
-from annotation.exporters.formats import EXPORT_FORMATS, PREFIX_LABELS
+from annotation.exporters.formats import EXPORT_FORMATS, EXTENSIONS, PREFIX_LABELS
 from annotation.exporters.records import json_record_builder
 from annotation.exporters.streams import (
     ExportStats,
@@ -25,7 +26,7 @@ from annotation.exporters.streams import (
     json_lines_pieces,
     parquet_write,
 )
-from annotation.models import Snapshot, SnapshotSplit
+from annotation.models import Project, Snapshot, SnapshotSplit
 from annotation.selectors.datasets import snapshot_examples_streamed
 from annotation.services.snapshots import AMBIGUOUS_CHOICES, DEFAULT_AMBIGUOUS
 
@@ -39,6 +40,30 @@ class ExportResult:
     records: int
     steps: int
     path: Path | None = None
+
+
+# The longest project slug a file name carries: names run to 200 characters.
+FILENAME_SLUG_MAX = 60
+
+
+def export_filename(*, project: Project, snapshot: Snapshot, fmt: str, split: str | None) -> str:
+    """The export's file name, ``<project-slug>-v<N>-<split>.<format>.<ext>``: the split
+    is ``all`` for the whole snapshot, and ``.<format>`` is left out where it is the
+    extension (csv, parquet). The slug is ASCII (a name with none falls back to
+    ``project<id>``), so the name needs no quoting in a Content-Disposition header.
+
+    >>> from annotation.models import Project, Snapshot
+    >>> project = Project(pk=3, name="Algebra PRM, round 3")
+    >>> export_filename(project=project, snapshot=Snapshot(version=2), fmt="trl", split=None)
+    'algebra-prm-round-3-v2-all.trl.jsonl'
+    >>> export_filename(project=Project(pk=4, name="Ωμέγα"), snapshot=Snapshot(version=1),
+    ...                 fmt="csv", split="heldout")
+    'project4-v1-heldout.csv'
+    """
+    slug = slugify(project.name)[:FILENAME_SLUG_MAX].strip("-") or f"project{project.pk}"
+    extension = EXTENSIONS[fmt]
+    kind = "" if fmt == extension else f".{fmt}"
+    return f"{slug}-v{snapshot.version}-{split or 'all'}{kind}.{extension}"
 
 
 def export_options_check(

@@ -3,7 +3,8 @@
 // versions.
 //
 // Everything goes through the snapshot API (window.Steplab.api): snapshots/ (?kind=dataset
-// and ?kind=training, and POST) and snapshots/diff/. Text from imports and from people
+// and ?kind=training, and POST) and snapshots/diff/; each row links its export (export/
+// ?snapshot=N&format=...&split=..., named by the server) whole, train and held-out. Text from imports and from people
 // (problems, usernames) is put in the page with textContent only.
 "use strict";
 
@@ -107,7 +108,45 @@
     code.title = snapshot.content_hash;
     hash.append(code);
     tr.append(hash);
+    tr.append(downloadCell(snapshot.version));
     return tr;
+  }
+
+  // --- downloads: every snapshot, whole or one split, in the format chosen above ---------
+
+  const SPLITS = [["", "all"], ["train", "train"], ["heldout", "held-out"]];
+
+  function exportUrl(version, split) {
+    const params = new URLSearchParams({ format: $("sn-format").value, snapshot: version });
+    if (split) params.set("split", split);
+    return `${config.api.export}?${params}`;
+  }
+
+  function downloadCell(version) {
+    const cell = el("td", null, "sn-download");
+    // One box for the links: on a phone the cell is a grid of its name and its value.
+    const links = el("span", null, "sn-download-links");
+    cell.append(links);
+    SPLITS.forEach(([split, name]) => {
+      const link = el("a", name, "sn-download-link");
+      link.dataset.split = split || "all";
+      link.dataset.version = String(version);
+      link.href = exportUrl(version, split);
+      link.setAttribute("download", "");
+      link.title = `v${version}, ${split ? `${name} split` : "every chain"}, as ${$("sn-format").value}`;
+      links.append(link);
+    });
+    return cell;
+  }
+
+  // A new format re-points every row's links; the line beside it says what the file holds.
+  function formatChosen() {
+    const option = $("sn-format").selectedOptions[0];
+    $("sn-format-holds").textContent = option ? option.title : "";
+    for (const link of document.querySelectorAll(".sn-download-link")) {
+      const split = link.dataset.split === "all" ? "" : link.dataset.split;
+      link.href = exportUrl(link.dataset.version, split);
+    }
   }
 
   // One list (kind "dataset" or "training"): the first page, "More" appends the next.
@@ -332,6 +371,8 @@
   }
 
   $("sn-form").addEventListener("submit", takeSnapshot);
+  $("sn-format").addEventListener("change", formatChosen);
+  formatChosen();
   $("sn-diff-form").addEventListener("submit", compare);
   $("sn-diff-more").addEventListener("click", () => loadDiff(true));
 

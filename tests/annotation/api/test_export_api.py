@@ -8,6 +8,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 from django.urls import reverse
+from django.utils.text import slugify
 
 from annotation.models import Snapshot
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
@@ -125,7 +126,9 @@ def test_export_streams_each_text_format(
     assert response["Content-Type"].startswith(content_type)
     assert response["X-Steplab-Snapshot"] == "1"
     assert response["X-Steplab-Ambiguous"] == "drop"
-    assert f"-v1.{fmt}" in response["Content-Disposition"] or fmt == "csv"
+    slug = slugify(labeled_project.name)
+    name = f"{slug}-v1-all.csv" if fmt == "csv" else f"{slug}-v1-all.{fmt}.jsonl"
+    assert response["Content-Disposition"] == f'attachment; filename="{name}"'
     lines = _body(response).decode("utf-8").splitlines()
     assert len(lines) == records
     if fmt != "csv":
@@ -143,7 +146,9 @@ def test_export_parquet_and_overrides(labeled_project, make_member, client_for):
 
     assert response.status_code == 200
     assert response["X-Steplab-Ambiguous"] == "positive"
-    assert 'filename="steplab-project' in response["Content-Disposition"]
+    assert response["Content-Disposition"] == (
+        f'attachment; filename="{slugify(labeled_project.name)}-v1-train.parquet"'
+    )
     table = pq.read_table(io.BytesIO(_body(response)))
     assert table.num_rows == 3
     assert sorted(row["labels"] for row in table.to_pylist()) == [
@@ -163,3 +168,32 @@ def test_export_bad_parameters(labeled_project, make_member, client_for):
     assert missing.status_code == 404
     bad_split = client.get(_export_url(labeled_project), {"format": "csv", "split": "dev"})
     assert bad_split.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt", "split", "want"),
+    [
+        (
+            "Algebra PRM, round 3",
+            "processbench",
+            "heldout",
+            "algebra-prm-round-3-v1-heldout.processbench.jsonl",
+        ),
+        ("Ωμέγα", "csv", None, "project{pk}-v1-all.csv"),
+        ('x"; filename=evil.sh', "trl", "train", "x-filenameevilsh-v1-train.trl.jsonl"),
+    ],
+)
+def test_an_export_is_named_by_project_version_split_and_format(
+    labeled_project, make_member, client_for, name, fmt, split, want
+):
+    labeled_project.name = name
+    labeled_project.save(update_fields=["name"])
+    client = client_for(make_member(labeled_project, "lead"))
+    client.post(_snapshots_url(labeled_project), {"heldout_fraction": 0.5}, format="json")
+
+    params = {"format": fmt, "snapshot": 1, **({"split": split} if split else {})}
+    response = client.get(_export_url(labeled_project), params)
+
+    assert response.status_code == 200
+    want = want.format(pk=labeled_project.pk)
+    assert response["Content-Disposition"] == f'attachment; filename="{want}"'

@@ -478,7 +478,7 @@ def test_the_endpoint_streams_both_formats(
     assert response.status_code == 200
     assert response.streaming
     assert response["Content-Type"].startswith("application/x-ndjson")
-    assert re.search(rf'-v1\.{fmt}\.jsonl"$', response["Content-Disposition"])
+    assert re.search(rf'-v1-all\.{fmt}\.jsonl"$', response["Content-Disposition"])
     (row,) = [json.loads(line) for line in _body(response).decode("utf-8").splitlines()]
     for key, value in want.items():
         assert row[key] == value

@@ -5,6 +5,7 @@ compares two versions; at 1366x768 and on a 390 px phone, with screenshots."""
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterator
 from typing import Any
 
@@ -170,6 +171,52 @@ def test_imported_labels_enter_a_snapshot_only_when_the_lead_ticks_them(
     ]
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "snapshots-imported.png"), full_page=True)
+
+
+def test_every_snapshot_downloads_from_its_row_whole_or_by_split(
+    browser: Browser, live_server: Any, lab: Any
+) -> None:
+    # Given: a newer dataset v3 beside the lead's v1 (the training run's is v2)
+    snapshot_create(project=lab["project"], user=lab["lead"], heldout_fraction=0.5, seed=1)
+    v1 = Snapshot.objects.get(project=lab["project"], version=1)
+    with page_watched(
+        browser=browser, width=1366, height=768, accept_downloads=True, csp_errors=True
+    ) as page:
+        _open(page, live_server, lab)
+        row = page.locator("#sn-datasets tr[data-version='1']")
+        expect(row.locator(".sn-download-link")).to_have_count(3)
+
+        # When: the lead picks CSV and downloads v1's train split, then all of it
+        page.locator("#sn-format").select_option("csv")
+        expect(page.locator("#sn-format-holds")).to_contain_text("a row a step")
+        files = {}
+        for split in ("train", "all"):
+            with page.expect_download() as download:
+                row.locator(f".sn-download-link[data-split={split}]").click()
+            files[split] = download.value
+        # ...and the training run's own v2 as TRL, held-out split
+        page.locator("#sn-format").select_option("trl")
+        with page.expect_download() as download:
+            page.locator("#sn-training tr[data-version='2'] [data-split=heldout]").click()
+        trl = download.value
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "snapshots-downloads.png"), full_page=True)
+        # (a download's file lives as long as its page)
+        held = {split: _csv_chains(file.path()) for split, file in files.items()}
+
+    # Then: each file is named by project, version and split, and holds that split of v1
+    slug = "algebra-prm-round-3"
+    assert files["train"].suggested_filename == f"{slug}-v1-train.csv"
+    assert files["all"].suggested_filename == f"{slug}-v1-all.csv"
+    assert trl.suggested_filename == f"{slug}-v2-heldout.trl.jsonl"
+    rows = SnapshotChain.objects.filter(snapshot=v1)
+    assert held["train"] == set(rows.filter(split="train").values_list("chain_id", flat=True))
+    assert held["all"] == set(rows.values_list("chain_id", flat=True))
+
+
+def _csv_chains(path: Any) -> set[int]:
+    with open(path, encoding="utf-8", newline="") as stream:
+        return {int(row["chain_id"]) for row in csv.DictReader(stream)}
 
 
 def test_a_snapshot_the_options_leave_empty_says_why(
