@@ -37,7 +37,6 @@ NO_BODY = {
     "api-training-run-retry",
     "api-scoring-run-cancel",
     "api-scoring-run-retry",
-    "api-scoring-run-cancel",
     "api-project-member",  # DELETE removes a member
     "api-model-version-activate",
     "api-gold-screening-reset",
