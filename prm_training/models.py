@@ -300,6 +300,12 @@ class ScoringRun(models.Model):
     chains_total = models.PositiveIntegerField(default=0)
     chains_scored = models.PositiveIntegerField(default=0)
     priorities_updated = models.PositiveIntegerField(default=0)
+    truncation = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What windows of the version's max_length still cut from the chains scored "
+        "(ml.score.truncation_counts), summed over the run.",
+    )
     error = models.TextField(blank=True)
     celery_task_id = models.CharField(max_length=255, blank=True)
     enqueued_at = models.DateTimeField(

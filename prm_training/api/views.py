@@ -436,6 +436,7 @@ class ScoringRunOutputSerializer(_RunOutputSerializer):
             "chains_total",
             "chains_scored",
             "priorities_updated",
+            "truncation",
             "error",
             *RUN_LIFECYCLE_FIELDS,
         ]

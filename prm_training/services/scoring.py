@@ -295,7 +295,7 @@ def _score_chains(run: ScoringRun, progress: RunProgress) -> None:
     """Every chain to score through the run's version, a page at a time, into ChainScore
     rows (rewritten by a takeover); the phase counts steps a batch at a time, and a cancel
     stops it between two batches."""
-    from prm_training.ml.score import load_prm, score_chains
+    from prm_training.ml.score import load_prm, score_chains, truncation_counts
 
     meter = PhaseMeter(progress)
     meter.start("loading", detail=f"v{run.model_version.version}")
@@ -306,6 +306,7 @@ def _score_chains(run: ScoringRun, progress: RunProgress) -> None:
     ScoringRun.objects.filter(pk=run.pk).update(chains_total=len(chain_ids), chains_scored=0)
     meter.start("scoring", total=steps, unit="steps", detail=f"0/{len(chain_ids):,} chains")
     scored = 0
+    cut: dict[str, float] = {}
     for start in range(0, len(chain_ids), SCORING_PAGE):
         page = list(
             Chain.objects.filter(pk__in=chain_ids[start : start + SCORING_PAGE])
@@ -323,8 +324,13 @@ def _score_chains(run: ScoringRun, progress: RunProgress) -> None:
             update_fields=["step_probs", "member_probs", "chain_score", "chain_uncertainty"],
         )
         scored += len(rows)
+        # Counted as a training run counts it, so no cut is silent where scores steer
+        # the queue (the windows overlap; what they still cannot hold is counted).
+        for name, value in truncation_counts(prm.tokenizer, examples, prm.config).items():
+            cut[name] = cut.get(name, 0.0) + value
         progress.note(chains_scored=scored)
         meter.set(meter.phase.done, detail=f"{scored:,}/{len(chain_ids):,} chains")
+    ScoringRun.objects.filter(pk=run.pk).update(truncation=cut)
 
 
 def _chain_score(run: ScoringRun, item: Any) -> ChainScore:

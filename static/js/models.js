@@ -399,6 +399,8 @@
       if (!(BUSY.has(run.status) && run.phase) && (run.chains_total || run.status === "succeeded")) {
         progress.prepend(el("div", `${count(run.chains_scored)}/${count(run.chains_total)} chains`));
       }
+      const cut = run.truncation && run.truncation.truncated_chains;
+      if (cut) progress.append(el("div", `${count(cut)} cut to fit max_length`, "muted truncated"));
       return [`#${run.id}`, `v${run.model_version_number}`, strategyCell(run), status,
         progress, run.priorities_updated, when(run.finished_at),
         runAction(run, "scoring-runs", "scoring run")];

@@ -68,6 +68,9 @@ def test_each_version_says_whether_it_beats_the_rules(live_server: Any, page: Pa
         status=RunStatus.SUCCEEDED,
         strategy="entropy",
         applied_strategy="random",
+        chains_total=40,
+        chains_scored=40,
+        truncation={"truncated_chains": 3.0, "truncated_problems": 1.0},
         strategy_note="Random picks instead of Step uncertainty (entropy): v1 does not beat "
         "the outcome rule (F1 0.231 vs 0.262, AUROC 0.630 vs 0.700). Step uncertainty "
         "(entropy) takes over once a version beats the rules.",
@@ -94,6 +97,9 @@ def test_each_version_says_whether_it_beats_the_rules(live_server: Any, page: Pa
     # And the scoring run says what it applied and why
     strategy = page.locator("#scoring-table tbody tr td:nth-child(3)").inner_text()
     assert strategy.startswith("entropy → random\nRandom picks instead of Step uncertainty")
+    # ...and what its windows still cut from the chains it scored
+    scored = page.locator("#scoring-table tbody tr td:nth-child(5)").inner_text()
+    assert scored.splitlines() == ["40/40 chains", "3 cut to fit max_length"], scored
     # And the backbone is chosen from the listed ones (the backbone root holds "bert")
     options = page.locator("#train-form select[name=backbone] option").all_inner_texts()
     assert options == ["all-MiniLM-L6-v2 (bundled)", "bert"]

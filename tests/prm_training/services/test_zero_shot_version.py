@@ -208,3 +208,31 @@ def test_the_ml_page_offers_the_open_prms_for_a_zero_shot_version(
     browser.force_login(make_member(project, "ml"))
     html = browser.get(f"/projects/{project.pk}/models/").content.decode()
     assert 'id="zero-shot-form"' in html and '<option value="llama-prm">' in html
+
+
+def test_a_scoring_run_counts_what_its_windows_still_cut(
+    unlabeled_project: Any, open_prm: Path
+) -> None:
+    # Given: one more chain whose problem and one step are each longer than the window
+    from prm_training.services.scoring import scoring_run_execute, scoring_run_start
+
+    long = ChainFactory(
+        project=unlabeled_project,
+        problem=ProblemFactory(project=unlabeled_project, text="add " * 200),
+        step_count=0,
+    )
+    Step.objects.bulk_create(
+        [Step(chain=long, index=0, text="one"), Step(chain=long, index=1, text="two " * 200)]
+    )
+    Chain.objects.filter(pk=long.pk).update(step_count=2)
+    _run_zero_shot(unlabeled_project)
+
+    # When: a scoring run scores the queue
+    run = scoring_run_start(project=unlabeled_project, user=None, strategy="entropy")
+    ended = scoring_run_execute(scoring_run_id=run.pk)
+
+    # Then: the run says what no window could hold, and nothing more
+    assert ended is not None and ended.status == RunStatus.SUCCEEDED, ended and ended.error
+    assert ended.truncation["truncated_chains"] == 1
+    assert ended.truncation["truncated_problems"] == 1
+    assert ended.truncation["truncated_steps"] == 1
