@@ -1000,3 +1000,43 @@ class ConsensusFit(models.Model):
 
     def __str__(self) -> str:
         return f"Dawid-Skene fit of project {self.project_id} ({self.import_labels})"
+
+
+class ApiTokenScope(models.TextChoices):
+    READ = "read", "Read only"
+    FULL = "full", "Full access"
+
+
+class ApiToken(models.Model):
+    """An API token of one user, named by them, sent as ``Authorization: Token <key>``.
+
+    Only the SHA-256 of the key is stored (``key_hash``), and its first characters
+    (``prefix``) to tell tokens apart on the page: a copy of the database opens no API.
+    A token works until ``expires_at`` and only while its user's password is the one it
+    was issued under (``password_mark``, ``annotation.api_tokens``): a password changed
+    any way at all (the page, the admin, ``changepassword``) ends every token at once,
+    with no hook to forget. A read-only token may only read (GET, HEAD, OPTIONS).
+    ``last_used_at`` is written at most once per ``API_TOKEN_USE_PRECISION``."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    scope = models.CharField(max_length=8, choices=ApiTokenScope.choices)
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8)
+    password_mark = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "created_at"], name="api_token_user_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(scope__in=["read", "full"]), name="api_token_scope_known"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

@@ -127,3 +127,10 @@ def scoring_run_with_model_version(*, project: Project, content_hash: str, **fie
     return ScoringRun.objects.create(
         project=project, model_version=version, strategy="uncertainty", **fields
     )
+
+
+def api_token_key(user: Any, *, scope: str = "full", name: str = "test") -> str:
+    """The key of a new API token of ``user`` (made by the service the page calls)."""
+    from annotation.services.api_tokens import api_token_create
+
+    return api_token_create(user=user, name=name, scope=scope).key

@@ -11,11 +11,10 @@ from contextlib import contextmanager
 import pytest
 from django.db import connection
 from django.test import Client, RequestFactory
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from config.errors import RETRY_AFTER_SECONDS, server_error
-from tests.factories import UserFactory
+from tests.factories import UserFactory, api_token_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,9 +41,9 @@ def database_unreachable() -> Iterator[None]:
 
 def test_api_answers_503_with_retry_after_while_the_database_is_down_then_recovers() -> None:
     user = UserFactory()
-    token = Token.objects.create(user=user)
+    token_key = api_token_key(user)
     client = APIClient(raise_request_exception=False)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_key}")
 
     with database_unreachable():
         down = client.get("/api/v1/projects/")

@@ -84,12 +84,12 @@ def demo_env(transactional_db: Any, settings: Any, tmp_path: Path) -> dict[str, 
 def lab(transactional_db: Any) -> tuple[int, list[str]]:
     """A project of 1,000 generated chains at overlap 2 and 16 annotators with tokens."""
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
 
     from annotation.demo_data import generate_chains, write_jsonl
     from annotation.models import Role
     from annotation.services.imports import chain_import
     from annotation.services.projects import membership_add, project_create
+    from tests.factories import api_token_key
 
     User = get_user_model()
     lead = User.objects.create_user(username="lab-lead", password="x" * 12)
@@ -98,7 +98,7 @@ def lab(transactional_db: Any) -> tuple[int, list[str]]:
     for i in range(ANNOTATORS):
         user = User.objects.create_user(username=f"lab-annotator-{i}", password="x" * 12)
         membership_add(project=project, user=user, role=Role.ANNOTATOR)
-        tokens.append(Token.objects.create(user=user).key)
+        tokens.append(api_token_key(user))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "lab.jsonl"
         write_jsonl(generate_chains(count=CHAINS, seed=7, error_rate=0.3), path)
@@ -191,7 +191,7 @@ def test_make_demo_on_postgresql_holds_sixteen_annotators(
 SQLITE_LAB = """
 import os
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
+from tests.factories import api_token_key
 from annotation.models import Project, Role
 from annotation.services.projects import membership_add
 ANNOTATORS = int(os.environ["LAB_ANNOTATORS"])
@@ -200,10 +200,10 @@ keys = []
 for i in range(ANNOTATORS):
     user, _ = get_user_model().objects.get_or_create(username=f"lab-annotator-{i}")
     membership_add(project=project, user=user, role=Role.ANNOTATOR)
-    keys.append(Token.objects.get_or_create(user=user)[0].key)
+    keys.append(api_token_key(user))
 ml = get_user_model().objects.get(username="ml")
 print("LAB", project.pk, project.overlap, project.chains.count(), ",".join(keys))
-print("ML", Token.objects.get_or_create(user=ml)[0].key)
+print("ML", api_token_key(ml))
 """
 
 

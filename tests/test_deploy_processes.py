@@ -163,10 +163,11 @@ def test_make_web_worker_and_gpu_worker_serve_their_queues(
     start: Callable[..., Process], deployment_env: dict[str, str], django_user_model: Any
 ) -> None:
     from celery import Celery
-    from rest_framework.authtoken.models import Token
+
+    from tests.factories import api_token_key
 
     user = django_user_model.objects.create_user(username="deploy-check", password="x" * 12)
-    token = Token.objects.create(user=user)
+    token_key = api_token_key(user)
     port = _free_port()
 
     web = start("web", HOST="127.0.0.1", PORT=str(port), WEB_WORKERS="2")
@@ -183,7 +184,7 @@ def test_make_web_worker_and_gpu_worker_serve_their_queues(
     _wait_for(web_healthy, what="gunicorn's /healthz", processes=processes)
     status, body = _get(port, "/healthz")
     assert (status, body) == (200, {"status": "ok", "database": "ok", "broker": "ok"})
-    status, body = _get(port, "/api/v1/projects/", {"Authorization": f"Token {token.key}"})
+    status, body = _get(port, "/api/v1/projects/", {"Authorization": f"Token {token_key}"})
     assert status == 200 and body["count"] == 0
     assert _get(port, "/api/v1/projects/")[0] == 401
 

@@ -15,11 +15,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import resolve
 from drf_spectacular.generators import SchemaGenerator
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from annotation.models import Snapshot
-from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
+from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, api_token_key
 from tests.test_security_matrix import MATRIX, OK, ROLES
 from tests.test_security_matrix import world as world  # noqa: F401 (the fixture)
 
@@ -127,7 +126,7 @@ def test_an_integer_past_its_range_is_a_json_4xx(
     statuses = MATRIX[name][method]
     caller = next((ROLES[i] for i, s in enumerate(statuses) if s == OK), "lead")
     client = APIClient()  # with a token: next and submit take their token door
-    key = Token.objects.create(user=world["users"][caller]).key
+    key = api_token_key(world["users"][caller])
     client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
 
     # When: the value is sent where the schema has an integer

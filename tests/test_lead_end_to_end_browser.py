@@ -19,7 +19,6 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 from playwright.sync_api import Browser, Page, expect
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from annotation.exporters.formats import EXPORT_FORMATS
@@ -27,7 +26,7 @@ from annotation.models import Annotation, AnnotationSource, Chain, Project, Snap
 from annotation.public_ids import CHAIN_IDS
 from tests.annotation.import_worker import import_worker  # noqa: F401 - a fixture
 from tests.browser import ARTIFACTS, chromium_running, page_login, page_watched
-from tests.factories import UserFactory
+from tests.factories import UserFactory, api_token_key
 from tests.prm_training.prm_worker import WorkerHandle
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -148,7 +147,7 @@ def test_a_lead_runs_a_project_from_an_empty_database_to_every_export(
     clients = {}
     for user in (ann, bob):
         clients[user.username] = APIClient()
-        key = Token.objects.create(user=user).key
+        key = api_token_key(user)
         clients[user.username].credentials(HTTP_AUTHORIZATION=f"Token {key}")
     labeled: list[int] = []
     for index in range(CHAINS_LABELED):

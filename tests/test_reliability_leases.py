@@ -23,7 +23,6 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
 from annotation.models import (
     Annotation,
@@ -33,7 +32,7 @@ from annotation.models import (
     StepRating,
 )
 from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS
-from tests.factories import ChainFactory, MembershipFactory, ProjectFactory
+from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, api_token_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,6 +47,7 @@ class Tab:
 
     def __init__(self, base_url: str, token: str) -> None:
         parts = urlsplit(base_url)
+        self.token = token
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.headers = {
             "Authorization": f"Token {token}",
@@ -78,7 +78,7 @@ class Tab:
 
 def _annotator_tab(live_server: Any, project: Any) -> tuple[Any, Tab]:
     user = MembershipFactory(project=project, role="annotator").user
-    return user, Tab(live_server.url, Token.objects.create(user=user).key)
+    return user, Tab(live_server.url, api_token_key(user))
 
 
 def test_two_tabs_of_one_annotator_asking_at_once_get_the_same_lease(live_server) -> None:
@@ -87,7 +87,7 @@ def test_two_tabs_of_one_annotator_asking_at_once_get_the_same_lease(live_server
     for _ in range(3):
         ChainFactory(project=project)
     user, first_tab = _annotator_tab(live_server, project)
-    second_tab = Tab(live_server.url, Token.objects.get(user=user).key)
+    second_tab = Tab(live_server.url, first_tab.token)
 
     # When both tabs press "next" at the same moment
     barrier = threading.Barrier(2)

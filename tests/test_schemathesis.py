@@ -21,7 +21,6 @@ from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from django.utils import timezone
 from hypothesis import HealthCheck, settings
-from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 
 from annotation.models import Assignment, ImportJob, Invite, Role
@@ -31,6 +30,7 @@ from tests.factories import (
     ChainFactory,
     MembershipFactory,
     ProjectFactory,
+    api_token_key,
     scoring_run_with_model_version,
 )
 
@@ -81,9 +81,9 @@ def seeded(request: Any, db: Any) -> dict[str, Any]:
         token_hash="0" * 64,
         expires_at=timezone.now() + timedelta(days=1),
     )
-    token = Token.objects.create(user=caller)
+    token_key = api_token_key(caller)
     return {
-        "headers": {"Authorization": f"Token {token.key}"},
+        "headers": {"Authorization": f"Token {token_key}"},
         "ids": {
             "project_id": project.pk,
             "id": project.pk,

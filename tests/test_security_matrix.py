@@ -28,6 +28,7 @@ from rest_framework.test import APIClient
 
 from annotation.models import Assignment, BulkAction, ImportJob, Invite, Role, Step
 from annotation.public_ids import ASSIGNMENT_IDS, STEP_IDS
+from annotation.services.api_tokens import api_token_create
 from annotation.services.evaluation_sets import evaluation_set_mark
 from prm_training.models import RunStatus, TrainingRun
 from tests.factories import (
@@ -63,6 +64,10 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "healthz": {"get": (200, 200, 200, 200, 200), "post": (405, 405, 405, 405, 405)},
     # ---------------------------------------------------------------- auth
     "api-auth-token": {"post": (400, 400, 400, 400, 400), "delete": (401, 204, 204, 204, 204)},
+    # Every signed-in user's own API tokens (an empty body names no token: 400); the token
+    # in the URL is the annotator's, so anyone else gets 404.
+    "api-auth-tokens": {"get": (401, 200, 200, 200, 200), "post": (401, 400, 400, 400, 400)},
+    "api-auth-token-revoke": {"delete": (401, 204, 404, 404, 404)},
     "login": {
         "get": (200, 302, 302, 302, 302),
         "post": (200, 302, 302, 302, 302),
@@ -268,7 +273,9 @@ def world(db: Any) -> dict[str, Any]:
     bulk = BulkAction.objects.create(
         project=project, created_by=users["lead"], kind="unflag", chain_ids=[chain.pk]
     )
+    api_token = api_token_create(user=users["annotator"], name="matrix").token
     ids = {
+        "token_id": api_token.pk,
         "project_id": project.pk,
         # Leases are named by their public ids, as annotators read them.
         "assignment_id": ASSIGNMENT_IDS.show(assignment.pk),

@@ -25,7 +25,7 @@ call_command("migrate", verbosity=0)
 
 from django.contrib.auth import get_user_model
 from django.test import Client
-from rest_framework.authtoken.models import Token
+from tests.factories import api_token_key
 
 from annotation.models import (
     Annotation, Assignment, Chain, LabelingMode, Membership, Problem, Project, Step, StepRating
@@ -48,7 +48,7 @@ for name in ("ann", "bob"):
 
 out = {}
 # ann over a token: the token door
-token = Client(HTTP_AUTHORIZATION="Token " + Token.objects.create(user=users[0]).key)
+token = Client(HTTP_AUTHORIZATION="Token " + api_token_key(users[0]))
 leased = token.post(f"/api/v1/projects/{project.pk}/assignments/next/")
 out["next"] = leased.status_code
 lease = leased.json()

@@ -116,7 +116,8 @@ def test_a_refused_upload_writes_nothing(
     tmp_path: Path,
 ) -> None:
     from django.contrib.auth.hashers import PBKDF2PasswordHasher
-    from rest_framework.authtoken.models import Token
+
+    from tests.factories import api_token_key
 
     # Given: a project, its lead and annotator, a non-member, and gunicorn with its own
     # temporary directory and import directory
@@ -129,7 +130,7 @@ def test_a_refused_upload_writes_nothing(
     project: Any = ProjectFactory()
     MembershipFactory(project=project, user=people["lead"], role=Role.LEAD)
     MembershipFactory(project=project, user=people["annotator"], role=Role.ANNOTATOR)
-    token = {name: Token.objects.create(user=user).key for name, user in people.items()}
+    token = {name: api_token_key(user) for name, user in people.items()}
     temp = tmp_path / "tmp"
     temp.mkdir()
     deployment_env["TMPDIR"] = str(temp)

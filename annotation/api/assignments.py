@@ -33,7 +33,7 @@ from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, PUBLIC_ID_MAX, STEP
 from annotation.queue.access import (
     project_get_for_labeling,
     user_and_project_for_labeling,
-    user_for_token,
+    user_for_writing_token,
 )
 from annotation.queue.claim import lease_next, lease_prefetch
 from annotation.queue.leases import Lease, assignment_renew, assignment_skip
@@ -270,7 +270,7 @@ class AssignmentNextView(QueueView):
         # The token's user and the project, membership checked, in one query.
         found = user_and_project_for_labeling(token_key=key, project_id=project_id)
         if found is None:
-            return None  # DRF tells an unknown token (401) from a foreign project (404)
+            return None  # DRF tells a refused token (401, 403) from a foreign project (404)
         request.user, project = found
         return json_response(*next_answer(user=request.user, project=project))
 
@@ -542,10 +542,10 @@ class AssignmentSubmitView(QueueView):
         data = _json_body(request)
         if data is None:
             return None
-        found = user_for_token(key)
-        if found is None or not found[0].is_active:
-            return None  # DRF answers 401
-        request.user = found[0]
+        user = user_for_writing_token(key)
+        if user is None:
+            return None  # DRF answers (401, or 403 for a read-only token)
+        request.user = user
         return json_response(
             *submit_answer(user=request.user, assignment_id=assignment_id, data=data)
         )

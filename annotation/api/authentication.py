@@ -1,4 +1,4 @@
-"""API authentication: DRF's token scheme with a cheaper lookup.
+"""API authentication: ``Authorization: Token <key>`` against ``ApiToken``.
 
 Kept in its own module, importing nothing from DRF's views: the settings name this class,
 and DRF reads its authentication classes while ``rest_framework.views`` is being imported.
@@ -9,34 +9,41 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, QueryDict
+from django.utils import timezone
 from rest_framework import authentication
 from rest_framework.authentication import TokenAuthentication
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 from rest_framework.request import Request
 
+from annotation.api_tokens import token_read_only, token_refusal, token_use_due
 from annotation.queue.access import user_for_token
+from annotation.services.api_tokens import api_token_use
 from config.uploads import is_multipart
 
 
-class FastTokenAuthentication(TokenAuthentication):
-    """DRF's ``TokenAuthentication`` with the key lookup as one plain query.
+class ApiTokenAuthentication(TokenAuthentication):
+    """DRF's ``TokenAuthentication`` (the header, its parsing, its 401 with
+    ``WWW-Authenticate: Token``) over ``ApiToken``: the key looked up by its hash with its
+    user in one plain query, refused when ``token_refusal`` says so (401), and a
+    read-only token asked to write is a 403. ``request.auth`` is the ``ApiToken``."""
 
-    The same token table and the same rules (an unknown key or an inactive user is a 401,
-    ``Authorization: Token <key>``), but no queryset built on every request: an annotator
-    sends ``next`` and ``submit`` all day, and building DRF's
-    ``select_related("user").get(key=...)`` cost more than running it."""
+    def authenticate(self, request: Request) -> tuple[Any, Any] | None:
+        found = super().authenticate(request)
+        if found is not None and token_read_only(token=found[1], method=request.method or ""):
+            raise PermissionDenied("This token is read-only: it may only read (GET).")
+        return found
 
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
         found = user_for_token(key)
         if found is None:
             raise AuthenticationFailed("Invalid token.")
-        user, created = found
-        if not user.is_active:
-            raise AuthenticationFailed("User inactive or deleted.")
-        from rest_framework.authtoken.models import Token
-
-        token = Token(key=key, user=user, created=created)
-        token._state.adding = False  # the stored row, as DRF's own lookup would give
+        user, token = found
+        now = timezone.now()
+        refusal = token_refusal(token=token, user=user, now=now)
+        if refusal is not None:
+            raise AuthenticationFailed(refusal)
+        if token_use_due(token=token, now=now):
+            api_token_use(token=token)
         return user, token
 
 

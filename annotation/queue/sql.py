@@ -13,6 +13,7 @@ from django.db.models import Model
 from annotation.models import (
     Annotation,
     AnnotationSource,
+    ApiToken,
     Assignment,
     AssignmentStatus,
     Chain,
@@ -173,38 +174,36 @@ MEMBER_SQL = f"AND {project_member_sql(user='%(user)s')}"
 def token_project_sql() -> str:
     """``TOKEN_PROJECT_SQL`` for the installed user model, built once, not per request."""
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
 
     user_model = get_user_model()
     return TOKEN_PROJECT_SQL.format(
-        user_columns=select_columns(user_model, "u"),
-        user_table=user_model._meta.db_table,
-        token_table=Token._meta.db_table,
+        user_columns=select_columns(user_model, "u"), user_table=user_model._meta.db_table
     )
 
 
+# A token's user, the token and the project, when the user may label in it; whether the
+# token still works (``annotation.api_tokens``) is checked on the row.
 TOKEN_PROJECT_SQL = f"""
-    SELECT {{user_columns}}, {select_columns(Project, "p")}
-    FROM {{token_table}} t
+    SELECT {{user_columns}}, {select_columns(ApiToken, "t")}, {select_columns(Project, "p")}
+    FROM {ApiToken._meta.db_table} t
     JOIN {{user_table}} u ON u.id = t.user_id
     JOIN {Project._meta.db_table} p ON p.id = %(project)s
-    WHERE t.key = %(key)s AND u.is_active
+    WHERE t.key_hash = %(key_hash)s
       AND (u.is_superuser OR {project_member_sql(user="u.id")})
 """
 
 
 @functools.cache
 def token_user_sql() -> str:
-    """The user of a token key, with the token's creation time, for the installed user
+    """The user of a token, by its key's hash, with the token, for the installed user
     model: built once, not on every request."""
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
 
     user_model = get_user_model()
     return (
-        f"SELECT {select_columns(user_model, 'u')}, t.created "
+        f"SELECT {select_columns(user_model, 'u')}, {select_columns(ApiToken, 't')} "
         f"FROM {user_model._meta.db_table} u "
-        f"JOIN {Token._meta.db_table} t ON t.user_id = u.id WHERE t.key = %s"
+        f"JOIN {ApiToken._meta.db_table} t ON t.user_id = u.id WHERE t.key_hash = %s"
     )
 
 

@@ -37,7 +37,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -150,9 +149,9 @@ LOGOUT_REDIRECT_URL = "login"
 REST_FRAMEWORK = {
     # Token first: an anonymous API call then gets 401 with `WWW-Authenticate: Token`
     # rather than a bare 403. The session still authenticates the pages' fetches, with
-    # DRF enforcing CSRF on them. The token class is DRF's with a cheaper lookup.
+    # DRF enforcing CSRF on them. The token class reads ApiToken (expiry, scope).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "annotation.api.authentication.FastTokenAuthentication",
+        "annotation.api.authentication.ApiTokenAuthentication",
         "annotation.api.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -203,6 +202,14 @@ AXES_LOCKOUT_CALLABLE = "annotation.login_lockout.lockout_response"
 # Failed attempts are kept (for the admin's "Access attempts"); successful sign-ins are
 # not logged, so a login costs no extra write.
 AXES_DISABLE_ACCESS_LOG = True
+
+# API tokens (annotation/api_tokens.py; each user sees and revokes theirs on /tokens/):
+# a token expires STEPLAB_API_TOKEN_DAYS after it is issued, and all of a user's tokens
+# end when their password changes. A user holds at most STEPLAB_API_TOKENS_PER_USER
+# unexpired tokens: the token sign-in makes room by revoking its own oldest ones, the
+# page refuses to make one more.
+STEPLAB_API_TOKEN_DAYS = int(os.environ.get("STEPLAB_API_TOKEN_DAYS", "30"))
+STEPLAB_API_TOKENS_PER_USER = int(os.environ.get("STEPLAB_API_TOKENS_PER_USER", "20"))
 AXES_RESET_ON_SUCCESS = False
 # Axes keeps a failed attempt's form fields; an invitation's secret and new passwords are
 # masked there like the password (annotation/invite_views.py counts invalid links).
@@ -281,6 +288,7 @@ SPECTACULAR_SETTINGS = {
         "ConsensusMethodEnum": "annotation.models.ConsensusMethod",
         "ChainStatusEnum": "annotation.selectors.chains.ChainStatus.ALL",
         "InviteStateEnum": "annotation.models.InviteState",
+        "ApiTokenStateEnum": "annotation.services.api_tokens.API_TOKEN_STATES",
     },
 }
 

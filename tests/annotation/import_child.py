@@ -266,9 +266,9 @@ def _stream(arguments: dict[str, Any]) -> None:
 
     from django.contrib.auth import get_user_model
     from django.core.handlers.wsgi import WSGIHandler
-    from rest_framework.authtoken.models import Token
 
     from annotation.models import ImportJob
+    from tests.factories import api_token_key
 
     source = Path(arguments["file"])
     body = Path(arguments["work"]) / "body.multipart"
@@ -280,7 +280,7 @@ def _stream(arguments: dict[str, Any]) -> None:
         )
         shutil.copyfileobj(stream, out, 1024 * 1024)
         out.write(f"\r\n--{boundary}--\r\n".encode())
-    token = Token.objects.create(user=get_user_model().objects.get(pk=arguments["user"]))
+    token_key = api_token_key(get_user_model().objects.get(pk=arguments["user"]))
     handler = WSGIHandler()
     before = _resident_peak_kib()
     with body.open("rb") as wsgi_input:
@@ -295,7 +295,7 @@ def _stream(arguments: dict[str, Any]) -> None:
             "wsgi.errors": sys.stderr,
             "CONTENT_TYPE": f"multipart/form-data; boundary={boundary}",
             "CONTENT_LENGTH": str(body.stat().st_size),
-            "HTTP_AUTHORIZATION": f"Token {token.key}",
+            "HTTP_AUTHORIZATION": f"Token {token_key}",
             "HTTP_HOST": "localhost",
         }
         statuses: list[str] = []

@@ -581,7 +581,7 @@ def test_ids_and_their_order_tell_gold_from_real_work_no_better_than_chance(
     # Given: 45 real chains, then 15 gold chains from a later import (larger row ids), two
     # claims in five gold while gold is left, and two annotators (one over an API token,
     # the queue's token door; one through DRF's)
-    from rest_framework.authtoken.models import Token
+    from tests.factories import api_token_key
 
     project = ProjectFactory(gold_rate=0.4, overlap=2)
     real = [ChainFactory(project=project) for _ in range(45)]
@@ -593,7 +593,7 @@ def test_ids_and_their_order_tell_gold_from_real_work_no_better_than_chance(
     assert min(gold_ids) > max(chain.pk for chain in real)
     scripted, browsing = make_member(project), make_member(project)
     token_client = APIClient()
-    token_client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=scripted)}")
+    token_client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_key(scripted)}")
 
     # When: each works through the whole queue
     sessions = {

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import override_settings
-from rest_framework.authtoken.models import Token
 from rest_framework.renderers import JSONRenderer
 from rest_framework.test import APIClient
 
@@ -33,7 +32,7 @@ from annotation.models import (
     StepRating,
 )
 from annotation.services.import_jobs import import_job_execute
-from tests.factories import MembershipFactory, ProjectFactory, UserFactory
+from tests.factories import MembershipFactory, ProjectFactory, UserFactory, api_token_key
 
 pytestmark = pytest.mark.django_db
 
@@ -424,7 +423,7 @@ def test_the_largest_chain_the_limits_accept_is_imported_leased_and_submitted(
     member = make_member(project, Role.ANNOTATOR)
     if auth == "token":
         annotator = APIClient()
-        annotator.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=member).key}")
+        annotator.credentials(HTTP_AUTHORIZATION=f"Token {api_token_key(member)}")
     else:
         annotator = client_for(member)
     leased = annotator.post(f"/api/v1/projects/{project.pk}/assignments/next/")

@@ -17,7 +17,6 @@ from datetime import timedelta
 import pytest
 from django.db import connection, connections
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from annotation.models import (
@@ -34,7 +33,7 @@ from annotation.queue.errors import LeaseLost
 from annotation.queue.leases import assignment_skip
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.services.workspace import FLAG_REASON_PREFIX
-from tests.factories import ChainFactory, MembershipFactory, ProjectFactory
+from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, api_token_key
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
@@ -530,7 +529,7 @@ def test_a_skip_racing_a_submit_of_the_same_lease_has_exactly_one_winner(
     for _ in range(SKIP_SUBMIT_TRIALS):
         ChainFactory(project=project, step_count=3)
     user = MembershipFactory(project=project).user
-    key = Token.objects.create(user=user).key if way == "token" else None
+    key = api_token_key(user) if way == "token" else None
 
     def api() -> APIClient:
         client = APIClient()

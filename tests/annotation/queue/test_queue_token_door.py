@@ -8,13 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from annotation.api.assignments import QueueView
 from annotation.models import Annotation, Assignment, AssignmentStatus, Chain
 from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, STEP_IDS
-from tests.factories import ChainFactory, ProjectFactory
+from tests.factories import ChainFactory, ProjectFactory, api_token_key
 
 pytestmark = pytest.mark.django_db
 
@@ -53,7 +52,7 @@ def door_calls(monkeypatch) -> list[str]:
 def clients(user) -> tuple[APIClient, APIClient]:
     """(over a token: the token door, forced authentication: DRF's door)."""
     token = APIClient()
-    token.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    token.credentials(HTTP_AUTHORIZATION=f"Token {api_token_key(user)}")
     drf = APIClient()
     drf.force_authenticate(user=user)
     return token, drf
