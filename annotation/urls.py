@@ -21,6 +21,8 @@ urlpatterns = [
         auth_views.PasswordChangeDoneView.as_view(),
         name="password_change_done",
     ),
+    # Every signed-in user's own API tokens.
+    path("tokens/", views.tokens_page, name="tokens-page"),
     # An invitation's link lands here (anyone: the person may have no account yet).
     path("invite/", invite_views.invite_page, name="invite"),
     path("projects/new/", views.project_new, name="project-new"),

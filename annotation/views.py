@@ -382,3 +382,25 @@ def snapshots_page(request: HttpRequest, project_id: int) -> HttpResponse:
             "export_formats": [(fmt, EXPORT_DESCRIPTIONS[fmt]) for fmt in EXPORT_FORMATS],
         },
     )
+
+
+@require_GET
+@login_required
+def tokens_page(request: HttpRequest) -> HttpResponse:
+    """``/tokens/`` (every signed-in user, their own only): their API tokens, each with its
+    scope, when it was made, last used and expires, and whether it still works; making a
+    named read-only or full token (its key shown once) and revoking any, all through
+    ``/api/v1/auth/tokens/``."""
+    config = {
+        "api": {
+            "tokens": reverse("api-auth-tokens"),
+            # The prefix of /api/v1/auth/tokens/{token_id}/.
+            "token": reverse("api-auth-token-revoke", args=[0]).removesuffix("0/"),
+        },
+    }
+    context = {
+        "config": config,
+        "lifetime_days": settings.STEPLAB_API_TOKEN_DAYS,
+        "most_tokens": settings.STEPLAB_API_TOKENS_PER_USER,
+    }
+    return render(request, "annotation/tokens.html", context)

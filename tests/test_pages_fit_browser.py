@@ -37,6 +37,7 @@ PAGES = [
     ("login", None, "/login/", "form.stacked-form"),
     ("invite", None, "/invite/", "#invite-open"),
     ("password", "annotator", "/password/", "form"),
+    ("tokens", "annotator", "/tokens/", "#tokens[data-state=ready]"),
     ("home", "lead", "/", ".project-list"),
     ("project-new", "lead", "/projects/new/", "#project-settings[data-state=ready]"),
     ("dashboard", "lead", "/projects/{project}/", "#dashboard[data-state=ready]"),

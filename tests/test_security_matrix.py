@@ -68,6 +68,7 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     # in the URL is the annotator's, so anyone else gets 404.
     "api-auth-tokens": {"get": (401, 200, 200, 200, 200), "post": (401, 400, 400, 400, 400)},
     "api-auth-token-revoke": {"delete": (401, 204, 404, 404, 404)},
+    "tokens-page": {"get": (302, 200, 200, 200, 200)},
     "login": {
         "get": (200, 302, 302, 302, 302),
         "post": (200, 302, 302, 302, 302),
