@@ -114,6 +114,8 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     # the annotation is not there (404, as a lease).
     "api-project-history": {"get": API_MEMBERS},
     "api-project-history-chain": {"get": (401, 200, 200, 404, 404)},
+    # Only its annotator revises a pass: a lead reads it but gets 404 here, as anyone else.
+    "api-project-history-revise": {"post": (401, OK, 404, 404, 404)},
     # ---------------------------------------------------------------- datasets
     # ML staff read the snapshots they train on; only leads freeze new ones.
     "api-project-snapshots": {"get": API_ML_AND_LEADS, "post": API_LEADS},

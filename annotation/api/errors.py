@@ -20,7 +20,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from annotation.models import Assignment
-from annotation.queue.errors import LeaseConflict, QueueBusy
+from annotation.queue.errors import LeaseConflict, QueueBusy, RevisionClosed
 
 
 class Conflict(APIException):
@@ -54,6 +54,8 @@ def as_api_error(exc: Exception) -> Exception:
     if isinstance(exc, LeaseConflict):
         # The code tells a client a lost lease ("lease_lost": ask for the next chain) from a
         # closed one ("lease_closed": already submitted or skipped).
+        return Conflict({"detail": exc.message, "code": exc.code})
+    if isinstance(exc, RevisionClosed):
         return Conflict({"detail": exc.message, "code": exc.code})
     if isinstance(exc, QueueBusy):
         return ServiceUnavailable({"detail": exc.message, "code": exc.code})

@@ -1,10 +1,14 @@
-"""An annotator's own history over HTTP: read-only, thin views over
-``annotation.selectors.history``.
+"""An annotator's own history over HTTP: thin views over ``annotation.selectors.history``
+and the one write, a revision (``annotation.services.revisions``).
 
 - `GET /api/v1/projects/{id}/history/` (members): the chains the caller submitted in the
   project, newest first, a keyset page at a time (``cursor``, ``next_cursor``);
 - `GET /api/v1/projects/{id}/history/{annotation_id}/` (members): one of them reopened,
-  with the caller's own ratings, comments and rewrite.
+  with the caller's own ratings, comments and rewrite, and whether it is still open to
+  change (and why not);
+- `POST /api/v1/projects/{id}/history/{annotation_id}/revise/` (the annotation's own
+  annotator): a new revision of it (``annotation.services.revisions``), 201 with the
+  revision reopened; 409 once it is no longer open to change, with the reason.
 
 A lead may name any member with ``?annotator=<user id>`` and reopen any member's
 annotation; anyone else who names another member gets 403, and another person's
@@ -15,12 +19,13 @@ are public ids, as the workspace showed them (``annotation.public_ids``)."""
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
-from rest_framework import serializers
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api.fields import CursorField, IdField, PublicIdField
+from annotation.api.assignments import RatingInputSerializer, ratings_from_payload
+from annotation.api.fields import INT32_MAX, CursorField, IdField, PublicIdField
 from annotation.api.permissions import project_for_request, request_user
 from annotation.models import Role
 from annotation.public_ids import CHAIN_IDS, PUBLIC_ID_MAX, STEP_IDS
@@ -32,7 +37,9 @@ from annotation.selectors.history import (
     annotator_history_chain,
     annotator_history_page,
     history_annotator_resolve,
+    own_pass_chain_id,
 )
+from annotation.services.revisions import annotation_revise
 
 NOT_FOUND = OpenApiResponse(
     description="No such project, or not a member; for a lead's ?annotator=, not a member."
@@ -74,6 +81,10 @@ class HistoryEntryOutputSerializer(serializers.Serializer):
     )
     comments = serializers.IntegerField(help_text="Steps you commented.")
     rewritten = serializers.BooleanField(help_text="Whether you wrote a corrected step.")
+    revised = serializers.BooleanField(
+        help_text="Whether you revised the chain after submitting it (this is the newest "
+        "revision; submitted_at is when it was made)."
+    )
 
 
 class HistoryAnnotatorOutputSerializer(serializers.Serializer):
@@ -161,13 +172,30 @@ class HistoryChainOutputSerializer(serializers.Serializer):
     first_error = serializers.IntegerField(
         allow_null=True, help_text="The number (from 1) of the first step you rated −1."
     )
+    supersedes = serializers.IntegerField(
+        source="supersedes_id",
+        allow_null=True,
+        help_text="The earlier revision this one replaced; null for the pass as submitted.",
+    )
+    superseded_by = serializers.IntegerField(
+        source="superseded_by_id",
+        allow_null=True,
+        help_text="The newer revision that replaced this one; null for the newest.",
+    )
+    can_revise = serializers.BooleanField(
+        help_text="Whether you may revise it now (POST .../revise/)."
+    )
+    closed_reason = serializers.CharField(
+        allow_blank=True,
+        help_text="Why it can no longer be changed; empty while it can.",
+    )
 
 
 class HistoryChainView(APIView):
     @extend_schema(
         tags=["history"],
         operation_id="projects_history_retrieve",
-        summary="One chain you submitted, reopened read-only with your ratings",
+        summary="One chain you submitted, reopened with your ratings",
         responses={
             200: HistoryChainOutputSerializer,
             404: OpenApiResponse(
@@ -187,4 +215,65 @@ class HistoryChainView(APIView):
         )
         return Response(
             HistoryChainOutputSerializer(chain, context={"chain_id": chain.chain_id}).data
+        )
+
+
+class ReviseInputSerializer(serializers.Serializer):
+    ratings = RatingInputSerializer(
+        many=True,
+        allow_empty=False,
+        help_text="The whole pass again, steps by the ids this chain was shown with.",
+    )
+    rewrite = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=20_000,
+        help_text="The corrected text of the first incorrect step (needs a -1 rating).",
+    )
+    duration_ms = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=0, max_value=INT32_MAX
+    )
+
+
+class HistoryReviseView(APIView):
+    @extend_schema(
+        tags=["history"],
+        operation_id="projects_history_revise",
+        summary="Revise a chain you submitted, while it is open to change",
+        description="Records a new revision of your pass, as a submit would (the same "
+        "ratings rules); the earlier one is kept. Name the newest revision: an earlier one "
+        "answers 409.",
+        request=ReviseInputSerializer,
+        responses={
+            201: HistoryChainOutputSerializer,
+            400: OpenApiResponse(description="Ratings that do not fit the chain or the mode."),
+            404: OpenApiResponse(
+                description="No such project or annotation, or not yours (leads too)."
+            ),
+            409: OpenApiResponse(
+                description="No longer open to change: detail says why (code revision_closed)."
+            ),
+        },
+    )
+    def post(self, request: Request, project_id: int, annotation_id: int) -> Response:
+        project = project_for_request(request=request, project_id=project_id)
+        user = request_user(request)
+        # Whose pass it is comes first: anyone else gets 404 whatever the body.
+        own_pass_chain_id(project=project, user=user, annotation_id=annotation_id)
+        body = ReviseInputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        revision = annotation_revise(
+            project=project,
+            user=user,
+            annotation_id=annotation_id,
+            ratings=ratings_from_payload(body.validated_data),
+            rewrite=body.validated_data["rewrite"],
+            duration_ms=body.validated_data["duration_ms"],
+            public_step_ids=True,
+        )
+        chain = annotator_history_chain(project=project, user=user, annotation_id=revision.pk)
+        return Response(
+            HistoryChainOutputSerializer(chain, context={"chain_id": chain.chain_id}).data,
+            status=status.HTTP_201_CREATED,
         )

@@ -37,3 +37,10 @@ class QueueBusy(QueueError):
     """Every retry of a claim lost its race; the caller should try again (API: 503)."""
 
     code = "queue_busy"
+
+
+class RevisionClosed(QueueError):
+    """A submitted pass can no longer be revised (``annotation.services.revisions``): a
+    newer revision replaced it, or what it fed was settled since. The API answers 409."""
+
+    code = "revision_closed"

@@ -72,7 +72,7 @@ def _describe(position: int) -> str:
     return f"step {position}"
 
 
-def _validate_submission(
+def submission_validate(
     *, steps: Sequence[tuple[int, int]], ratings: Sequence[RatingInput], mode: str, rewrite: str
 ) -> None:
     """Raise ValidationError unless ``ratings`` grade ``steps`` (``(id, index)`` pairs in
@@ -303,7 +303,7 @@ def _hold_place(*, chain: Chain, assignment: Assignment, user: User, now: dateti
         take_back_expired(chain=chain, assignment=assignment, user=user, now=now)
 
 
-def _in_step_order(
+def ratings_in_step_order(
     *, ratings: Sequence[RatingInput], steps: list[tuple[int, int]]
 ) -> list[RatingInput]:
     """The ratings as they are stored: in the order of their steps, comments stripped."""
@@ -319,7 +319,7 @@ def _in_step_order(
     ]
 
 
-def _named_steps(
+def steps_as_named(
     *, chain_id: int, steps: list[tuple[int, int]], public_step_ids: bool
 ) -> tuple[list[tuple[int, int]], dict[int, int] | None]:
     """The chain's steps as (the id the caller names them by, index), and, when that is
@@ -380,18 +380,18 @@ def assignment_submit(
                 request_id=request_id,
                 public_step_ids=public_step_ids,
             )
-        steps, row_of = _named_steps(
+        steps, row_of = steps_as_named(
             chain_id=chain.pk, steps=step_rows, public_step_ids=public_step_ids
         )
         _hold_place(chain=chain, assignment=assignment, user=user, now=now)
-        _validate_submission(
+        submission_validate(
             steps=steps, ratings=ratings, mode=project.labeling_mode, rewrite=rewrite
         )
 
         return _submit_new(
             chain=chain,
             assignment=assignment,
-            ratings=_in_step_order(ratings=ratings, steps=steps),
+            ratings=ratings_in_step_order(ratings=ratings, steps=steps),
             row_of=row_of,
             annotation=Annotation(
                 chain=chain,

@@ -326,7 +326,10 @@ def project_dashboard(*, project: Project, now: datetime | None = None) -> Dashb
     agreement's usernames, the annotation days of the series, and the gold chains (three
     more once gold passes exist)."""
     today = timezone.localdate(now) if now is not None else timezone.localdate()
-    human = Annotation.objects.filter(chain__project=project, source=AnnotationSource.HUMAN)
+    # Passes as submitted: an annotator's revision of one is no new work.
+    human = Annotation.objects.filter(
+        chain__project=project, source=AnnotationSource.HUMAN, supersedes__isnull=True
+    )
 
     per_annotator_day = list(
         human.annotate(day=TruncDate("created_at"))

@@ -2,9 +2,10 @@
 annotator stands in screening. The writes (marking, the queue mix-in, screening
 decisions) are in ``annotation.services.gold``.
 
-Scoring rules, per (annotator, gold chain), from the annotator's current human annotation
-(a revision that a newer one supersedes does not count) against the ratings of the chain's
-``gold_annotation``:
+Scoring rules, per (annotator, gold chain), from the annotator's pass as they submitted it
+(a later revision of it does not count: a gold chain measures the pass as submitted, and
+a score that moved when a pass is revised would tell a gold chain from another one, see
+``annotation.services.revisions``) against the ratings of the chain's ``gold_annotation``:
 
 * step accuracy: over the steps that both the answer key and the annotator rated. A step
   one of them did not rate (after a first error in first_error mode, or past the end of an
@@ -149,9 +150,10 @@ def gold_passes(
     created_since: datetime | None = None,
     created_before: datetime | None = None,
 ) -> list[GoldPass]:
-    """Every current human annotation on a gold chain of ``project`` (optionally of some
-    annotators, created in ``[created_since, created_before)``), compared to the chain's
-    answer key, oldest first. Three queries whatever the number of annotators."""
+    """Every human pass as submitted (no revision) on a gold chain of ``project``
+    (optionally of some annotators, created in ``[created_since, created_before)``),
+    compared to the chain's answer key, oldest first. Three queries whatever the number
+    of annotators."""
     keys = dict(
         Chain.objects.filter(project=project, is_gold=True).values_list("id", "gold_annotation_id")
     )
@@ -160,7 +162,7 @@ def gold_passes(
     annotations = Annotation.objects.filter(
         chain_id__in=list(keys),
         source=AnnotationSource.HUMAN,
-        superseded_by__isnull=True,
+        supersedes__isnull=True,
     )
     if annotator_ids is not None:
         annotations = annotations.filter(annotator_id__in=list(annotator_ids))
@@ -168,7 +170,7 @@ def gold_passes(
         annotations = annotations.filter(created_at__gte=created_since)
     if created_before is not None:
         annotations = annotations.filter(created_at__lt=created_before)
-    # One pass per (annotator, chain): the newest current one, should there be several.
+    # One pass per (annotator, chain): the newest, should there be several.
     latest: dict[tuple[int, int], tuple[int, datetime]] = {}
     for annotation_id, chain_id, annotator_id, created_at in annotations.order_by(
         "created_at", "id"

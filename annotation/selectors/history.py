@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Exists, Min, OuterRef, Q
 from django.db.models.functions import Substr
 from django.http import Http404
 
@@ -30,6 +30,7 @@ from annotation.models import (
     Project,
     Rating,
     Role,
+    Snapshot,
     Step,
     StepRating,
 )
@@ -62,6 +63,7 @@ class HistoryEntry:
     first_error: int | None
     comments: int
     rewritten: bool
+    revised: bool
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class HistoryStep:
 
 @dataclass(frozen=True)
 class HistoryChain:
-    """One submitted chain reopened read-only: the chain as the workspace showed it (the
+    """One submitted chain reopened: the chain as the workspace showed it (the
     reference answer only when the project shows it) and the annotator's pass over it."""
 
     annotation_id: int
@@ -105,6 +107,76 @@ class HistoryChain:
     steps: list[HistoryStep]
     rewrite: str
     first_error: int | None
+    # The revision this one replaced and the one that replaced it (None: none).
+    supersedes_id: int | None
+    superseded_by_id: int | None
+    # Why it can no longer be revised ("" while it can), and whether the caller may.
+    closed_reason: str
+    can_revise: bool
+
+
+# Why a pass can no longer be revised, as the history page says it; "" while it can.
+CLOSED_REPLACED = "You revised this chain since: this is an earlier version, kept as it was."
+CLOSED_SNAPSHOT = (
+    "A dataset snapshot was taken after you submitted this, so a dataset may hold these "
+    "ratings as they are: ask your lead if one must change."
+)
+CLOSED_RULED = (
+    "A lead has ruled on this chain since you submitted: ask your lead if a rating must change."
+)
+CLOSED_EVALUATION = (
+    "Your lead set this chain apart to measure models on: its labels stay as they are."
+)
+
+
+def revision_closed_reason(*, annotation_id: int) -> str:
+    """Why the human pass ``annotation_id`` can no longer be revised, or "" while it can
+    (``annotation.services.revisions`` has the rule and why it is the same for every
+    chain, gold or not). One query."""
+    later = OuterRef("created_at")
+    row = (
+        Annotation.objects.filter(pk=annotation_id)
+        .annotate(
+            replaced=Exists(Annotation.objects.filter(supersedes=OuterRef("pk"))),
+            snapshot=Exists(
+                Snapshot.objects.filter(project=OuterRef("chain__project"), created_at__gt=later)
+            ),
+            ruled=Exists(
+                Annotation.objects.filter(
+                    chain=OuterRef("chain"),
+                    source=AnnotationSource.ADJUDICATION,
+                    created_at__gt=later,
+                )
+            ),
+        )
+        .values("replaced", "snapshot", "ruled", "chain__evaluation_set")
+        .get()
+    )
+    if row["replaced"]:
+        return CLOSED_REPLACED
+    if row["chain__evaluation_set"] is not None:
+        return CLOSED_EVALUATION
+    if row["ruled"]:
+        return CLOSED_RULED
+    if row["snapshot"]:
+        return CLOSED_SNAPSHOT
+    return ""
+
+
+def own_pass_chain_id(*, project: Project, user: User, annotation_id: int) -> int:
+    """The chain of ``user``'s own human pass ``annotation_id`` in ``project`` (any of its
+    revisions). Raises Http404 for anything else: another person's pass, a lead's
+    included, an import or an adjudication, another project's. One query."""
+    chain_id = (
+        Annotation.objects.filter(
+            pk=annotation_id, annotator=user, source=AnnotationSource.HUMAN, chain__project=project
+        )
+        .values_list("chain_id", flat=True)
+        .first()
+    )
+    if chain_id is None:
+        raise Http404("No such annotation in your history.")
+    return chain_id
 
 
 def history_annotator_resolve(*, project: Project, user: User, annotator_id: int | None) -> User:
@@ -144,17 +216,27 @@ def annotator_history_page(
     ``limit``, to know whether a next page exists) with the chain and the problem's first
     characters, then their ratings summed per annotation."""
     limit = max(1, min(limit, HISTORY_PAGE_SIZE_MAX))
+    # The newest revision of each pass: a revised chain is listed once, as revised.
     annotations = Annotation.objects.filter(
-        annotator=annotator, source=AnnotationSource.HUMAN, chain__project=project
+        annotator=annotator,
+        source=AnnotationSource.HUMAN,
+        chain__project=project,
+        superseded_by__isnull=True,
     )
     if before is not None:
         annotations = annotations.filter(pk__lt=before)
     rows = list(
         annotations.order_by("-pk")
         .annotate(problem_head=Substr("chain__problem__text", 1, PROBLEM_LINE_CHARS * 4))
-        .values("pk", "chain_id", "created_at", "problem_head", "chain__step_count", "rewrite")[
-            : limit + 1
-        ]
+        .values(
+            "pk",
+            "chain_id",
+            "created_at",
+            "problem_head",
+            "chain__step_count",
+            "rewrite",
+            "supersedes_id",
+        )[: limit + 1]
     )
     more = len(rows) > limit
     rows = rows[:limit]
@@ -190,6 +272,7 @@ def annotator_history_page(
                 first_error=None if first_error is None else first_error + 1,
                 comments=summed.get("comments", 0),
                 rewritten=bool(row["rewrite"]),
+                revised=row["supersedes_id"] is not None,
             )
         )
     return HistoryPage(
@@ -207,14 +290,16 @@ def annotator_history_chain(
     caller's own human annotation in ``project``, or any member's when ``lead``.
 
     Raises Http404 for anything else (another person's annotation, an import or an
-    adjudication, another project's), so an id tells nothing about what it is. Three
-    queries: the annotation with its chain and problem, the steps, the ratings."""
+    adjudication, another project's), so an id tells nothing about what it is. An
+    earlier revision opens too, read-only. Four queries: the annotation with its chain,
+    problem and newer revision, the steps, the ratings, and whether it is still open to
+    change (``revision_closed_reason``)."""
     visible = Annotation.objects.filter(
         pk=annotation_id, source=AnnotationSource.HUMAN, chain__project=project
     )
     if not lead:
         visible = visible.filter(annotator=user)
-    annotation = visible.select_related("chain__problem", "annotator").first()
+    annotation = visible.select_related("chain__problem", "annotator", "superseded_by").first()
     if annotation is None:
         raise Http404("No such annotation in your history.")
     chain = annotation.chain
@@ -236,6 +321,11 @@ def annotator_history_chain(
         )
     annotator = annotation.annotator
     assert annotator is not None  # a human annotation has its annotator (a check constraint)
+    try:
+        superseded_by_id: int | None = annotation.superseded_by.pk
+    except Annotation.DoesNotExist:
+        superseded_by_id = None
+    closed_reason = revision_closed_reason(annotation_id=annotation.pk)
     return HistoryChain(
         annotation_id=annotation.pk,
         annotator_id=annotator.pk,
@@ -250,4 +340,8 @@ def annotator_history_chain(
         steps=steps,
         rewrite=annotation.rewrite,
         first_error=first_error,
+        supersedes_id=annotation.supersedes_id,
+        superseded_by_id=superseded_by_id,
+        closed_reason=closed_reason,
+        can_revise=not closed_reason and annotator.pk == user.pk,
     )

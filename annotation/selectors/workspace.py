@@ -108,8 +108,12 @@ def annotator_stats_get(
     the project has no gold chain."""
     now = now if now is not None else timezone.now()
     day_start = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    # Passes as submitted: revising one is neither a chain nor steps done today.
     annotated = Annotation.objects.filter(
-        chain__project=project, annotator=user, source=AnnotationSource.HUMAN
+        chain__project=project,
+        annotator=user,
+        source=AnnotationSource.HUMAN,
+        supersedes__isnull=True,
     ).aggregate(
         total=Count("chain", distinct=True),
         today=Count("chain", distinct=True, filter=Q(created_at__gte=day_start)),

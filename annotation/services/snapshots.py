@@ -289,6 +289,20 @@ def _snapshots_lock(*, project: Project) -> None:
         )
 
 
+def snapshots_hold_off(*, project: Project) -> None:
+    """Wait for a snapshot of ``project`` being taken, and keep new ones from starting,
+    until the caller's transaction ends: the shared side of ``_snapshots_lock``. A
+    revision of a pass (``services.revisions``) takes it, so it either commits before a
+    snapshot reads anything or sees that snapshot and is refused."""
+    if connection.vendor != "postgresql":
+        return  # SQLite's BEGIN IMMEDIATE already serialises every writer
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock_shared(%s)",
+            [(_SNAPSHOT_LOCK_NAMESPACE << 32) | (project.pk & 0xFFFFFFFF)],
+        )
+
+
 def _imported() -> Exists:
     return Exists(Annotation.objects.filter(chain=OuterRef("pk"), source=AnnotationSource.IMPORT))
 

@@ -344,7 +344,7 @@ def _moves(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     return moved
 
 
-@pytest.mark.parametrize("action", ["submit", "skip", "flag"])
+@pytest.mark.parametrize("action", ["submit", "skip", "flag", "revise"])
 def test_what_an_annotator_reads_moves_alike_for_gold_and_real_chains(
     project, make_member, client_for, action
 ):
@@ -373,9 +373,20 @@ def test_what_an_annotator_reads_moves_alike_for_gold_and_real_chains(
 
     def act() -> tuple[int, dict[str, Any]]:
         lease = api.post(f"{base}/assignments/next/").json()
-        before = _readable(api, page, project.pk)
         lease_id = lease["assignment"]["id"]
-        if action == "submit":
+        if action == "revise":  # submitted before the first reading, revised after it
+            submitted = api.post(
+                f"/api/v1/assignments/{lease_id}/submit/", rate_all(lease["chain"]), format="json"
+            )
+            annotation_id = submitted.json()["annotation"]["id"]
+        before = _readable(api, page, project.pk)
+        if action == "revise":
+            done = api.post(
+                f"{base}/history/{annotation_id}/revise/",
+                {"ratings": [{"step": s["id"], "rating": 0} for s in lease["chain"]["steps"]]},
+                format="json",
+            )
+        elif action == "submit":
             done = api.post(
                 f"/api/v1/assignments/{lease_id}/submit/", rate_all(lease["chain"]), format="json"
             )
@@ -399,7 +410,7 @@ def test_what_an_annotator_reads_moves_alike_for_gold_and_real_chains(
     assert gold_moves == real_moves
     # The history is among the readings: it gains the submitted chain, nothing else.
     history = f"/api/v1/projects/{project.pk}/history/.added"
-    assert (history in gold_moves) == (action == "submit")
+    assert (history in gold_moves) == (action in ("submit", "revise"))
 
 
 def test_annotators_see_the_day_s_first_reading_and_leads_the_live_figures(

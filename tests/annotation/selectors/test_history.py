@@ -124,7 +124,7 @@ def test_reopened_chain_carries_own_ratings_comments_and_rewrite(
     annotation_with_ratings(chain=mine.chain, annotator=other, labels=[-1, -1, -1])
 
     # When
-    with django_assert_num_queries(3):
+    with django_assert_num_queries(4):  # and whether it is open to change
         chain = annotator_history_chain(project=project, user=me, annotation_id=mine.pk)
 
     # Then: my ratings only, the step without one as None, no reference answer
@@ -220,6 +220,7 @@ def test_api_lists_the_caller_s_history_with_a_cursor(
         "first_error",
         "comments",
         "rewritten",
+        "revised",
     }
     entry = body["results"][0]
     assert (entry["correct"], entry["ambiguous"], entry["incorrect"]) == (1, 1, 1)
@@ -293,6 +294,10 @@ def test_api_reopens_own_chain_with_ratings(
         "steps",
         "rewrite",
         "first_error",
+        "supersedes",
+        "superseded_by",
+        "can_revise",
+        "closed_reason",
     }
     assert (body["annotation"], body["chain"], body["problem"]) == (
         mine.pk,

@@ -467,10 +467,11 @@ def test_scores_against_hand_computed_values_in_first_error_mode():
     annotation_with_ratings(chain=g1, annotator=ann, labels=[1, -1])
     annotation_with_ratings(chain=g2, annotator=ann, labels=[1, 1, 1, 1])
     # bob: G1 [1, 1, -1] -> 3 compared, 3 right, match.
-    #      G2 [1, -1] -> 2 compared, 1 right, error at 1 vs none: no match.
+    #      G2 as submitted [-1] -> 1 compared, 0 right, error at 0 vs none: no match; his
+    #      revision [1, -1] does not count (a gold chain measures the pass as submitted).
     annotation_with_ratings(chain=g1, annotator=bob, labels=[1, 1, -1])
     old = annotation_with_ratings(chain=g2, annotator=bob, labels=[-1])
-    annotation_with_ratings(chain=g2, annotator=bob, labels=[1, -1], supersedes=old)
+    annotation_with_ratings(chain=g2, annotator=bob, labels=[1, 1, 1, 1], supersedes=old)
     # A chain that is not gold does not count.
     annotation_with_ratings(chain=ChainFactory(project=project), annotator=ann, labels=[-1])
 
@@ -479,8 +480,8 @@ def test_scores_against_hand_computed_values_in_first_error_mode():
     assert (scores["ann"].chains, scores["ann"].steps_compared) == (2, 6)
     assert scores["ann"].step_accuracy == pytest.approx(5 / 6)
     assert scores["ann"].first_error_match == pytest.approx(1 / 2)
-    assert (scores["bob"].chains, scores["bob"].steps_compared) == (2, 5)
-    assert scores["bob"].step_accuracy == pytest.approx(4 / 5)
+    assert (scores["bob"].chains, scores["bob"].steps_compared) == (2, 4)
+    assert scores["bob"].step_accuracy == pytest.approx(3 / 4)
     assert scores["bob"].first_error_match == pytest.approx(1 / 2)
 
 
