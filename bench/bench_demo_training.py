@@ -42,14 +42,16 @@ READY_SECONDS = 300
 SAMPLE_SECONDS = 0.25
 
 SETUP = """
-from rest_framework.authtoken.models import Token
 from django.contrib.auth import get_user_model
 from annotation.models import Project
+from annotation.services.api_tokens import api_token_create
 project = Project.objects.get(name="Demo: arithmetic word problems")
 project.overlap = 1
 project.save(update_fields=["overlap"])
 users = get_user_model().objects
-keys = [Token.objects.get_or_create(user=users.get(username=n))[0].key for n in ("annotator", "ml")]
+keys = [
+    api_token_create(user=users.get(username=n), name="bench").key for n in ("annotator", "ml")
+]
 print("SETUP", project.pk, *keys)
 """
 

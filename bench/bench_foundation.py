@@ -243,9 +243,9 @@ def bench_fixture_create(*, annotators: int, overlap: int) -> BenchFixture:
     Tokens are written directly: the token endpoint is throttled for logins (10/min), and
     sixteen logins would measure the throttle, not the queue."""
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
 
     from annotation.models import Membership, Project, Role
+    from annotation.services.api_tokens import api_token_create
 
     tag = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
     user_model = get_user_model()
@@ -256,7 +256,7 @@ def bench_fixture_create(*, annotators: int, overlap: int) -> BenchFixture:
     for i in range(annotators):
         user = user_model.objects.create_user(username=f"bench-annotator-{tag}-{i}")
         Membership.objects.create(project=project, user=user, role=Role.ANNOTATOR)
-        tokens.append(Token.objects.create(user=user).key)
+        tokens.append(api_token_create(user=user, name="bench").key)
     return BenchFixture(project_id=project.pk, lead_id=lead.pk, tokens=tuple(tokens))
 
 

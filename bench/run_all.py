@@ -156,6 +156,14 @@ SUITE: tuple[Bench, ...] = (
         "public ids' CPU per next+submit pair against row ids",
     ),
     Bench(
+        "attacks",
+        "bench_attacks.py",
+        (),
+        ("--quick",),
+        "attacks.json",
+        "issue 22's attacks: status, bytes written, peak memory, seconds",
+    ),
+    Bench(
         "workspace",
         "bench_workspace.py",
         (),

@@ -1,7 +1,8 @@
 """Review and agreement over HTTP. Thin: check access, validate, call one selector or
 service, serialize.
 
-- `GET /api/v1/projects/{id}/disagreements/` (leads): disputed chains, worst first;
+- `GET /api/v1/projects/{id}/disagreements/` (leads): disputed chains no lead ruled on
+  yet, worst first (`?include_resolved=true`: the ruled ones too);
 - `GET /api/v1/chains/{id}/labels/` (leads): every current label side by side per step,
   the consensus, majority vote's and Dawid-Skene's labels, and every revision with who
   and when;
@@ -69,7 +70,9 @@ class DisagreementOutputSerializer(serializers.Serializer):
     spread = serializers.IntegerField(
         help_text="Sum over disagreeing steps of highest minus lowest rating."
     )
-    adjudicated = serializers.BooleanField()
+    adjudicated = serializers.BooleanField(
+        help_text="A lead ruled on it: resolved (listed with include_resolved only)."
+    )
     agreement = serializers.FloatField(help_text="Share of the chain's steps nobody disputes.")
     by = serializers.ListField(
         child=serializers.CharField(), help_text="The annotators with a current pass."
@@ -87,6 +90,11 @@ class DisagreementFilterSerializer(serializers.Serializer):
         max_value=1.0,
         help_text="Only chains whose share of undisputed steps is at most this.",
     )
+    include_resolved = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Also the chains a lead ruled on (resolved), to revisit a ruling.",
+    )
 
 
 class DisagreementListApi(GenericAPIView):
@@ -96,7 +104,7 @@ class DisagreementListApi(GenericAPIView):
     @extend_schema(
         tags=["review"],
         operation_id="projects_disagreements_list",
-        summary="Chains where annotators disagree, worst first (leads only)",
+        summary="Chains where annotators disagree and no lead ruled yet, worst first (leads only)",
         parameters=[DisagreementFilterSerializer],
         responses={
             200: DisagreementOutputSerializer(many=True),

@@ -45,14 +45,17 @@ class ChainStatus:
     IN_PROGRESS = "in_progress"
     FINISHED = "finished"
     DISPUTED = "disputed"
+    # A lead ruled on it (a current adjudication): it is settled, whatever its votes say.
+    RESOLVED = "resolved"
     FLAGGED = "flagged"
     SKIPPED = "skipped"
     GOLD = "gold"
 
     # The order of the status filter's choices, and of a sort by status.
-    ALL = (UNLABELED, IN_PROGRESS, FINISHED, DISPUTED, FLAGGED, SKIPPED, GOLD)
-    # A chain shows the first of these that holds for it (``_status_of``).
-    PRECEDENCE = (GOLD, FLAGGED, DISPUTED, FINISHED, IN_PROGRESS, SKIPPED, UNLABELED)
+    ALL = (UNLABELED, IN_PROGRESS, FINISHED, DISPUTED, RESOLVED, FLAGGED, SKIPPED, GOLD)
+    # A chain shows the first of these that holds for it (``_status_of``): a ruling
+    # settles a dispute, so a ruled chain reads "resolved", never "disputed".
+    PRECEDENCE = (GOLD, FLAGGED, RESOLVED, DISPUTED, FINISHED, IN_PROGRESS, SKIPPED, UNLABELED)
 
 
 PAGE_SIZE_MAX = 200
@@ -115,6 +118,13 @@ def _skips() -> QuerySet[Assignment]:
     return Assignment.objects.filter(chain=OuterRef("pk"), status=AssignmentStatus.SKIPPED)
 
 
+def _ruling() -> QuerySet[Annotation]:
+    """The chain's current adjudication, a probe of the (chain, source) index."""
+    return Annotation.objects.filter(
+        chain=OuterRef("pk"), source=AnnotationSource.ADJUDICATION, superseded_by__isnull=True
+    )
+
+
 def _status_q(status: str, *, project: Project) -> Q:
     """The chains for which ``status`` holds (a chain may have several: see
     ``_main_status_q``)."""
@@ -126,7 +136,9 @@ def _status_q(status: str, *, project: Project) -> Q:
     if status == ChainStatus.FINISHED:
         return Q(is_finished=True)
     if status == ChainStatus.DISPUTED:
-        return Q(finished_count__gte=2, agreement__lt=1.0)
+        return Q(finished_count__gte=2, agreement__lt=1.0) & ~Q(Exists(_ruling()))
+    if status == ChainStatus.RESOLVED:
+        return Q(Exists(_ruling()))
     if status == ChainStatus.FLAGGED:
         return Q(is_flagged=True)
     if status == ChainStatus.SKIPPED:
@@ -189,12 +201,15 @@ def _search_q(*, text: str) -> Q:
 
 
 def _status_of(chain: Chain) -> str:
-    """The shown status of a row loaded with ``leased`` and ``skipped`` (the first in
-    ``ChainStatus.PRECEDENCE`` that holds), as ``_main_status_q`` selects it."""
+    """The shown status of a row loaded with ``leased``, ``skipped`` and ``ruled`` (the
+    first in ``ChainStatus.PRECEDENCE`` that holds), as ``_main_status_q`` selects it."""
+    ruled = bool(getattr(chain, "ruled", False))
     holds = {
         ChainStatus.GOLD: chain.is_gold,
         ChainStatus.FLAGGED: chain.is_flagged,
-        ChainStatus.DISPUTED: chain.finished_count >= 2
+        ChainStatus.RESOLVED: ruled,
+        ChainStatus.DISPUTED: not ruled
+        and chain.finished_count >= 2
         and chain.agreement is not None
         and chain.agreement < 1.0,
         ChainStatus.FINISHED: chain.is_finished,
@@ -247,6 +262,7 @@ def chain_list(
         chains = chains.annotate(
             leased=Exists(_live_leases()),
             skipped=Exists(_skips()),
+            ruled=Exists(_ruling()),
             preview=Substr("problem__text", 1, PROBLEM_PREVIEW),
             reviewer_name=F("reviewer__username"),
         ).only(*_ROW_FIELDS)
@@ -405,6 +421,7 @@ def chain_detail(*, chain: Chain) -> ChainDetail:
         .annotate(
             leased=Exists(_live_leases()),
             skipped=Exists(_skips()),
+            ruled=Exists(_ruling()),
             reviewer_name=F("reviewer__username"),
         )
         .get()

@@ -51,7 +51,11 @@ class ChainDisagreement:
 
 
 def chain_disagreements(
-    *, project: Project, annotator: str = "", max_agreement: float = 1.0
+    *,
+    project: Project,
+    annotator: str = "",
+    max_agreement: float = 1.0,
+    include_resolved: bool = False,
 ) -> list[ChainDisagreement]:
     """Chains whose current human annotations disagree on at least one step, worst first:
     most disagreeing steps, then the widest spread, then the oldest chain. ``annotator``
@@ -60,8 +64,9 @@ def chain_disagreements(
 
     A step counts as disagreeing when two or more annotators rated it and not alike. A
     step only one annotator rated (e.g. after another's first error in first_error mode)
-    is not a disagreement: it was simply not asked of the other. Chains already
-    adjudicated stay in the list, flagged, so a lead can revisit a ruling. Four queries:
+    is not a disagreement: it was simply not asked of the other. A chain a lead ruled on
+    is resolved and leaves the list (the review count falls); ``include_resolved`` lists
+    those too, marked ``adjudicated``, so a lead can revisit a ruling. Four queries:
     the ratings, the annotators' names, the chains and their adjudication flag."""
     data = current_human_ratings(project=project)
     if not len(data):
@@ -94,7 +99,7 @@ def chain_disagreements(
     for chain_id, user_id in pairs.tolist():
         voters.setdefault(chain_id, []).append(names.get(user_id, ""))
     adjudicated = Annotation.objects.filter(
-        chain=OuterRef("pk"), source=AnnotationSource.ADJUDICATION
+        chain=OuterRef("pk"), source=AnnotationSource.ADJUDICATION, superseded_by__isnull=True
     )
     info = {
         row[0]: row[1:]
@@ -121,7 +126,9 @@ def chain_disagreements(
     rows = [
         row
         for row in rows
-        if (not annotator or annotator in row.by) and row.agreement <= max_agreement + 1e-9
+        if (not annotator or annotator in row.by)
+        and row.agreement <= max_agreement + 1e-9
+        and (include_resolved or not row.adjudicated)
     ]
     rows.sort(key=lambda row: (-row.disagreeing_steps, -row.spread, row.chain_id))
     return rows

@@ -107,6 +107,8 @@ def _answer_keys(
 
 NO_ANSWER_KEY = "no answer key (an adjudication or labels from an import)"
 NOT_GOLD = "not gold"
+# Gold chains are leased (to every annotator); an evaluation set's never are.
+IN_EVALUATION_SET = "in an evaluation set"
 
 
 def _has_answer_key() -> Exists:
@@ -122,7 +124,10 @@ def _has_answer_key() -> Exists:
 
 def gold_mark_reasons() -> dict[str, Q]:
     """Why ``chains_gold_mark`` leaves a chain as it is."""
-    return {NO_ANSWER_KEY: ~Q(_has_answer_key())}
+    return {
+        IN_EVALUATION_SET: Q(evaluation_set__isnull=False),
+        NO_ANSWER_KEY: ~Q(_has_answer_key()),
+    }
 
 
 def gold_unmark_reasons() -> dict[str, Q]:
@@ -195,6 +200,14 @@ def gold_mark(
     with transaction.atomic():
         outcome = chains_gold_mark(project=project, chain_ids=_named(chain_ids), actor=actor)
         _refuse_missing(outcome)
+        held_out = outcome.left_for(IN_EVALUATION_SET)
+        if held_out:
+            raise ValidationError(
+                {
+                    "chain_ids": "Chains of an evaluation set are never leased, so they cannot "
+                    f"be gold: {', '.join(map(str, held_out))}."
+                }
+            )
         unlabeled = outcome.left_for(NO_ANSWER_KEY)
         if unlabeled:
             raise ValidationError(

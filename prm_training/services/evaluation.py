@@ -72,10 +72,13 @@ def report_loses(report: Mapping[str, Any]) -> bool | None:
     return None
 
 
-def _set_examples(snapshot: Snapshot | None) -> tuple[dict[int, list[Any]], dict[int, int]]:
+def _set_examples(
+    snapshot: Snapshot | None, only: set[int] | None = None
+) -> tuple[dict[int, list[Any]], dict[int, int]]:
     """({set id: its chains with labels in ``snapshot``}, {set id: its chains}) of the
-    snapshot's project, every set of it."""
+    snapshot's project, every set of it (those in ``only`` when given)."""
     sets = list(EvaluationSet.objects.filter(project_id=snapshot.project_id)) if snapshot else []
+    sets = [s for s in sets if only is None or s.pk in only]
     if not sets:
         return {}, {}
     member: dict[int, int] = {
@@ -102,11 +105,12 @@ def evaluation_sets_measure(
     checkpoint_dir: str,
     snapshot: Snapshot | None,
     phase: PhaseReport | None = None,
+    only: set[int] | None = None,
 ) -> list[SetFigures]:
     """The figures of the checkpoint on every evaluation set of the snapshot's project
-    (none without a snapshot or a set), in set order; ``phase`` gets an "evaluation sets"
-    phase counted in steps."""
-    labeled, totals = _set_examples(snapshot)
+    (those in ``only`` when given; none without a snapshot or a set), in set order;
+    ``phase`` gets an "evaluation sets" phase counted in steps."""
+    labeled, totals = _set_examples(snapshot, only)
     if not totals:
         return []
     from prm_training.ml.baselines import load_baselines
@@ -170,6 +174,26 @@ def evaluation_results_write(*, version: ModelVersion, figures: Sequence[SetFigu
         ],
         ignore_conflicts=True,
     )
+
+
+def evaluation_sets_fill(
+    *, version: ModelVersion, snapshot: Snapshot | None, phase: PhaseReport | None = None
+) -> int:
+    """Measure ``version`` (an older one: the active version) on the project's evaluation
+    sets that hold no figures of it, sets marked after it was trained, with ``snapshot``'s
+    labels; the sets measured."""
+    missing = set(
+        EvaluationSet.objects.filter(project_id=version.project_id)
+        .exclude(results__model_version=version)
+        .values_list("pk", flat=True)
+    )
+    if not missing or snapshot is None:
+        return 0
+    figures = evaluation_sets_measure(
+        checkpoint_dir=version.checkpoint_dir, snapshot=snapshot, phase=phase, only=missing
+    )
+    evaluation_results_write(version=version, figures=figures)
+    return len(figures)
 
 
 def promotion_refusal(

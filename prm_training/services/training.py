@@ -42,6 +42,7 @@ from prm_training.services.backbones import backbone_path
 from prm_training.services.evaluation import (
     SetFigures,
     evaluation_results_write,
+    evaluation_sets_fill,
     evaluation_sets_measure,
     model_version_promotion_refusal,
     promotion_refusal,
@@ -474,10 +475,12 @@ def _train_and_publish(run: TrainingRun, reporter: _RunReporter) -> TrainingRun:
 def _measure_evaluation_sets(
     result: Any, snapshot: Snapshot | None, reporter: _RunReporter
 ) -> list[SetFigures] | None:
-    """The new version on every evaluation set of its project (``services.evaluation``);
-    None when that failed: the version is published unmeasured, not lost."""
+    """The new version on every evaluation set of its project (``services.evaluation``),
+    and the active version on the sets that hold no figures of it (marked after it was
+    trained), so the page compares them on every set; None when the new version's
+    measurement failed: it is published unmeasured, not lost."""
     try:
-        return evaluation_sets_measure(
+        figures = evaluation_sets_measure(
             checkpoint_dir=str(result.checkpoint_dir), snapshot=snapshot, phase=reporter
         )
     except RunCancelled:
@@ -485,6 +488,17 @@ def _measure_evaluation_sets(
     except Exception:  # noqa: BLE001 - a failed measurement must not sink a trained version
         logger.exception("Could not measure the new version on the evaluation sets")
         return None
+    if not figures or snapshot is None:
+        return figures
+    active = ModelVersion.objects.filter(project_id=snapshot.project_id, is_active=True).first()
+    if active is not None:
+        try:
+            evaluation_sets_fill(version=active, snapshot=snapshot, phase=reporter)
+        except RunCancelled:
+            raise
+        except Exception:  # noqa: BLE001 - an old checkpoint's failure is the old version's
+            logger.exception("Could not measure active v%s on the evaluation sets", active.version)
+    return figures
 
 
 def _evaluation_gate(

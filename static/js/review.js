@@ -72,11 +72,13 @@
     const params = new URLSearchParams();
     if ($("rv-annotator").value) params.set("annotator", $("rv-annotator").value);
     if ($("rv-agreement").value !== "1") params.set("max_agreement", $("rv-agreement").value);
+    if ($("rv-resolved").checked) params.set("include_resolved", "true");
     const query = params.toString();
     return query ? `${config.api.disagreements}?${query}` : config.api.disagreements;
   }
 
   let listRequest = 0; // the newest list load; an older answer arriving late is dropped
+  let listCount = 0; // the chains the list's filters match, as the API counted them
 
   // Whether this load's answer was applied (false: a newer load superseded it).
   async function loadList(url = listUrl(), append = false) {
@@ -85,7 +87,8 @@
     if (ticket !== listRequest) return false;
     items = append ? items.concat(page.results) : page.results;
     nextPage = page.next;
-    els.count.textContent = `(${page.count})`;
+    listCount = page.count;
+    els.count.textContent = `(${listCount})`;
     renderList();
     return true;
   }
@@ -108,7 +111,7 @@
             "span",
             `chain ${item.chain} · ${item.disagreeing_steps} disputed step` +
               `${item.disagreeing_steps === 1 ? "" : "s"} of ${item.step_count} · ` +
-              `${item.annotators} annotators${item.adjudicated ? " · adjudicated" : ""}`,
+              `${item.annotators} annotators${item.adjudicated ? " · resolved" : ""}`,
             "rv-meta",
           ),
         );
@@ -404,11 +407,21 @@
         body: { ratings, note: els.note.value.trim() },
       });
       showMessage(`Adjudication saved as revision #${made.annotation}.`, "ok");
-      if (selected >= 0) items[selected].adjudicated = true;
-      renderList();
       busy = false;
+      let next = -1;
+      if (selected >= 0 && !$("rv-resolved").checked) {
+        // Resolved: the chain leaves the list and the count falls; the next one moves up.
+        items.splice(selected, 1);
+        listCount = Math.max(0, listCount - 1);
+        els.count.textContent = `(${listCount})`;
+        next = selected < items.length ? selected : -1;
+        selected = -1;
+      } else if (selected >= 0) {
+        items[selected].adjudicated = true;
+        next = items.findIndex((item, i) => i > selected && !item.adjudicated);
+      }
+      renderList();
       // On to the next disagreement not ruled yet; the last one stays open.
-      const next = items.findIndex((item, i) => i > selected && !item.adjudicated);
       if (next >= 0) await select(next);
       else await loadChain(labels.chain);
     } catch (error) {
@@ -465,7 +478,7 @@
   });
   $("rv-take-consensus").addEventListener("click", takeConsensus);
   els.more.addEventListener("click", () => nextPage && loadList(nextPage, true));
-  for (const id of ["rv-annotator", "rv-agreement"]) {
+  for (const id of ["rv-annotator", "rv-agreement", "rv-resolved"]) {
     $(id).addEventListener("change", async () => {
       selected = -1;
       if ((await loadList()) && items.length) await select(0);

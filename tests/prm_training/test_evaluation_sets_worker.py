@@ -93,3 +93,40 @@ def test_a_run_measures_its_version_on_every_set_and_the_rule_holds_back_an_unme
     assert not version.is_active
     assert "unlabeled.jsonl" in run.activation_note, run.activation_note
     assert "Measured on 2 evaluation set(s)" in run.activation_note
+
+
+def _trained(project: Any, user: Any, tiny_bert_dir: Path, worker: Any) -> ModelVersion:
+    run = training_run_start(project=project, user=user, settings=tiny_settings(tiny_bert_dir))
+    wait_until(
+        lambda: TrainingRun.objects.get(pk=run.pk).is_finished,
+        timeout=300,
+        what="the training run",
+        diagnose=worker.output,
+    )
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    return ModelVersion.objects.get(training_run=run)
+
+
+def test_the_next_run_also_measures_the_active_version_on_a_set_marked_after_it(
+    celery_workers: WorkerFactory, arithmetic_project: Any, make_member: Any, tiny_bert_dir: Path
+) -> None:
+    # Given v1, active, trained before any evaluation set existed
+    project = arithmetic_project
+    ml = make_member(project, "ml")
+    worker = celery_workers.start()
+    first = _trained(project, ml, tiny_bert_dir, worker)
+    assert first.is_active and not first.evaluation_results.exists()
+    # When a lead holds 12 labeled chains out and ML staff train again
+    labeled = sorted(
+        Chain.objects.filter(project=project, is_finished=True).values_list("pk", flat=True)
+    )
+    held = _held_out(project, labeled[-12:], "later.jsonl")
+    second = _trained(project, ml, tiny_bert_dir, worker)
+    # Then both versions have figures on the set, from the same labeled chains
+    results = {
+        r.model_version_id: r for r in EvaluationResult.objects.filter(evaluation_set_id=held)
+    }
+    assert set(results) == {first.pk, second.pk}
+    assert results[first.pk].chains == results[second.pk].chains == 12
+    assert "model" in results[first.pk].report["scores"]

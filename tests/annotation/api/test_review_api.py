@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from annotation.models import Annotation, AnnotationSource
+from annotation.models import Annotation, AnnotationSource, Chain
+from annotation.services.chain_agreement import chains_agreement_refresh
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db
@@ -150,3 +151,34 @@ def test_agreement_payload(project, disputed, make_member, client_for):
     assert sorted(a["username"] for a in body["annotators"]) == ["ann", "bob"]
     [pair] = body["pairs"]
     assert pair["steps"] == 3 and pair["alpha"] == pytest.approx(body["alpha"])
+
+
+def test_a_ruling_resolves_its_chain_everywhere(project, disputed, make_member, client_for):
+    # Given: one disputed chain, finished by its two passes
+    Chain.objects.filter(pk=disputed.pk).update(finished_count=2, is_finished=True)
+    chains_agreement_refresh(chains=Chain.objects.filter(pk=disputed.pk))
+    client = client_for(make_member(project, "lead"))
+    disagreements = f"/api/v1/projects/{project.pk}/disagreements/"
+    chains = f"/api/v1/projects/{project.pk}/chains/"
+    assert client.get(disagreements).json()["count"] == 1
+    assert client.get(f"/api/v1/chains/{disputed.pk}/").json()["status"] == "disputed"
+
+    # When: a lead rules on it
+    step = disputed.steps.get(index=1).pk
+    posted = client.post(
+        f"/api/v1/chains/{disputed.pk}/adjudicate/",
+        {"ratings": [{"step": step, "rating": -1}]},
+        format="json",
+    )
+    assert posted.status_code == 201, posted.content
+
+    # Then: it leaves the disagreements (the count falls) unless the resolved are asked for
+    assert client.get(disagreements).json()["count"] == 0
+    [again] = client.get(disagreements, {"include_resolved": "true"}).json()["results"]
+    assert (again["chain"], again["adjudicated"]) == (disputed.pk, True)
+    # ...and reads "resolved" on its page and in the data manager, whatever the filter
+    assert client.get(f"/api/v1/chains/{disputed.pk}/").json()["status"] == "resolved"
+    for status in ("finished", "resolved"):
+        [row] = client.get(chains, {"status": status}).json()["results"]
+        assert (row["id"], row["status"]) == (disputed.pk, "resolved")
+    assert client.get(chains, {"status": "disputed"}).json()["results"] == []

@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import Annotation, AnnotationSource, Chain, Role
+from annotation.services.chain_agreement import chains_agreement_refresh
 from tests.browser import ARTIFACTS, page_login, page_watched
 from tests.factories import (
     ChainFactory,
@@ -52,6 +53,9 @@ def test_lead_adjudicates_a_disputed_chain_by_keyboard_then_mouse(
     calm = ChainFactory(project=project, step_count=2)
     annotation_with_ratings(chain=calm, annotator=ann, labels=[1, 1])
     annotation_with_ratings(chain=calm, annotator=bob, labels=[1, 1])
+    # Both finished by their two passes, as the queue leaves them
+    Chain.objects.filter(project=project).update(finished_count=2, is_finished=True)
+    chains_agreement_refresh(chains=Chain.objects.filter(project=project))
     page_login(page=page, base_url=live_server.url, username=lead.username)
 
     # When: the lead opens the review page
@@ -100,7 +104,10 @@ def test_lead_adjudicates_a_disputed_chain_by_keyboard_then_mouse(
     assert lead.username in entry.text_content()
     assert "adjudication" in entry.text_content()
     assert page.locator("#rv-history b").count() == 0  # the note is text
-    assert page.locator("#rv-list .rv-item").first.text_content().endswith("adjudicated")
+    # ...and the chain is resolved: it leaves the list and the count falls, but stays open
+    expect(page.locator("#rv-list .rv-item")).to_have_count(0)
+    expect(page.locator("#rv-count")).to_have_text("(0)")
+    assert page.locator("#review").get_attribute("data-chain") == str(disputed.pk)
 
     # When: the lead changes their mind with the mouse: step 2 ambiguous, Save
     page.locator("#rv-grid tbody tr").nth(1).get_by_role("button", name="Rule step 2 0").click()
@@ -121,6 +128,32 @@ def test_lead_adjudicates_a_disputed_chain_by_keyboard_then_mouse(
     history = page.locator("#rv-history li").all_text_contents()
     assert any("superseded" in text and f"#{first.pk}" in text for text in history)
     assert Chain.objects.get(pk=calm.pk).annotations.count() == 2  # untouched
+
+    # When: the lead asks to see the resolved chains too
+    page.locator("#rv-resolved").check()
+
+    # Then: it is back in the list, marked resolved
+    expect(page.locator("#rv-list .rv-item")).to_have_count(1)
+    expect(page.locator("#rv-list .rv-item").first).to_contain_text("resolved")
+    expect(page.locator("#rv-count")).to_have_text("(1)")
+    page.screenshot(path=str(ARTIFACTS / "review_resolved.png"), full_page=True)
+
+    # ...and reads "resolved" on its chain page and in the data manager's finished filter
+    page.goto(f"{live_server.url}/projects/{project.pk}/chains/{disputed.pk}/")
+    page.wait_for_selector("#chain[data-state=ready]")
+    expect(page.locator("#cp-status")).to_have_text("resolved")
+    page.screenshot(path=str(ARTIFACTS / "chain_resolved.png"), full_page=True)
+    page.goto(f"{live_server.url}/projects/{project.pk}/chains/")
+    page.wait_for_selector("#chains[data-state=ready]")
+    page.locator("#ch-status").select_option("finished")
+    rows = page.locator("#ch-rows tr")
+    expect(rows).to_have_count(2)
+    expect(page.locator(f"#ch-rows tr[data-chain='{disputed.pk}'] td").nth(2)).to_have_text(
+        "resolved"
+    )
+    expect(page.locator(f"#ch-rows tr[data-chain='{calm.pk}'] td").nth(2)).to_have_text("finished")
+    assert "disputed" not in page.locator("#ch-rows").inner_text()
+    page.screenshot(path=str(ARTIFACTS / "chains_resolved.png"), full_page=True)
 
 
 def test_review_page_says_so_when_nobody_disagrees(live_server: Any, page: Page) -> None:

@@ -26,6 +26,7 @@ from annotation.selectors.chains import (
 )
 from annotation.services.chain_agreement import chains_agreement_refresh
 from annotation.services.gold import gold_mark, gold_unmark
+from annotation.services.review import AdjudicatedRating, adjudication_create
 from prm_training.models import ChainScore, RunStatus
 from tests.factories import (
     ChainFactory,
@@ -80,6 +81,12 @@ def sortable():
     )
     annotation_with_ratings(chain=chains[16], labels=[1, 1, 1])
     gold_mark(project=project, chain_ids=[chains[16].pk])
+    # A disputed chain a lead ruled on: resolved.
+    adjudication_create(
+        chain=chains[18],
+        lead=UserFactory(),
+        ratings=[AdjudicatedRating(step_id=chains[18].steps.get(index=2).pk, rating=-1)],
+    )
     chains_agreement_refresh(chains=Chain.objects.filter(project=project))
     ChainFactory(step_count=1)  # another project's
     return project
@@ -147,7 +154,8 @@ def test_a_filtered_sorted_list_pages_through_its_matches_only(sortable) -> None
     finished = [
         row
         for row in chain_list(project=sortable, filters=ChainFilters(), limit=200).rows
-        if row.status in (ChainStatus.FINISHED, ChainStatus.DISPUTED)
+        # (the resolved chain is finished too: its passes reached the overlap)
+        if row.status in (ChainStatus.FINISHED, ChainStatus.DISPUTED, ChainStatus.RESOLVED)
     ]
     for key in ("status", "agreement", "prm_score", "passes"):
         order = ChainOrder(key=key, descending=True)

@@ -17,6 +17,7 @@ from annotation.selectors.chains import ChainFilters, ChainStatus, chain_detail,
 from annotation.services.chain_agreement import chains_agreement_refresh
 from annotation.services.chains import chain_requeue
 from annotation.services.gold import gold_mark
+from annotation.services.review import AdjudicatedRating, adjudication_create
 from annotation.services.workspace import chain_flag_clear
 from prm_training.models import ChainScore, RunStatus, chain_aggregates
 from tests.factories import (
@@ -61,10 +62,19 @@ def world():
     Chain.objects.filter(pk=half.pk).update(finished_count=1)
     agreed = _chain(project)
     disputed = _chain(project)
-    for chain, second in ((agreed, [1, 1, 1]), (disputed, [1, -1, 1])):
+    ruled = _chain(project)
+    for chain, second in ((agreed, [1, 1, 1]), (disputed, [1, -1, 1]), (ruled, [1, -1, 1])):
         annotation_with_ratings(chain=chain, labels=[1, 1, 1], annotator=ann1)
         annotation_with_ratings(chain=chain, labels=second, annotator=ann2)
-    Chain.objects.filter(pk__in=[agreed.pk, disputed.pk]).update(finished_count=2, is_finished=True)
+    Chain.objects.filter(pk__in=[agreed.pk, disputed.pk, ruled.pk]).update(
+        finished_count=2, is_finished=True
+    )
+    # A lead ruled on the second disputed chain: it is resolved.
+    adjudication_create(
+        chain=ruled,
+        lead=UserFactory(),
+        ratings=[AdjudicatedRating(step_id=ruled.steps.get(index=1).pk, rating=-1)],
+    )
     # Written past the submit, so the agreement it keeps is worked out here, as it would.
     chains_agreement_refresh(chains=Chain.objects.filter(project=project))
     flagged = _chain(project, is_flagged=True, flag_reason="garbled step", flagged_by=ann2)
@@ -92,6 +102,7 @@ def world():
                 "half": half,
                 "agreed": agreed,
                 "disputed": disputed,
+                "ruled": ruled,
                 "flagged": flagged,
                 "skipped": skipped,
                 "gold": gold,
@@ -105,8 +116,9 @@ def world():
     [
         (ChainStatus.UNLABELED, ["unlabeled", "flagged", "skipped"]),
         (ChainStatus.IN_PROGRESS, ["leased", "half"]),
-        (ChainStatus.FINISHED, ["agreed", "disputed"]),
+        (ChainStatus.FINISHED, ["agreed", "disputed", "ruled"]),
         (ChainStatus.DISPUTED, ["disputed"]),
+        (ChainStatus.RESOLVED, ["ruled"]),
         (ChainStatus.FLAGGED, ["flagged"]),
         (ChainStatus.SKIPPED, ["skipped"]),
         (ChainStatus.GOLD, ["gold"]),
@@ -124,21 +136,25 @@ def test_statuses_combine_with_or(world) -> None:
 def test_annotator_filter_lists_the_chains_they_labeled(world) -> None:
     project = world["project"]
     assert _ids(project, annotator=world["ann1"].pk) == sorted(
-        world[n] for n in ("half", "agreed", "disputed")
+        world[n] for n in ("half", "agreed", "disputed", "ruled")
     )
     assert _ids(project, annotator=world["ann2"].pk) == sorted(
-        world[n] for n in ("agreed", "disputed")
+        world[n] for n in ("agreed", "disputed", "ruled")
     )
 
 
 def test_agreement_filter_and_column(world) -> None:
     project = world["project"]
-    assert _ids(project, max_agreement=0.7) == [world["disputed"]]
+    assert _ids(project, max_agreement=0.7) == [world["disputed"], world["ruled"]]
     rows = {row.chain_id: row for row in chain_list(project=project, filters=ChainFilters()).rows}
     assert rows[world["disputed"]].agreement == pytest.approx(2 / 3)
     assert rows[world["agreed"]].agreement == pytest.approx(1.0)
     assert rows[world["half"]].agreement is None
     assert rows[world["disputed"]].status == ChainStatus.DISPUTED
+    # A ruling settles the dispute: the chain reads resolved, in the list and on its page
+    assert rows[world["ruled"]].status == ChainStatus.RESOLVED
+    ruled = Chain.objects.select_related("project").get(pk=world["ruled"])
+    assert chain_detail(chain=ruled).status == ChainStatus.RESOLVED
 
 
 def test_search_over_problems_and_steps(world) -> None:

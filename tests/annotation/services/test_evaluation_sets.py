@@ -108,3 +108,15 @@ def test_progress_leaves_the_chains_of_an_evaluation_set_out(project):
     assert total() == 4
     evaluation_set_mark(project=project, import_batch_id=held[0].import_batch_id)
     assert total() == 1
+
+
+def test_a_chain_of_an_evaluation_set_cannot_be_made_gold(project):
+    from annotation.services.gold import gold_mark, gold_mark_from_import
+
+    held = _imported(project, ImportBatchFactory(project=project), 2)
+    evaluation_set_mark(project=project, import_batch_id=held[0].import_batch_id)
+    with pytest.raises(ValidationError, match="evaluation set"):
+        gold_mark(project=project, chain_ids=[held[0].pk])
+    # From the import: none of its chains is marked (they are all held out)
+    assert gold_mark_from_import(project=project, import_batch_id=held[0].import_batch_id) == []
+    assert not Chain.objects.filter(is_gold=True).exists()

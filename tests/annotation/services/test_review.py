@@ -199,6 +199,9 @@ def test_disagreements_worst_first_and_lone_ratings_are_not_disagreement(
     with django_assert_max_num_queries(4):
         rows = chain_disagreements(project=project)
 
+    # A ruling resolves its chain: it leaves the list, unless the resolved are asked for
+    assert [row.chain_id for row in rows] == [clash.pk, wild.pk]
+    rows = chain_disagreements(project=project, include_resolved=True)
     assert [row.chain_id for row in rows] == [clash.pk, wild.pk, mild.pk]
     assert [(r.disagreeing_steps, r.spread, r.annotators) for r in rows] == [
         (2, 3, 3),
