@@ -284,16 +284,22 @@ class ImportBatch(models.Model):
 
 class EvaluationSet(models.Model):
     """Chains a lead set apart to measure model versions on (``services.evaluation_sets``):
-    an import's chains, marked after they carry labels (the import's, or human passes made
-    before). Its chains are never trained on and never leased; every model version of the
-    project is scored on it (``prm_training``'s ``EvaluationResult``). A chain belongs to
-    one set at most (``Chain.evaluation_set``); unmarking a set returns its chains to
-    ordinary work and drops the results measured on it."""
+    an import's chains, or chains the lead named (a labeled part of the project), marked
+    after they carry labels (an import's, or human passes made before). Its chains are
+    never trained on and never leased; every model version of the project is scored on it
+    (``prm_training``'s ``EvaluationResult``). A chain belongs to one set at most
+    (``Chain.evaluation_set``); unmarking a set returns its chains to ordinary work and
+    drops the results measured on it."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="evaluation_sets")
     name = models.CharField(max_length=200)
     import_batch = models.ForeignKey(
-        ImportBatch, on_delete=models.CASCADE, related_name="evaluation_sets"
+        ImportBatch,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="evaluation_sets",
+        help_text="The import whose chains it holds; empty for chains a lead named.",
     )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -4,6 +4,8 @@ figures on them are the training app's (``api-evaluation-results``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -16,27 +18,51 @@ from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.models import EvaluationSet, ImportBatch, Role
 from annotation.selectors.access import project_get_for_member
 from annotation.selectors.evaluation_sets import evaluation_set_list
-from annotation.services.evaluation_sets import NAME_MAX, evaluation_set_mark, evaluation_set_unmark
+from annotation.services.evaluation_sets import (
+    NAME_MAX,
+    evaluation_set_mark,
+    evaluation_set_mark_chains,
+    evaluation_set_unmark,
+)
 
 LEADS_AND_ML = (Role.LEAD, Role.ML)
 NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is not a member.")
 
 
+MAX_CHAINS_PER_REQUEST = 100_000
+
+
 class EvaluationSetInputSerializer(serializers.Serializer):
-    import_batch = IdField(help_text="An import of this project whose chains carry labels.")
+    import_batch = IdField(
+        required=False, help_text="An import of this project whose chains carry labels."
+    )
+    chain_ids = serializers.ListField(
+        child=IdField(),
+        required=False,
+        allow_empty=False,
+        max_length=MAX_CHAINS_PER_REQUEST,
+        help_text="Or: chains of this project (a labeled part of it), instead of an import.",
+    )
     name = serializers.CharField(
         max_length=NAME_MAX,
         required=False,
         allow_blank=True,
-        help_text="Blank: the import's file name.",
+        help_text="Blank: the import's file name (chains named need a name).",
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("import_batch" in attrs) == ("chain_ids" in attrs):
+            raise serializers.ValidationError("Give either import_batch or chain_ids.")
+        return attrs
 
 
 class EvaluationSetOutputSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
-    import_batch = serializers.IntegerField(source="import_batch_id")
-    filename = serializers.CharField(source="import_batch.filename")
+    import_batch = serializers.IntegerField(source="import_batch_id", allow_null=True)
+    filename = serializers.CharField(
+        source="import_batch.filename", allow_null=True, help_text="Null: chains a lead named."
+    )
     chains = serializers.IntegerField(source="chain_count", help_text="Chains held out.")
     labeled_chains = serializers.IntegerField(
         source="labeled_count", help_text="Chains with labels: what versions are scored on."
@@ -64,7 +90,7 @@ class ProjectEvaluationSetsApi(APIView):
     @extend_schema(
         tags=["evaluation sets"],
         operation_id="evaluation_set_mark",
-        summary="Hold out an import's chains as an evaluation set (leads only)",
+        summary="Hold out an import's chains, or chains named, as an evaluation set (leads)",
         description="Its chains leave the queue and every training run; every version "
         "trained afterwards is scored on them. Mark an import once its chains carry labels.",
         request=EvaluationSetInputSerializer,
@@ -79,13 +105,22 @@ class ProjectEvaluationSetsApi(APIView):
         project = project_for_request(request=request, project_id=project_id, roles=LEADS)
         data = EvaluationSetInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        values = data.validated_data
         try:
-            marked = evaluation_set_mark(
-                project=project,
-                import_batch_id=data.validated_data["import_batch"],
-                name=data.validated_data.get("name", ""),
-                actor=request_user(request),
-            )
+            if "chain_ids" in values:
+                marked = evaluation_set_mark_chains(
+                    project=project,
+                    chain_ids=values["chain_ids"],
+                    name=values.get("name", ""),
+                    actor=request_user(request),
+                )
+            else:
+                marked = evaluation_set_mark(
+                    project=project,
+                    import_batch_id=values["import_batch"],
+                    name=values.get("name", ""),
+                    actor=request_user(request),
+                )
         except ImportBatch.DoesNotExist:
             raise Http404("No such import in this project.") from None
         row = evaluation_set_list(project=project).get(pk=marked.pk)

@@ -1,7 +1,8 @@
 """Evaluation sets: chains a lead holds out to measure every model version on.
 
 A lead marks an import as an evaluation set once its chains carry labels (the labels the
-import brought, or human passes made before marking). From then on its chains:
+import brought, or human passes made before marking), or names the chains (a labeled part
+of the project: ``evaluation_set_mark_chains``). From then on its chains:
 
 * are never trained on: the training path reads a snapshot's train and held-out splits
   without them (``prm_training.services.examples.snapshot_chain_examples`` with
@@ -19,6 +20,7 @@ belongs to that file's import, not this one."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 NAME_MAX = 200
+# Chains updated per statement when a lead names them.
+CHAIN_CHUNK = 10_000
 
 
 def evaluation_set_mark(
@@ -61,6 +65,44 @@ def evaluation_set_mark(
             created_by=actor if actor is not None and actor.is_authenticated else None,
         )
         chains.update(evaluation_set=evaluation_set)
+    return evaluation_set
+
+
+def evaluation_set_mark_chains(
+    *, project: Project, chain_ids: Iterable[int], name: str, actor: User | None = None
+) -> EvaluationSet:
+    """Hold out the chains ``chain_ids`` of ``project`` as an evaluation set named ``name``,
+    all or nothing: ValidationError naming the ids that are no chains of the project,
+    gold, or in another set, or for a name already taken."""
+    wanted = sorted(set(chain_ids))
+    name = name.strip()[:NAME_MAX]
+    if not wanted:
+        raise ValidationError({"chain_ids": "Name at least one chain."})
+    with transaction.atomic():
+        Project.objects.select_for_update().get(pk=project.pk)
+        chains = Chain.objects.filter(project=project, pk__in=wanted)
+        free = set(
+            chains.filter(is_gold=False, evaluation_set__isnull=True).values_list("pk", flat=True)
+        )
+        refused = [chain_id for chain_id in wanted if chain_id not in free]
+        if refused:
+            shown = ", ".join(map(str, refused[:20])) + (" ..." if len(refused) > 20 else "")
+            raise ValidationError(
+                {"chain_ids": f"Not chains of this project that are free to hold out: {shown}."}
+            )
+        if not name:
+            raise ValidationError({"name": "Name the evaluation set."})
+        if EvaluationSet.objects.filter(project=project, name=name).exists():
+            raise ValidationError({"name": "The project has an evaluation set of this name."})
+        evaluation_set = EvaluationSet.objects.create(
+            project=project,
+            name=name,
+            created_by=actor if actor is not None and actor.is_authenticated else None,
+        )
+        for start in range(0, len(wanted), CHAIN_CHUNK):
+            Chain.objects.filter(pk__in=wanted[start : start + CHAIN_CHUNK]).update(
+                evaluation_set=evaluation_set
+            )
     return evaluation_set
 
 

@@ -83,7 +83,7 @@
           refresh();
         });
       }
-      return { cells: [set.name, set.filename, set.chains, set.labeled_chains,
+      return { cells: [set.name, set.filename || "chains a lead named", set.chains, set.labeled_chains,
         when(set.created_at), action] };
     }), "No evaluation sets: every labeled chain is trained on.");
   }

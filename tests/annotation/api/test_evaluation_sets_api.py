@@ -43,3 +43,27 @@ def test_a_lead_marks_an_import_ml_staff_read_it_and_the_lead_unmarks_it(project
     assert _client(lead).delete(detail).status_code == 204
     assert not Chain.objects.filter(evaluation_set__isnull=False).exists()
     assert _client(lead).delete(detail).status_code == 404
+
+
+def test_a_lead_holds_out_chains_named_all_or_nothing(project, make_member):
+    chains = [ChainFactory(project=project) for _ in range(3)]
+    other = ChainFactory()
+    client = _client(make_member(project, "lead"))
+    url = reverse("api-evaluation-sets", kwargs={"project_id": project.pk})
+    ids = [chain.pk for chain in chains[:2]]
+
+    both = client.post(url, {"import_batch": 1, "chain_ids": ids, "name": "x"}, format="json")
+    assert both.status_code == 400
+    unnamed = client.post(url, {"chain_ids": ids}, format="json")
+    assert unnamed.status_code == 400 and "name" in unnamed.json()
+    foreign = client.post(url, {"chain_ids": [*ids, other.pk], "name": "part"}, format="json")
+    assert foreign.status_code == 400 and str(other.pk) in str(foreign.json())
+    assert not Chain.objects.filter(evaluation_set__isnull=False).exists()
+
+    marked = client.post(url, {"chain_ids": ids, "name": "part"}, format="json")
+    assert marked.status_code == 201, marked.content
+    assert (marked.json()["chains"], marked.json()["filename"]) == (2, None)
+    again = client.post(url, {"chain_ids": [ids[0]], "name": "again"}, format="json")
+    assert again.status_code == 400
+    held = set(Chain.objects.filter(evaluation_set__isnull=False).values_list("pk", flat=True))
+    assert held == set(ids)
