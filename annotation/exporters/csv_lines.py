@@ -22,6 +22,9 @@ CSV_HEADER = (
     "consensus",
     "support",
     "raw_labels",
+    # The id the chain's source record gave it (ProcessBench's, a generic line's): what
+    # joins a row back to the file it came from. Empty where the record had none.
+    "source_id",
 )
 
 
@@ -55,7 +58,12 @@ def csv_cell(text: str) -> str:
     return "'" + text
 
 
+def _source_id_cell(example: SnapshotExample) -> str:
+    return "" if example.source_id is None else csv_cell(str(example.source_id))
+
+
 def csv_rows(*, example: SnapshotExample, version: int) -> Iterator[tuple[Any, ...]]:
+    source_id = _source_id_cell(example)
     for index, text in enumerate(example.steps):
         raw = {
             vote["by"]: vote["labels"][index]
@@ -74,6 +82,7 @@ def csv_rows(*, example: SnapshotExample, version: int) -> Iterator[tuple[Any, .
             "" if label is None else label,
             "" if support is None else round(support, 4),
             _raw_labels_json(tuple(raw.items())) if raw else "",
+            source_id,
         )
 
 
@@ -109,6 +118,9 @@ def csv_text(*, example: SnapshotExample, version: int) -> str:
     prefix = f"{version},{example.split},{example.chain_id},{example.chain_hash},"
     voters = [(vote["by"], vote["labels"]) for vote in example.votes]
     labels, support = example.labels, example.support
+    source_id = _source_id_cell(example)
+    if _CSV_SPECIAL.search(source_id) is not None:
+        source_id = '"' + source_id.replace('"', '""') + '"'
     lines: list[str] = []
     for index, text in enumerate(example.steps):
         text = csv_cell(text)
@@ -124,6 +136,6 @@ def csv_text(*, example: SnapshotExample, version: int) -> str:
         lines.append(
             f"{prefix}{index},{text},{'' if label is None else label},"
             f"{'' if value is None else round(value, 4)},"
-            f"{_raw_labels_field(raw) if raw else ''}\n"
+            f"{_raw_labels_field(raw) if raw else ''},{source_id}\n"
         )
     return "".join(lines)

@@ -51,7 +51,8 @@ Formats (one record per chain unless said otherwise):
   tokenize with ``split_special_tokens=True``.
 - ``csv``: one row per step: snapshot version, split, chain id and hash, step index and
   text, consensus, support, and ``raw_labels``, a JSON object {voter: rating} of the
-  current votes on that step (per-annotator columns would change with every export).
+  current votes on that step (per-annotator columns would change with every export),
+  and ``source_id``, the id the chain's source record gave it (empty where none).
   A step text that a spreadsheet would read as a formula (it begins, after any spaces,
   with ``= + - @``, their fullwidth forms, a tab, a carriage return, a line feed or a NUL,
   skipping what a spreadsheet skips: spaces and invisible characters such as U+200B and

@@ -242,6 +242,7 @@ def test_csv_text_is_what_the_csv_module_writes(text):
         final_answer="",
         generator="g",
         steps=[text, text + "!", "x", text],
+        source_id=f"=id {text}",
     )
 
     # When written by the fast builder and by csv.writer over csv_rows (the old path)

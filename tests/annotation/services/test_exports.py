@@ -384,3 +384,10 @@ def test_processbench_file_round_trips_with_its_ids_and_verdicts(tmp_path, name)
         assert row["label"] == record["label"]
         assert row["final_answer_correct"] is record["final_answer_correct"]
         assert row["generator"] == record["generator"]
+
+    # The CSV's rows name their record too, one id per chain
+    table = tmp_path / "pb.csv"
+    export_write(snapshot=snapshot, fmt="csv", path=table)
+    with table.open(encoding="utf-8", newline="") as stream:
+        ids = {(row["chain_id"], row["source_id"]) for row in csv.DictReader(stream)}
+    assert sorted(source for _, source in ids) == sorted(given)
