@@ -16,6 +16,7 @@ from django.http import HttpRequest
 from annotation.api.permissions import request_user
 from annotation.models import (
     Annotation,
+    ApiToken,
     Assignment,
     Chain,
     ImportBatch,
@@ -136,6 +137,21 @@ class InviteAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ["email", "user__username", "name", "project__name"]
     list_select_related = ["project", "user", "invited_by", "accepted_by"]
     exclude = ["selector", "token_hash"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Every user's API tokens, to see and revoke (delete); made on each user's /tokens/
+    page. The key's hash and the password digest are left out: they have no use here."""
+
+    list_display = ["user", "name", "scope", "prefix", "created_at", "last_used_at", "expires_at"]
+    list_filter = ["scope"]
+    search_fields = ["user__username", "name", "prefix"]
+    list_select_related = ["user"]
+    exclude = ["key_hash", "password_mark"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.has_perm("annotation.delete_apitoken"))
 
 
 @admin.register(ImportBatch)

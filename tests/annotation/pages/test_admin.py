@@ -56,6 +56,7 @@ def labeled_chain() -> Chain:
         "project",
         "membership",
         "invite",
+        "apitoken",
         "importbatch",
         "problem",
         "chain",
@@ -140,3 +141,16 @@ def test_an_invitation_shows_in_the_admin_without_its_link_s_hash(
     page = admin_client_.get(f"/admin/annotation/invite/{invite.pk}/change/")
     assert page.status_code == 200
     assert b"a" * 64 not in page.content and b"1" * 16 not in page.content
+
+
+def test_staff_see_and_revoke_api_tokens_without_their_hashes(admin_client_: Client) -> None:
+    from annotation.models import ApiToken
+    from tests.factories import UserFactory, api_token_key
+
+    key = api_token_key(UserFactory(), name="leaked laptop")
+    token = ApiToken.objects.get()
+    page = admin_client_.get(f"/admin/annotation/apitoken/{token.pk}/change/").content.decode()
+    assert "leaked laptop" in page and token.key_hash not in page and key not in page
+    deleted = admin_client_.post(f"/admin/annotation/apitoken/{token.pk}/delete/", {"post": "yes"})
+    assert deleted.status_code == 302
+    assert not ApiToken.objects.exists()
