@@ -115,6 +115,46 @@ def test_every_api_endpoint_answers_bad_bodies_with_a_json_4xx(
         assert payload == {"detail": "JSON parse error - nested too deeply"}
 
 
+def _unknown_field_cases() -> list[Any]:
+    cases = []
+    for name, methods in MATRIX.items():
+        route, _pattern = _routes()[name]
+        if not route.startswith("api/v1/") or name in NO_BODY:
+            continue
+        for method, statuses in methods.items():
+            allowed = next((ROLES[i] for i, s in enumerate(statuses) if s == OK), None)
+            if method in WRITE_METHODS and allowed is not None:
+                cases.append(pytest.param(name, method, allowed, id=f"{name}-{method}"))
+    return cases
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("name", "method", "caller"), _unknown_field_cases())
+def test_every_api_endpoint_refuses_a_field_it_does_not_know_with_a_400(
+    world: dict[str, Any],  # noqa: F811 (the fixture imported above)
+    name: str,
+    method: str,
+    caller: str,
+) -> None:
+    """A misspelt or stray field is a 400 naming it, never silently ignored."""
+    client = APIClient()
+    key = api_token_key(world["users"][caller])
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+
+    response = client.generic(
+        method.upper(),
+        _url(name, world["ids"]),
+        b'{"no_such_field": 1}',
+        content_type="application/json",
+    )
+
+    # (The imports take a multipart body only: JSON there is a 415, read no further.)
+    expected = (415,) if name == "api-project-imports" else (400, 405)
+    assert response.status_code in expected, (response.status_code, response.content[:300])
+    if response.status_code == 400:
+        assert "no_such_field" in response.content.decode(), response.content[:300]
+
+
 @pytest.mark.django_db
 def test_the_token_endpoint_refuses_an_oversized_form_with_413(api_client: APIClient) -> None:
     body = b"username=" + b"x" * LIMIT + b"&password=y"
@@ -153,3 +193,20 @@ def test_an_unknown_page_keeps_the_html_404(client: Any) -> None:
 
     assert response.status_code == 404
     assert b"Not found" in response.content and response["Content-Type"].startswith("text/html")
+
+
+def test_the_submit_refuses_unknown_keys_in_its_body_and_in_each_rating() -> None:
+    """The submit's hand-run validation (the hot path) keeps the rule too."""
+    from rest_framework.exceptions import ValidationError
+
+    from annotation.api.assignments import submit_input_validate
+    from annotation.api.inputs import UNKNOWN_FIELD
+
+    body = {"ratings": [{"step": 1, "rating": 1}, {"step": 2, "rating": 1, "comentt": "x"}]}
+    with pytest.raises(ValidationError) as caught:
+        submit_input_validate({**body, "rewritten": ""})
+    assert caught.value.detail == {
+        "ratings": {1: {"comentt": [UNKNOWN_FIELD]}},
+        "rewritten": [UNKNOWN_FIELD],
+    }
+    assert len(submit_input_validate({**body, "ratings": body["ratings"][:1]})["ratings"]) == 1

@@ -27,6 +27,7 @@ from rest_framework.views import APIView
 from annotation.api.authentication import token_key
 from annotation.api.errors import api_exception_handler
 from annotation.api.fields import INT32_MAX, IdField, PublicIdField, RatingField
+from annotation.api.inputs import InputSerializer, unknown_field_errors
 from annotation.api.permissions import request_user
 from annotation.models import Annotation, Assignment, Chain, Project, Step, StepRating
 from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, PUBLIC_ID_MAX, STEP_IDS
@@ -302,7 +303,7 @@ class AssignmentPrefetchView(APIView):
 # --- submit ------------------------------------------------------------------------------
 
 
-class RatingInputSerializer(serializers.Serializer):
+class RatingInputSerializer(InputSerializer):
     step = IdField(help_text="The id of a step of the leased chain, as next showed it.")
     # Range-checked by the service, whose message names the step.
     rating = RatingField(help_text="-1 (incorrect), 0 (ambiguous) or 1 (correct).")
@@ -319,7 +320,7 @@ class RatingInputSerializer(serializers.Serializer):
     )
 
 
-class SubmitInputSerializer(serializers.Serializer):
+class SubmitInputSerializer(InputSerializer):
     ratings = RatingInputSerializer(many=True, allow_empty=False)
     rewrite = serializers.CharField(
         required=False,
@@ -377,9 +378,15 @@ def _field_value(field: serializers.Field, data: dict, errors: dict[str, Any]) -
         return None
 
 
-def _fields_validate(fields: Any, data: dict) -> tuple[dict[str, Any], dict[str, Any]]:
+def _fields_validate(
+    fields: Any, data: dict, known: Any = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``data``'s values and errors for ``fields``; a key of ``data`` not in ``known``
+    (default: ``fields``) is an error too, as ``InputSerializer`` makes it."""
     errors: dict[str, Any] = {}
     values = {name: _field_value(field, data, errors) for name, field in fields.items()}
+    if not data.keys() <= fields.keys():
+        errors.update(unknown_field_errors(data, fields if known is None else known))
     return values, errors
 
 
@@ -415,7 +422,7 @@ def submit_input_validate(data: Any) -> dict[str, Any]:
         if errors:
             rating_errors[index] = errors
     other = {name: field for name, field in _SUBMIT_FIELDS.items() if name != "ratings"}
-    validated, errors = _fields_validate(other, data)
+    validated, errors = _fields_validate(other, data, _SUBMIT_FIELDS)
     if rating_errors:
         errors = {"ratings": rating_errors, **errors}
     if errors:
@@ -577,7 +584,7 @@ class AssignmentRenewView(APIView):
 # --- skip --------------------------------------------------------------------------------
 
 
-class SkipInputSerializer(serializers.Serializer):
+class SkipInputSerializer(InputSerializer):
     reason = serializers.CharField(max_length=2_000, help_text="Why you skip this chain.")
 
 

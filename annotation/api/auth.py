@@ -16,8 +16,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import request_user
-from annotation.api.project_serializers import _RejectUnknownFieldsMixin
 from annotation.login_lockout import client_address, sign_in_record
 from annotation.models import ApiToken, ApiTokenScope
 from annotation.services.api_tokens import (
@@ -30,7 +30,7 @@ from annotation.services.api_tokens import (
 )
 
 
-class TokenCreateInputSerializer(serializers.Serializer):
+class TokenCreateInputSerializer(InputSerializer):
     username = serializers.CharField(max_length=150)
     password = serializers.CharField(max_length=4096, style={"input_type": "password"})
 
@@ -122,7 +122,7 @@ class ApiTokenOutputSerializer(serializers.Serializer):
     )
 
 
-class ApiTokenCreateInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+class ApiTokenCreateInputSerializer(InputSerializer):
     name = serializers.CharField(max_length=100, help_text="What the token is for.")
     scope = serializers.ChoiceField(choices=ApiTokenScope.choices, default=ApiTokenScope.FULL)
 

@@ -23,6 +23,7 @@ from rest_framework.response import Response
 
 from annotation.api.chains import ChainFilterSerializer, chain_filters_from
 from annotation.api.fields import INT32_MAX, IdField
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.api.review import NOT_A_MEMBER, WRONG_ROLE
 from annotation.models import BulkAction, BulkActionKind, BulkActionStatus, Chain, Project
@@ -42,7 +43,7 @@ BAD_ACTION = OpenApiResponse(
 )
 
 
-class BulkInputSerializer(serializers.Serializer):
+class BulkInputSerializer(InputSerializer):
     action = serializers.ChoiceField(choices=BulkActionKind.choices)
     chain_ids = serializers.ListField(
         child=IdField(),

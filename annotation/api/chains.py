@@ -25,6 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from annotation.api.fields import CursorField, IdField
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.api.review import NOT_A_MEMBER, WRONG_ROLE, chain_for_lead
 from annotation.models import Chain, ChainEventKind, Membership, Project
@@ -305,7 +306,7 @@ class ChainDetailApi(GenericAPIView):
         return Response(ChainDetailOutputSerializer(chain_detail(chain=chain)).data)
 
 
-class ChainRequeueInputSerializer(serializers.Serializer):
+class ChainRequeueInputSerializer(InputSerializer):
     more = serializers.IntegerField(
         required=False,
         default=1,
@@ -340,7 +341,7 @@ class ChainRequeueApi(GenericAPIView):
         return Response(ChainDetailOutputSerializer(chain_detail(chain=chain)).data)
 
 
-class ChainReviewerInputSerializer(serializers.Serializer):
+class ChainReviewerInputSerializer(InputSerializer):
     reviewer = IdField(
         allow_null=True, help_text="The lead (user id) who is to review it; null for nobody."
     )

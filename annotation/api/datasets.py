@@ -31,6 +31,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from annotation.api.fields import INT32_MAX
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.exporters.formats import (
     CONTENT_TYPES,
@@ -68,7 +69,7 @@ NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is no
 WRONG_ROLE = OpenApiResponse(description="A member whose role does not allow this.")
 
 
-class SnapshotCreateInputSerializer(serializers.Serializer):
+class SnapshotCreateInputSerializer(InputSerializer):
     heldout_fraction = serializers.FloatField(
         default=0.2, min_value=0.0, max_value=0.99, help_text="Share of problems held out."
     )
@@ -107,7 +108,7 @@ class SnapshotCreateInputSerializer(serializers.Serializer):
     )
 
 
-class SnapshotListInputSerializer(serializers.Serializer):
+class SnapshotListInputSerializer(InputSerializer):
     kind = serializers.ChoiceField(
         choices=SNAPSHOT_KINDS,
         required=False,
@@ -161,7 +162,7 @@ class SnapshotOutputSerializer(serializers.Serializer):
         return run if isinstance(run, int) else None
 
 
-class SnapshotDiffInputSerializer(serializers.Serializer):
+class SnapshotDiffInputSerializer(InputSerializer):
     a = serializers.IntegerField(min_value=1, max_value=INT32_MAX, help_text="Version A.")
     b = serializers.IntegerField(min_value=1, max_value=INT32_MAX, help_text="Version B.")
     change = serializers.ChoiceField(
@@ -215,7 +216,7 @@ class SnapshotDiffOutputSerializer(serializers.Serializer):
     )
 
 
-class ExportInputSerializer(serializers.Serializer):
+class ExportInputSerializer(InputSerializer):
     format = serializers.ChoiceField(choices=EXPORT_FORMATS)
     snapshot = serializers.IntegerField(
         required=False,

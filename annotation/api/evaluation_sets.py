@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.api.fields import IdField
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.models import EvaluationSet, ImportBatch, Role
 from annotation.selectors.access import project_get_for_member
@@ -32,7 +33,7 @@ NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is no
 MAX_CHAINS_PER_REQUEST = 100_000
 
 
-class EvaluationSetInputSerializer(serializers.Serializer):
+class EvaluationSetInputSerializer(InputSerializer):
     import_batch = IdField(
         required=False, help_text="An import of this project whose chains carry labels."
     )

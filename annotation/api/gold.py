@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.api.fields import IdField
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.models import Chain, ImportBatch, Membership, Screening, ScreeningStatus
 from annotation.selectors.gold import gold_scores, screening_list
@@ -35,7 +36,7 @@ INVALID = OpenApiResponse(description="Invalid input; the body names each field'
 MAX_CHAINS_PER_REQUEST = 10_000
 
 
-class GoldMarkInputSerializer(serializers.Serializer):
+class GoldMarkInputSerializer(InputSerializer):
     chain_ids = serializers.ListField(
         child=IdField(),
         allow_empty=False,
@@ -44,7 +45,7 @@ class GoldMarkInputSerializer(serializers.Serializer):
     )
 
 
-class GoldFromImportInputSerializer(serializers.Serializer):
+class GoldFromImportInputSerializer(InputSerializer):
     import_batch = IdField(help_text="An import of this project that carried labels.")
 
 

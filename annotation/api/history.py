@@ -26,6 +26,7 @@ from rest_framework.views import APIView
 
 from annotation.api.assignments import RatingInputSerializer, ratings_from_payload
 from annotation.api.fields import INT32_MAX, CursorField, IdField, PublicIdField
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import project_for_request, request_user
 from annotation.models import Role
 from annotation.public_ids import CHAIN_IDS, PUBLIC_ID_MAX, STEP_IDS
@@ -218,7 +219,7 @@ class HistoryChainView(APIView):
         )
 
 
-class ReviseInputSerializer(serializers.Serializer):
+class ReviseInputSerializer(InputSerializer):
     ratings = RatingInputSerializer(
         many=True,
         allow_empty=False,

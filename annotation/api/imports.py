@@ -34,6 +34,7 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.importers.formats import FORMATS
 from annotation.importers.records import RecordAt
@@ -48,7 +49,7 @@ from config.uploads import NamelessTemporaryFileUploadHandler
 _MULTIPART_SLACK_BYTES = 64 * 1024
 
 
-class ImportCreateInputSerializer(serializers.Serializer):
+class ImportCreateInputSerializer(InputSerializer):
     file = serializers.FileField(help_text="The file to import (JSON or JSONL).")
     format = serializers.ChoiceField(
         choices=("auto", *FORMATS),

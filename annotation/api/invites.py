@@ -20,8 +20,8 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
-from annotation.api.project_serializers import _RejectUnknownFieldsMixin
 from annotation.invite_lists import (
     MAX_LIST_CHARS,
     NAME_MAX,
@@ -48,7 +48,7 @@ def _days_field() -> serializers.IntegerField:
     )
 
 
-class InviteCreateInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+class InviteCreateInputSerializer(InputSerializer):
     email = serializers.EmailField(
         required=False,
         allow_blank=True,
@@ -76,7 +76,7 @@ class InviteCreateInputSerializer(_RejectUnknownFieldsMixin, serializers.Seriali
         return {**attrs, "email": BaseUserManager.normalize_email(email), "username": username}
 
 
-class InviteListInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+class InviteListInputSerializer(InputSerializer):
     text = serializers.CharField(
         max_length=MAX_LIST_CHARS,
         trim_whitespace=False,
@@ -92,7 +92,7 @@ class InviteListInputSerializer(_RejectUnknownFieldsMixin, serializers.Serialize
     expires_in_days = _days_field()
 
 
-class InviteRevokeInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+class InviteRevokeInputSerializer(InputSerializer):
     """No fields: a body that names any is a 400, not a silent no-op."""
 
 

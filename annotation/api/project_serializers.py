@@ -9,6 +9,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from annotation.api.inputs import InputSerializer
 from annotation.guidelines import GUIDELINES_MAX_CHARS, RENDER_SECONDS
 from annotation.models import (
     ConsensusMethod,
@@ -26,27 +27,9 @@ GUIDELINES_HELP = (
 )
 
 
-class _RejectUnknownFieldsMixin:
-    """A PATCH with a field we do not accept (``name``, a typo) is a 400, not a silent
-    no-op that looks like success."""
-
-    initial_data: Any
-    fields: Any
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if isinstance(self.initial_data, dict):
-            # A form post from the browsable API carries its CSRF token as a field.
-            unknown = sorted(set(self.initial_data) - set(self.fields) - {"csrfmiddlewaretoken"})
-            if unknown:
-                raise serializers.ValidationError(
-                    {field: ["This field cannot be set here."] for field in unknown}
-                )
-        return attrs
-
-
 # The optional import and gold settings, which create and update take alike. A comment,
 # not a docstring: drf-spectacular would show a docstring as both schemas' description.
-class _ProjectSettingsInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+class _ProjectSettingsInputSerializer(InputSerializer):
     import_labels = serializers.ChoiceField(
         choices=ImportLabels.choices,
         required=False,
@@ -181,7 +164,7 @@ class ProjectDetailOutputSerializer(ProjectOutputSerializer):
         read_only_fields = fields
 
 
-class MemberAddInputSerializer(serializers.Serializer):
+class MemberAddInputSerializer(InputSerializer):
     username = serializers.CharField(max_length=150)
     role = serializers.ChoiceField(choices=Role.choices)
 
@@ -205,7 +188,7 @@ class MemberOutputSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class MemberRoleInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+class MemberRoleInputSerializer(InputSerializer):
     role = serializers.ChoiceField(choices=Role.choices)
 
 
@@ -213,7 +196,7 @@ class MemberRoleInputSerializer(_RejectUnknownFieldsMixin, serializers.Serialize
 # endpoint has, and any signed-in user may call it.
 
 
-class GuidelinesPreviewInputSerializer(_RejectUnknownFieldsMixin, serializers.Serializer):
+class GuidelinesPreviewInputSerializer(InputSerializer):
     guidelines = serializers.CharField(
         allow_blank=True,
         trim_whitespace=False,

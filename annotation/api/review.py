@@ -30,6 +30,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from annotation.api.fields import IdField
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.models import Annotation, Chain, ConsensusMethod, Role
 from annotation.selectors.review import chain_disagreements, chain_flags, chain_labels
@@ -253,12 +254,12 @@ class ChainLabelsApi(GenericAPIView):
 # --- adjudication ----------------------------------------------------------------------
 
 
-class AdjudicatedRatingInputSerializer(serializers.Serializer):
+class AdjudicatedRatingInputSerializer(InputSerializer):
     step = IdField(help_text="Step id.")
     rating = serializers.ChoiceField(choices=[-1, 0, 1])
 
 
-class AdjudicateInputSerializer(serializers.Serializer):
+class AdjudicateInputSerializer(InputSerializer):
     ratings = AdjudicatedRatingInputSerializer(many=True, allow_empty=False)
     note = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
 

@@ -23,6 +23,7 @@ from annotation.api.assignments import (
     ratings_from_payload,
     submit_input_validate,
 )
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import request_user
 from annotation.models import Project, ScreeningStatus
 from annotation.selectors.access import project_get_for_member
@@ -34,7 +35,7 @@ from annotation.services.workspace import (
 )
 
 
-class FlagInputSerializer(serializers.Serializer):
+class FlagInputSerializer(InputSerializer):
     reason = serializers.CharField(
         max_length=FLAG_REASON_MAX_LENGTH,
         help_text="What is broken in this chain; the project's leads see it with your name.",

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotation.api.fields import IdField
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import request_user
 from annotation.selectors.access import project_get_for_member
 from prm_training.ml.config import RunSetting
@@ -91,7 +92,7 @@ def _setting_field(setting: RunSetting) -> serializers.Field:
 # the ML package's defaults.
 TrainingRunInputSerializer = type(
     "TrainingRunInputSerializer",
-    (serializers.Serializer,),
+    (InputSerializer,),
     {
         "__doc__": "PRMConfig fields a run may set; any left out take the ML package's defaults.",
         "__module__": __name__,
@@ -403,7 +404,7 @@ class ProjectEvaluationResultsApi(APIView):
 # --- scoring runs ------------------------------------------------------------------------
 
 
-class ScoringRunInputSerializer(serializers.Serializer):
+class ScoringRunInputSerializer(InputSerializer):
     strategy = serializers.ChoiceField(
         choices=AcquisitionStrategy.choices,
         required=False,
@@ -547,7 +548,7 @@ class ScoringRunRetryApi(APIView):
 # --- loop settings -----------------------------------------------------------------------
 
 
-class TrainingSettingsInputSerializer(serializers.Serializer):
+class TrainingSettingsInputSerializer(InputSerializer):
     """Any subset; fields left out keep their values."""
 
     acquisition_strategy = serializers.ChoiceField(
