@@ -59,8 +59,8 @@ class ProjectTrainingSettings(models.Model):
     strategy_evidence = models.JSONField(
         default=dict,
         blank=True,
-        help_text="The last paired simulation on the project's labels (simulate_active_"
-        "learning --project ID --save): what 'auto' chooses from.",
+        help_text="The last paired simulation on the project's labels (a simulation run, or "
+        "simulate_active_learning --project ID --save): what 'auto' chooses from.",
     )
     random_fraction = models.FloatField(
         default=0.2,
@@ -335,6 +335,71 @@ class ScoringRun(models.Model):
 
     def __str__(self) -> str:
         return f"scoring run {self.pk} ({self.status})"
+
+
+class SimulationSize(models.TextChoices):
+    QUICK = "quick", "Quick (a smoke test: intervals resolve little)"
+    FULL = "full", "Full (sized to resolve 0.02 F1 on ProcessBench)"
+
+
+class SimulationRun(models.Model):
+    """One paired active-learning simulation on the project's newest snapshot
+    (``services.simulation``), started from the ML page or the API; when it succeeds
+    its result is the project's ``strategy_evidence``, what 'auto' chooses from."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="simulation_runs")
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    size = models.CharField(max_length=10, choices=SimulationSize.choices)
+    seeds = models.PositiveIntegerField(help_text="Seeds (splits) compared, paired.")
+    rounds = models.PositiveIntegerField(help_text="Acquisition rounds per seed.")
+    snapshot_version = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The snapshot the run replayed (its newest at the start)."
+    )
+    evidence = models.JSONField(
+        default=dict, blank=True, help_text="What the run stored for 'auto' (strategy_evidence)."
+    )
+    started_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    celery_task_id = models.CharField(max_length=255, blank=True)
+    enqueued_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the broker took the task (see TrainingRun)."
+    )
+    worker = models.CharField(max_length=255, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    cancel_requested = models.BooleanField(default=False)
+    phase = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the run does now, how far and how fast (services.runs.RunProgress).",
+    )
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=RunStatus.values), name="simulation_run_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(size__in=SimulationSize.values), name="simulation_run_size_valid"
+            ),
+        ]
+        indexes = [models.Index(fields=["project", "status"], name="simulation_run_by_status")]
+
+    def __str__(self) -> str:
+        return f"simulation run {self.pk} ({self.status})"
 
 
 class ChainScore(models.Model):

@@ -23,6 +23,7 @@ from prm_training.models import (
     ModelVersion,
     ProjectTrainingSettings,
     ScoringRun,
+    SimulationRun,
     TrainingRun,
 )
 
@@ -87,6 +88,24 @@ def scoring_run_get_for_member(
     )
 
 
+def simulation_run_get_for_member(
+    *,
+    user: User | AnonymousUser,
+    simulation_run_id: int | str,
+    roles: Iterable[str] = ML_AND_LEADS,
+) -> SimulationRun:
+    return _get_for_member(
+        queryset=SimulationRun.objects.select_related("started_by"),
+        object_id=simulation_run_id,
+        user=user,
+        roles=roles,
+    )
+
+
+def simulation_run_list(*, project: Project) -> QuerySet[SimulationRun]:
+    return SimulationRun.objects.filter(project=project).select_related("started_by")
+
+
 def training_run_list(*, project: Project) -> QuerySet[TrainingRun]:
     return TrainingRun.objects.filter(project=project).select_related("started_by", "model_version")
 
@@ -123,7 +142,7 @@ def project_training_settings_get(*, project: Project) -> ProjectTrainingSetting
 
 
 def run_phase_view(
-    *, run: TrainingRun | ScoringRun, now: datetime | None = None
+    *, run: TrainingRun | ScoringRun | SimulationRun, now: datetime | None = None
 ) -> dict[str, Any] | None:
     """What a run reports of its phase (``services.progress.RunProgress``), as the API
     and the ML page show it: the phase, its count, its rate and the seconds it should

@@ -1,6 +1,6 @@
 """Celery tasks of the PRM loop. Thin: ids in, one service call, nothing returned.
 
-Training and scoring go to queue ``gpu`` (``CELERY_TASK_ROUTES``, by task name).
+Training, scoring and simulation go to queue ``gpu`` (``CELERY_TASK_ROUTES``, by task name).
 They are ``acks_late``: a worker killed mid-run leaves its message to
 be delivered again, which is safe because the services claim their row under a lock and
 return quietly when it is not theirs to run (``services.runs``). The services send these
@@ -22,11 +22,13 @@ from prm_training.services.runs import (
     AUTOSTART_TASK,
     REAP_EVERY_SECONDS,
     SCORE_TASK,
+    SIMULATE_TASK,
     TRAIN_TASK,
     runs_dispatch_pending,
     runs_reap_stale,
 )
 from prm_training.services.scoring import scoring_run_execute
+from prm_training.services.simulation import simulation_run_execute
 from prm_training.services.training import (
     training_autostart_check_all,
     training_maybe_autostart,
@@ -47,6 +49,15 @@ def train_prm_task(self: Task, run_id: int) -> None:
 def score_chains_task(self: Task, scoring_run_id: int) -> None:
     scoring_run_execute(
         scoring_run_id=scoring_run_id,
+        task_id=self.request.id or "",
+        worker=self.request.hostname or "",
+    )
+
+
+@shared_task(name=SIMULATE_TASK, bind=True, acks_late=True, ignore_result=True)
+def simulate_task(self: Task, simulation_run_id: int) -> None:
+    simulation_run_execute(
+        simulation_run_id=simulation_run_id,
         task_id=self.request.id or "",
         worker=self.request.hostname or "",
     )

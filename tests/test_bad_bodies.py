@@ -38,6 +38,8 @@ NO_BODY = {
     "api-training-run-retry",
     "api-scoring-run-cancel",
     "api-scoring-run-retry",
+    "api-simulation-run-cancel",
+    "api-simulation-run-retry",
     "api-project-member",  # DELETE removes a member
     "api-model-version-activate",
     "api-gold-screening-reset",

@@ -30,7 +30,7 @@ from annotation.models import Assignment, BulkAction, ImportJob, Invite, Role, S
 from annotation.public_ids import ASSIGNMENT_IDS, STEP_IDS
 from annotation.services.api_tokens import api_token_create
 from annotation.services.evaluation_sets import evaluation_set_mark
-from prm_training.models import RunStatus, TrainingRun
+from prm_training.models import RunStatus, SimulationRun, TrainingRun
 from tests.factories import (
     ChainFactory,
     ImportBatchFactory,
@@ -160,6 +160,10 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "api-scoring-run": {"get": API_ML_AND_LEADS},
     "api-scoring-run-cancel": {"post": API_ML},
     "api-scoring-run-retry": {"post": API_ML},
+    "api-simulation-runs": {"get": API_ML_AND_LEADS, "post": API_ML},
+    "api-simulation-run": {"get": API_ML_AND_LEADS},
+    "api-simulation-run-cancel": {"post": API_ML},
+    "api-simulation-run-retry": {"post": API_ML},
     # ---------------------------------------------------------------- API docs
     "schema": {"get": (200, 200, 200, 200, 200)},
     "api-docs": {"get": (200, 200, 200, 200, 200)},
@@ -262,6 +266,7 @@ def world(db: Any) -> dict[str, Any]:
         project=project, filename="matrix.jsonl", stored_name="matrix.upload", size=1
     )
     scoring = scoring_run_with_model_version(project=project, content_hash="matrix")
+    simulation = SimulationRun.objects.create(project=project, size="quick", seeds=3, rounds=2)
     invite = Invite.objects.create(
         project=project,
         role=Role.ANNOTATOR,
@@ -286,6 +291,7 @@ def world(db: Any) -> dict[str, Any]:
         "run_id": run.pk,
         "version_id": scoring.model_version_id,
         "scoring_run_id": scoring.pk,
+        "simulation_run_id": simulation.pk,
         "user_id": users["annotator"].pk,
         "annotation_id": submitted.pk,
         "job_id": import_job.pk,

@@ -309,6 +309,7 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     "prm_training.train": {"queue": "gpu"},
     "prm_training.score": {"queue": "gpu"},
+    "prm_training.simulate": {"queue": "gpu"},
 }
 # Each worker process reserves at most one message: a GPU worker busy with a six-hour
 # training run must not sit on the next run while another GPU worker idles. (With late
@@ -329,7 +330,7 @@ CELERY_TASK_ANNOTATIONS = {
         "time_limit": STEPLAB_GPU_TASK_TIME_LIMIT,
         "soft_time_limit": max(STEPLAB_GPU_TASK_TIME_LIMIT - 300, 1),
     }
-    for name in ("prm_training.train", "prm_training.score")
+    for name in ("prm_training.train", "prm_training.score", "prm_training.simulate")
 }
 # An uploaded file's import (queue "default"): a 2 GB upload is millions of chains.
 STEPLAB_IMPORT_TASK_TIME_LIMIT = int(os.environ.get("STEPLAB_IMPORT_TASK_TIME_LIMIT", "7200"))
@@ -370,6 +371,16 @@ STEPLAB_TRAINING_LIMITS: dict[str, tuple[int, str]] = {
         ("head_epochs", "STEPLAB_TRAIN_MAX_HEAD_EPOCHS", "10000"),
         ("ensemble_size", "STEPLAB_TRAIN_MAX_ENSEMBLE_SIZE", "16"),
         ("head_hidden", "STEPLAB_TRAIN_MAX_HEAD_HIDDEN", "4096"),
+    )
+}
+
+# What one simulation run may ask of this node (services.simulation): each seed costs
+# 1 + strategies x rounds trainings, so seeds and rounds are bounded like training's.
+STEPLAB_SIMULATION_LIMITS: dict[str, tuple[int, str]] = {
+    name: (int(os.environ.get(variable, default)), variable)
+    for name, variable, default in (
+        ("seeds", "STEPLAB_SIMULATION_MAX_SEEDS", "20"),
+        ("rounds", "STEPLAB_SIMULATION_MAX_ROUNDS", "8"),
     )
 }
 

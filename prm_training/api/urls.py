@@ -2,6 +2,12 @@
 
 from django.urls import path
 
+from prm_training.api.simulation import (
+    ProjectSimulationRunsApi,
+    SimulationRunCancelApi,
+    SimulationRunDetailApi,
+    SimulationRunRetryApi,
+)
 from prm_training.api.views import (
     ModelVersionActivateApi,
     ProjectBackbonesApi,
@@ -79,5 +85,25 @@ urlpatterns = [
         "scoring-runs/<id:scoring_run_id>/retry/",
         ScoringRunRetryApi.as_view(),
         name="api-scoring-run-retry",
+    ),
+    path(
+        "projects/<id:project_id>/simulation-runs/",
+        ProjectSimulationRunsApi.as_view(),
+        name="api-simulation-runs",
+    ),
+    path(
+        "simulation-runs/<id:simulation_run_id>/",
+        SimulationRunDetailApi.as_view(),
+        name="api-simulation-run",
+    ),
+    path(
+        "simulation-runs/<id:simulation_run_id>/cancel/",
+        SimulationRunCancelApi.as_view(),
+        name="api-simulation-run-cancel",
+    ),
+    path(
+        "simulation-runs/<id:simulation_run_id>/retry/",
+        SimulationRunRetryApi.as_view(),
+        name="api-simulation-run-retry",
     ),
 ]

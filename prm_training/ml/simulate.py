@@ -235,11 +235,14 @@ def simulate(
     answers_correct: Mapping[int, bool | None] | None = None,
     work_dir: str | Path | None = None,
     progress: Callable[[], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[SimulationRow]:
     """Runs the protocol of the module docstring; rows for round 0..``rounds`` of every
     (strategy, seed). ``answers_correct`` maps chain_id to its final answer's grade (for
     ``convincing_wrong``; a missing id is ungraded). ``progress`` is called after each
-    training. Raises ValueError when the chains cannot support the requested run."""
+    training (it may raise ``progress.RunCancelled`` to stop there); ``should_stop`` is
+    handed to every training (``train_prm``), which stops between two batches once it is
+    true. Raises ValueError when the chains cannot support the requested run."""
     chains = oracle_chains(examples)
     if not chains:
         raise ValueError("no chain carries a step label: the simulation needs labeled data")
@@ -262,7 +265,11 @@ def simulate(
                     f"seed {seed}: the split by problem leaves {len(pool)} chains for "
                     f"selection, but the run needs {needed}"
                 )
-            rows.extend(_simulate_seed(sim, prm, seed, pool, heldout, graded, checkpoint, progress))
+            rows.extend(
+                _simulate_seed(
+                    sim, prm, seed, pool, heldout, graded, checkpoint, (progress, should_stop)
+                )
+            )
             rows.extend(_baseline_rows(seed, sim.rounds, pool, heldout, graded, prm))
     return rows
 
@@ -275,16 +282,26 @@ def _simulate_seed(
     heldout: list[ChainExample],
     graded: Mapping[int, bool | None],
     checkpoint: Path,
-    progress: Callable[[], None] | None,
+    reports: tuple[Callable[[], None] | None, Callable[[], bool] | None],
 ) -> list[SimulationRow]:
-    """Every strategy's rounds for one seed (its split and seed set)."""
+    """Every strategy's rounds for one seed (its split and seed set); ``reports``: the
+    ``progress`` and ``should_stop`` of ``simulate``."""
     from .acquisition import select_batch
     from .score import load_prm, score_chains
     from .train import train_prm
 
+    progress, should_stop = reports
+
     def train(labeled: list[int]) -> dict[str, float]:
         config = replace(prm, seed=seed, heldout_metrics=True)
-        result = train_prm(config, [pool[i] for i in labeled], heldout, checkpoint, baselines=False)
+        result = train_prm(
+            config,
+            [pool[i] for i in labeled],
+            heldout,
+            checkpoint,
+            baselines=False,
+            should_stop=should_stop,
+        )
         if progress is not None:
             progress()
         return result.metrics

@@ -1,4 +1,4 @@
-"""The lifecycle every PRM run shares, training and scoring alike: sent to a worker
+"""The lifecycle every PRM run shares, training, scoring and simulation alike: sent to a worker
 through an outbox, claimed under a row lock, kept alive by a heartbeat, reaped when its
 worker is lost, finished by the attempt that owns it.
 
@@ -52,6 +52,7 @@ from prm_training.models import (
     FINISHED_STATUSES,
     RunStatus,
     ScoringRun,
+    SimulationRun,
     TrainingRun,
 )
 
@@ -59,14 +60,19 @@ logger = logging.getLogger(__name__)
 
 TRAIN_TASK = "prm_training.train"
 SCORE_TASK = "prm_training.score"
+SIMULATE_TASK = "prm_training.simulate"
 AUTOSTART_TASK = "prm_training.autostart_check"
 
 # A run whose worker died is taken over by a redelivery at most this many times in all.
 MAX_ATTEMPTS = 2
 
-Run = TrainingRun | ScoringRun
-R = TypeVar("R", TrainingRun, ScoringRun)
-RUN_TASKS: dict[type[Run], str] = {TrainingRun: TRAIN_TASK, ScoringRun: SCORE_TASK}
+Run = TrainingRun | ScoringRun | SimulationRun
+R = TypeVar("R", TrainingRun, ScoringRun, SimulationRun)
+RUN_TASKS: dict[type[Run], str] = {
+    TrainingRun: TRAIN_TASK,
+    ScoringRun: SCORE_TASK,
+    SimulationRun: SIMULATE_TASK,
+}
 
 
 def model_dir_root() -> Path:
@@ -147,8 +153,8 @@ def run_enqueue_on_commit(run: Run) -> None:
 
 
 def runs_dispatch_pending() -> dict[str, int]:
-    """Send what waited for the broker: QUEUED training and scoring runs whose enqueue
-    failed (``enqueued_at`` empty). Called by every worker each time it (re)connects to
+    """Send what waited for the broker: QUEUED training, scoring and simulation runs whose
+    enqueue failed (``enqueued_at`` empty). Called by every worker each time it (re)connects to
     the broker (``tasks.DispatchPendingRuns``, which then runs the auto-retrain checks
     that may have been lost with the broker).
 
@@ -157,9 +163,11 @@ def runs_dispatch_pending() -> dict[str, int]:
     waiting = {"status": RunStatus.QUEUED, "enqueued_at__isnull": True}
     training = TrainingRun.objects.filter(**waiting, cancel_requested=False)
     scoring = ScoringRun.objects.filter(**waiting)
+    simulation = SimulationRun.objects.filter(**waiting)
     return {
         "training": sum(run_enqueue(TrainingRun, pk) for pk in _ids(training)),
         "scoring": sum(run_enqueue(ScoringRun, pk) for pk in _ids(scoring)),
+        "simulation": sum(run_enqueue(SimulationRun, pk) for pk in _ids(simulation)),
     }
 
 

@@ -9,36 +9,42 @@ splits more seeds narrow the intervals little (``prm_training.ml.simulate.DEFAUL
 ``--quick`` is a small run for a smoke test, whose intervals resolve little.
 
 With files it never touches the database. With ``--project`` it replays the labels of the
-project's newest snapshot, and ``--save`` stores the paired result on the project's loop
-settings, where the 'auto' strategy reads it (``prm_training.services.strategy``; too
-few labels are stored as such: 'auto' stays random). The loop is
-``prm_training.ml.simulate``; this command reads, checks input and writes the outputs.
+project's newest snapshot through the path a simulation run from the ML page takes
+(``prm_training.services.simulation``), and ``--save`` stores the paired result on the
+project's loop settings, where the 'auto' strategy reads it
+(``prm_training.services.strategy``; too few labels are stored as such: 'auto' stays
+random). The loop is ``prm_training.ml.simulate``; this command reads, checks input and
+writes the outputs.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.importers import FORMATS, LineError, detect_format, iter_chains
 from annotation.importers.formats import DETECT_HEAD_BYTES, FormatDetectionError
 from prm_training.ml.simulate import DEFAULT_SEEDS
+from prm_training.models import SimulationSize
+from prm_training.services.simulation import SIZES
 
 if TYPE_CHECKING:
     from prm_training.ml.config import PRMConfig
-    from prm_training.ml.data import ChainExample
     from prm_training.ml.simulate import SimulationConfig
 
 # How many rejected records a failed parse lists before "... and N more".
 SHOWN_ERRORS = 5
-# Run sizes: sized to resolve 0.02 F1 on ProcessBench, and a smoke test's.
-FULL = {"seeds": DEFAULT_SEEDS, "rounds": 8, "batch": 40, "seed_size": 20, "head_epochs": None}
-QUICK = {"seeds": 3, "rounds": 2, "batch": 8, "seed_size": 8, "head_epochs": 5}
+# Run sizes: sized to resolve 0.02 F1 on ProcessBench, and a smoke test's (a simulation
+# run's sizes, ``services.simulation.SIZES``).
+FULL = SIZES[SimulationSize.FULL]
+QUICK = SIZES[SimulationSize.QUICK]
 
 
 def _read_chains(paths: list[Path], fmt: str) -> tuple[list[Any], dict[int, bool | None]]:
@@ -97,34 +103,6 @@ def _read_chains(paths: list[Path], fmt: str) -> tuple[list[Any], dict[int, bool
         listed = "; ".join(errors[:SHOWN_ERRORS]) + (f"; ... and {more} more" if more > 0 else "")
         raise CommandError(f"{len(errors)} record(s) rejected: {listed}")
     return examples, graded
-
-
-def _read_project(project_id: int) -> tuple[list[Any], dict[int, bool | None], int]:
-    """(ChainExamples of the project's newest snapshot but its evaluation sets' chains, which
-    the loop never labels nor trains on, their graded answers, its version)."""
-    from annotation.models import Project, Snapshot
-    from prm_training.ml.inputs import answer_grade
-    from prm_training.services.examples import snapshot_chain_examples
-
-    if not Project.objects.filter(pk=project_id).exists():
-        raise CommandError(f"no project {project_id}")
-    snapshot = Snapshot.objects.filter(project_id=project_id).order_by("-version").first()
-    if snapshot is None:
-        raise CommandError(f"project {project_id} has no snapshot: take one first")
-    examples = snapshot_chain_examples(snapshot=snapshot, without_evaluation=True)
-    graded = {example.chain_id: answer_grade(example) for example in examples}
-    return examples, graded, snapshot.version
-
-
-def _save(project_id: int, evidence: dict[str, Any]) -> None:
-    from annotation.models import Project
-    from prm_training.models import ProjectTrainingSettings
-    from prm_training.services.strategy import strategy_evidence_save
-
-    loop, _ = ProjectTrainingSettings.objects.get_or_create(
-        project=Project.objects.get(pk=project_id)
-    )
-    strategy_evidence_save(loop=loop, evidence=evidence)
 
 
 class Command(BaseCommand):
@@ -216,62 +194,25 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from prm_training.ml.simulate import (
-            oracle_chains,
-            plot_learning_curves,
-            summary_table,
-            write_csv,
-        )
+        from prm_training.ml.simulate import plot_learning_curves, summary_table, write_csv
 
         sim = _simulation_config(options)
         if bool(options["files"]) == (options["project"] is not None):
             raise CommandError("give labeled files or --project ID, not both or neither")
         if options["save"] and options["project"] is None:
             raise CommandError("--save stores a project's result: give --project ID")
-        snapshot_version = None
-        if options["project"] is not None:
-            examples, graded, snapshot_version = _read_project(options["project"])
-            source = f"project {options['project']}'s snapshot v{snapshot_version}"
-        else:
-            examples, graded = _read_chains(options["files"], options["format"])
-            source = ", ".join(map(str, options["files"]))
-        labeled = oracle_chains(examples)
-        if not labeled:
-            raise CommandError(
-                f"no step labels in {source}: the simulation replays labeled chains as the oracle"
-            )
-        needed = math.ceil((sim.seed_size + sim.rounds * sim.batch) / (1 - sim.heldout_fraction))
-        if options["save"] and len(labeled) < needed:
-            from prm_training.services.strategy import strategy_evidence_too_few
-
-            self._save_evidence(
-                options["project"],
-                strategy_evidence_too_few(
-                    chains=len(labeled), needed=needed, snapshot_version=snapshot_version
-                ),
-            )
-            return
-        if "convincing_wrong" in sim.strategies and not any(v is not None for v in graded.values()):
-            self.stderr.write(
-                "warning: no final answer can be graded (no reference answers); "
-                "convincing_wrong ranks by step entropy only"
-            )
-
         out: Path = options["out"]
         out.mkdir(parents=True, exist_ok=True)
+        prm = _prm_config(options, out)
         started = time.monotonic()
-        rows = _simulated(labeled, sim, _prm_config(options, out), graded, out)
+        if options["project"] is not None:
+            rows, chains = self._replay_project(options, sim, prm, out)
+            if not rows:
+                return
+        else:
+            rows, chains = self._replay_files(options, sim, prm, out)
         elapsed = time.monotonic() - started
 
-        if options["save"]:
-            from prm_training.services.strategy import strategy_evidence_build
-
-            self._save_evidence(
-                options["project"],
-                strategy_evidence_build(
-                    rows, sim=sim, chains=len(labeled), snapshot_version=snapshot_version
-                ),
-            )
         write_csv(rows, out / "results.csv")
         plot_learning_curves(rows, out / "learning_curve.png")
         table = summary_table(rows, heldout_fraction=sim.heldout_fraction)
@@ -279,15 +220,67 @@ class Command(BaseCommand):
         self.stdout.write(table)
         self.stdout.write(
             f"simulated {len(sim.strategies)} strategies x {len(sim.seeds)} seeds x "
-            f"{sim.rounds} rounds on {len(labeled)} labeled chains in {elapsed:.0f}s: "
+            f"{sim.rounds} rounds on {chains} labeled chains in {elapsed:.0f}s: "
             f"{out / 'results.csv'}, {out / 'summary.txt'}, {out / 'learning_curve.png'}"
         )
 
-    def _save_evidence(self, project_id: int, evidence: dict[str, Any]) -> None:
-        _save(project_id, evidence)
-        self.stdout.write(
-            f"saved for project {project_id}: {evidence['chosen']}, {evidence['why']}"
+    def _replay_project(
+        self, options: dict[str, Any], sim: SimulationConfig, prm: PRMConfig, out: Path
+    ) -> tuple[list[Any], int]:
+        """The project's path, shared with simulation runs; with --save its evidence is
+        stored (too few labels as such, with no rows)."""
+        from prm_training.services.simulation import (
+            simulation_evidence_store,
+            simulation_project_replay,
         )
+
+        project_id = options["project"]
+        with _trainings_bar(sim) as progress:
+            try:
+                replay = simulation_project_replay(
+                    project_id=project_id,
+                    sim=sim,
+                    prm=prm,
+                    work_dir=out,
+                    too_few_stored=options["save"],
+                    progress=progress,
+                    warn=lambda text: self.stderr.write(f"warning: {text}"),
+                )
+            except ValidationError as exc:
+                raise CommandError("; ".join(exc.messages)) from None
+        if options["save"]:
+            simulation_evidence_store(project_id=project_id, evidence=replay.evidence)
+            self.stdout.write(
+                f"saved for project {project_id}: {replay.evidence['chosen']}, "
+                f"{replay.evidence['why']}"
+            )
+        return replay.rows, replay.chains
+
+    def _replay_files(
+        self, options: dict[str, Any], sim: SimulationConfig, prm: PRMConfig, out: Path
+    ) -> tuple[list[Any], int]:
+        from prm_training.ml.simulate import oracle_chains, simulate
+
+        examples, graded = _read_chains(options["files"], options["format"])
+        labeled = oracle_chains(examples)
+        if not labeled:
+            raise CommandError(
+                f"no step labels in {', '.join(map(str, options['files']))}: the simulation "
+                "replays labeled chains as the oracle"
+            )
+        if "convincing_wrong" in sim.strategies and not any(v is not None for v in graded.values()):
+            self.stderr.write(
+                "warning: no final answer can be graded (no reference answers); "
+                "convincing_wrong ranks by step entropy only"
+            )
+        with _trainings_bar(sim) as progress:
+            try:
+                rows = simulate(
+                    labeled, sim, prm, answers_correct=graded, work_dir=out, progress=progress
+                )
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+        return rows, len(labeled)
 
 
 def _simulation_config(options: dict[str, Any]) -> SimulationConfig:
@@ -341,31 +334,17 @@ def _prm_config(options: dict[str, Any], out: Path) -> PRMConfig:
         raise CommandError(str(exc)) from None
 
 
-def _simulated(
-    labeled: list[ChainExample],
-    sim: SimulationConfig,
-    prm: PRMConfig,
-    graded: dict[int, bool | None],
-    out: Path,
-) -> list[Any]:
-    """The simulation's rows, with a progress bar of its trainings on stderr."""
+@contextmanager
+def _trainings_bar(sim: SimulationConfig) -> Iterator[Callable[[], None]]:
+    """A progress bar of the simulation's trainings on stderr; yields its tick."""
     from tqdm import tqdm
     from transformers.utils import logging as transformers_logging
 
-    from prm_training.ml.simulate import simulate
+    from prm_training.services.simulation import simulation_trainings
 
     # transformers draws a bar per weight load (two a round); keep stderr to ours.
     transformers_logging.disable_progress_bar()
-    trainings = len(sim.seeds) * (1 + len(sim.strategies) * sim.rounds)
-    with tqdm(total=trainings, desc="trainings", unit="run", file=sys.stderr) as bar:
-        try:
-            return simulate(
-                labeled,
-                sim,
-                prm,
-                answers_correct=graded,
-                work_dir=out,
-                progress=lambda: bar.update(1),
-            )
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
+    with tqdm(
+        total=simulation_trainings(sim), desc="trainings", unit="run", file=sys.stderr
+    ) as bar:
+        yield lambda: bar.update(1)
