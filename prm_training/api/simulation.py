@@ -10,6 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import request_user
 from annotation.selectors.access import project_get_for_member
 from prm_training.api.views import (
@@ -38,7 +39,7 @@ from prm_training.services.simulation import (
 SIMULATION_MAX = 10_000
 
 
-class SimulationRunInputSerializer(serializers.Serializer):
+class SimulationRunInputSerializer(InputSerializer):
     size = serializers.ChoiceField(
         choices=SimulationSize.choices,
         help_text="quick: a smoke test (3 seeds, 2 rounds of 8); full: sized to resolve 0.02 "
