@@ -1,5 +1,7 @@
 // An annotator's history: the chains they submitted, newest first, and one reopened
-// read-only with their ratings, comments and rewrite.
+// with their ratings, comments and rewrite. While the pass is open to change (the API's
+// can_revise) its annotator revises it in place with the workspace's keys; once it is
+// not, the page says why (closed_reason).
 //
 // Everything comes from the history API (projects/{id}/history/ and .../history/{id}/).
 // Texts are data: put in the page with textContent, then typeset by the same helper as the
@@ -10,7 +12,7 @@
 
 (function () {
   const config = JSON.parse(document.getElementById("history-config").textContent);
-  const { api, formatWhen, renderMath } = window.Steplab;
+  const { api, formatWhen, renderMath, RATING_KEYS } = window.Steplab;
   const RATINGS = {
     1: { symbol: "+1", name: "correct" },
     0: { symbol: "0", name: "ambiguous" },
@@ -29,6 +31,16 @@
     more: $("hist-more"),
     chainView: $("hist-chain-view"),
     when: $("hist-chain-when"),
+    verb: $("hist-chain-verb"),
+    mode: $("hist-mode"),
+    revise: $("hist-revise"),
+    open: $("hist-open"),
+    editing: $("hist-editing"),
+    closed: $("hist-closed"),
+    closedReason: $("hist-closed-reason"),
+    newest: $("hist-newest"),
+    rewriteEdit: $("hist-rewrite-edit"),
+    rewriteBox: $("hist-rewrite-box"),
     summary: $("hist-chain-summary"),
     problem: $("hist-problem"),
     referenceWrap: $("hist-reference-wrap"),
@@ -42,6 +54,9 @@
   let listLoaded = false;
   let shownId = null; // the annotation on screen in the chain view
   let openedFromList = false; // the chain on screen was opened from the list on this page
+  let shown = null; // the reopened chain as the API answered it
+  // While revising: the ratings and comments by step index, the rewrite, the current step.
+  let edit = null;
 
   function el(tag, className, text) {
     const node = document.createElement(tag);
@@ -56,6 +71,7 @@
 
   function showError(text) {
     els.message.textContent = text;
+    els.message.classList.add("error");
     els.message.hidden = false;
   }
 
@@ -103,6 +119,7 @@
     );
     if (entry.comments) meta.append(el("span", "", plural(entry.comments, "comment")));
     if (entry.rewritten) meta.append(el("span", "", "rewrite"));
+    if (entry.revised) meta.append(el("span", "badge", "revised"));
     link.append(problem, meta);
     li.append(link);
     return li;
@@ -167,6 +184,9 @@
   }
 
   function showChain(chain) {
+    shown = chain;
+    edit = null;
+    els.verb.textContent = chain.supersedes === null ? "Submitted" : "Revised";
     els.when.textContent = formatWhen(chain.submitted_at);
     const rated = chain.steps.filter((step) => step.rating !== null);
     const count = (value) => rated.filter((step) => step.rating === value).length;
@@ -182,6 +202,226 @@
     if (final) renderMath(els.final, chain.final_answer);
     els.steps.replaceChildren(...chain.steps.map((step) => stepRow(step, chain)));
     root.dataset.annotation = String(chain.annotation);
+    showRevisable(chain);
+  }
+
+  // Whether the pass can still change: the Revise button, or the plain reason it cannot.
+  function showRevisable(chain) {
+    const own = !config.annotator;
+    els.revise.hidden = !own && !chain.closed_reason;
+    els.open.hidden = !chain.can_revise;
+    els.editing.hidden = true;
+    els.rewriteEdit.hidden = true;
+    els.closed.hidden = chain.can_revise || !chain.closed_reason;
+    els.closedReason.textContent = chain.closed_reason;
+    els.newest.hidden = chain.superseded_by === null;
+    if (chain.superseded_by !== null) els.newest.href = `#annotation-${chain.superseded_by}`;
+    els.mode.textContent = chain.can_revise ? "open to change" : "read-only";
+    root.dataset.revisable = chain.can_revise ? "yes" : "no";
+    delete root.dataset.editing;
+  }
+
+  // --- revising: the workspace's keys over the reopened chain ---------------------------
+
+  function startEdit() {
+    if (!shown || !shown.can_revise || edit) return;
+    edit = { ratings: {}, comments: {}, rewrite: shown.rewrite, current: 0 };
+    for (const step of shown.steps) {
+      if (step.rating !== null) edit.ratings[step.index] = step.rating;
+      edit.comments[step.index] = step.comment;
+    }
+    els.open.hidden = true;
+    els.editing.hidden = false;
+    els.mode.textContent = "editing";
+    els.rewriteBox.value = edit.rewrite;
+    els.rewriteEdit.hidden = !edit.rewrite;
+    root.dataset.editing = "yes";
+    els.steps.replaceChildren(...shown.steps.map(editRow));
+    paintEdit();
+  }
+
+  function editRow(step) {
+    const li = el("li", "ws-step");
+    li.dataset.index = String(step.index);
+    li.addEventListener("click", () => moveTo(step.index));
+    const number = el("span", "ws-step-no", String(step.index + 1));
+    const rate = el("span", "ws-rate");
+    for (const [rating, key] of [
+      [1, "1"],
+      [0, "2"],
+      [-1, "3"],
+    ]) {
+      const shownAs = RATINGS[rating];
+      const button = el("button", `ws-rate-btn rate-${shownAs.name}`, shownAs.symbol);
+      button.type = "button";
+      button.tabIndex = -1;
+      button.dataset.rating = String(rating);
+      button.title = `${shownAs.name} (${key})`;
+      button.setAttribute("aria-label", `${shownAs.name}, step ${step.index + 1}`);
+      button.addEventListener("click", (event) => {
+        event.stopPropagation();
+        moveTo(step.index);
+        rateCurrent(rating);
+      });
+      rate.append(button);
+    }
+    const body = el("div", "ws-step-body");
+    const text = el("div", "ws-text math");
+    renderMath(text, step.text);
+    const box = el("textarea", "ws-comment-box");
+    box.rows = 2;
+    box.maxLength = 10000;
+    box.placeholder = "Comment on this step (Enter or Esc to leave)";
+    box.value = edit.comments[step.index] || "";
+    box.hidden = !box.value;
+    box.setAttribute("aria-label", `Comment on step ${step.index + 1}`);
+    box.addEventListener("input", () => {
+      edit.comments[step.index] = box.value;
+    });
+    box.addEventListener("keydown", (event) => {
+      if ((event.key === "Enter" && !event.shiftKey) || event.key === "Escape") {
+        event.preventDefault();
+        event.stopPropagation();
+        box.hidden = !box.value.trim();
+        box.blur();
+      }
+    });
+    body.append(text, box);
+    li.append(number, rate, body);
+    return li;
+  }
+
+  function paintEdit() {
+    for (const li of els.steps.children) {
+      const index = Number(li.dataset.index);
+      const rating = edit.ratings[index];
+      li.classList.toggle("is-current", index === edit.current);
+      li.dataset.rating = rating === undefined ? "" : String(rating);
+      for (const button of li.querySelectorAll(".ws-rate-btn")) {
+        button.classList.toggle("is-on", Number(button.dataset.rating) === rating);
+      }
+    }
+  }
+
+  function moveTo(index) {
+    if (!edit) return;
+    edit.current = Math.max(0, Math.min(shown.steps.length - 1, index));
+    paintEdit();
+    els.steps.children[edit.current].scrollIntoView({ block: "nearest" });
+  }
+
+  function rateCurrent(rating) {
+    edit.ratings[shown.steps[edit.current].index] = rating;
+    paintEdit();
+    if (edit.current < shown.steps.length - 1) moveTo(edit.current + 1);
+  }
+
+  function rateRestCorrect() {
+    for (const step of shown.steps) {
+      if (edit.ratings[step.index] === undefined) edit.ratings[step.index] = 1;
+    }
+    paintEdit();
+  }
+
+  function openComment() {
+    const box = els.steps.children[edit.current].querySelector(".ws-comment-box");
+    box.hidden = false;
+    box.focus();
+  }
+
+  function openRewrite() {
+    els.rewriteEdit.hidden = false;
+    els.rewriteBox.focus();
+  }
+
+  // The pass as the API takes it: in first_error mode grading stops at the first −1.
+  function editedPass() {
+    const ratings = [];
+    for (const step of shown.steps) {
+      const rating = edit.ratings[step.index];
+      if (rating === undefined) continue;
+      ratings.push({ step: step.id, rating, comment: (edit.comments[step.index] || "").trim() });
+      if (shown.labeling_mode === "first_error" && rating === -1) break;
+    }
+    return { ratings, rewrite: els.rewriteBox.value.trim() };
+  }
+
+  function cancelEdit() {
+    if (!edit) return;
+    els.message.hidden = true;
+    showChain(shown);
+  }
+
+  async function saveEdit() {
+    if (!edit || edit.saving) return;
+    edit.saving = true;
+    els.message.hidden = true;
+    let revised;
+    try {
+      revised = await api(`${config.api.chain}${shown.annotation}/revise/`, {
+        method: "POST",
+        body: editedPass(),
+      });
+    } catch (error) {
+      edit.saving = false;
+      if (error.status === 409) {
+        // Closed meanwhile (a snapshot, a ruling, another tab): reopen it as it stands.
+        showError(`Not saved: ${error.body && error.body.detail}`);
+        shownId = null;
+        await route();
+        els.message.hidden = false;
+        return;
+      }
+      showError(`Not saved: ${errorText(error)}`);
+      return;
+    }
+    listLoaded = false;
+    els.list.replaceChildren();
+    nextCursor = null;
+    shownId = String(revised.annotation);
+    showChain(revised);
+    window.history.replaceState(null, "", `#annotation-${revised.annotation}`);
+    els.message.textContent = "Saved: this revision replaces the pass you submitted, which is kept.";
+    els.message.classList.remove("error");
+    els.message.hidden = false;
+  }
+
+  function errorText(error) {
+    const body = error.body;
+    if (!body) return "try again.";
+    if (body.detail) return body.detail;
+    return Object.values(body)
+      .flat(Infinity)
+      .map((item) => (typeof item === "object" ? Object.values(item).flat(Infinity).join(" ") : item))
+      .join(" ");
+  }
+
+  function onKey(event) {
+    if (root.dataset.state !== "chain" || event.ctrlKey || event.metaKey || event.altKey) return;
+    const typing = ["TEXTAREA", "INPUT"].includes(document.activeElement.tagName);
+    if (typing) {
+      if (event.key === "Escape") document.activeElement.blur();
+      return;
+    }
+    const key = event.key;
+    if (!edit) {
+      if (key === "e" && shown && shown.can_revise) {
+        event.preventDefault();
+        startEdit();
+      }
+      return;
+    }
+    let handled = true;
+    if (key === "j" || key === "ArrowDown") moveTo(edit.current + 1);
+    else if (key === "k" || key === "ArrowUp") moveTo(edit.current - 1);
+    else if (key in RATING_KEYS) rateCurrent(RATING_KEYS[key]);
+    else if (key === "a") rateRestCorrect();
+    else if (key === "c") openComment();
+    else if (key === "w") openRewrite();
+    else if (key === "Enter") saveEdit();
+    else if (key === "Escape") cancelEdit();
+    else handled = false;
+    if (handled) event.preventDefault();
   }
 
   function setView(view) {
@@ -236,6 +476,17 @@
     else window.location.hash = "";
   });
   els.more.addEventListener("click", loadPage);
+  $("hist-edit").addEventListener("click", startEdit);
+  $("hist-save").addEventListener("click", saveEdit);
+  $("hist-cancel").addEventListener("click", cancelEdit);
+  els.rewriteBox.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      event.preventDefault();
+      event.stopPropagation();
+      els.rewriteBox.blur();
+    }
+  });
+  document.addEventListener("keydown", onKey);
   window.addEventListener("hashchange", route);
   route();
 })();

@@ -180,7 +180,9 @@ def test_annotator_reopens_a_submitted_chain_with_their_ratings(
     expect(page.locator("#hist-reference-wrap")).to_be_visible()
     assert page.locator("#hist-problem .katex").count() > 0
     assert page.locator("#hist-final .katex").count() > 0  # \boxed{2} outside $...$
-    assert page.locator("#hist-chain-view button, #hist-chain-view textarea").count() == 0
+    # The steps carry no controls until the annotator asks to revise (still open to change)
+    assert page.locator("#hist-steps button, #hist-steps textarea").count() == 0
+    expect(page.locator("#hist-edit")).to_be_visible()
     assert page.evaluate("window.__xss") is None  # imported text and comments stay text
     _no_sideways_scroll(page)
     _shot(page, "history_chain", width)
