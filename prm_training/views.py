@@ -23,6 +23,7 @@ from prm_training.services.backbones import (
     backbone_root,
     step_head_backbone_choices,
 )
+from prm_training.services.simulation import simulation_node_limits
 from prm_training.services.strategy import acquisition_strategy_resolve
 
 
@@ -56,5 +57,8 @@ def models_page(request: HttpRequest, project_id: int) -> HttpResponse:
         "backbones": backbone_choices(project=project) if can_manage else [],
         "open_prms": step_head_backbone_choices() if can_manage else [],
         "backbone_root": backbone_root() if can_manage else "",
+        "simulation_limits": {
+            name: limit.value for name, limit in simulation_node_limits().items()
+        },
     }
     return render(request, "prm_training/models.html", context)

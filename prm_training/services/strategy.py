@@ -1,9 +1,10 @@
 """Which acquisition strategy steers a project's queue: the one ML staff set, or with
 'auto' (the default) the one the evidence on the project's own labels supports.
 
-The evidence is ``manage.py simulate_active_learning --project ID --save``: the paired
-simulation of ``prm_training.ml.simulate`` replayed on the project's labeled chains,
-stored on the loop settings (``strategy_evidence``). Strategies are compared with random
+The evidence is a simulation run (the ML page's "Simulate strategies" button,
+``services.simulation``; or ``manage.py simulate_active_learning --project ID --save``):
+the paired simulation of ``prm_training.ml.simulate`` replayed on the project's labeled
+chains, stored on the loop settings (``strategy_evidence``). Strategies are compared with random
 at equal labeled steps (what an annotator's hour buys), each interval corrected for the
 seeds' overlapping splits (``ml.paired.resampled_interval``). 'auto' applies a strategy
 only when it saves labeled steps (``ml.simulate.saves_steps``): above random on F1 at its
@@ -177,8 +178,8 @@ def acquisition_strategy_resolve(
                 if unmeasured and version is not None
                 else ""
             )
-            + "no comparison on this project's labels yet (manage.py "
-            f"simulate_active_learning --project {loop.project_id} --save)"
+            + "no comparison on this project's labels yet (run one with \"Simulate "
+            'strategies" on the ML page)'
         )
     return strategy_from_evidence(loop.strategy_evidence)
 

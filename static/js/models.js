@@ -158,6 +158,16 @@
     return cell;
   }
 
+  const CANCEL_NOTES = {
+    "training-runs": "What it has trained so far is discarded; the active version stays.",
+    "scoring-runs": "The queue keeps the order it has.",
+    "simulation-runs": "It stores nothing; 'auto' keeps the evidence it has.",
+  };
+  const MESSAGES = {
+    "training-runs": "train-message", "scoring-runs": "score-message",
+    "simulation-runs": "simulate-message",
+  };
+
   // Cancel while it is queued or running; Retry (a new run, same settings) once it
   // failed or was cancelled. ``kind``: "training-runs" or "scoring-runs".
   function runAction(run, kind, what) {
@@ -166,15 +176,13 @@
       return actionButton(
         "Cancel",
         () => api(`/api/v1/${kind}/${run.id}/cancel/`, { method: "POST" }),
-        `Cancel ${what} #${run.id}? ${kind === "training-runs"
-          ? "What it has trained so far is discarded; the active version stays."
-          : "The queue keeps the order it has."}`,
+        `Cancel ${what} #${run.id}? ${CANCEL_NOTES[kind]}`,
       );
     }
     if (run.status === "failed" || run.status === "cancelled") {
       return actionButton("Retry", async () => {
         const retry = await api(`/api/v1/${kind}/${run.id}/retry/`, { method: "POST" });
-        const message = document.getElementById(kind === "training-runs" ? "train-message" : "score-message");
+        const message = document.getElementById(MESSAGES[kind]);
         if (message) track(message, kind, retry, what);
       });
     }
@@ -211,6 +219,8 @@
 
   function track(message, kind, created, what) {
     const generation = (message.dataset.follows = String(created.id));
+    // A simulation started here refreshes the evidence when it ends, however fast.
+    if (kind === "simulation-runs") simulating.add(created.id);
     showTracked(message, created, what);
     refresh();
     const follow = async () => {
@@ -420,16 +430,71 @@
     return cell;
   }
 
+  // Simulation runs: a run that ends while the page is open refreshes the evidence table
+  // and the strategy 'auto' applies (both read from the loop settings), so what the page
+  // says follows what the run stored.
+  const simulating = new Set();
+
+  function renderSimulations(runs) {
+    fillRows(document.getElementById("simulation-table"), runs.map((run) => {
+      const status = statusCell(run);
+      if (run.error) status.append(el("div", run.error, "muted"));
+      const chosen = run.evidence && run.evidence.chosen
+        ? el("div", run.evidence.chosen) : "";
+      if (chosen) chosen.append(el("div", run.evidence.why, "muted strategy-note"));
+      return [`#${run.id}`, `${run.size}: ${run.seeds} seeds, ${run.rounds} rounds`, status,
+        phaseCell(run, null), chosen, when(run.finished_at),
+        runAction(run, "simulation-runs", "simulation run")];
+    }), 7, "No simulation runs yet.");
+    const ended = runs.filter((run) => simulating.has(run.id) && !BUSY.has(run.status));
+    runs.forEach((run) => (BUSY.has(run.status) ? simulating.add(run.id) : simulating.delete(run.id)));
+    if (ended.some((run) => run.status === "succeeded")) refreshEvidence();
+    return runs.some((run) => BUSY.has(run.status));
+  }
+
+  const GAPS = ["processbench_f1", "step_auroc", "first_error_accuracy"];
+
+  async function refreshEvidence() {
+    const loop = await api(`/api/v1/projects/${projectId}/training-settings/`);
+    const evidence = loop.strategy_evidence || {};
+    const box = document.getElementById("evidence");
+    box.replaceChildren();
+    if (evidence.lines && evidence.lines.length) {
+      const table = el("table", null, "table table-stack evidence");
+      table.id = "evidence-table";
+      table.append(el("caption", `Strategies against random on this project's ${evidence.chains} ` +
+        `labeled chains (snapshot v${evidence.snapshot}, ${evidence.seeds} seeds, ` +
+        `${evidence.rounds} rounds of ${evidence.batch}): paired difference at the last round, ` +
+        "95% interval", "muted"));
+      const head = el("thead");
+      const row = el("tr");
+      ["Strategy", "ΔF1", "ΔAUROC", "ΔFirst-error acc.", "Labeled steps"]
+        .forEach((name) => row.append(el("th", name)));
+      head.append(row);
+      table.append(head, el("tbody"));
+      box.append(table);
+      fillRows(table, evidence.lines.map((line) => [line.strategy,
+        ...GAPS.map((gap) => (line[gap] ? line[gap].text : "")), line.labeled_steps]), 5, "");
+    }
+    const now = document.getElementById("applied-now");
+    const why = document.getElementById("applied-why");
+    if (now && why) {
+      now.textContent = loop.applied_strategy.strategy;
+      why.textContent = loop.applied_strategy.why;
+    }
+  }
+
   async function refresh() {
     window.clearTimeout(timer);
     let busy = false;
     try {
-      const [runs, versions, scoring] = await Promise.all([
+      const [runs, versions, scoring, simulations] = await Promise.all([
         api(`/api/v1/projects/${projectId}/training-runs/`),
         api(`/api/v1/projects/${projectId}/model-versions/`),
         api(`/api/v1/projects/${projectId}/scoring-runs/`),
+        api(`/api/v1/projects/${projectId}/simulation-runs/`),
       ]);
-      busy = renderRuns(runs) | renderScoring(scoring);
+      busy = renderRuns(runs) | renderScoring(scoring) | renderSimulations(simulations);
       renderVersions(versions);
     } catch (error) {
       console.error(error);
@@ -472,6 +537,8 @@
   bindForm("zero-shot-form", "zero-shot-message", ["max_length"], "training-runs",
     "zero-shot run");
   bindForm("score-form", "score-message", ["random_fraction"], "scoring-runs", "scoring run");
+  bindForm("simulate-form", "simulate-message", ["seeds", "rounds"], "simulation-runs",
+    "simulation run");
   // Loop settings: one PATCH with the loop fields and the automatic runs' config (sent
   // whole: a blank field falls back to the default).
   const settingsForm = document.getElementById("settings-form");

@@ -465,3 +465,79 @@ def test_a_scoring_start_message_follows_its_run_to_the_end(live_server: Any, pa
     page.locator("#score-form").scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "models-scoring-message-follows.png"), full_page=True)
     page.goto("about:blank")
+
+
+@pytest.mark.redis
+def test_a_simulation_started_from_the_page_runs_and_its_evidence_replaces_the_command(
+    live_server: Any,
+    page: Page,
+    celery_workers: Any,
+    arithmetic_project: Any,
+    make_member: Any,
+    tiny_bert_dir: Any,
+    settings: Any,
+) -> None:
+    # Given: the project's labels in a snapshot, automatic runs on the tiny BERT, a worker,
+    # and a node that allows at most 4 seeds
+    from annotation.services.snapshots import snapshot_create
+    from prm_training.models import ProjectTrainingSettings, SimulationRun
+    from tests.prm_training.ml_tiny import tiny_settings
+
+    settings.STEPLAB_SIMULATION_LIMITS = {
+        "seeds": (4, "STEPLAB_SIMULATION_MAX_SEEDS"),
+        "rounds": (8, "STEPLAB_SIMULATION_MAX_ROUNDS"),
+    }
+    project = arithmetic_project
+    snapshot_create(project=project)
+    ProjectTrainingSettings.objects.create(
+        project=project, default_config=tiny_settings(tiny_bert_dir)
+    )
+    celery_workers.start()
+    ml = make_member(project, "ml")
+    page_login(page=page, base_url=live_server.url, username=ml.username)
+    page.goto(f"{live_server.url}/projects/{project.pk}/models/")
+
+    # Then: 'auto' points at the button, not at a command
+    applied = page.locator("#applied-strategy").inner_text()
+    assert 'run one with "Simulate strategies" on the ML page' in applied
+    assert "manage.py" not in page.content()
+    form = page.locator("#simulate-form")
+
+    # When: ML staff ask more seeds than the node allows
+    form.locator("input[name=seeds]").fill("5")
+    form.get_by_role("button", name="Simulate strategies").click()
+
+    # Then: it is refused, naming the limit, and nothing is queued
+    message = page.locator("#simulate-message")
+    expect(message).to_contain_text("at most 4: this node's limit (STEPLAB_SIMULATION_MAX_SEEDS")
+    assert not SimulationRun.objects.exists()
+
+    # When: they start a quick run of 2 seeds and 1 round
+    form.locator("input[name=seeds]").fill("2")
+    form.locator("input[name=rounds]").fill("1")
+    form.get_by_role("button", name="Simulate strategies").click()
+
+    # Then: the run shows its phase while it simulates, with a Cancel, ...
+    table = page.locator("#simulation-table")
+    expect(table).to_contain_text("Simulating", timeout=120_000)
+    expect(table.get_by_role("button", name="Cancel")).to_be_visible()
+    page.locator("#simulation").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "models-simulation-running.png"), full_page=True)
+
+    # ...and when it ends, the message, the evidence table and 'auto''s reason follow it
+    run = SimulationRun.objects.get(project=project)
+    expect(message).to_have_text(f"Simulation run #{run.pk} succeeded.", timeout=180_000)
+    evidence = page.locator("#evidence-table tbody tr")
+    expect(evidence).to_have_count(4)
+    run.refresh_from_db()
+    expect(page.locator("#applied-why")).to_have_text(run.evidence["why"])
+    assert page.locator("#evidence-table td").first.inner_text() in {
+        "entropy",
+        "first_error_entropy",
+        "disagreement",
+        "convincing_wrong",
+    }
+    assert page_overflow(page) == []
+    page.locator("#evidence").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "models-simulation-evidence.png"), full_page=True)
+    page.goto("about:blank")
