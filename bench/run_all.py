@@ -171,6 +171,14 @@ SUITE: tuple[Bench, ...] = (
         "workspace.json",
         "submit to next chain rendered, in chromium",
     ),
+    Bench(
+        "consensus_fits",
+        "bench_consensus_fits.py",
+        (),
+        ("--chains", "300", "--processes", "4"),
+        "consensus_fits.json",
+        "8 processes ask for one project's Dawid-Skene fit at once: fits run",
+    ),
 )
 
 
