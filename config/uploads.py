@@ -14,6 +14,8 @@ endpoint that takes JSON) has already cost its whole size in disk and time.
   O_TMPFILE on Linux, else unlinked as it is created): nothing stays behind when the
   request fails or its worker is killed mid-upload. Django's own handlers keep a small
   file in memory and a large one under a name in FILE_UPLOAD_TEMP_DIR.
+- ``copy_into_place`` writes an upload's lasting copy (the import job's file) so that it
+  has a name only once it is whole: a worker killed mid-copy leaves nothing behind.
 
 Where a file is expected, the session's CSRF token is read from the header only
 (``annotation.api.authentication.SessionAuthentication``) and the view checks the role
@@ -22,16 +24,18 @@ before it reads ``request.data``: authenticate, then stream.
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from rest_framework.parsers import MultiPartParser
 
 MULTIPART_REFUSED_DETAIL = (
     "Multipart bodies are accepted only where a file is uploaded (the imports endpoint); send JSON."
@@ -44,6 +48,8 @@ def is_multipart(request: HttpRequest) -> bool:
 
 def view_accepts_multipart(view_func: Callable[..., Any]) -> bool:
     """Whether the view is a DRF view that names a multipart parser of its own."""
+    from rest_framework.parsers import MultiPartParser  # not at import: services use this module
+
     parsers = getattr(getattr(view_func, "cls", None), "parser_classes", ())
     return any(isinstance(p, type) and issubclass(p, MultiPartParser) for p in parsers)
 
@@ -127,3 +133,34 @@ class NamelessTemporaryFileUploadHandler(FileUploadHandler):
     def upload_interrupted(self) -> None:
         if hasattr(self, "file"):
             self.file.close()
+
+
+def copy_into_place(source: IO[bytes], path: Path, *, block: int = 1024 * 1024) -> None:
+    """Copy ``source`` (from where it stands) to ``path``, a block at a time, so that
+    ``path`` appears only once the copy is whole: the bytes go to a file with no name in
+    ``path``'s directory (O_TMPFILE), linked to ``path`` at the end, so a process killed
+    mid-copy leaves nothing. Where the filesystem has no O_TMPFILE, to ``path`` itself,
+    removed again when the copy raises (only a killed process then leaves a part)."""
+    try:
+        descriptor = os.open(path.parent, os.O_TMPFILE | os.O_WRONLY, 0o600)
+    except (AttributeError, OSError):  # no O_TMPFILE here (not Linux, or its filesystem)
+        descriptor = -1
+    if descriptor < 0:
+        try:
+            with path.open("wb") as out:
+                shutil.copyfileobj(source, out, block)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return
+    with os.fdopen(descriptor, "wb") as out:
+        shutil.copyfileobj(source, out, block)
+        out.flush()
+        # linkat(AT_SYMLINK_FOLLOW) through /proc gives the nameless file its name (a
+        # directory descriptor makes Python call linkat, not link, which would not follow).
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            source_link = f"/proc/self/fd/{descriptor}"
+            os.link(source_link, path.name, dst_dir_fd=directory, follow_symlinks=True)
+        finally:
+            os.close(directory)

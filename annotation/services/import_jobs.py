@@ -24,7 +24,6 @@ files; the import API runs it whenever a lead starts or follows a project's impo
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 import uuid
 from dataclasses import asdict
@@ -42,6 +41,7 @@ from django.utils import timezone
 from annotation.models import ImportJob, ImportJobStatus, Project
 from annotation.services.imports import MAX_KEPT_ERRORS, ImportRejected, chain_import
 from annotation.services.progress import RowProgress
+from config.uploads import copy_into_place
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +83,7 @@ def import_job_create(
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         upload.seek(0)
-        with path.open("wb") as out:
-            shutil.copyfileobj(upload, out, COPY_BLOCK_BYTES)
+        copy_into_place(upload, path, block=COPY_BLOCK_BYTES)  # named only once whole
         with transaction.atomic():
             job = ImportJob.objects.create(
                 project=project,

@@ -206,3 +206,37 @@ def test_a_job_no_worker_finished_is_failed_once_past_the_time_limit(
     assert live.status == ImportJobStatus.RUNNING
     assert (import_dir / live.stored_name).exists()
     assert import_jobs_reap_stale(project=project) == 0
+
+
+def test_a_process_killed_while_storing_an_upload_leaves_no_file(tmp_path: Path) -> None:
+    """The job's copy of an upload is named only once whole (config.uploads
+    .copy_into_place): a worker killed mid-copy, as the OOM killer or a deploy does,
+    leaves nothing in the import directory."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO_ROOT
+
+    # Given: a process storing an upload that arrives slowly (a pipe kept open)
+    script = (
+        "import sys; from pathlib import Path; from config.uploads import copy_into_place; "
+        f"copy_into_place(sys.stdin.buffer, Path({str(tmp_path / 'job.upload')!r}), block=4096)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, env=env)
+    assert child.stdin is not None
+    child.stdin.write(b"x" * (1024 * 1024))
+    child.stdin.flush()
+    time.sleep(2)  # it has read and written what came
+    # When: it is killed mid-copy
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    # Then: no file, whole or partial
+    assert list(tmp_path.iterdir()) == []
+    # And: a copy that completes appears whole
+    whole = subprocess.run([sys.executable, "-c", script], input=b"y" * 10_000, env=env)
+    assert whole.returncode == 0
+    assert (tmp_path / "job.upload").read_bytes() == b"y" * 10_000
