@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from annotation.models import Chain, EvaluationSet, Snapshot
+from annotation.models import Chain, EvaluationSet, Snapshot, SnapshotChain, SnapshotSplit
 from prm_training.ml.progress import PhaseMeter, PhaseReport, step_count
 from prm_training.models import EvaluationResult, ModelVersion, ProjectTrainingSettings
 from prm_training.services.examples import snapshot_chain_examples
@@ -73,10 +73,11 @@ def report_loses(report: Mapping[str, Any]) -> bool | None:
 
 
 def _set_examples(
-    snapshot: Snapshot | None, only: set[int] | None = None
+    snapshot: Snapshot | None, only: set[int] | None = None, leave: frozenset[int] = frozenset()
 ) -> tuple[dict[int, list[Any]], dict[int, int]]:
     """({set id: its chains with labels in ``snapshot``}, {set id: its chains}) of the
-    snapshot's project, every set of it (those in ``only`` when given)."""
+    snapshot's project, every set of it (those in ``only`` when given), without the
+    chains in ``leave``."""
     sets = list(EvaluationSet.objects.filter(project_id=snapshot.project_id)) if snapshot else []
     sets = [s for s in sets if only is None or s.pk in only]
     if not sets:
@@ -86,7 +87,7 @@ def _set_examples(
         for chain_id, set_id in Chain.objects.filter(evaluation_set__in=sets).values_list(
             "pk", "evaluation_set_id"
         )
-        if set_id is not None
+        if set_id is not None and chain_id not in leave
     }
     totals: dict[int, int] = {s.pk: 0 for s in sets}
     for set_id in member.values():
@@ -106,11 +107,13 @@ def evaluation_sets_measure(
     snapshot: Snapshot | None,
     phase: PhaseReport | None = None,
     only: set[int] | None = None,
+    leave: frozenset[int] = frozenset(),
 ) -> list[SetFigures]:
     """The figures of the checkpoint on every evaluation set of the snapshot's project
-    (those in ``only`` when given; none without a snapshot or a set), in set order;
+    (those in ``only`` when given; none without a snapshot or a set), in set order, on
+    their chains but those in ``leave`` (which the checkpoint may have trained on);
     ``phase`` gets an "evaluation sets" phase counted in steps."""
-    labeled, totals = _set_examples(snapshot, only)
+    labeled, totals = _set_examples(snapshot, only, leave)
     if not totals:
         return []
     from prm_training.ml.baselines import load_baselines
@@ -181,7 +184,9 @@ def evaluation_sets_fill(
 ) -> int:
     """Measure ``version`` (an older one: the active version) on the project's evaluation
     sets that hold no figures of it, sets marked after it was trained, with ``snapshot``'s
-    labels; the sets measured."""
+    labels; the sets measured. Marked after it was trained, a set may hold chains the
+    version learned from: those of its own snapshot's training split are left out, so
+    its figures there count fewer chains than a newer version's."""
     missing = set(
         EvaluationSet.objects.filter(project_id=version.project_id)
         .exclude(results__model_version=version)
@@ -189,8 +194,19 @@ def evaluation_sets_fill(
     )
     if not missing or snapshot is None:
         return 0
+    trained: frozenset[int] = frozenset()
+    if version.snapshot_id is not None and not version.is_zero_shot:
+        trained = frozenset(
+            SnapshotChain.objects.filter(
+                snapshot_id=version.snapshot_id, split=SnapshotSplit.TRAIN
+            ).values_list("chain_id", flat=True)
+        )
     figures = evaluation_sets_measure(
-        checkpoint_dir=version.checkpoint_dir, snapshot=snapshot, phase=phase, only=missing
+        checkpoint_dir=version.checkpoint_dir,
+        snapshot=snapshot,
+        phase=phase,
+        only=missing,
+        leave=trained,
     )
     evaluation_results_write(version=version, figures=figures)
     return len(figures)

@@ -28,7 +28,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from annotation.models import Chain, Project, Snapshot, SnapshotSplit
+from annotation.models import Chain, EvaluationSet, Project, Snapshot, SnapshotSplit
 from prm_training.ml.config import run_settings
 from prm_training.ml.progress import Phase, PhaseMeter, RunCancelled, step_count
 from prm_training.models import (
@@ -437,6 +437,9 @@ def _train_and_publish(run: TrainingRun, reporter: _RunReporter) -> TrainingRun:
     zero_shot = bool(run.settings.get("zero_shot"))
     reporter(Phase("snapshot", 0, 0, detail="freezing the project's labels"))
     snapshot = _zero_shot_snapshot(run) if zero_shot else _ensure_snapshot(run)
+    # The sets whose chains training leaves out: only they measure the version (a set
+    # marked while it trains may hold chains it learned from).
+    sets = set(EvaluationSet.objects.filter(project_id=run.project_id).values_list("pk", flat=True))
     train, heldout = _snapshot_splits(snapshot)
     if not zero_shot and snapshot is not None:
         if not train:
@@ -461,7 +464,7 @@ def _train_and_publish(run: TrainingRun, reporter: _RunReporter) -> TrainingRun:
         should_stop=reporter.should_stop,
         phase=reporter,
     )
-    figures = _measure_evaluation_sets(result, snapshot, reporter)
+    figures = _measure_evaluation_sets(result, snapshot, reporter, sets)
     return _publish(
         run=run,
         snapshot=snapshot,
@@ -473,7 +476,7 @@ def _train_and_publish(run: TrainingRun, reporter: _RunReporter) -> TrainingRun:
 
 
 def _measure_evaluation_sets(
-    result: Any, snapshot: Snapshot | None, reporter: _RunReporter
+    result: Any, snapshot: Snapshot | None, reporter: _RunReporter, sets: set[int]
 ) -> list[SetFigures] | None:
     """The new version on every evaluation set of its project (``services.evaluation``),
     and the active version on the sets that hold no figures of it (marked after it was
@@ -481,7 +484,7 @@ def _measure_evaluation_sets(
     measurement failed: it is published unmeasured, not lost."""
     try:
         figures = evaluation_sets_measure(
-            checkpoint_dir=str(result.checkpoint_dir), snapshot=snapshot, phase=reporter
+            checkpoint_dir=str(result.checkpoint_dir), snapshot=snapshot, phase=reporter, only=sets
         )
     except RunCancelled:
         raise

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prm_worker import WorkerFactory, wait_until
 
-from annotation.models import Chain, SnapshotChain
+from annotation.models import Chain, SnapshotChain, SnapshotSplit
 from annotation.services.evaluation_sets import evaluation_set_mark
 from prm_training.models import (
     EvaluationResult,
@@ -123,10 +123,15 @@ def test_the_next_run_also_measures_the_active_version_on_a_set_marked_after_it(
     )
     held = _held_out(project, labeled[-12:], "later.jsonl")
     second = _trained(project, ml, tiny_bert_dir, worker)
-    # Then both versions have figures on the set, from the same labeled chains
+    # Then both versions have figures on the set: v2 on its 12 chains, v1 only on those it
+    # did not train on (its snapshot's held-out ones)
     results = {
         r.model_version_id: r for r in EvaluationResult.objects.filter(evaluation_set_id=held)
     }
     assert set(results) == {first.pk, second.pk}
-    assert results[first.pk].chains == results[second.pk].chains == 12
-    assert "model" in results[first.pk].report["scores"]
+    assert results[second.pk].chains == 12
+    unseen_by_first = SnapshotChain.objects.filter(
+        snapshot=first.snapshot, split=SnapshotSplit.HELDOUT, chain_id__in=labeled[-12:]
+    ).count()
+    assert results[first.pk].chains == unseen_by_first < 12
+    assert ("model" in results[first.pk].report.get("scores", {})) == (unseen_by_first > 0)
