@@ -378,6 +378,21 @@ def test_runs_show_their_phase_and_are_cancelled_or_retried_from_the_page(
         chains_scored=400,
         phase=_phase("scoring", 1300, 3600, "steps", "400/1,200 chains", rate=41.0, eta=56),
     )
+    # ...and a simulation run counting its trainings
+    from prm_training.models import SimulationRun
+
+    SimulationRun.objects.create(
+        project=project,
+        status=RunStatus.RUNNING,
+        size="quick",
+        seeds=3,
+        rounds=2,
+        heartbeat_at=now,
+        attempts=1,
+        phase=_phase(
+            "simulating", 7, 33, "trainings", "5 strategies x 3 seeds x 2 rounds", rate=0.5, eta=52
+        ),
+    )
     with page_watched(browser=browser, width=width, height=height) as page:
         page_login(page=page, base_url=live_server.url, username=ml.username)
 
@@ -394,6 +409,12 @@ def test_runs_show_their_phase_and_are_cancelled_or_retried_from_the_page(
         table = page.locator("#scoring-table")
         expect(table).to_contain_text("Scoring · 400/1,200 chains · 1,300/3,600 steps")
         assert re.search(r"41 steps/s · about \d+ s left", table.inner_text())
+        simulations = page.locator("#simulation-table")
+        expect(simulations).to_contain_text(
+            "Simulating · 5 strategies x 3 seeds x 2 rounds · 7/33 trainings"
+        )
+        assert re.search(r"0\.5 trainings/s · about \d+ s left", simulations.inner_text())
+        expect(simulations.get_by_role("button", name="Cancel")).to_be_visible()
         assert page_overflow(page) == []
         page.screenshot(path=str(ARTIFACTS / f"models-run-phases-{width}.png"), full_page=True)
 
