@@ -110,11 +110,20 @@ def training_attempt_dir(run: TrainingRun) -> Path:
     return model_dir_root() / f"project-{run.project_id}" / f"run-{run.pk}-a{run.attempts}"
 
 
+def simulation_attempt_dir(run: SimulationRun) -> Path:
+    """A simulation attempt's scratch directory (its rounds' checkpoints), one per attempt
+    as a training run's; removed when the attempt ends or is reaped."""
+    return model_dir_root() / f"project-{run.project_id}" / f"simulation-{run.pk}-a{run.attempts}"
+
+
 def _leftovers_remove(run: Run) -> None:
     """What a lost or finished attempt leaves on disk: a training attempt's checkpoint
-    directory (its ModelVersion, if any, points at a directory of its own)."""
+    directory (its ModelVersion, if any, points at a directory of its own), a simulation
+    attempt's scratch directory."""
     if isinstance(run, TrainingRun) and run.attempts:
         shutil.rmtree(training_attempt_dir(run), ignore_errors=True)
+    if isinstance(run, SimulationRun) and run.attempts:
+        shutil.rmtree(simulation_attempt_dir(run), ignore_errors=True)
 
 
 # --- sending -----------------------------------------------------------------------------

@@ -43,13 +43,13 @@ from prm_training.services.backbones import backbone_path
 from prm_training.services.progress import RunProgress, run_kept_alive
 from prm_training.services.runs import (
     feature_cache_dir,
-    model_dir_root,
     run_cancel,
     run_claim,
     run_enqueue_on_commit,
     run_failure_detail,
     run_finish,
     run_retry_check,
+    simulation_attempt_dir,
 )
 from prm_training.services.strategy import (
     strategy_evidence_build,
@@ -290,7 +290,7 @@ def simulation_run_execute(
     )
     if run is None:
         return None
-    work_dir = _work_dir(run)
+    work_dir = simulation_attempt_dir(run)
     try:
         with run_kept_alive(run):
             _simulate(run, work_dir)
@@ -305,11 +305,6 @@ def simulation_run_execute(
         shutil.rmtree(work_dir, ignore_errors=True)
     run.refresh_from_db()
     return run
-
-
-def _work_dir(run: SimulationRun) -> Path:
-    """The attempt's scratch directory (its round checkpoints), removed when it ends."""
-    return model_dir_root() / f"project-{run.project_id}" / f"simulation-{run.pk}-a{run.attempts}"
 
 
 def _simulate(run: SimulationRun, work_dir: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from annotation.services.snapshots import snapshot_create
 from prm_training.models import ProjectTrainingSettings, RunStatus, SimulationRun
@@ -158,3 +159,28 @@ def test_a_cancelled_run_is_not_run_and_its_retry_asks_the_same(project: Any) ->
     )
     with pytest.raises(ValidationError, match="Only a failed or cancelled run"):
         simulation_run_retry(run=retry, user=None)
+
+
+def test_a_lost_worker_s_run_is_reaped_with_its_scratch_directory(
+    project: Any, model_dir: Path, monkeypatch: Any
+) -> None:
+    from prm_training.services.runs import runs_reap_stale, simulation_attempt_dir
+
+    # Given: a run RUNNING under a worker node, with its attempt's round checkpoints
+    monkeypatch.setenv("STEPLAB_MODEL_DIR", str(model_dir))
+    run = simulation_run_start(project=project, user=None, size="quick")
+    SimulationRun.objects.filter(pk=run.pk).update(
+        status=RunStatus.RUNNING, attempts=1, worker="gpu@node-1", heartbeat_at=timezone.now()
+    )
+    run.refresh_from_db()
+    scratch = simulation_attempt_dir(run)
+    (scratch / "prm").mkdir(parents=True)
+
+    # When: that node starts again (its earlier process died)
+    reaped = runs_reap_stale(worker="gpu@node-1")
+
+    # Then: the run reads as lost, and its scratch directory is gone
+    run.refresh_from_db()
+    assert reaped == 1 and run.status == RunStatus.FAILED
+    assert run.error.startswith("Worker lost: gpu@node-1")
+    assert not scratch.exists()
