@@ -20,7 +20,7 @@ from annotation.models import (
     Step,
     StepRating,
 )
-from annotation.services.agreement import current_human_ratings
+from annotation.services.agreement import CurrentRatings, current_human_ratings
 from annotation.services.consensus import (
     StepPosterior,
     chain_consensus,
@@ -48,6 +48,21 @@ class ChainDisagreement:
     def agreement(self) -> float:
         """Share of the chain's steps on which nobody disagrees."""
         return 1.0 - self.disagreeing_steps / max(1, self.step_count)
+
+
+def _voter_names(data: CurrentRatings, chains: np.ndarray) -> dict[int, list[str]]:
+    """The distinct annotators of each of ``chains`` in the ratings ``data``, by name."""
+    pairs = np.unique(np.stack([data.chain, data.annotator], axis=1), axis=0)
+    pairs = pairs[np.isin(pairs[:, 0], chains)]
+    names = dict(
+        get_user_model()
+        .objects.filter(pk__in=np.unique(pairs[:, 1]).tolist())
+        .values_list("pk", "username")
+    )
+    voters: dict[int, list[str]] = {}
+    for chain_id, user_id in pairs.tolist():
+        voters.setdefault(chain_id, []).append(names.get(user_id, ""))
+    return voters
 
 
 def chain_disagreements(
@@ -87,17 +102,7 @@ def chain_disagreements(
     spreads = np.bincount(
         chain_pos.reshape(-1), weights=(high - low)[disagreeing], minlength=chains.size
     )
-    # Distinct annotators per disputed chain, by name.
-    pairs = np.unique(np.stack([data.chain, data.annotator], axis=1), axis=0)
-    pairs = pairs[np.isin(pairs[:, 0], chains)]
-    names = dict(
-        get_user_model()
-        .objects.filter(pk__in=np.unique(pairs[:, 1]).tolist())
-        .values_list("pk", "username")
-    )
-    voters: dict[int, list[str]] = {}
-    for chain_id, user_id in pairs.tolist():
-        voters.setdefault(chain_id, []).append(names.get(user_id, ""))
+    voters = _voter_names(data, chains)
     adjudicated = Annotation.objects.filter(
         chain=OuterRef("pk"), source=AnnotationSource.ADJUDICATION, superseded_by__isnull=True
     )
