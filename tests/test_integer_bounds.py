@@ -89,10 +89,13 @@ def _body(where: str, value: int) -> dict[str, Any]:
 
 def _base_body(name: str, where: str, ids: dict[str, int]) -> dict[str, Any]:
     """The rest of a body that needs more than the field under test to reach it: a bulk
-    action names its action, its count and a selection (a chain, or the filter tested)."""
+    action names its action, its count (not the preview) and a selection (a chain, or the
+    filter tested)."""
     if name not in ("api-chains-bulk", "api-chains-bulk-preview"):
         return {}
-    base: dict[str, Any] = {"action": "unflag", "expected": 0}
+    base: dict[str, Any] = {"action": "unflag"}
+    if name == "api-chains-bulk":
+        base["expected"] = 0  # the confirmed count; the preview takes none (unknown: a 400)
     if not where.startswith("body.filters"):
         base["chain_ids"] = [ids["chain_id"]]
     return base
