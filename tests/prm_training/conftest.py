@@ -32,6 +32,16 @@ def backbone_root(tiny_bert_dir: Path, monkeypatch: Any) -> Path:
 
 
 @pytest.fixture
+def endless_runs_allowed(settings: Any) -> None:
+    """A node whose limit on head epochs lets a run train for ever: the tests that cancel
+    or kill a run mid-training ask for 1,000,000 so it is still training when they do
+    (the limit is checked where the run is started, in this process)."""
+    limits = dict(settings.STEPLAB_TRAINING_LIMITS)
+    limits["head_epochs"] = (1_000_000, limits["head_epochs"][1])
+    settings.STEPLAB_TRAINING_LIMITS = limits
+
+
+@pytest.fixture
 def model_dir(tmp_path: Path) -> Path:
     path = tmp_path / "models"
     path.mkdir()

@@ -79,6 +79,7 @@ def test_a_training_run_reports_its_phases_and_stops_soon_after_a_cancel(
     make_member: Any,
     client_for: Any,
     tiny_bert_dir: Path,
+    endless_runs_allowed: None,
 ) -> None:
     # Given an active version, a worker, and ML staff
     project = arithmetic_project
@@ -135,6 +136,7 @@ def test_a_killed_workers_run_reads_as_lost_within_a_minute_and_its_retry_runs(
     make_member: Any,
     client_for: Any,
     tiny_bert_dir: Path,
+    endless_runs_allowed: None,
 ) -> None:
     # Given a run training on a worker
     project = arithmetic_project

@@ -144,7 +144,10 @@ def test_worker_makes_a_zero_shot_version_that_orders_an_unlabeled_queue(
 
 
 def test_a_worker_killed_mid_run_publishes_nothing_and_the_next_worker_reaps_the_run(
-    celery_workers: WorkerFactory, arithmetic_project: Any, make_member: Any
+    celery_workers: WorkerFactory,
+    arithmetic_project: Any,
+    make_member: Any,
+    endless_runs_allowed: None,
 ) -> None:
     # Given an active version and a run slow enough to kill mid-training
     project = arithmetic_project
