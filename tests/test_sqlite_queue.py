@@ -25,6 +25,7 @@ call_command("migrate", verbosity=0)
 
 from django.contrib.auth import get_user_model
 from django.test import Client
+JSON = "application/json"  # what the workspace sends; multipart is for imports only
 from tests.factories import api_token_key
 
 from annotation.models import (
@@ -49,11 +50,12 @@ for name in ("ann", "bob"):
 out = {}
 # ann over a token: the token door
 token = Client(HTTP_AUTHORIZATION="Token " + api_token_key(users[0]))
-leased = token.post(f"/api/v1/projects/{project.pk}/assignments/next/")
+leased = token.post(f"/api/v1/projects/{project.pk}/assignments/next/", content_type=JSON)
 out["next"] = leased.status_code
 lease = leased.json()
 out["next_again_same"] = (
-    token.post(f"/api/v1/projects/{project.pk}/assignments/next/").json()["assignment"]["id"]
+    token.post(f"/api/v1/projects/{project.pk}/assignments/next/", content_type=JSON)
+    .json()["assignment"]["id"]
     == lease["assignment"]["id"]
 )
 body = {
@@ -61,19 +63,19 @@ body = {
     "request_id": "r1",
 }
 url = f"/api/v1/assignments/{lease['assignment']['id']}/submit/"
-first = token.post(url, json.dumps(body), content_type="application/json")
-again = token.post(url, json.dumps(body), content_type="application/json")
+first = token.post(url, json.dumps(body), content_type=JSON)
+again = token.post(url, json.dumps(body), content_type=JSON)
 out["submit"] = [first.status_code, again.status_code, first.json() == again.json()]
 out["ratings"] = [r["rating"] for r in first.json()["annotation"]["ratings"]]
 
 # bob over a session (DRF's full cycle), with a rating comment
 session = Client()
 session.force_login(User.objects.get(username="bob"))
-lease = session.post(f"/api/v1/projects/{project.pk}/assignments/next/").json()
+lease = session.post(f"/api/v1/projects/{project.pk}/assignments/next/", content_type=JSON).json()
 steps = lease["chain"]["steps"]
 body = {"ratings": [{"step": s["id"], "rating": -1, "comment": " why "} for s in steps]}
 url = f"/api/v1/assignments/{lease['assignment']['id']}/submit/"
-submitted = session.post(url, json.dumps(body), content_type="application/json")
+submitted = session.post(url, json.dumps(body), content_type=JSON)
 out["session_submit"] = submitted.status_code
 
 chain = Chain.objects.get(pk=CHAIN_IDS.read(lease["chain"]["id"]))
@@ -94,10 +96,11 @@ long_chain = Chain.objects.create(
 Step.objects.bulk_create(
     Step(chain=long_chain, index=i, text=f"s{i}") for i in range(long_chain.step_count)
 )
-lease = token.post(f"/api/v1/projects/{long_project.pk}/assignments/next/").json()
+next_url = f"/api/v1/projects/{long_project.pk}/assignments/next/"
+lease = token.post(next_url, content_type=JSON).json()
 body = {"ratings": [{"step": s["id"], "rating": 0} for s in lease["chain"]["steps"]]}
 url = f"/api/v1/assignments/{lease['assignment']['id']}/submit/"
-out["long_submit"] = token.post(url, json.dumps(body), content_type="application/json").status_code
+out["long_submit"] = token.post(url, json.dumps(body), content_type=JSON).status_code
 long_chain.refresh_from_db()
 out["long"] = [
     StepRating.objects.filter(annotation__chain=long_chain).count(),
@@ -116,25 +119,27 @@ for c in range(2):
         project=flag_project, problem=flag_problem, content_hash=f"f{c}", step_count=1
     )
     Step.objects.create(chain=chain, index=0, text="only")
-lease = token.post(f"/api/v1/projects/{flag_project.pk}/assignments/next/").json()
+lease = token.post(f"/api/v1/projects/{flag_project.pk}/assignments/next/", content_type=JSON)
+lease = lease.json()
 url = f"/api/v1/assignments/{lease['assignment']['id']}/flag/"
 reason = json.dumps({"reason": "garbled"})
-flags = [token.post(url, reason, content_type="application/json").status_code for _ in "ab"]
+flags = [token.post(url, reason, content_type=JSON).status_code for _ in "ab"]
 lead_client = Client()
 lead_client.force_login(lead)
 listed = lead_client.get(f"/api/v1/projects/{flag_project.pk}/flags/").json()["results"]
 # A lead's rooms name chains by their row ids, the workspace by their public ids.
 flagged_chain = CHAIN_IDS.read(lease["chain"]["id"])
-cleared = lead_client.post(f"/api/v1/chains/{flagged_chain}/unflag/").json()
+cleared = lead_client.post(f"/api/v1/chains/{flagged_chain}/unflag/", content_type=JSON).json()
 out["flag"] = flags + [
     [listed[0]["flagged_by"], listed[0]["flag_reason"]],
     [cleared["is_flagged"], cleared["cleared_by"]],
 ]
-lease = token.post(f"/api/v1/projects/{flag_project.pk}/assignments/next/").json()
+lease = token.post(f"/api/v1/projects/{flag_project.pk}/assignments/next/", content_type=JSON)
+lease = lease.json()
 base = f"/api/v1/assignments/{lease['assignment']['id']}"
-skip = token.post(f"{base}/skip/", json.dumps({"reason": "no"}), content_type="application/json")
+skip = token.post(f"{base}/skip/", json.dumps({"reason": "no"}), content_type=JSON)
 body = {"ratings": [{"step": s["id"], "rating": 1} for s in lease["chain"]["steps"]]}
-late = token.post(f"{base}/submit/", json.dumps(body), content_type="application/json")
+late = token.post(f"{base}/submit/", json.dumps(body), content_type=JSON)
 out["skip_then_submit"] = [skip.status_code, late.status_code, late.json()["code"]]
 
 print("RESULT " + json.dumps(out))
