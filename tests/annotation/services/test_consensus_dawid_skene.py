@@ -342,10 +342,13 @@ def test_a_snapshot_fits_once_though_votes_arrive_between_its_chunks(project, mo
 
     # Then the project was fitted once, for every chunk alike
     assert fits == [1]
-    # And the database holds one fit for the project, replaced (not added to) on a refit
+    # And the database holds one fit per project and import-labels rule, replaced (not
+    # added to) on a refit: the snapshot read people's labels only (its default), the
+    # project's own fit reads them by the project's rule
+    dawid_skene_fit(project=project)
     dawid_skene_fit(project=project)
     assert fits == [1, 1]
-    stored = ConsensusFit.objects.get(project=project)
+    stored = ConsensusFit.objects.get(project=project, import_labels=project.import_labels)
     assert stored.stamp == consensus._fit_stamp(
         project=project, import_labels=project.import_labels
     )
