@@ -11,8 +11,10 @@ bootstrap interval of the version minus the strongest of them. The labels are th
 the run's snapshot (the consensus the project's rules give, imported labels included
 where they count); a chain of the set with none there is counted, not scored.
 
-A version *loses* on a set when its official F1 (the mean over subsets) is below the
-strongest baseline's with the whole interval under zero. With the project's
+A version *loses* on a set when its official F1 (the mean over subsets) or its step
+AUROC is below the strongest baseline's with the whole interval under zero: "beats the
+baselines" needs both figures (``ml.baselines.verdict_against_baselines``), so not
+losing needs both too. With the project's
 ``promotion_needs_evaluation_sets`` on, a version becomes active (after its run or by
 hand) only when it was measured on every evaluation set and loses on none; a set marked
 after the version was trained has no figures of it, and the version is not promoted on
@@ -36,9 +38,10 @@ from prm_training.services.runs import feature_cache_dir
 
 logger = logging.getLogger(__name__)
 
-# The figure a version must not lose on: ProcessBench's own (F1 per subset, averaged), and
-# the pooled F1 where the report has no subsets.
-VERDICT_FIGURES = ("mean_subset_f1", "f1")
+# The figures a version must not lose on: ProcessBench's own F1 (per subset, averaged; the
+# pooled F1 where the report has no subsets), and the step AUROC.
+VERDICT_F1_FIGURES = ("mean_subset_f1", "f1")
+VERDICT_AUROC = "auroc"
 
 
 @dataclass(frozen=True)
@@ -54,22 +57,32 @@ class SetFigures:
     loses: bool | None = None
 
 
+def _gap_high(versus: Mapping[str, Any], figure: str) -> float | None:
+    gap = versus.get(figure)
+    if gap and "high" in gap and math.isfinite(float(gap["high"])):
+        return float(gap["high"])
+    return None
+
+
 def report_loses(report: Mapping[str, Any]) -> bool | None:
-    """Whether the report's model is below its strongest baseline on the official F1,
-    the interval of the difference under zero; None where the report has no such
-    difference (no labeled chain, no baseline kept).
+    """Whether the report's model is below its strongest baseline on the official F1 or
+    on the step AUROC, the interval of the difference under zero; None where the report
+    has neither difference (no labeled chain, no baseline kept).
 
     >>> report_loses({"versus_strongest": {"mean_subset_f1": {"mean": -0.1, "high": -0.02}}})
     True
     >>> report_loses({"versus_strongest": {"f1": {"mean": -0.1, "high": 0.01}}})
     False
+    >>> report_loses({"versus_strongest": {"f1": {"high": 0.01}, "auroc": {"high": -0.2}}})
+    True
     """
     versus = report.get("versus_strongest") or {}
-    for figure in VERDICT_FIGURES:
-        gap = versus.get(figure)
-        if gap and "high" in gap and math.isfinite(float(gap["high"])):
-            return float(gap["high"]) < 0
-    return None
+    f1 = next(
+        (high for figure in VERDICT_F1_FIGURES if (high := _gap_high(versus, figure)) is not None),
+        None,
+    )
+    highs = [high for high in (f1, _gap_high(versus, VERDICT_AUROC)) if high is not None]
+    return any(high < 0 for high in highs) if highs else None
 
 
 def _set_examples(

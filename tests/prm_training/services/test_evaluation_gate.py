@@ -9,6 +9,7 @@ from rest_framework.test import APIClient
 
 from annotation.services.evaluation_sets import evaluation_set_mark
 from prm_training.models import EvaluationResult, ModelVersion, ProjectTrainingSettings
+from prm_training.services.evaluation import report_loses
 from prm_training.services.training import model_version_activate
 from tests.factories import ChainFactory, ImportBatchFactory, scoring_run_with_model_version
 
@@ -64,3 +65,22 @@ def test_the_results_endpoint_gives_each_versions_figures_per_set(project, make_
     EvaluationResult.objects.filter(model_version=version).update(loses=True)
     response = client.post(activate)
     assert response.status_code == 400 and "unseen.jsonl" in str(response.json())
+
+
+@pytest.mark.parametrize(
+    ("versus", "loses"),
+    [
+        # F1 and AUROC both inside their intervals: no loss
+        ({"mean_subset_f1": {"high": 0.02}, "auroc": {"high": 0.01}}, False),
+        # the official F1 wholly below the strongest baseline
+        ({"mean_subset_f1": {"high": -0.01}, "auroc": {"high": 0.3}}, True),
+        # F1 holds zero but AUROC is wholly below (a version on GSM8K trained on MATH:
+        # F1 -0.09 [-0.20, +0.02], AUROC -0.23 [-0.26, -0.19] against the text-blind head)
+        ({"mean_subset_f1": {"high": 0.023}, "auroc": {"high": -0.186}}, True),
+        # the pooled F1 where the report has no subsets
+        ({"f1": {"high": -0.05}}, True),
+        ({}, None),
+    ],
+)
+def test_a_version_loses_on_a_set_when_f1_or_auroc_is_wholly_below(versus, loses):
+    assert report_loses({"versus_strongest": versus}) is loses
