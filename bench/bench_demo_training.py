@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-READY_SECONDS = 300
+READY_SECONDS = 180
 SAMPLE_SECONDS = 0.25
 
 SETUP = """
@@ -142,9 +142,14 @@ class Meter:
 
 
 @contextlib.contextmanager
-def _demo(env: dict[str, str], log: Path) -> Iterator[tuple[int, int]]:
+def demo_running(env: dict[str, str], log: Path) -> Iterator[tuple[int, int]]:
+    """`make demo` on a free port, its output in ``log``: yields (port, the process group's
+    leader) once /healthz answers; SIGTERM to the group on the way out (SIGKILL after a
+    minute). RuntimeError with the log's tail when it does not start. Also the demo's
+    tests' (tests/test_demo_serve.py)."""
     port = _free_port()
     with log.open("wb") as out:
+        # `-o install`: the caller already runs inside the installed environment.
         popen = subprocess.Popen(
             ["make", "--no-print-directory", "-o", "install", "demo", f"PORT={port}"],
             cwd=REPO_ROOT,
@@ -162,17 +167,19 @@ def _demo(env: dict[str, str], log: Path) -> Iterator[tuple[int, int]]:
                 if connection.getresponse().status == 200:
                     break
             if time.monotonic() > deadline or popen.poll() is not None:
-                raise SystemExit(f"make demo did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
+                raise RuntimeError(f"make demo did not answer /healthz:\n{log.read_text()[-4000:]}")
+            time.sleep(0.3)
         yield port, popen.pid
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(popen.pid, signal.SIGTERM)
-        try:
-            popen.wait(timeout=60)
-        except subprocess.TimeoutExpired:
+        if popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(popen.pid, signal.SIGKILL)
+                os.killpg(popen.pid, signal.SIGTERM)
+            try:
+                popen.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(popen.pid, signal.SIGKILL)
+                popen.wait(timeout=30)
 
 
 def _label(api: Api, project_id: int, chains: int, rng: random.Random) -> int:
@@ -232,7 +239,7 @@ def main() -> None:
             STEPLAB_BROKER_DIR=f"{tmp}/broker",
             STEPLAB_MODEL_DIR=f"{tmp}/models",
         )
-        with _demo(env, Path(tmp) / "demo.log") as (port, root):
+        with demo_running(env, Path(tmp) / "demo.log") as (port, root):
             made = subprocess.run(
                 [sys.executable, "manage.py", "shell", "-c", SETUP],
                 cwd=REPO_ROOT,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -20,13 +19,13 @@ from typing import Any
 
 import pytest
 
+from bench.bench_demo_training import demo_running
 from bench.bench_foundation import QueueClient, load_run
 from tests.conftest import REPO_ROOT
 
 ANNOTATORS = 16
 CHAINS = 1_000
 OVERLAP = 2
-READY_SECONDS = 180
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -38,14 +37,6 @@ class AnnotatorClient(QueueClient):
     def post(self, path: str, body: dict | None) -> tuple[int, bytes, float]:
         self.conn.close()
         return super().post(path, body)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _demo_base_env(tmp_path: Path) -> dict[str, str]:
@@ -106,56 +97,11 @@ def lab(transactional_db: Any) -> tuple[int, list[str]]:
     return project.pk, tokens
 
 
-@contextlib.contextmanager
-def _make_demo(env: dict[str, str], log: Path) -> Iterator[int]:
-    """`make demo` on a free port; SIGTERM to its process group on the way out."""
-    port = _free_port()
-    with log.open("wb") as out:
-        # `-o install`: the suite already runs inside the installed environment.
-        popen = subprocess.Popen(
-            ["make", "--no-print-directory", "-o", "install", "demo", f"PORT={port}"],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        yield port
-    finally:
-        if popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(popen.pid, signal.SIGTERM)
-            try:
-                popen.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(popen.pid, signal.SIGKILL)
-                popen.wait(timeout=30)
-
-
 @pytest.fixture
 def demo(demo_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[int, Path]]:
     log = tmp_path / "demo.log"
-    with _make_demo(demo_env, log) as port:
+    with demo_running(demo_env, log) as (port, _):
         yield port, log
-
-
-def _wait_ready(port: int, log: Path) -> None:
-    import http.client
-
-    deadline = time.monotonic() + READY_SECONDS
-    while True:
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            connection.request("GET", "/healthz")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"make demo did not answer /healthz:\n{log.read_text()[-4000:]}")
-        time.sleep(0.3)
 
 
 def test_make_demo_on_postgresql_holds_sixteen_annotators(
@@ -165,7 +111,6 @@ def test_make_demo_on_postgresql_holds_sixteen_annotators(
 
     project_id, tokens = lab
     port, log = demo
-    _wait_ready(port, log)
     # It still prints where to go and who to log in as.
     output = log.read_text()
     assert f"URL: http://127.0.0.1:{port}/" in output
@@ -245,8 +190,7 @@ def test_make_demo_on_sqlite_holds_sixteen_annotators(tmp_path: Path) -> None:
         "LAB_ANNOTATORS": str(ANNOTATORS),
     }
     log = tmp_path / "demo.log"
-    with _make_demo(env, log) as port:
-        _wait_ready(port, log)
+    with demo_running(env, log) as (port, _):
         made = subprocess.run(
             [str(REPO_ROOT / ".venv" / "bin" / "python"), "manage.py", "shell", "-c", SQLITE_LAB],
             cwd=REPO_ROOT,
