@@ -20,7 +20,15 @@ from annotation.api.fields import BIGINT_MAX
 from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
 from annotation.importers.formats import FORMATS as IMPORT_FORMATS
 from annotation.invite_lists import MAX_LIST_CHARS
-from annotation.models import ImportBatch, ImportLabels, LabelingMode, Project, Role, StepSplit
+from annotation.models import (
+    BulkActionKind,
+    ImportBatch,
+    ImportLabels,
+    LabelingMode,
+    Project,
+    Role,
+    StepSplit,
+)
 from annotation.navigation import page_roles, project_pages
 from annotation.selectors.access import project_create_allowed, project_get_for_member
 from annotation.selectors.datasets import snapshot_get, training_snapshots
@@ -32,6 +40,7 @@ from annotation.selectors.projects import (
     project_get_with_progress,
     project_list_with_progress,
 )
+from annotation.services.chains import EXTRA_LABELS_MAX
 from annotation.services.snapshots import MIN_SUPPORT_MAX, SEED_MAX
 
 if TYPE_CHECKING:
@@ -237,15 +246,38 @@ def chains_page(request: HttpRequest, project_id: int) -> HttpResponse:
     )
     config = {
         "projectId": project.pk,
-        "api": {"chains": reverse("api-project-chains", args=[project.pk])},
+        "api": {
+            "chains": reverse("api-project-chains", args=[project.pk]),
+            "bulkPreview": reverse("api-chains-bulk-preview", args=[project.pk]),
+            "bulk": reverse("api-chains-bulk", args=[project.pk]),
+        },
         "chainPage": reverse("chain-page", args=[project.pk, 0]).removesuffix("0/"),
     }
     members = project.memberships.select_related("user").order_by("user__username")
-    return render(
-        request,
-        "annotation/chains.html",
-        {"project": project, "config": config, "members": members},
+    context = {
+        "project": project,
+        "config": config,
+        "members": members,
+        "bulk_actions": BulkActionKind.choices,
+        "sorts": CHAIN_SORT_CHOICES,
+        "extra_labels_max": EXTRA_LABELS_MAX,
+    }
+    return render(request, "annotation/chains.html", context)
+
+
+# The data manager's "Sort by" choices (the column headers sort too; a phone hides them).
+CHAIN_SORT_CHOICES = [
+    (f"{sign}{key}", f"{label}, {direction}")
+    for key, label in (
+        ("id", "chain"),
+        ("status", "status"),
+        ("passes", "passes"),
+        ("agreement", "agreement"),
+        ("prm_score", "PRM score"),
+        ("prm_uncertainty", "uncertainty"),
     )
+    for sign, direction in (("", "lowest first"), ("-", "highest first"))
+]
 
 
 @require_GET

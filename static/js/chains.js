@@ -1,6 +1,9 @@
 // The data manager's chain list: filters and search go to the chains API
-// (GET projects/{id}/chains/) and pages follow its keyset cursor (next_after). Text from
-// imports goes in with textContent only.
+// (GET projects/{id}/chains/), sorted by the column a header names (`sort`), pages follow
+// its keyset cursor (next_cursor). Chains ticked on any page, or every chain the filters
+// match, take one bulk action: counted first (chains/bulk/preview/), done on confirmation
+// with that count (chains/bulk/), a job the page follows. Text from imports goes in with
+// textContent only.
 "use strict";
 
 (function () {
@@ -9,7 +12,10 @@
   const $ = (id) => document.getElementById(id);
   const root = $("chains");
   const STATUS = { in_progress: "in progress" };
-  let nextAfter = null;
+  const ticked = new Set();
+  let sort = "id";
+  let nextCursor = null;
+  let preview = null; // {body, changed} of the bulk action counted last
 
   function el(tag, text, className) {
     const node = document.createElement(tag);
@@ -22,27 +28,60 @@
     return value === null || value === undefined ? "—" : value.toFixed(2);
   }
 
-  function query(after) {
-    const params = new URLSearchParams();
-    const set = (name, id) => {
+  function say(text, kind) {
+    const message = $("ch-message");
+    message.textContent = text;
+    message.className = `ch-message ${kind || ""}`.trim();
+    message.hidden = !text;
+  }
+
+  function errorText(error) {
+    if (!error.body) return String(error);
+    if (typeof error.body.detail === "string") return error.body.detail;
+    return JSON.stringify(error.body);
+  }
+
+  // The filters as the list's query parameters and as the bulk action's `filters`.
+  function filters() {
+    const out = {};
+    const set = (name, id, number) => {
       const value = $(id).value.trim();
-      if (value !== "") params.set(name, value);
+      if (value !== "") out[name] = number ? Number(value) : value;
     };
     set("q", "ch-q");
-    set("status", "ch-status");
-    set("annotator", "ch-annotator");
-    set("max_agreement", "ch-agreement");
-    set("min_score", "ch-min-score");
-    set("max_score", "ch-max-score");
-    set("min_uncertainty", "ch-min-unc");
-    set("max_uncertainty", "ch-max-unc");
-    if (after !== null) params.set("after", String(after));
+    set("annotator", "ch-annotator", true);
+    set("max_agreement", "ch-agreement", true);
+    set("min_score", "ch-min-score", true);
+    set("max_score", "ch-max-score", true);
+    set("min_uncertainty", "ch-min-unc", true);
+    set("max_uncertainty", "ch-max-unc", true);
+    const status = $("ch-status").value;
+    if (status) out.status = [status];
+    return out;
+  }
+
+  function query(cursor) {
+    const params = new URLSearchParams();
+    for (const [name, value] of Object.entries(filters())) params.set(name, String(value));
+    params.set("sort", sort);
+    if (cursor !== null) params.set("cursor", cursor);
     return params;
   }
 
   function row(chain) {
     const tr = el("tr");
     tr.dataset.chain = chain.id;
+    const tick = el("input");
+    tick.type = "checkbox";
+    tick.checked = ticked.has(chain.id);
+    tick.setAttribute("aria-label", `Tick chain ${chain.id}`);
+    tick.addEventListener("change", () => {
+      if (tick.checked) ticked.add(chain.id);
+      else ticked.delete(chain.id);
+      selectionChanged();
+    });
+    const tickCell = el("td", null, "ch-tick");
+    tickCell.append(tick);
     const link = el("a", `#${chain.id}`);
     link.href = `${config.chainPage}${chain.id}/`;
     const first = el("td");
@@ -57,6 +96,7 @@
     const problem = el("td", null, "ch-problem math");
     renderMath(problem, chain.problem);
     tr.append(
+      tickCell,
       first,
       problem,
       el("td", STATUS[chain.status] || chain.status),
@@ -68,27 +108,135 @@
     return tr;
   }
 
-  async function load(after) {
+  function shownIds() {
+    return [...$("ch-rows").querySelectorAll("tr[data-chain]")].map((tr) => Number(tr.dataset.chain));
+  }
+
+  function selectionChanged() {
+    const count = ticked.size;
+    $("ch-selected").textContent =
+      count === 0 ? "No chain ticked" : `${count.toLocaleString()} chain${count === 1 ? "" : "s"} ticked`;
+    const shown = shownIds();
+    const page = $("ch-tick-page");
+    page.checked = shown.length > 0 && shown.every((id) => ticked.has(id));
+    page.indeterminate = !page.checked && shown.some((id) => ticked.has(id));
+    closeConfirm();
+  }
+
+  function showSort() {
+    $("ch-sort").value = sort;
+    const key = sort.replace(/^-/, "");
+    for (const th of root.querySelectorAll("th[data-sort]")) {
+      if (th.dataset.sort === key) th.setAttribute("aria-sort", sort.startsWith("-") ? "descending" : "ascending");
+      else th.removeAttribute("aria-sort");
+    }
+  }
+
+  async function load(cursor) {
     root.dataset.state = "loading";
-    const message = $("ch-message");
     try {
-      const page = await api(`${config.api.chains}?${query(after)}`);
-      const body = $("ch-rows");
-      body.replaceChildren(...page.results.map(row));
+      const page = await api(`${config.api.chains}?${query(cursor)}`);
+      $("ch-rows").replaceChildren(...page.results.map(row));
       $("ch-empty").hidden = page.results.length > 0;
-      nextAfter = page.next_after;
-      $("ch-next").hidden = nextAfter === null;
-      $("ch-first").hidden = after === null;
-      message.hidden = true;
+      nextCursor = page.next_cursor;
+      $("ch-next").hidden = nextCursor === null;
+      $("ch-first").hidden = cursor === null;
+      showSort();
+      selectionChanged();
+      // A load that works clears an error; it leaves what a bulk action said.
+      if ($("ch-message").classList.contains("error")) say("");
       root.dataset.state = "ready";
     } catch (error) {
-      const detail = error.body ? JSON.stringify(error.body) : String(error);
-      message.textContent = `Could not load the chains: ${detail}`;
-      message.className = "ch-message error";
-      message.hidden = false;
+      say(`Could not load the chains: ${errorText(error)}`, "error");
       root.dataset.state = "error";
     }
   }
+
+  // --- bulk actions ------------------------------------------------------------------
+
+  function bulkBody() {
+    const action = $("ch-bulk-action").value;
+    const body = { action };
+    if ($("ch-bulk-scope").value === "filter") body.filters = filters();
+    else body.chain_ids = [...ticked].sort((a, b) => a - b);
+    if (action === "requeue") body.more = Number($("ch-bulk-more").value || "1");
+    if (action === "reviewer") {
+      const reviewer = $("ch-bulk-reviewer").value;
+      body.reviewer = reviewer === "" ? null : Number(reviewer);
+    }
+    return body;
+  }
+
+  function actionChanged() {
+    const action = $("ch-bulk-action").value;
+    $("ch-bulk-more-label").hidden = action !== "requeue";
+    $("ch-bulk-reviewer-label").hidden = action !== "reviewer";
+    closeConfirm();
+  }
+
+  function closeConfirm() {
+    preview = null;
+    $("ch-bulk-confirm").hidden = true;
+  }
+
+  async function count(event) {
+    event.preventDefault();
+    const body = bulkBody();
+    if (body.chain_ids && body.chain_ids.length === 0) {
+      say("Tick chains first, or choose every chain these filters match.", "error");
+      return;
+    }
+    try {
+      const counted = await api(config.api.bulkPreview, { method: "POST", body });
+      const action = $("ch-bulk-action").selectedOptions[0].textContent;
+      $("ch-bulk-count").textContent =
+        `${action}: changes ${counted.changed.toLocaleString()} of ` +
+        `${counted.matched.toLocaleString()} chain${counted.matched === 1 ? "" : "s"}.`;
+      $("ch-bulk-reasons").replaceChildren(
+        ...counted.unchanged.map((r) => el("li", `${r.count.toLocaleString()} left as they are: ${r.reason}`)),
+      );
+      preview = { body, changed: counted.changed };
+      $("ch-bulk-go").disabled = counted.changed === 0;
+      $("ch-bulk-confirm").hidden = false;
+      $("ch-bulk-go").focus();
+      say("");
+    } catch (error) {
+      say(`Could not count: ${errorText(error)}`, "error");
+    }
+  }
+
+  async function follow(job) {
+    for (;;) {
+      if (job.status === "done") {
+        say(`Done: ${job.changed.toLocaleString()} chain${job.changed === 1 ? "" : "s"} changed.`, "ok");
+        return true;
+      }
+      if (job.status === "failed") {
+        say(`Failed, nothing changed: ${job.detail}`, "error");
+        return false;
+      }
+      say(`Working: ${job.done.toLocaleString()} of ${job.expected.toLocaleString()} chains read…`);
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      job = await api(job.url);
+    }
+  }
+
+  async function go() {
+    if (!preview) return;
+    const body = { ...preview.body, expected: preview.changed };
+    closeConfirm();
+    try {
+      const job = await api(config.api.bulk, { method: "POST", body });
+      if (await follow(job)) {
+        ticked.clear();
+        load(null);
+      }
+    } catch (error) {
+      say(`Not done: ${errorText(error)}`, "error");
+    }
+  }
+
+  // --- wiring --------------------------------------------------------------------------
 
   $("ch-filters").addEventListener("submit", (event) => {
     event.preventDefault();
@@ -97,7 +245,34 @@
   for (const id of ["ch-status", "ch-annotator", "ch-agreement"]) {
     $(id).addEventListener("change", () => load(null));
   }
-  $("ch-next").addEventListener("click", () => load(nextAfter));
+  $("ch-sort").addEventListener("change", () => {
+    sort = $("ch-sort").value;
+    load(null);
+  });
+  for (const th of root.querySelectorAll("th[data-sort]")) {
+    th.querySelector("button").addEventListener("click", () => {
+      const key = th.dataset.sort;
+      sort = sort === key ? `-${key}` : key;
+      load(null);
+    });
+  }
+  $("ch-tick-page").addEventListener("change", (event) => {
+    for (const id of shownIds()) {
+      if (event.target.checked) ticked.add(id);
+      else ticked.delete(id);
+    }
+    for (const box of $("ch-rows").querySelectorAll("td.ch-tick input")) box.checked = event.target.checked;
+    selectionChanged();
+  });
+  $("ch-bulk").addEventListener("submit", count);
+  for (const id of ["ch-bulk-scope", "ch-bulk-more", "ch-bulk-reviewer"]) {
+    $(id).addEventListener("change", closeConfirm);
+  }
+  $("ch-bulk-action").addEventListener("change", actionChanged);
+  $("ch-bulk-go").addEventListener("click", go);
+  $("ch-bulk-cancel").addEventListener("click", closeConfirm);
+  $("ch-next").addEventListener("click", () => load(nextCursor));
   $("ch-first").addEventListener("click", () => load(null));
+  actionChanged();
   load(null);
 })();

@@ -17,6 +17,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import Chain, Role, Step
 from annotation.services.consensus import dawid_skene_fit
+from tests.annotation.import_worker import import_worker  # noqa: F401 - a fixture
 from tests.browser import ARTIFACTS, page_login, page_overflow, page_watched
 from tests.factories import (
     ChainFactory,
@@ -244,3 +245,66 @@ def test_the_data_manager_fits_a_phone(
         phone.wait_for_selector("#chain[data-state=ready]")
         phone.screenshot(path=str(ARTIFACTS / f"chain-{width}.png"), full_page=True)
         assert page_overflow(phone, width) == []
+
+
+@pytest.mark.parametrize("width", [1366, 390])
+def test_lead_sorts_ticks_and_requeues_then_unflags_a_whole_filter(
+    browser: Browser,
+    live_server: Any,
+    lab: dict[str, Any],
+    import_worker: Any,  # noqa: F811 - the fixture imported above
+    width: int,
+) -> None:
+    # Given: the lead's data manager
+    with page_watched(browser=browser, width=width, height=844, csp_errors=True) as page:
+        _open_list(page, live_server, lab)
+        finished = {lab["agreed"].pk, lab["disputed"].pk}
+
+        # When: they sort by passes, most first: a second click on the header, or on a
+        # phone (whose rows stack, without the header row) the "Sort by" list
+        passes = page.locator("#chains th[data-sort=passes]")
+        if width < 600:
+            page.locator("#ch-sort").select_option("-passes")
+        else:
+            passes.get_by_role("button").click()
+            page.wait_for_selector("#chains[data-state=ready]")
+            passes.get_by_role("button").click()
+        shown = _shown(page)
+        # Then: the two finished chains lead, then the half-labeled one; the list says so
+        assert set(shown[:2]) == finished and shown[2] == lab["half"].pk
+        expect(passes).to_have_attribute("aria-sort", "descending")
+        expect(page.locator("#ch-sort")).to_have_value("-passes")
+
+        # When: they tick those two and ask to requeue them for one more pass each
+        for chain_id in shown[:2]:
+            page.locator(f"#ch-rows tr[data-chain='{chain_id}'] td.ch-tick input").check()
+        expect(page.locator("#ch-selected")).to_have_text("2 chains ticked")
+        page.locator("#ch-bulk-action").select_option("requeue")
+        page.locator("#ch-bulk-preview").click()
+        # Then: the count comes first, and nothing has changed yet
+        expect(page.locator("#ch-bulk-count")).to_contain_text("changes 2 of 2 chains")
+        assert set(Chain.objects.filter(extra_labels__gt=0).values_list("pk", flat=True)) == set()
+        page.screenshot(path=str(ARTIFACTS / f"chains-bulk-confirm-{width}.png"), full_page=True)
+        assert page_overflow(page, width) == []
+
+        # When: they confirm; Then: the worker does it, the page says so, ticks clear
+        page.locator("#ch-bulk-go").click()
+        expect(page.locator("#ch-message")).to_have_text("Done: 2 chains changed.", timeout=60_000)
+        expect(page.locator("#ch-selected")).to_have_text("No chain ticked")
+        assert set(Chain.objects.filter(extra_labels=1).values_list("pk", flat=True)) == finished
+
+        # When: they filter the flagged chains and clear every flag the filter matches
+        page.locator("#ch-status").select_option("flagged")
+        page.wait_for_selector("#chains[data-state=ready]")
+        assert _shown(page) == [lab["disputed"].pk]
+        page.locator("#ch-bulk-scope").select_option("filter")
+        page.locator("#ch-bulk-action").select_option("unflag")
+        page.locator("#ch-bulk-preview").click()
+        expect(page.locator("#ch-bulk-count")).to_contain_text("changes 1 of 1 chain")
+        page.locator("#ch-bulk-go").click()
+        # Then: the flag is gone and the filtered list is empty
+        expect(page.locator("#ch-message")).to_have_text("Done: 1 chain changed.", timeout=60_000)
+        expect(page.locator("#ch-empty")).to_be_visible()
+        assert not Chain.objects.filter(pk=lab["disputed"].pk, is_flagged=True).exists()
+        page.screenshot(path=str(ARTIFACTS / f"chains-bulk-done-{width}.png"), full_page=True)
+        assert page_overflow(page, width) == []
