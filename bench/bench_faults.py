@@ -480,9 +480,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _say(f"private PostgreSQL on 127.0.0.1:{cluster.port}; migrating")
             bench_database_prepare(url=cluster.url, recreate=True)
             django_setup(cluster.url)
-            from django.contrib.auth import get_user_model
             from django.db import connections
 
+            from annotation.queue.access import user_for_token
             from annotation.services.imports import chain_import
 
             fixture = bench_fixture_create(annotators=args.clients, overlap=args.overlap)
@@ -493,10 +493,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             chain_import(
                 project=Project.objects.get(pk=fixture.project_id), path=source, fmt="generic"
             )
-            usernames = [
-                get_user_model().objects.get(auth_token__key=token).username
-                for token in fixture.tokens
-            ]
+            usernames = [user_for_token(token)[0].username for token in fixture.tokens]
             connections.close_all()  # the restart would break it anyway
             _say(f"{args.chains} chains imported; gunicorn with {args.workers} workers")
             with gunicorn_running(

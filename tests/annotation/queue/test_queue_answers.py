@@ -99,7 +99,6 @@ GOOD_BODIES = [
         "duration_ms": 2**31 - 1,
         "request_id": "",
         "rewrite": "",
-        "ignored": True,
     },
     {"ratings": [{"step": 3, "rating": 7, "duration_ms": None}], "duration_ms": None},
     {"ratings": [{"step": 1, "rating": 1, "comment": " why? "}]},  # a comment, stripped
@@ -122,6 +121,8 @@ BAD_BODIES = [
     {"ratings": "all"},
     [],
     "ratings",
+    {"ratings": [{"step": 1, "rating": 1}], "ignored": True},  # a field submit does not name
+    {"ratings": [{"step": 1, "rating": 1, "why": "x"}]},  # ... nor a rating
 ]
 
 
