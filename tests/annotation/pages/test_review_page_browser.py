@@ -148,10 +148,10 @@ def test_lead_adjudicates_a_disputed_chain_by_keyboard_then_mouse(
     page.locator("#ch-status").select_option("finished")
     rows = page.locator("#ch-rows tr")
     expect(rows).to_have_count(2)
-    expect(page.locator(f"#ch-rows tr[data-chain='{disputed.pk}'] td").nth(2)).to_have_text(
+    expect(page.locator(f"#ch-rows tr[data-chain='{disputed.pk}'] td").nth(3)).to_have_text(
         "resolved"
     )
-    expect(page.locator(f"#ch-rows tr[data-chain='{calm.pk}'] td").nth(2)).to_have_text("finished")
+    expect(page.locator(f"#ch-rows tr[data-chain='{calm.pk}'] td").nth(3)).to_have_text("finished")
     assert "disputed" not in page.locator("#ch-rows").inner_text()
     page.screenshot(path=str(ARTIFACTS / "chains_resolved.png"), full_page=True)
 
