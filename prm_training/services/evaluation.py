@@ -239,17 +239,19 @@ def promotion_refusal(
     sets = dict(EvaluationSet.objects.filter(project_id=project_id).values_list("pk", "name"))
     losing = sorted(sets[pk] for pk, loses in measured.items() if pk in sets and loses)
     unmeasured = sorted(name for pk, name in sets.items() if measured.get(pk) is None)
+    reasons = []
     if losing:
-        return (
-            f"{version} loses to the strongest baseline that reads no step on evaluation "
-            f"set(s) {', '.join(losing)}: not made active (the project requires no loss)."
+        reasons.append(
+            f"loses to the strongest baseline that reads no step on evaluation set(s) "
+            f"{', '.join(losing)}"
         )
     if unmeasured:
-        return (
-            f"{version} has no figures against a baseline on evaluation set(s) "
-            f"{', '.join(unmeasured)}: not made active (the project requires no loss)."
+        reasons.append(
+            f"has no figures against a baseline on evaluation set(s) {', '.join(unmeasured)}"
         )
-    return None
+    if not reasons:
+        return None
+    return f"{version} {' and '.join(reasons)}: not made active (the project requires no loss)."
 
 
 def model_version_promotion_refusal(*, version: ModelVersion) -> str | None:
