@@ -728,6 +728,73 @@ class StepRating(models.Model):
         return f"{self.rating:+d} on step {self.step_id}"
 
 
+class MachineSource(models.TextChoices):
+    """Where a machine's step label comes from (issue 23)."""
+
+    MONTE_CARLO = "monte_carlo", "Monte-Carlo rollouts"
+    JUDGE = "judge", "Judge"
+    PRM = "prm", "PRM"
+    IMPORT = "import", "Import"
+
+
+class MachineLabel(models.Model):
+    """One machine's verdict on one step: Monte-Carlo rollouts from the step's prefix, a
+    judge's critique, the PRM, or a label carried in by an import. Never a human vote: it
+    counts toward no overlap, no agreement figure and no consensus, and reaches a
+    snapshot only when the lead includes its source (counted apart, as imported labels).
+
+    ``rating`` is the verdict on the project's scale (+1, 0, -1), null where the source
+    gives only a value; ``value`` is P(step correct) where the source gives one (the
+    Monte-Carlo soft value, the PRM's probability); ``detail`` holds the source's own
+    counts (rollouts and how many reached the answer, the hard value; a judge's samples
+    and votes). ``run_kind`` and ``run_id`` name what wrote it (a rollout, judge or
+    scoring run of the training app, an import batch): plain columns, not foreign keys,
+    because this app never depends on the training app. One row per step, source and
+    run, so a run that writes again (a redelivered task) changes nothing."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="machine_labels")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="machine_labels")
+    source = models.CharField(max_length=20, choices=MachineSource.choices)
+    rating = models.SmallIntegerField(choices=Rating.choices, null=True, blank=True)
+    value = models.FloatField(null=True, blank=True)
+    confidence = models.FloatField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    config_hash = models.CharField(
+        max_length=64, blank=True, help_text="The template's or configuration's digest."
+    )
+    run_kind = models.CharField(max_length=20)
+    run_id = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["step", "source", "run_kind", "run_id"],
+                name="machine_label_one_per_run",
+            ),
+            models.CheckConstraint(
+                condition=Q(source__in=MachineSource.values), name="machine_label_source_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(rating__isnull=True) | Q(rating__gte=-1, rating__lte=1),
+                name="machine_label_rating_in_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(value__isnull=True) | Q(value__gte=0.0, value__lte=1.0),
+                name="machine_label_value_is_probability",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["chain", "source"], name="machine_label_by_chain"),
+            models.Index(fields=["project", "source"], name="machine_label_by_project"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} label on step {self.step_id}"
+
+
 class ScreeningStatus(models.TextChoices):
     PENDING = "pending", "Pending"
     PASSED = "passed", "Passed"
