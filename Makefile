@@ -93,6 +93,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles db.sqlite3 var/broker

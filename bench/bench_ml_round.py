@@ -46,6 +46,7 @@ def main() -> int:
 
     from prm_training.ml.acquisition import select_batch
     from prm_training.ml.config import PRMConfig
+    from prm_training.ml.launch import train_prm
     from prm_training.ml.model import (
         backbone_fingerprint,
         load_configured_backbone,
@@ -53,7 +54,6 @@ def main() -> int:
     )
     from prm_training.ml.score import frozen_step_features, load_prm, score_chains
     from prm_training.ml.synthetic import synthetic_chains
-    from prm_training.ml.train import train_prm
 
     config = PRMConfig(mode="frozen_head", head_epochs=args.head_epochs)
     total = args.labeled + args.heldout + args.unlabeled

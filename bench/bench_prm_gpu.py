@@ -169,9 +169,9 @@ def main() -> int:
     import torch
 
     from prm_training.ml.config import PRMConfig
+    from prm_training.ml.launch import train_prm
     from prm_training.ml.model import resolve_device
     from prm_training.ml.synthetic import synthetic_chains
-    from prm_training.ml.train import train_prm
 
     device = resolve_device(args.device)
     words = max(4, args.max_length // 12)

@@ -3,7 +3,7 @@
 The claim reads an annotator's closed (submitted or skipped) leases on chains that still
 wait in the queue, by the partial index ``assignment_done_open``, to walk past the chains
 they did quickly. The submit that finishes a chain clears the flag itself, in its own
-statement (``annotation/services/assignments.py``); the rarer changes that finish, reopen,
+statement (``queue/submit.py``, by ``queue/sql.py``); the rarer changes that finish, reopen,
 or mark chains gold call ``closed_leases_sync``. The flag is a hint: a stale value costs a
 claim speed, never a wrong lease.
 """

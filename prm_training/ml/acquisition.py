@@ -33,12 +33,10 @@ problem's best chain before any problem's second one.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .score import ChainScores
+from .readout import ChainScores, first_error_distribution
 
 STRATEGIES = ("random", "entropy", "first_error_entropy", "disagreement", "convincing_wrong")
 _EPS = 1e-12
@@ -80,17 +78,6 @@ def step_entropy(step_probs: Sequence[float], first_error_labeling: bool = False
         return 0.0
     p = np.asarray(step_probs, dtype=np.float64)
     return _rated_mean(_binary_entropy(p), rated_weights(p, first_error_labeling))
-
-
-def first_error_distribution(step_probs: Sequence[float]) -> np.ndarray:
-    """[n + 1] probabilities: first error at step 0..n-1, then "no error".
-
-    >>> first_error_distribution([0.5, 0.5]).tolist()
-    [0.5, 0.25, 0.25]
-    """
-    p = np.asarray(step_probs, dtype=np.float64)
-    survive = np.concatenate([[1.0], np.cumprod(p)])  # P(steps before i all correct)
-    return np.concatenate([survive[:-1] * (1 - p), survive[-1:]])
 
 
 def first_error_entropy(step_probs: Sequence[float], first_error_labeling: bool = False) -> float:

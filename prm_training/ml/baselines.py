@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .data import ChainExample
-from .metrics import Readout, labeled_first_error
+from .readout import Readout, labeled_first_error
 
 RULES = ("outcome_rule", "position_prior")
 BASELINES = (*RULES, "text_blind")
@@ -290,7 +290,7 @@ def baseline_figures(
 ) -> dict[str, dict[str, float]]:
     """{baseline: ``metrics.evaluate`` of it on the labeled ``heldout`` chains}."""
     from .metrics import evaluate
-    from .score import ChainScores
+    from .readout import ChainScores
 
     labeled = [example for example in heldout if example.labels is not None]
     out: dict[str, dict[str, float]] = {}

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from .data import ChainExample
-from .metrics import Readout, labeled_first_error
 from .paired import Interval, problem_bootstrap, problem_resamples
+from .readout import Readout, labeled_first_error
 
 # The figures of a report, in the order pages show them.
 FIGURES = ("mean_subset_f1", "f1", "auroc", "first_error_accuracy", "right_answer_recall")

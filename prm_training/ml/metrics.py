@@ -25,69 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .acquisition import first_error_distribution
 from .data import ChainExample
-
-if TYPE_CHECKING:
-    from .score import ChainScores
-
-
-def roc_auc(labels: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray) -> float:
-    """Mann-Whitney ROC AUC with tied scores counted as half (as scikit-learn does).
-
-    >>> roc_auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])
-    0.75
-    """
-    y = np.asarray(labels, dtype=bool)
-    s = np.asarray(scores, dtype=np.float64)
-    positives, negatives = int(y.sum()), int((~y).sum())
-    if positives == 0 or negatives == 0:
-        raise ValueError("ROC AUC needs both classes")
-    order = np.argsort(s, kind="mergesort")
-    ranks = np.empty(len(s), dtype=np.float64)
-    sorted_scores = s[order]
-    # Average rank within each run of tied scores.
-    boundaries = np.flatnonzero(np.diff(sorted_scores)) + 1
-    starts = np.concatenate([[0], boundaries])
-    ends = np.concatenate([boundaries, [len(s)]])
-    for start, end in zip(starts, ends, strict=True):
-        ranks[order[start:end]] = (start + end + 1) / 2.0
-    return float((ranks[y].sum() - positives * (positives + 1) / 2) / (positives * negatives))
-
-
-def labeled_first_error(labels: Sequence[int | None] | None) -> int | None:
-    """Index of the first -1 (-1 when the chain has no error), or None when the labels do
-    not settle it.
-
-    >>> labeled_first_error((1, 1, -1, None)), labeled_first_error((1, 0, 1))
-    (2, -1)
-    >>> labeled_first_error((1, None, -1)) is None
-    True
-    """
-    if labels is None:
-        return None
-    for index, rating in enumerate(labels):
-        if rating is None:
-            return None
-        if rating == -1:
-            return index
-    return -1
-
-
-def predicted_first_error(step_probs: Sequence[float], threshold: float = 0.5) -> int:
-    """Index of the first step with P(correct) below ``threshold``, or -1 for none.
-
-    >>> predicted_first_error([0.9, 0.4, 0.2]), predicted_first_error([0.9, 0.6])
-    (1, -1)
-    """
-    for index, prob in enumerate(step_probs):
-        if prob < threshold:
-            return index
-    return -1
+from .readout import ChainScores, Readout, labeled_first_error
 
 
 def fit_platt(logits: Sequence[float], targets: Sequence[float]) -> tuple[float, float]:
@@ -215,47 +157,6 @@ def _best_for_f1(
         f1 = np.where(a + b > 0, 2 * a * b / (a + b), 0.0)
     best = np.flatnonzero(f1 >= f1.max() - 1e-12)
     return float(grid[best[np.argmin(np.abs(grid[best] - 0.5))]])
-
-
-@dataclass(frozen=True)
-class Readout:
-    """How a chain's step probabilities become its predicted first error.
-
-    With ``threshold_right`` None, the first step with P(correct) < ``threshold`` (or "no
-    error"), whatever the chain. Otherwise the readout also reads the final answer's grade
-    (known before labeling, like the reference answer it comes from): a chain graded
-    wrong has an error somewhere, so its first error is the most likely one given that
-    there is one, argmax_i p_1 ... p_(i-1) (1 - p_i); a chain graded right uses
-    ``threshold_right`` (chosen apart: a right answer makes an error less likely); an
-    ungraded chain ``threshold``. On ProcessBench (BENCHMARKS.md) this gains about 0.07
-    F1 over the threshold alone with the same step probabilities.
-
-    >>> Readout(0.5, 0.2).first_error([0.9, 0.4, 0.6], False), Readout(0.5, 0.2).first_error(
-    ...     [0.9, 0.4, 0.6], True), Readout(0.5).first_error([0.9, 0.4, 0.6], True)
-    (1, -1, 1)
-    """
-
-    threshold: float = 0.5
-    threshold_right: float | None = None
-
-    def first_error(self, step_probs: Sequence[float], answer_correct: bool | None) -> int:
-        if self.threshold_right is None or answer_correct is None:
-            return predicted_first_error(step_probs, self.threshold)
-        if answer_correct:
-            return predicted_first_error(step_probs, self.threshold_right)
-        return most_likely_first_error(step_probs)
-
-
-def most_likely_first_error(step_probs: Sequence[float]) -> int:
-    """The step most likely to be the first error given that the chain has one:
-    argmax_i p_1 ... p_(i-1) (1 - p_i) (-1 for a chain without steps).
-
-    >>> most_likely_first_error([0.9, 0.6, 0.1]), most_likely_first_error([0.3, 0.5])
-    (2, 0)
-    """
-    if len(step_probs) == 0:
-        return -1
-    return int(np.argmax(first_error_distribution(step_probs)[:-1]))  # "no error" left out
 
 
 def choose_readout(
@@ -434,7 +335,9 @@ def evaluate(
         metrics["step_accuracy"] = float(np.mean(predicted_correct == np.asarray(step_labels)))
         metrics["calibration_error"] = calibration_error(step_labels, step_probs)
         if 0 < sum(step_labels) < len(step_labels):
-            metrics["step_auroc"] = roc_auc(step_labels, step_probs)
+            from sklearn.metrics import roc_auc_score
+
+            metrics["step_auroc"] = float(roc_auc_score(step_labels, step_probs))
     if hits_error or hits_correct:
         metrics["first_error_accuracy"] = float(np.mean([*hits_error, *hits_correct]))
     if hits_error:

@@ -30,7 +30,6 @@ from .features import (
     pad_token_id,
 )
 from .inputs import CONTEXT_WIDTH, chain_contexts
-from .metrics import Readout
 from .model import (
     Backbone,
     EnsembleHead,
@@ -40,19 +39,13 @@ from .model import (
     load_configured_backbone,
     resolve_device,
 )
+from .readout import ChainScores, Readout
 
 logger = logging.getLogger(__name__)
 
 # Chains per chunk: bucketing sorts within a chunk, so bigger chunks pad less but hold
 # more in memory before the first result comes out.
 CHUNK_CHAINS = 4096
-
-
-@dataclass
-class ChainScores:
-    chain_id: int
-    step_probs: list[float]  # mean over members of P(step i correct)
-    member_probs: list[list[float]] | None  # member_probs[m][i]: member m's P(correct), step i
 
 
 def config_feature_cache(

@@ -287,8 +287,8 @@ def _simulate_seed(
     """Every strategy's rounds for one seed (its split and seed set); ``reports``: the
     ``progress`` and ``should_stop`` of ``simulate``."""
     from .acquisition import select_batch
+    from .launch import train_prm
     from .score import load_prm, score_chains
-    from .train import train_prm
 
     progress, should_stop = reports
 

@@ -28,9 +28,11 @@ import torch
 
 from .config import PRMConfig
 from .data import ChainExample
+from .fitting import Reporter, class_weights, train_frozen_head
 from .inputs import CONTEXT_WIDTH, chain_contexts
-from .metrics import Readout, choose_readout, fit_platt
+from .metrics import choose_readout, fit_platt
 from .model import EnsembleHead, save_json
+from .readout import Readout
 
 WIDTH = 1  # the zero column that stands for the step's representation
 
@@ -119,8 +121,6 @@ def fit_text_blind(
 ) -> TextBlindHead:
     """The text-blind head trained on ``examples`` (their step ``targets`` and the
     ensemble's bootstrap ``chain_weights``, as the PRM was), on the CPU: it is small."""
-    from .train import _Reporter, class_weights, train_frozen_head
-
     torch.manual_seed(config.seed)
     blind_config = replace(config, step_prior=False, zero_shot=False)
     head = EnsembleHead(
@@ -141,7 +141,7 @@ def fit_text_blind(
         chain_weights=chain_weights,
         weight_by_class=class_weights(targets, config.class_weight),
         device=torch.device("cpu"),
-        report=_Reporter(config.report_every_s, None, None),
+        report=Reporter(config.report_every_s, None, None),
     )
     blind = TextBlindHead(
         head=head.eval(), context=config.context, calibration=(1.0, 0.0), readout=Readout()

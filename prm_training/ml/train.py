@@ -1,4 +1,4 @@
-"""Training a PRM: ``train_prm(config, train, heldout, out_dir)`` -> ``TrainResult``.
+"""Training a PRM in this process (``launch.train_prm`` chooses how to train and calls it).
 
 Two modes (``PRMConfig.mode``):
 
@@ -17,7 +17,7 @@ Two modes (``PRMConfig.mode``):
   ``lora_r`` > 0 the backbone trains LoRA adapters (peft) on every linear layer instead of
   every weight, merged into it at the end; ``gradient_checkpointing`` trades compute for
   activation memory; ``processes`` > 1 trains data-parallel over that many GPUs
-  (``distributed``). The backbone's weights load in ``PRMConfig.weights_dtype``.
+  (``launch``, ``ranks``). The backbone's weights load in ``PRMConfig.weights_dtype``.
 
 Targets follow TRL's stepwise convention, one per step on its closing separator; 0
 ratings become 1, 0 or no loss by ``PRMConfig.ambiguous``; unrated steps get no loss.
@@ -64,7 +64,6 @@ import math
 import os
 import random
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -84,10 +83,17 @@ from .data import (
     step_target,
     window_steps,
 )
-from .distributed import barrier, process_group, rank_share, train_prm_processes
 from .features import autocast_for, pad_token_id
+from .fitting import (
+    Reporter,
+    TrainingCancelled,
+    TrainProgress,
+    class_weights,
+    train_frozen_head,
+    weighted_bce,
+)
 from .inputs import CONTEXT_WIDTH, chain_contexts
-from .metrics import Readout, choose_readout, evaluate, fit_platt
+from .metrics import choose_readout, evaluate, fit_platt
 from .model import (
     Backbone,
     EnsembleHead,
@@ -100,25 +106,13 @@ from .model import (
     save_json,
     step_feature_width,
 )
-from .progress import PhaseMeter, PhaseReport, RunCancelled, step_count
-from .score import ChainScores, LoadedPRM, prior_scores, score_chains, truncation_counts
+from .progress import PhaseMeter, PhaseReport, step_count
+from .ranks import barrier, process_group, rank_share
+from .readout import ChainScores, Readout
+from .score import LoadedPRM, prior_scores, score_chains, truncation_counts
 
 CHECKPOINT_FORMAT = "steplab-prm/1"
 logger = logging.getLogger(__name__)
-
-
-class TrainingCancelled(RunCancelled):
-    """``should_stop()`` turned true, or a phase report raised; nothing was written at
-    ``out_dir``."""
-
-
-@dataclass
-class TrainProgress:
-    epoch: int  # 1-based
-    step: int  # optimizer steps done, over all epochs
-    total_steps: int
-    loss: float  # mean loss of this epoch so far
-    epochs: int = 0  # epochs in all
 
 
 @dataclass
@@ -139,38 +133,6 @@ class TrainResult:
     report: dict[str, Any] | None = None
 
 
-class _Reporter:
-    """Calls progress() and should_stop() at most every ``interval`` seconds and at every
-    epoch's end: the callers write to a database. Every step goes to the phase meter
-    (whose report throttles itself)."""
-
-    def __init__(
-        self,
-        interval: float,
-        progress: Callable[[TrainProgress], None] | None,
-        should_stop: Callable[[], bool] | None,
-        meter: PhaseMeter | None = None,
-    ) -> None:
-        self.interval = interval
-        self.progress = progress
-        self.should_stop = should_stop
-        self.meter = meter or PhaseMeter(None)
-        self.last = -math.inf
-
-    def __call__(self, event: TrainProgress, *, force: bool = False) -> None:
-        self.meter.set(
-            event.step, total=event.total_steps, detail=f"epoch {event.epoch}/{event.epochs}"
-        )
-        now = time.monotonic()
-        if not force and now - self.last < self.interval:
-            return
-        self.last = now
-        if self.should_stop is not None and self.should_stop():
-            raise TrainingCancelled("training stopped on request")
-        if self.progress is not None:
-            self.progress(event)
-
-
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -183,91 +145,6 @@ def _bootstrap_weights(chains: int, members: int, rng: np.random.Generator) -> n
     if members == 1:
         return np.ones((1, chains), dtype=np.float32)
     return rng.poisson(1.0, size=(members, chains)).astype(np.float32)
-
-
-def class_weights(targets: Sequence[Sequence[float | None]], rule: str) -> tuple[float, float]:
-    """(weight of a target-0 step, weight of a target-1 step) under ``PRMConfig.class_weight``.
-    'balanced' gives both classes the same total weight (scikit-learn's
-    n_samples / (n_classes * n_class)); with one class missing, or 'none', both are 1.
-
-    >>> class_weights([[1.0, 1.0, 1.0, 0.0], [None, 1.0]], "balanced")
-    (2.5, 0.625)
-    """
-    flat = [target for chain in targets for target in chain if target is not None]
-    positives = sum(1 for target in flat if target >= 0.5)
-    negatives = len(flat) - positives
-    if rule == "none" or positives == 0 or negatives == 0:
-        return 1.0, 1.0
-    return len(flat) / (2 * negatives), len(flat) / (2 * positives)
-
-
-def _weighted_bce(
-    logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
-) -> torch.Tensor:
-    """logits [E, N], targets [N], weights [E, N] -> scalar: each member's weighted mean
-    loss, averaged over members."""
-    losses = nn.functional.binary_cross_entropy_with_logits(
-        logits.float(), targets.expand_as(logits), reduction="none"
-    )
-    per_member = (losses * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1e-6)
-    return per_member.mean()
-
-
-def train_frozen_head(
-    *,
-    config: PRMConfig,
-    head: EnsembleHead,
-    features: list[np.ndarray],
-    contexts: list[np.ndarray],
-    targets: list[list[float | None]],
-    chain_weights: np.ndarray,
-    weight_by_class: tuple[float, float],
-    device: torch.device,
-    report: _Reporter,
-) -> float:
-    rows: list[np.ndarray] = []
-    context_rows: list[np.ndarray] = []
-    ys: list[float] = []
-    chain_of_row: list[int] = []
-    for chain, (chain_features, chain_targets) in enumerate(zip(features, targets, strict=True)):
-        keep = [i for i, target in enumerate(chain_targets) if target is not None]
-        if keep:
-            rows.append(chain_features[keep])
-            context_rows.append(contexts[chain][keep])
-            ys.extend(chain_targets[i] for i in keep)  # type: ignore[misc]
-            chain_of_row.extend([chain] * len(keep))
-    x = torch.from_numpy(np.concatenate(rows).astype(np.float32)).to(device)  # [S, H]
-    c = torch.from_numpy(np.concatenate(context_rows)).to(device)  # [S, C]
-    y = torch.tensor(ys, dtype=torch.float32, device=device)  # [S]
-    by_class = torch.where(y >= 0.5, weight_by_class[1], weight_by_class[0])  # [S]
-    w = torch.from_numpy(chain_weights[:, chain_of_row]).to(device) * by_class  # [E, S]
-    optimizer = torch.optim.AdamW(
-        head.parameters(), lr=config.head_learning_rate, weight_decay=config.weight_decay
-    )
-    generator = torch.Generator().manual_seed(config.seed)
-    per_epoch = math.ceil(len(y) / config.head_batch_size)
-    total = per_epoch * config.head_epochs
-    step = 0
-    epoch_loss = math.nan
-    head.train()
-    for epoch in range(1, config.head_epochs + 1):
-        order = torch.randperm(len(y), generator=generator).to(device)
-        running, batches = 0.0, 0
-        for start in range(0, len(y), config.head_batch_size):
-            index = order[start : start + config.head_batch_size]
-            loss = _weighted_bce(head(x[index], c[index]), y[index], w[:, index])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step += 1
-            running, batches = running + loss.item(), batches + 1
-            epoch_loss = running / batches
-            report(
-                TrainProgress(epoch, step, total, epoch_loss, config.head_epochs),
-                force=step % per_epoch == 0,
-            )
-    head.eval()
-    return epoch_loss
 
 
 def _training_batches(
@@ -356,7 +233,7 @@ def _train_full(
     chain_weights: np.ndarray,
     weight_by_class: tuple[float, float],
     device: torch.device,
-    report: _Reporter,
+    report: Reporter,
 ) -> tuple[float, Backbone]:
     """(last epoch's loss, the trained backbone: with LoRA, the adapters merged in)."""
     backbone = _prepare_for_fine_tuning(backbone, config)
@@ -397,7 +274,7 @@ def _train_full(
             y = torch.tensor(step_targets, dtype=torch.float32, device=device)
             by_class = torch.where(y >= 0.5, weight_by_class[1], weight_by_class[0])
             weights = torch.from_numpy(chain_weights[:, chains]).to(device) * by_class
-            loss = _weighted_bce(logits, y, weights)
+            loss = weighted_bce(logits, y, weights)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_([*trainable, *head.parameters()], 1.0)
@@ -686,7 +563,7 @@ def _fit(
     examples: list[ChainExample],
     targets: list[list[float | None]],
     chain_weights: np.ndarray,
-    report: _Reporter,
+    report: Reporter,
 ) -> float:
     """Train ``prm`` in place: its head on frozen step features, or (full mode) the
     backbone too, which is then the fine-tuned one. The training loss."""
@@ -891,7 +768,7 @@ def _version_written(
     )
 
 
-def train_prm(
+def train_in_process(
     config: PRMConfig,
     train: Sequence[ChainExample],
     heldout: Sequence[ChainExample],
@@ -914,17 +791,11 @@ def train_prm(
     metrics), writing; it may raise ``RunCancelled`` to stop between two batches.
 
     Raises TrainingCancelled once ``should_stop()`` is true (``PRMConfig.report_every_s``),
-    ValueError when no training step has a usable label. ``config.processes`` > 1 with no
-    process group: ``distributed``; ``config.zero_shot``: ``zero_shot_prm``."""
-    if config.zero_shot:
-        return zero_shot_prm(config, train, heldout, out_dir, should_stop=should_stop, phase=phase)
-    if config.processes > 1 and process_group()[1] == 1:
-        return train_prm_processes(
-            config, train, heldout, out_dir, progress=progress, should_stop=should_stop, phase=phase
-        )
+    ValueError when no training step has a usable label. Callers start training with
+    ``launch.train_prm``, which chooses this, several processes or zero-shot."""
     _seed_everything(config.seed)
     meter = PhaseMeter(phase)
-    report = _Reporter(config.report_every_s, progress, should_stop, meter)
+    report = Reporter(config.report_every_s, progress, should_stop, meter)
     examples, targets = _labeled(config, train)
     if should_stop is not None and should_stop():
         raise TrainingCancelled("training stopped on request")

@@ -197,7 +197,7 @@ def _acquisition_values(
 
     from prm_training.ml.acquisition import acquisition_scores
     from prm_training.ml.answers import grade_answer
-    from prm_training.ml.score import ChainScores
+    from prm_training.ml.readout import ChainScores
 
     scores = [
         ChainScores(chain_id=row.chain_id, step_probs=row.step_probs, member_probs=row.member_probs)

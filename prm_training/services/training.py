@@ -432,7 +432,7 @@ def _train_and_publish(run: TrainingRun, reporter: _RunReporter) -> TrainingRun:
     """The claimed run's work: its snapshot, the training (``ml.train.train_prm``, every
     phase reported), the comparison with the active version and the publish."""
     from prm_training.ml.config import PRMConfig
-    from prm_training.ml.train import train_prm
+    from prm_training.ml.launch import train_prm
 
     zero_shot = bool(run.settings.get("zero_shot"))
     reporter(Phase("snapshot", 0, 0, detail="freezing the project's labels"))

@@ -226,7 +226,7 @@ def test_a_scoring_run_counts_its_steps_and_a_cancel_keeps_the_queue_order(
     from annotation.models import SnapshotSplit
     from annotation.services.snapshots import snapshot_create
     from prm_training.ml.config import PRMConfig
-    from prm_training.ml.train import train_prm
+    from prm_training.ml.launch import train_prm
     from prm_training.services.examples import snapshot_chain_examples
 
     project = arithmetic_project

@@ -14,8 +14,8 @@ from prm_training.ml.evaluation import (
     scored_chains,
     subset_of,
 )
-from prm_training.ml.metrics import Readout, evaluate
-from prm_training.ml.score import ChainScores
+from prm_training.ml.metrics import evaluate
+from prm_training.ml.readout import ChainScores, Readout
 
 
 def _chain(

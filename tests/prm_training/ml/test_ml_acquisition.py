@@ -10,10 +10,9 @@ import pytest
 from prm_training.ml.acquisition import (
     STRATEGIES,
     acquisition_scores,
-    first_error_distribution,
     select_batch,
 )
-from prm_training.ml.score import ChainScores
+from prm_training.ml.readout import ChainScores, first_error_distribution
 
 
 def _s(chain_id: int, probs: list[float], members: list[list[float]] | None = None) -> ChainScores:

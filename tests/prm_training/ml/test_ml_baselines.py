@@ -20,8 +20,8 @@ from prm_training.ml.baselines import (
 )
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import ChainExample
+from prm_training.ml.launch import train_prm
 from prm_training.ml.synthetic import synthetic_chains
-from prm_training.ml.train import train_prm
 from tests.prm_training.ml_tiny import tiny_backbone_dir
 
 

@@ -12,11 +12,13 @@ from prm_training.ml import (
     answers,
     baselines,
     data,
-    distributed,
     evaluation,
+    fitting,
     inputs,
     metrics,
     paired,
+    ranks,
+    readout,
     simulate,
 )
 from prm_training.ml.config import PRMConfig
@@ -192,7 +194,9 @@ def test_docstring_examples_hold() -> None:
         paired,
         simulate,
         inputs,
-        distributed,
+        ranks,
+        readout,
+        fitting,
         evaluation,
     )
     for module in modules:

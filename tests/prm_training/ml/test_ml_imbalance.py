@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from prm_training.ml.config import PRMConfig
+from prm_training.ml.fitting import class_weights
+from prm_training.ml.launch import train_prm
 from prm_training.ml.metrics import choose_threshold, evaluate
 from prm_training.ml.score import load_prm, score_chains
 from prm_training.ml.synthetic import synthetic_chains
-from prm_training.ml.train import class_weights, train_prm
 from tests.prm_training.ml_tiny import tiny_backbone_dir
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
 from prm_training.ml.data import ChainExample
-from prm_training.ml.metrics import evaluate, roc_auc
-from prm_training.ml.score import ChainScores
+from prm_training.ml.metrics import evaluate
+from prm_training.ml.readout import ChainScores
 
 
 def _chain(chain_id: int, labels: tuple[int | None, ...]) -> ChainExample:
@@ -69,25 +68,12 @@ def test_scores_must_line_up_with_examples() -> None:
         evaluate([_chain(1, (1,))], [_scores(2, [0.5])])
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_roc_auc_agrees_with_sklearn_including_ties(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 2, size=200)
-    labels[:2] = [0, 1]
-    scores = np.round(rng.random(200), 1)  # many ties
-    assert roc_auc(labels, scores) == pytest.approx(roc_auc_score(labels, scores))
-
-
-def test_roc_auc_needs_both_classes() -> None:
-    with pytest.raises(ValueError):
-        roc_auc([1, 1], [0.2, 0.3])
-
-
 def test_the_answer_aware_readout_is_chosen_on_training_chains_and_read_per_grade() -> None:
     # Given: chains whose step probabilities dip everywhere before the error, so one
     # threshold cannot both find the error of wrong answers and leave right answers be
     from prm_training.ml.data import ChainExample
-    from prm_training.ml.metrics import Readout, choose_readout
+    from prm_training.ml.metrics import choose_readout
+    from prm_training.ml.readout import Readout
 
     def chain(i: int, labels: tuple, correct: bool) -> ChainExample:
         return ChainExample(i, "p", ("a",) * len(labels), labels, answer_correct=correct)

@@ -11,9 +11,9 @@ import pytest
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import ChainExample
 from prm_training.ml.features import clear_feature_caches
+from prm_training.ml.launch import train_prm
 from prm_training.ml.score import load_prm, score_chains
 from prm_training.ml.synthetic import synthetic_chains
-from prm_training.ml.train import train_prm
 
 
 @pytest.mark.slow

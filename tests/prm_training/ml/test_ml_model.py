@@ -16,7 +16,9 @@ import torch
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import ChainExample, chains_to_windows
 from prm_training.ml.features import clear_feature_caches
+from prm_training.ml.fitting import TrainingCancelled, TrainProgress
 from prm_training.ml.inputs import CONTEXT_WIDTH
+from prm_training.ml.launch import train_prm
 from prm_training.ml.model import (
     EnsembleHead,
     backbone_fingerprint,
@@ -28,7 +30,6 @@ from prm_training.ml.model import (
 )
 from prm_training.ml.score import LoadedPRM, load_prm, score_chains
 from prm_training.ml.synthetic import synthetic_chains
-from prm_training.ml.train import TrainingCancelled, TrainProgress, train_prm
 from tests.prm_training.ml_tiny import tiny_backbone_dir
 
 

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from prm_training.ml.config import PRMConfig
+from prm_training.ml.launch import train_prm
 from prm_training.ml.metrics import evaluate
 from prm_training.ml.score import load_prm, score_chains, zero_shot_scores
 from prm_training.ml.synthetic import synthetic_chains
-from prm_training.ml.train import train_prm
 from tests.prm_training.ml_tiny import tiny_backbone_dir, tiny_step_prm_dir
 
 
@@ -220,7 +220,7 @@ def test_more_processes_than_cpu_cores_is_refused_before_any_starts(
 
 
 def test_full_mode_trains_data_parallel_in_two_processes(llama_dir: Path, tmp_path: Path) -> None:
-    from prm_training.ml.train import TrainProgress
+    from prm_training.ml.fitting import TrainProgress
 
     # Given: LoRA on the tiny Llama, spread over two processes (gloo on the CPU; NCCL and
     # one GPU each on a node)
@@ -256,7 +256,7 @@ def test_full_mode_trains_data_parallel_in_two_processes(llama_dir: Path, tmp_pa
 def test_a_stop_ends_every_training_process_and_writes_nothing(
     llama_dir: Path, tmp_path: Path
 ) -> None:
-    from prm_training.ml.train import TrainingCancelled
+    from prm_training.ml.fitting import TrainingCancelled
 
     config = _frozen(llama_dir, mode="full", processes=2, epochs=50)
     seen: list[object] = []

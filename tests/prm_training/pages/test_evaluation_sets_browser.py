@@ -15,7 +15,7 @@ from annotation.models import EvaluationSet, Role, Snapshot
 from annotation.services.evaluation_sets import evaluation_set_mark
 from prm_training.ml.data import ChainExample
 from prm_training.ml.evaluation import evaluation_report
-from prm_training.ml.metrics import Readout
+from prm_training.ml.readout import Readout
 from prm_training.models import EvaluationResult, ModelVersion, RunStatus, TrainingRun
 from tests.browser import ARTIFACTS, chromium_running, page_login, page_watched
 from tests.factories import ChainFactory, ImportBatchFactory, MembershipFactory, ProjectFactory

@@ -7,10 +7,14 @@ trains on every ``world``-th batch, so an optimizer step sees ``world`` batches 
 averages their gradients; the weights start equal (DDP broadcasts rank 0's) and stay
 equal. Rank 0 writes the checkpoint, the others wait for it.
 
-``train_prm_processes`` starts the processes from a caller that has no process group (the
-Celery worker): it relays rank 0's progress and phases back to the caller and polls its
-``should_stop``; a stop, or a failure of any rank, ends every process. Under ``torchrun``
-the launcher's group is used as it is and ``train_prm`` runs in each process.
+``train_prm`` is where every caller starts training: it chooses how. A zero-shot
+configuration is written without training (``train.zero_shot_prm``); one process trains
+in the caller's (``train.train_in_process``); ``processes`` > 1 from a caller that has no
+process group (the Celery worker) goes to ``train_prm_processes``, which relays rank 0's
+progress and phases back to the caller and polls its ``should_stop``; a stop, or a
+failure of any rank, ends every process. Under ``torchrun`` the launcher's group is used
+as it is and each process trains in its own. Which rank a process is and its share of
+the batches: ``ranks``.
 """
 
 from __future__ import annotations
@@ -27,36 +31,14 @@ from torch import distributed as dist
 
 from .config import PRMConfig
 from .data import ChainExample
+from .fitting import TrainingCancelled, TrainProgress
+from .progress import PhaseReport
+from .ranks import process_group
+from .train import TrainResult, train_in_process, zero_shot_prm
 
 # How often the launching process looks at its children, the progress queue and
 # should_stop.
 POLL_S = 0.2
-
-
-def process_group() -> tuple[int, int]:
-    """(rank, world size) of the process group this process trains in; (0, 1) alone."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def rank_share(batches: list[Any], rank: int, world: int) -> list[Any]:
-    """This rank's batches: every ``world``-th, wrapped round so that every rank takes the
-    same number of steps (a rank that stopped early would leave the others waiting in an
-    all-reduce).
-
-    >>> rank_share(list("abcde"), 1, 2)
-    ['b', 'd', 'a']
-    """
-    if world == 1:
-        return batches
-    per_rank = -(-len(batches) // world)
-    return [batches[(rank + world * i) % len(batches)] for i in range(per_rank)]
-
-
-def barrier() -> None:
-    if process_group()[1] > 1:
-        dist.barrier()
 
 
 def _free_port() -> int:
@@ -77,8 +59,6 @@ def _worker(
 ) -> None:
     from dataclasses import replace
 
-    from .train import train_prm
-
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     cuda = config.device != "cpu" and torch.cuda.is_available()
     if cuda:
@@ -88,7 +68,7 @@ def _worker(
     try:
         progress = (lambda event: events.put(("progress", event))) if rank == 0 else None
         phase = (lambda event: events.put(("phase", event))) if rank == 0 else None
-        result = train_prm(config, train, heldout, out_dir, progress=progress, phase=phase)
+        result = train_in_process(config, train, heldout, out_dir, progress=progress, phase=phase)
         if rank == 0:
             events.put(("result", result))
     finally:
@@ -105,13 +85,11 @@ def train_prm_processes(
     should_stop: Callable[[], bool] | None = None,
     phase: Callable[[Any], None] | None = None,
 ) -> Any:
-    """``train_prm`` in ``config.processes`` processes (module docstring); returns rank 0's
+    """``train_in_process`` in ``config.processes`` processes (module docstring); returns rank 0's
     TrainResult, relaying its ``progress`` and ``phase`` reports (a report that raises
     stops every process). Raises TrainingCancelled when ``should_stop()`` turns true,
     RuntimeError when a process fails."""
     from torch import multiprocessing
-
-    from .train import TrainingCancelled
 
     world = config.processes
     if config.device != "cpu" and torch.cuda.is_available():
@@ -156,3 +134,36 @@ def train_prm_processes(
         for process in context.processes:
             if process.is_alive():
                 process.terminate()
+
+
+def train_prm(
+    config: PRMConfig,
+    train: Sequence[ChainExample],
+    heldout: Sequence[ChainExample],
+    out_dir: str | Path,
+    *,
+    progress: Callable[[TrainProgress], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    baselines: bool = True,
+    phase: PhaseReport | None = None,
+) -> TrainResult:
+    """Trains a PRM on ``train``, evaluated on ``heldout``, into the checkpoint directory
+    ``out_dir`` (``train.train_in_process`` says what each argument does), choosing how
+    (module docstring). Raises TrainingCancelled once ``should_stop()`` is true."""
+    if config.zero_shot:
+        return zero_shot_prm(config, train, heldout, out_dir, should_stop=should_stop, phase=phase)
+    if config.processes > 1 and process_group()[1] == 1:
+        result: TrainResult = train_prm_processes(
+            config, train, heldout, out_dir, progress=progress, should_stop=should_stop, phase=phase
+        )
+        return result
+    return train_in_process(
+        config,
+        train,
+        heldout,
+        out_dir,
+        progress=progress,
+        should_stop=should_stop,
+        baselines=baselines,
+        phase=phase,
+    )
