@@ -163,3 +163,22 @@ def tiny_step_prm_dir(root: Path, *, steps: int = 150, seed: int = 0) -> Path:
     model.eval().save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
     return directory
+
+
+def tiny_causal_lm_dir(root: Path, *, seed: int = 0) -> Path:
+    """A randomly initialised 2-layer Llama with its LM head and the word-level decoder
+    tokenizer (EOS ``</s>``, no pad token), saved under ``root / "tiny-llama-lm"``: a
+    generator whose completions are random words that sometimes end with EOS."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    tokenizer = tiny_tokenizer("decoder")
+    model = LlamaForCausalLM(
+        tiny_llama_config(len(tokenizer), bos_token_id=4, eos_token_id=5, tie_word_embeddings=False)
+    )
+    model.generation_config.eos_token_id = 5
+    directory = root / "tiny-llama-lm"
+    model.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    return directory
