@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterator
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from annotation.selectors.datasets import SnapshotExample
@@ -62,30 +61,6 @@ def _source_id_cell(example: SnapshotExample) -> str:
     return "" if example.source_id is None else csv_cell(str(example.source_id))
 
 
-def csv_rows(*, example: SnapshotExample, version: int) -> Iterator[tuple[Any, ...]]:
-    source_id = _source_id_cell(example)
-    for index, text in enumerate(example.steps):
-        raw = {
-            vote["by"]: vote["labels"][index]
-            for vote in example.votes
-            if index < len(vote["labels"]) and vote["labels"][index] is not None
-        }
-        label = example.labels[index]
-        support = example.support[index]
-        yield (
-            version,
-            example.split,
-            example.chain_id,
-            example.chain_hash,
-            index,
-            csv_cell(text),
-            "" if label is None else label,
-            "" if support is None else round(support, 4),
-            _raw_labels_json(tuple(raw.items())) if raw else "",
-            source_id,
-        )
-
-
 @lru_cache(maxsize=4096)
 def _raw_labels_json(items: tuple[tuple[str, int], ...]) -> str:
     # A project has few voters and three ratings, so the same few objects repeat on
@@ -108,8 +83,8 @@ _CSV_SPECIAL = re.compile(r'[",\n\r]')
 
 def csv_text(*, example: SnapshotExample, version: int) -> str:
     """The CSV lines of one example: what ``csv.writer(lineterminator="\\n")`` writes for
-    ``csv_rows``, byte for byte (but for a carriage return, see _CSV_SPECIAL), built
-    without it.
+    its rows (one per step, the columns of ``CSV_HEADER``), byte for byte (but for a
+    carriage return, see _CSV_SPECIAL), built without it.
 
     Why: the writer examines every character of every field to decide on quoting, and
     that was most of a CSV export's time. Here only the step text can need quoting (the

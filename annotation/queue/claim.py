@@ -49,7 +49,7 @@ _Claimed = tuple[Assignment, LeasedChain | None]
 
 
 # At most this many live leases per annotator and project: the one being labeled and the
-# one the workspace prefetched (``assignment_prefetch``).
+# one the workspace prefetched (``lease_prefetch``).
 MAX_LIVE_LEASES = 2
 
 
@@ -248,20 +248,3 @@ def lease_prefetch(*, project: Project, user: User, now: datetime | None = None)
     Returns None when nothing else is left for the caller. Same precondition and errors
     as ``lease_next``."""
     return _lease(_claim(project=project, user=user, now=now_or_current(now), prefetch=True))
-
-
-def assignment_claim_next(
-    *, project: Project, user: User, now: datetime | None = None
-) -> Assignment | None:
-    """``lease_next`` for a caller that needs only the assignment (its ``chain`` loads on
-    first use): no query for what the lease shows."""
-    claimed = _claim(project=project, user=user, now=now_or_current(now), prefetch=False)
-    return claimed[0] if claimed is not None else None
-
-
-def assignment_prefetch(
-    *, project: Project, user: User, now: datetime | None = None
-) -> Assignment | None:
-    """``lease_prefetch`` for a caller that needs only the assignment."""
-    claimed = _claim(project=project, user=user, now=now_or_current(now), prefetch=True)
-    return claimed[0] if claimed is not None else None

@@ -31,7 +31,7 @@ from django.db import connection, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from annotation.importers.formats import FORMATS, detect_format, iter_chains
+from annotation.importers.formats import DETECT_HEAD_BYTES, FORMATS, detect_format, iter_chains
 from annotation.importers.records import LineError, ParsedChain, content_hash
 from annotation.models import (
     Annotation,
@@ -47,8 +47,6 @@ from annotation.models import (
 # Chains parsed and written per round: large enough that the per-chunk statements vanish
 # in the COPY time, small enough that a chunk (~20k steps) is a few MB of memory.
 CHUNK_CHAINS = 2_000
-# What format detection gets to look at.
-DETECT_HEAD_BYTES = 64 * 1024
 # A file with millions of bad lines must not hold them all in memory: keep the first ones
 # and count the rest.
 MAX_KEPT_ERRORS = 10_000

@@ -25,9 +25,9 @@ from annotation.models import (
     StepRating,
 )
 from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, STEP_IDS
-from annotation.queue.claim import assignment_claim_next
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.services.workspace import FLAG_REASON_PREFIX
+from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -157,8 +157,8 @@ def test_a_long_chain_stores_every_rating_in_step_order(project, make_member) ->
     # Given a long chain (on SQLite, more than two insert batches of ratings; on
     # PostgreSQL, still one statement)
     from annotation.models import StepRating
-    from annotation.queue.claim import assignment_claim_next
     from annotation.queue.submit import _RATINGS_PER_STATEMENT, RatingInput, assignment_submit
+    from tests.annotation.queue.claiming import assignment_claim_next
 
     steps = 2 * _RATINGS_PER_STATEMENT + 1
     chain = ChainFactory(project=project, step_count=0)

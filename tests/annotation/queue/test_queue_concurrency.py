@@ -28,11 +28,11 @@ from annotation.models import (
     Project,
 )
 from annotation.public_ids import ASSIGNMENT_IDS, STEP_IDS
-from annotation.queue.claim import assignment_claim_next, assignment_prefetch
 from annotation.queue.errors import LeaseLost
 from annotation.queue.leases import assignment_skip
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.services.workspace import FLAG_REASON_PREFIX
+from tests.annotation.queue.claiming import assignment_claim_next, assignment_prefetch
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, api_token_key
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]

@@ -20,10 +20,11 @@ from annotation.models import (
     Project,
     StepRating,
 )
-from annotation.queue.claim import assignment_claim_next
+from annotation.queue.claim import lease_next
 from annotation.queue.errors import LeaseClosed, LeaseConflict, LeaseLost
 from annotation.queue.leases import assignment_renew, assignment_skip
 from annotation.queue.submit import RatingInput, assignment_submit
+from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, ProjectFactory
 
 pytestmark = pytest.mark.django_db
@@ -649,8 +650,8 @@ def test_claim_query_count_with_a_new_lease(project, make_member, django_assert_
     # savepoint, lock user, own live leases?, candidate FOR UPDATE SKIP LOCKED, insert the
     # lease if the fresh re-check passes, release
     with django_assert_num_queries(6):
-        assignment = assignment_claim_next(project=project, user=user)
-    assert assignment is not None
+        lease = lease_next(project=project, user=user)
+    assert lease is not None
 
 
 def test_claim_query_count_with_an_existing_lease(project, make_member, django_assert_num_queries):
@@ -658,9 +659,9 @@ def test_claim_query_count_with_an_existing_lease(project, make_member, django_a
     user = make_member(project)
     claim(project, user)
 
-    # savepoint, lock user, own live leases, release
-    with django_assert_num_queries(4):
-        assignment_claim_next(project=project, user=user)
+    # savepoint, lock user, own live leases, the leased chain (what the lease shows), release
+    with django_assert_num_queries(5):
+        lease_next(project=project, user=user)
 
 
 def test_claim_query_count_after_an_expiry(project, make_member, django_assert_num_queries):
@@ -672,7 +673,7 @@ def test_claim_query_count_after_an_expiry(project, make_member, django_assert_n
     # as with a new lease, but the insert finds a stale lease in the way: the re-check says
     # so, the UPDATE marks it EXPIRED, and the insert runs again (the rare path)
     with django_assert_num_queries(9):
-        assignment_claim_next(project=project, user=user, now=now + LEASE * 2)
+        lease_next(project=project, user=user, now=now + LEASE * 2)
 
 
 def test_submit_query_count(project, make_member, django_assert_num_queries) -> None:

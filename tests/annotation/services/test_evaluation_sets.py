@@ -6,10 +6,10 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from annotation.models import Chain, EvaluationSet, ImportBatch, SnapshotSplit
-from annotation.queue.claim import assignment_claim_next
 from annotation.services.evaluation_sets import evaluation_set_mark, evaluation_set_unmark
 from annotation.services.snapshots import snapshot_create
 from prm_training.services.examples import snapshot_chain_examples
+from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, ImportBatchFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db

@@ -16,11 +16,11 @@ from django.core.management import CommandError, call_command
 from annotation.exporters.csv_lines import CSV_HEADER
 from annotation.exporters.records import first_error_index, trl_labels
 from annotation.models import Annotation, Chain, LabelingMode, SnapshotChain
-from annotation.queue.claim import assignment_claim_next
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.services.exports import export_write
 from annotation.services.imports import chain_import
 from annotation.services.snapshots import snapshot_create
+from tests.annotation.queue.claiming import assignment_claim_next
 from tests.conftest import require_shared_data
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 

@@ -18,7 +18,6 @@ from annotation.models import (
     Screening,
     ScreeningStatus,
 )
-from annotation.queue.claim import assignment_claim_next, assignment_prefetch
 from annotation.queue.leases import assignment_skip
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.selectors.gold import (
@@ -38,6 +37,7 @@ from annotation.services.gold import (
 )
 from annotation.services.imports import chain_import
 from annotation.services.review import AdjudicatedRating, adjudication_create
+from tests.annotation.queue.claiming import assignment_claim_next, assignment_prefetch
 from tests.factories import ChainFactory, ProjectFactory, UserFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db

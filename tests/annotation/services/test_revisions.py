@@ -15,7 +15,6 @@ from django.db import connections, transaction
 from django.http import Http404
 
 from annotation.models import Annotation, Chain, LabelingMode, StepRating
-from annotation.queue.claim import assignment_claim_next
 from annotation.queue.errors import RevisionClosed
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.selectors.gold import gold_score_for_annotator
@@ -35,6 +34,7 @@ from annotation.services.gold import gold_mark
 from annotation.services.review import AdjudicatedRating, adjudication_create
 from annotation.services.revisions import annotation_revise
 from annotation.services.snapshots import _snapshots_lock, snapshot_create
+from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, ProjectFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db

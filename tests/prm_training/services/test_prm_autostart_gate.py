@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from annotation.queue.claim import assignment_claim_next
 from annotation.queue.submit import RatingInput, assignment_submit
 from prm_training.services import training
 from prm_training.services.training import project_training_settings_update
+from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory
 
 pytestmark = pytest.mark.django_db
