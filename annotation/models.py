@@ -53,6 +53,24 @@ class Rating(models.IntegerChoices):
     CORRECT = 1, "correct"
 
 
+class MachineSource(models.TextChoices):
+    """Where a machine's step label comes from (issue 23)."""
+
+    MONTE_CARLO = "monte_carlo", "Monte-Carlo rollouts"
+    JUDGE = "judge", "Judge"
+    PRM = "prm", "PRM"
+    IMPORT = "import", "Import"
+
+
+class PrelabelOutcome(models.TextChoices):
+    """What a human rating did with the machine verdict the workspace showed on its step
+    (issue 23, verification): none shown, confirmed, or overridden."""
+
+    NONE = "none", "No machine verdict shown"
+    CONFIRMED = "confirmed", "Confirmed the machine verdict"
+    OVERRIDDEN = "overridden", "Overrode the machine verdict"
+
+
 class Project(models.Model):
     name = models.CharField(max_length=200, unique=True)
     guidelines = models.TextField(
@@ -115,6 +133,24 @@ class Project(models.Model):
         validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
         help_text="Step accuracy on the screening chains needed to pass.",
     )
+    # Verification (issue 23): the workspace shows each step's machine verdict, which the
+    # annotator confirms or overrides (``annotation.queue.prelabels``).
+    prelabels = models.BooleanField(
+        default=False,
+        help_text="Show annotators each step's machine verdict to confirm or override.",
+    )
+    prelabel_source = models.CharField(
+        max_length=20,
+        choices=MachineSource.choices,
+        default=MachineSource.JUDGE,
+        help_text="The machine source whose verdicts the workspace shows.",
+    )
+    prelabel_holdout = models.FloatField(
+        default=0.1,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Share of chains served without pre-labels, to measure how much they "
+        "sway annotators (fixed per chain and annotator).",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -144,6 +180,14 @@ class Project(models.Model):
             models.CheckConstraint(
                 condition=Q(consensus__in=ConsensusMethod.values),
                 name="project_consensus_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(prelabel_holdout__gte=0.0, prelabel_holdout__lte=1.0),
+                name="project_prelabel_holdout_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(prelabel_source__in=MachineSource.values),
+                name="project_prelabel_source_valid",
             ),
         ]
 
@@ -577,6 +621,15 @@ class Assignment(models.Model):
     # value costs a claim some speed, never a wrong lease, as the claim's per-chain checks
     # decide.
     chain_open = models.BooleanField(default=True, db_default=True)
+    # Verification (``annotation.queue.prelabels``), fixed when the lease is taken: the
+    # machine source the project pre-labeled with ('' when pre-labels were off), its latest
+    # verdict per step as of then ({"step index": rating}; null when off or the source had
+    # none for this chain), and whether they were shown (False: the chain was held out
+    # for this annotator). The submit compares the ratings with what was shown here, so a
+    # machine run landing mid-lease changes nothing, and the client is never asked.
+    prelabel_source = models.CharField(max_length=20, blank=True, default="", db_default="")
+    prelabels = models.JSONField(null=True, blank=True)
+    prelabels_shown = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         constraints = [
@@ -715,6 +768,16 @@ class StepRating(models.Model):
     duration_ms = models.PositiveIntegerField(
         null=True, blank=True, help_text="How long the step held the annotator's focus."
     )
+    # Whether the rating confirmed or overrode the machine verdict the workspace showed on
+    # the step, and whose verdict it was: decided by the submit from the lease
+    # (``Assignment.prelabels``), never sent by the client.
+    prelabel = models.CharField(
+        max_length=12,
+        choices=PrelabelOutcome.choices,
+        default=PrelabelOutcome.NONE,
+        db_default=PrelabelOutcome.NONE,
+    )
+    prelabel_source = models.CharField(max_length=20, blank=True, default="", db_default="")
 
     class Meta:
         constraints = [
@@ -722,19 +785,18 @@ class StepRating(models.Model):
             models.CheckConstraint(
                 condition=Q(rating__gte=-1, rating__lte=1), name="rating_in_range"
             ),
+            models.CheckConstraint(
+                condition=Q(prelabel=PrelabelOutcome.NONE, prelabel_source="")
+                | Q(
+                    prelabel__in=[PrelabelOutcome.CONFIRMED, PrelabelOutcome.OVERRIDDEN],
+                    prelabel_source__in=MachineSource.values,
+                ),
+                name="rating_prelabel_has_source",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.rating:+d} on step {self.step_id}"
-
-
-class MachineSource(models.TextChoices):
-    """Where a machine's step label comes from (issue 23)."""
-
-    MONTE_CARLO = "monte_carlo", "Monte-Carlo rollouts"
-    JUDGE = "judge", "Judge"
-    PRM = "prm", "PRM"
-    IMPORT = "import", "Import"
 
 
 class MachineLabel(models.Model):

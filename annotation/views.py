@@ -25,6 +25,7 @@ from annotation.models import (
     ImportBatch,
     ImportLabels,
     LabelingMode,
+    MachineSource,
     Project,
     Role,
     StepSplit,
@@ -70,6 +71,7 @@ def _settings_form_context() -> dict[str, Any]:
         "labeling_modes": LabelingMode.choices,
         "step_splits": StepSplit.choices,
         "import_label_policies": ImportLabels.choices,
+        "machine_sources": MachineSource.choices,
         "preview_url": reverse("api-guidelines-preview"),
     }
 

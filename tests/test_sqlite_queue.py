@@ -142,6 +142,36 @@ body = {"ratings": [{"step": s["id"], "rating": 1} for s in lease["chain"]["step
 late = token.post(f"{base}/submit/", json.dumps(body), content_type=JSON)
 out["skip_then_submit"] = [skip.status_code, late.status_code, late.json()["code"]]
 
+# verification: the lease's pre-labels come from SQLite's JSON aggregate, the submit
+# records confirm and override statement by statement
+from annotation.models import MachineLabel
+pre_project = Project.objects.create(name="pre", overlap=1, prelabels=True, prelabel_holdout=0.0)
+Membership.objects.create(project=pre_project, user=users[0], role="annotator")
+pre_chain = Chain.objects.create(
+    project=pre_project,
+    problem=Problem.objects.create(project=pre_project, text="pre", content_hash="pre"),
+    content_hash="pre",
+    step_count=3,
+)
+for i, verdict in enumerate([1, -1, None]):
+    step = Step.objects.create(chain=pre_chain, index=i, text=f"p{i}")
+    if verdict is not None:
+        MachineLabel.objects.create(
+            project=pre_project, chain=pre_chain, step=step, source="judge", rating=verdict,
+            run_kind="judge", run_id=1,
+        )
+lease = token.post(f"/api/v1/projects/{pre_project.pk}/assignments/next/", content_type=JSON)
+lease = lease.json()
+out["prelabels_shown"] = [s["prelabel"] for s in lease["chain"]["steps"]]
+body = {"ratings": [{"step": s["id"], "rating": 1} for s in lease["chain"]["steps"]]}
+url = f"/api/v1/assignments/{lease['assignment']['id']}/submit/"
+out["prelabel_submit"] = token.post(url, json.dumps(body), content_type=JSON).status_code
+out["prelabel_outcomes"] = list(
+    StepRating.objects.filter(annotation__chain=pre_chain)
+    .order_by("step__index")
+    .values_list("prelabel", flat=True)
+)
+
 print("RESULT " + json.dumps(out))
 """
 
@@ -181,3 +211,6 @@ def test_the_queue_on_sqlite(tmp_path: Path) -> None:
     # a live lease flags once; the lead sees who and why, and clearing is recorded
     assert got["flag"] == [200, 409, ["ann", "garbled"], [False, "lea"]]
     assert got["skip_then_submit"] == [200, 409, "lease_closed"]
+    assert got["prelabels_shown"] == [1, -1, None]
+    assert got["prelabel_submit"] == 201
+    assert got["prelabel_outcomes"] == ["confirmed", "overridden", "none"]

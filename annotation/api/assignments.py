@@ -29,7 +29,15 @@ from annotation.api.errors import api_exception_handler
 from annotation.api.fields import INT32_MAX, IdField, PublicIdField, RatingField
 from annotation.api.inputs import InputSerializer, unknown_field_errors
 from annotation.api.permissions import request_user
-from annotation.models import Annotation, Assignment, Chain, Project, Step, StepRating
+from annotation.models import (
+    Annotation,
+    Assignment,
+    Chain,
+    MachineSource,
+    Project,
+    Step,
+    StepRating,
+)
 from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, PUBLIC_ID_MAX, STEP_IDS
 from annotation.queue.access import (
     project_get_for_labeling,
@@ -38,6 +46,7 @@ from annotation.queue.access import (
 )
 from annotation.queue.claim import lease_next, lease_prefetch
 from annotation.queue.leases import Lease, assignment_renew, assignment_skip
+from annotation.queue.prelabels import shown_verdicts
 from annotation.queue.submit import (
     REQUEST_ID_MAX_LENGTH,
     RatingInput,
@@ -177,10 +186,18 @@ class StepForLabelingSerializer(serializers.ModelSerializer):
     id = serializers.IntegerField(
         min_value=1, max_value=PUBLIC_ID_MAX, help_text="The step's public id (not its row id)."
     )
+    prelabel = serializers.IntegerField(
+        min_value=-1,
+        max_value=1,
+        allow_null=True,
+        help_text="The machine verdict to confirm or override (-1, 0 or 1): null unless the "
+        "project shows pre-labels, this chain is not held out for you and the source has a "
+        "verdict on this step. Your rating is recorded as confirming or overriding it.",
+    )
 
     class Meta:
         model = Step
-        fields = ["id", "index", "text"]
+        fields = ["id", "index", "text", "prelabel"]
 
 
 class ChainForLabelingSerializer(serializers.ModelSerializer):
@@ -191,10 +208,15 @@ class ChainForLabelingSerializer(serializers.ModelSerializer):
     problem = ProblemForLabelingSerializer()
     steps = StepForLabelingSerializer(many=True)
     labeling_mode = serializers.CharField()
+    prelabel_source = serializers.ChoiceField(
+        choices=MachineSource.choices,
+        allow_null=True,
+        help_text="Whose verdicts the steps' prelabel fields are; null when none is shown.",
+    )
 
     class Meta:
         model = Chain
-        fields = ["id", "problem", "steps", "final_answer", "labeling_mode"]
+        fields = ["id", "problem", "steps", "final_answer", "labeling_mode", "prelabel_source"]
 
 
 class NextOutputSerializer(serializers.Serializer):
@@ -208,12 +230,14 @@ _expires_at_field = serializers.DateTimeField()
 def lease_payload(*, lease: Lease, project: Project) -> dict[str, Any]:
     """The answer of next and prefetch for ``lease`` (``NextOutputSerializer`` in the
     schema), built as plain dicts: next is the hottest request, and nested serializers
-    cost more than the claim itself. Ids are public ids (``annotation.public_ids``)."""
+    cost more than the claim itself. Ids are public ids (``annotation.public_ids``). The
+    pre-labels are those the lease stored when it was taken (``queue.prelabels``)."""
     chain = lease.chain
     problem = {"text": chain.problem_text}
     if project.show_reference_answer:
         problem["reference_answer"] = chain.reference_answer
     step_base = STEP_IDS.base(lease.assignment.chain_id)
+    verdicts = shown_verdicts(lease.assignment)
     return {
         "assignment": {
             "id": ASSIGNMENT_IDS.show(lease.assignment.pk),
@@ -223,10 +247,17 @@ def lease_payload(*, lease: Lease, project: Project) -> dict[str, Any]:
             "id": CHAIN_IDS.show(lease.assignment.chain_id),
             "problem": problem,
             "steps": [
-                {"id": step_base + s.index, "index": s.index, "text": s.text} for s in chain.steps
+                {
+                    "id": step_base + s.index,
+                    "index": s.index,
+                    "text": s.text,
+                    "prelabel": verdicts.get(str(s.index)),
+                }
+                for s in chain.steps
             ],
             "final_answer": chain.final_answer,
             "labeling_mode": project.labeling_mode,
+            "prelabel_source": lease.assignment.prelabel_source if verdicts else None,
         },
     }
 

@@ -15,6 +15,7 @@ from annotation.models import (
     ConsensusMethod,
     ImportLabels,
     LabelingMode,
+    MachineSource,
     Membership,
     Project,
     Role,
@@ -66,6 +67,23 @@ class _ProjectSettingsInputSerializer(InputSerializer):
     leads_rule_own_labels = serializers.BooleanField(
         required=False,
         help_text="A lead may rule on a disagreement they labeled themselves.",
+    )
+    prelabels = serializers.BooleanField(
+        required=False,
+        help_text="Verification: the workspace shows each step's machine verdict (from "
+        "prelabel_source), which annotators confirm or override; each rating records which.",
+    )
+    prelabel_source = serializers.ChoiceField(
+        choices=MachineSource.choices,
+        required=False,
+        help_text='The machine source whose verdicts are shown (default "judge").',
+    )
+    prelabel_holdout = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="Share of chains served without pre-labels, to measure how much they sway "
+        "annotators (the dashboard compares both); fixed per chain and annotator.",
     )
 
 
@@ -148,6 +166,9 @@ class ProjectOutputSerializer(serializers.ModelSerializer):
             "gold_rate",
             "screening_chains",
             "screening_pass_accuracy",
+            "prelabels",
+            "prelabel_source",
+            "prelabel_holdout",
             "created_at",
             "progress",
         ]

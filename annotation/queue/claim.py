@@ -19,14 +19,14 @@ from annotation.queue.leases import (
     now_or_current,
     sql_params,
 )
+from annotation.queue.prelabels import lease_prelabel_fields, prelabel_plan, verdicts_from_db
 from annotation.queue.rows import fetch_models
 from annotation.queue.sql import (
     CANDIDATE_SQL,
-    LEASE_IF_FREE_SQL,
-    LEASE_WITH_CHAIN_SQL,
     LIVE_LEASES_SQL,
     LOCK_USER_SQL,
     RECHECK_SQL,
+    lease_sql,
 )
 from annotation.services.gold import gold_candidate, gold_lease
 
@@ -108,13 +108,17 @@ def _lease_if_free(
     """Lease the chain whose lock we hold if its place is still free; None if not (a lost
     race, or stale leases to expire first: ``_claim_once`` asks ``_recheck`` which).
 
-    On PostgreSQL the same trip reads what the lease shows of its chain."""
+    On PostgreSQL the same trip reads what the lease shows of its chain; the same
+    statement stores the chain's pre-labels when the project has them (``prelabels``)."""
     expires_at = now + project.lease_duration
+    plan = prelabel_plan(project=project, chain_id=chain_id, user_id=user.pk)
     params = sql_params(project=project, user=user, now=now, chain=chain_id)
     params["expires"] = connection.ops.adapt_datetimefield_value(expires_at)
+    params.update(plan.sql_params())
     with_chain = connection.vendor == "postgresql"
+    sql = lease_sql(vendor=connection.vendor, with_chain=with_chain, prelabels=bool(plan.source))
     with connection.cursor() as cursor:
-        cursor.execute(LEASE_WITH_CHAIN_SQL if with_chain else LEASE_IF_FREE_SQL, params)
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     if not rows:
         return None
@@ -129,10 +133,13 @@ def _lease_if_free(
         expires_at=expires_at,
         finished_at=None,
         skip_reason="",
+        prelabel_source=plan.source,
+        prelabels=verdicts_from_db(row[1]),
+        prelabels_shown=plan.shown,
     )
     lease._state.adding = False  # a stored row, as if loaded: save() updates it
     lease._state.db = connection.alias
-    return lease, leased_chain_from_rows([r[1:] for r in rows]) if with_chain else None
+    return lease, leased_chain_from_rows([r[2:] for r in rows]) if with_chain else None
 
 
 def _claim_once(
@@ -163,7 +170,16 @@ def _claim_once(
         if pick.blocked:
             return None
         if pick.chain is not None and pick.chain.pk not in mine:
-            gold = gold_lease(project=project, user=user, chain=pick.chain, now=now)
+            # Pre-labels as on any chain: nothing the annotator reads tells gold apart.
+            gold_id = pick.chain.pk
+            plan = prelabel_plan(project=project, chain_id=gold_id, user_id=user.pk)
+            gold = gold_lease(
+                project=project,
+                user=user,
+                chain=pick.chain,
+                now=now,
+                prelabels=lambda: lease_prelabel_fields(plan=plan, chain_id=gold_id),
+            )
             return (gold, None) if gold is not None else None
 
     chain_id = _candidate(project=project, user=user, now=now, skip=skip, wait=False)

@@ -17,6 +17,7 @@ from annotation.models import (
     Assignment,
     AssignmentStatus,
     Chain,
+    MachineLabel,
     Membership,
     Problem,
     Project,
@@ -105,16 +106,53 @@ RECHECK_SQL = f"""
 
 PLACE_SQL = f"SELECT {PLACE_FREE_SQL} FROM {Chain._meta.db_table} c WHERE c.id = %(chain)s"
 
+# Verification (``annotation.queue.prelabels``): the pre-labels of chain ``c`` as one JSON
+# object {"step index": verdict}, the latest verdict of source ``%(prelabel_source)s`` on
+# each step (its newest row that gives one), NULL where the source has none on the chain.
+# A row with a value and no rating (a probability: the PRM, a Monte-Carlo soft value) is
+# a verdict by its side of 0.5. ``{json_object}`` is the database's JSON aggregate
+# (``prelabels_sql``). Reads the index ``machine_label_by_chain`` and, per row, the
+# unique index on (step, source, ...) for a newer one.
+MACHINE_VERDICT_SQL = (
+    "COALESCE(m.rating, CASE WHEN m.value >= 0.5 THEN 1 WHEN m.value IS NOT NULL THEN -1 END)"
+)
+PRELABELS_SQL = f"""(
+    SELECT {{json_object}}(CAST(s."index" AS TEXT), {MACHINE_VERDICT_SQL})
+    FROM {MachineLabel._meta.db_table} m
+    JOIN {Step._meta.db_table} s ON s.id = m.step_id
+    WHERE m.chain_id = c.id AND m.source = %(prelabel_source)s
+      AND (m.rating IS NOT NULL OR m.value IS NOT NULL)
+      AND NOT EXISTS (
+          SELECT 1 FROM {MachineLabel._meta.db_table} n
+          WHERE n.step_id = m.step_id AND n.source = m.source AND n.id > m.id
+            AND (n.rating IS NOT NULL OR n.value IS NOT NULL)
+      )
+)"""
+_JSON_OBJECT_AGGREGATES = {"postgresql": "jsonb_object_agg", "sqlite": "json_group_object"}
+
+
+@functools.cache
+def prelabels_sql(vendor: str) -> str:
+    """``PRELABELS_SQL`` for the database ``vendor``, built once."""
+    return PRELABELS_SQL.format(json_object=_JSON_OBJECT_AGGREGATES[vendor])
+
+
+# The pre-labels of chain ``%(chain)s`` by themselves: the gold claim's lease, which the
+# ORM writes (``services.gold.gold_lease``), stores what ``LEASE_IF_FREE_SQL`` would.
+CHAIN_PRELABELS_SQL = f"SELECT {{prelabels}} FROM {Chain._meta.db_table} c WHERE c.id = %(chain)s"
+
 # The lease itself, taken only if the re-check under the lock passes, in one statement: it
 # starts after the candidate statement got the chain's lock, so (READ COMMITTED) it sees
 # every lease and submit committed before. The common case costs this one round trip; when
 # it inserts nothing, ``_recheck`` tells a lost race from stale leases to expire first.
+# ``{prelabels}`` is NULL, or ``prelabels_sql`` when the project pre-labels: the lease
+# stores the verdicts it shows (or, held out, would have shown) in the same statement.
 LEASE_IF_FREE_SQL = f"""
     INSERT INTO {Assignment._meta.db_table}
         (project_id, chain_id, annotator_id, status, created_at, expires_at, finished_at,
-         skip_reason)
+         skip_reason, prelabel_source, prelabels, prelabels_shown)
     SELECT %(project)s, c.id, %(user)s, '{AssignmentStatus.ACTIVE}', %(now)s, %(expires)s,
-           NULL, ''
+           NULL, '', %(prelabel_from)s, {{prelabels}}, %(prelabels_shown)s
     FROM {Chain._meta.db_table} c
     WHERE c.id = %(chain)s AND NOT c.is_flagged AND {PLACE_FREE_SQL}
       AND NOT EXISTS (
@@ -122,7 +160,7 @@ LEASE_IF_FREE_SQL = f"""
           WHERE a.chain_id = c.id AND a.status = '{AssignmentStatus.ACTIVE}'
             AND a.expires_at <= %(now)s
       )
-    RETURNING id
+    RETURNING id, prelabels
 """
 
 # PostgreSQL: the lease as above and, in the same trip, what the lease's answer shows (the
@@ -130,13 +168,24 @@ LEASE_IF_FREE_SQL = f"""
 # lease. SQLite cannot write inside a WITH, so there the answer reads them afterwards.
 LEASE_WITH_CHAIN_SQL = f"""
     WITH l AS ({LEASE_IF_FREE_SQL})
-    SELECT l.id, s.id, s."index", s.text, c.final_answer, p.text, p.reference_answer
+    SELECT l.id, l.prelabels, s.id, s."index", s.text, c.final_answer, p.text,
+           p.reference_answer
     FROM l
     JOIN {Chain._meta.db_table} c ON c.id = %(chain)s
     JOIN {Problem._meta.db_table} p ON p.id = c.problem_id
     LEFT JOIN {Step._meta.db_table} s ON s.chain_id = c.id
     ORDER BY s."index"
 """
+
+
+@functools.cache
+def lease_sql(*, vendor: str, with_chain: bool, prelabels: bool) -> str:
+    """The lease statement (``LEASE_WITH_CHAIN_SQL`` or ``LEASE_IF_FREE_SQL``) for
+    ``vendor``, with the pre-labels' subquery or NULL in their place: built once each, so
+    a project without pre-labels runs the statement it always did, plus two constants."""
+    template = LEASE_WITH_CHAIN_SQL if with_chain else LEASE_IF_FREE_SQL
+    return template.format(prelabels=prelabels_sql(vendor) if prelabels else "NULL")
+
 
 # The caller's live leases in a project, oldest first: ``next`` answers with the oldest,
 # ``prefetch`` with the newest (index ``assignment_live_by_annotator``).
@@ -288,19 +337,22 @@ def insert_statement(obj: Model) -> tuple[str, list]:
 
 RATINGS_INSERT = (
     f"INSERT INTO {StepRating._meta.db_table} "
-    "(annotation_id, step_id, rating, comment, duration_ms) "
+    "(annotation_id, step_id, rating, comment, duration_ms, prelabel, prelabel_source) "
 )
 # PostgreSQL: the annotation, its ratings, the lease's close and the chain's count in one
-# statement (one round trip). The ratings come as four arrays (step ids, ratings, comments,
-# durations) zipped by ``unnest``, so the statement's text and parameter count are the
-# same for every chain length: psycopg converts and PostgreSQL prepares it once.
+# statement (one round trip). The ratings come as six arrays (step ids, ratings, comments,
+# durations, pre-label outcomes and their sources) zipped by ``unnest``, so the statement's
+# text and parameter count are the same for every chain length: psycopg converts and
+# PostgreSQL prepares it once.
 SUBMIT_WRITE_SQL = f"""
     WITH n AS ({{annotation}}),
     r AS (
         {RATINGS_INSERT}
-        SELECT n.id, v.step_id, v.rating, v.comment, v.duration_ms
-        FROM n CROSS JOIN unnest(%s::bigint[], %s::smallint[], %s::text[], %s::integer[])
-            AS v (step_id, rating, comment, duration_ms)
+        SELECT n.id, v.step_id, v.rating, v.comment, v.duration_ms, v.prelabel,
+               v.prelabel_source
+        FROM n CROSS JOIN unnest(
+            %s::bigint[], %s::smallint[], %s::text[], %s::integer[], %s::text[], %s::text[]
+        ) AS v (step_id, rating, comment, duration_ms, prelabel, prelabel_source)
     ),
     l AS ({LEASE_SUBMITTED_SQL})
     {{count}}

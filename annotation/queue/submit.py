@@ -28,6 +28,7 @@ from annotation.queue.leases import (
     now_or_current,
     take_back_expired,
 )
+from annotation.queue.prelabels import prelabel_outcomes
 from annotation.queue.sql import (
     CHAIN_COUNTED_SQL,
     CHAIN_SHUT_SQL,
@@ -170,6 +171,8 @@ def _idempotent_repeat(
     return Submitted(annotation=annotation, created=False, ratings=ratings)
 
 
+# One rating's row in SQLite's INSERT: the annotation's id, then a ``_Writes`` row.
+_RATING_VALUES = "(%s, %s, %s, %s, %s, %s, %s)"
 # SQLite takes the rows in batches, far below its limit on bound parameters (32,766).
 _RATINGS_PER_STATEMENT = 1_000
 
@@ -177,14 +180,15 @@ _RATINGS_PER_STATEMENT = 1_000
 @dataclass(frozen=True, slots=True)
 class _Writes:
     """What a validated submit writes, decided under the chain's lock: the annotation's
-    INSERT, its rating rows (step id, rating, comment, duration), the lease's close and,
+    INSERT, its rating rows (step id, rating, comment, duration, pre-label outcome and
+    source), the lease's close and,
     unless ``counted`` is None (a gold pass), the chain's new (finished_count,
     is_finished)."""
 
     chain_id: int
     insert_sql: str
     insert_params: list[Any]
-    rows: list[tuple[int, int, str, int | None]]
+    rows: list[tuple[int, int, str, int | None, str, str]]
     assignment_id: int
     finished_at: Any
     counted: tuple[int, bool] | None
@@ -212,7 +216,7 @@ def _write_postgresql(writes: _Writes) -> int:
         count_sql += f", o AS ({CHAIN_SHUT_SQL})"
         count_params.append(writes.chain_id)
     sql = SUBMIT_WRITE_SQL.format(annotation=writes.insert_sql, count=count_sql)
-    columns = [list(c) for c in zip(*writes.rows, strict=True)] if writes.rows else [[]] * 4
+    columns = [list(c) for c in zip(*writes.rows, strict=True)] if writes.rows else [[]] * 6
     params = [*writes.insert_params, *columns]
     params += [writes.finished_at, writes.chain_open, writes.assignment_id, *count_params]
     with connection.cursor() as cursor:
@@ -230,7 +234,7 @@ def _write_sqlite(writes: _Writes) -> int:
         for start in range(0, len(writes.rows), _RATINGS_PER_STATEMENT):
             batch = writes.rows[start : start + _RATINGS_PER_STATEMENT]
             cursor.execute(
-                f"{RATINGS_INSERT} VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * len(batch))}",
+                f"{RATINGS_INSERT} VALUES {', '.join([_RATING_VALUES] * len(batch))}",
                 [value for row in batch for value in (annotation_id, *row)],
             )
         if writes.shuts:
@@ -251,13 +255,15 @@ def _submit_write(
     *,
     annotation: Annotation,
     ratings: Sequence[RatingInput],
+    outcomes: Sequence[tuple[str, str]],
     assignment_id: int,
     now: datetime,
     counted: tuple[int, bool] | None,
 ) -> None:
     """Store the new ``annotation`` (setting its id) with ``ratings`` (stripped, in step
-    order), mark lease ``assignment_id`` SUBMITTED at ``now`` and, unless ``counted`` is
-    None, set the chain's ``(finished_count, is_finished)``. The lease's ``chain_open``
+    order) and their pre-label ``outcomes`` ((outcome, source), one per rating), mark
+    lease ``assignment_id`` SUBMITTED at ``now`` and, unless ``counted`` is None, set the
+    chain's ``(finished_count, is_finished)``. The lease's ``chain_open``
     says whether the chain still waits in the queue; the annotation that finishes the
     chain clears it on the chain's other closed leases too.
 
@@ -268,7 +274,10 @@ def _submit_write(
         chain_id=annotation.chain_id,
         insert_sql=insert_sql,
         insert_params=insert_params,
-        rows=[(r.step_id, r.rating, r.comment, r.duration_ms) for r in ratings],
+        rows=[
+            (r.step_id, r.rating, r.comment, r.duration_ms, outcome, source)
+            for r, (outcome, source) in zip(ratings, outcomes, strict=True)
+        ],
         assignment_id=assignment_id,
         finished_at=connection.ops.adapt_datetimefield_value(now),
         counted=counted,
@@ -388,10 +397,12 @@ def assignment_submit(
             steps=steps, ratings=ratings, mode=project.labeling_mode, rewrite=rewrite
         )
 
+        in_order = ratings_in_step_order(ratings=ratings, steps=steps)
         return _submit_new(
             chain=chain,
             assignment=assignment,
-            ratings=ratings_in_step_order(ratings=ratings, steps=steps),
+            ratings=in_order,
+            outcomes=prelabel_outcomes(assignment=assignment, ratings=in_order, steps=steps),
             row_of=row_of,
             annotation=Annotation(
                 chain=chain,
@@ -411,12 +422,14 @@ def _submit_new(
     chain: Chain,
     assignment: Assignment,
     ratings: list[RatingInput],
+    outcomes: list[tuple[str, str]],
     row_of: dict[int, int] | None,
     annotation: Annotation,
     now: datetime,
 ) -> Submitted:
     """Write a validated submit's ``annotation`` with ``ratings`` (in step order, steps
-    named as the caller names them; ``row_of`` their row ids when those are public ids),
+    named as the caller names them; ``row_of`` their row ids when those are public ids)
+    and their pre-label ``outcomes`` (``prelabels.prelabel_outcomes``),
     close the lease and count the annotation on the chain. Precondition: the chain's
     row lock is held and the submit was validated under it."""
     # finished_count was read under the lock, so it is current. A pass over a gold
@@ -430,6 +443,7 @@ def _submit_new(
         ratings=ratings
         if row_of is None
         else [replace(r, step_id=row_of[r.step_id]) for r in ratings],
+        outcomes=outcomes,
         assignment_id=assignment.pk,
         now=now,
         counted=counted,

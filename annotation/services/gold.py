@@ -34,7 +34,7 @@ import hmac
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -403,7 +403,14 @@ def gold_candidate(
     return GoldPick(chain=chain) if chain is not None else NORMAL
 
 
-def gold_lease(*, project: Project, user: User, chain: Chain, now: datetime) -> Assignment | None:
+def gold_lease(
+    *,
+    project: Project,
+    user: User,
+    chain: Chain,
+    now: datetime,
+    prelabels: Callable[[], dict[str, Any]] | None = None,
+) -> Assignment | None:
     """Lease the gold ``chain`` to ``user``. No place to win: a gold chain has no overlap
     and ``gold_candidate`` only returns chains the user has not done; the user's claim
     lock serialises their own claims. The chain's row lock (taken after the user's, as
@@ -411,7 +418,8 @@ def gold_lease(*, project: Project, user: User, chain: Chain, now: datetime) -> 
     ordinary work under a lease that ignored the overlap: if it is no longer gold this
     returns None (the caller answers nothing-left; asking again gets ordinary work).
     The user's own lease on it that ran out is expired first (one live lease per
-    annotator and chain)."""
+    annotator and chain). ``prelabels`` gives the lease's pre-label fields, read once the
+    chain is locked, as the queue's own lease reads them (``annotation.queue.prelabels``)."""
     still_gold = (
         Chain.objects.filter(pk=chain.pk, is_gold=True)
         .select_for_update(no_key=True)
@@ -428,6 +436,7 @@ def gold_lease(*, project: Project, user: User, chain: Chain, now: datetime) -> 
         annotator=user,
         status=AssignmentStatus.ACTIVE,
         expires_at=now + project.lease_duration,
+        **(prelabels() if prelabels is not None else {}),
     )
 
 

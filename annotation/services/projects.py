@@ -21,6 +21,7 @@ from annotation.models import (
     ConsensusMethod,
     ImportLabels,
     LabelingMode,
+    MachineSource,
     Membership,
     Project,
     Role,
@@ -43,6 +44,9 @@ PROJECT_UPDATABLE_FIELDS = (
     "gold_rate",
     "screening_chains",
     "screening_pass_accuracy",
+    "prelabels",
+    "prelabel_source",
+    "prelabel_holdout",
 )
 
 
@@ -62,6 +66,9 @@ def project_create(
     gold_rate: float = 0.0,
     screening_chains: int = 0,
     screening_pass_accuracy: float = 0.8,
+    prelabels: bool = False,
+    prelabel_source: str = MachineSource.JUDGE,
+    prelabel_holdout: float = 0.1,
 ) -> Project:
     """Create a project and make ``created_by`` its lead.
 
@@ -81,6 +88,9 @@ def project_create(
         gold_rate=gold_rate,
         screening_chains=screening_chains,
         screening_pass_accuracy=screening_pass_accuracy,
+        prelabels=prelabels,
+        prelabel_source=prelabel_source,
+        prelabel_holdout=prelabel_holdout,
         created_by=created_by,
     )
     project.full_clean()

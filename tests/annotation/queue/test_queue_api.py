@@ -81,9 +81,13 @@ def test_next_returns_the_lease_and_the_chain_to_label(project, client) -> None:
     assert body["chain"] == {
         "id": CHAIN_IDS.show(chain.pk),
         "problem": {"text": "What is 6 * 7?", "reference_answer": "42"},
-        "steps": [{"id": STEP_IDS.of(s), "index": s.index, "text": s.text} for s in steps],
+        "steps": [
+            {"id": STEP_IDS.of(s), "index": s.index, "text": s.text, "prelabel": None}
+            for s in steps
+        ],
         "final_answer": "42",
         "labeling_mode": "all_steps",
+        "prelabel_source": None,
     }
 
 

@@ -16,6 +16,7 @@ from annotation.models import Assignment, AssignmentStatus, Chain
 from annotation.queue import leases
 from annotation.queue import sql as queue_sql
 from annotation.queue.leases import assignment_skip
+from annotation.queue.prelabels import PrelabelPlan
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.services.gold import gold_mark, gold_unmark
 from annotation.services.projects import project_update
@@ -235,9 +236,14 @@ def test_the_claim_reads_one_chain_at_a_time_not_the_annotators_history(make_mem
     now = timezone.now()
     params = leases.sql_params(project=project, user=user, now=now, chain=chains[0].pk)
     params["expires"] = params["now"]
+    params.update(PrelabelPlan(source="judge", shown=True).sql_params())
+    lease_statements = [
+        queue_sql.lease_sql(vendor="postgresql", with_chain=False, prelabels=prelabels)
+        for prelabels in (False, True)
+    ]
 
     # When PostgreSQL checks the one open chain they have not done, and looks for it
-    for sql in (queue_sql.LEASE_IF_FREE_SQL, queue_sql.RECHECK_SQL, queue_sql.PLACE_SQL):
+    for sql in (*lease_statements, queue_sql.RECHECK_SQL, queue_sql.PLACE_SQL):
         plan = _explained(sql, params)
 
         # Then it reads that chain's rows, none of the annotator's 12,000
