@@ -134,3 +134,41 @@ def api_token_key(user: Any, *, scope: str = "full", name: str = "test") -> str:
     from annotation.services.api_tokens import api_token_create
 
     return api_token_create(user=user, name=name, scope=scope).key
+
+
+class MachineLabelFactory(factory.django.DjangoModelFactory):
+    """A machine's label on a step (``step`` required): a Monte-Carlo verdict of rollout
+    run 1 unless said otherwise. Written directly, as a run's service would."""
+
+    class Meta:
+        model = "annotation.MachineLabel"
+
+    step = None
+    chain = factory.LazyAttribute(lambda o: o.step.chain)
+    project = factory.LazyAttribute(lambda o: o.step.chain.project)
+    source = "monte_carlo"
+    rating = 1
+    value = None
+    model = "tiny-decoder"
+    run_kind = "rollout"
+    run_id = 1
+
+
+def machine_labels(
+    *, chain: Chain, ratings: list[int | None], source: str = "monte_carlo", **fields: Any
+) -> list[Any]:
+    """A MachineLabel of ``source`` per non-None entry of ``ratings`` on ``chain``'s steps,
+    with ``fields`` (``values``: a list of P(correct) per step, None to leave out)."""
+    values = fields.pop("values", None)
+    steps = {step.index: step for step in chain.steps.all()}
+    return [
+        MachineLabelFactory(
+            step=steps[index],
+            source=source,
+            rating=rating,
+            value=None if values is None else values[index],
+            **fields,
+        )
+        for index, rating in enumerate(ratings)
+        if rating is not None or (values is not None and values[index] is not None)
+    ]

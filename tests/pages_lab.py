@@ -15,7 +15,12 @@ from django.utils import timezone
 from annotation.models import Annotation, Chain, ImportBatch, Problem, Project, Role, Step
 from annotation.services.snapshots import snapshot_create
 from prm_training.models import ModelVersion, RunStatus, TrainingRun
-from tests.factories import MembershipFactory, ProjectFactory, annotation_with_ratings
+from tests.factories import (
+    MembershipFactory,
+    ProjectFactory,
+    annotation_with_ratings,
+    machine_labels,
+)
 
 GUIDELINES = """# Grading
 
@@ -133,6 +138,23 @@ def lab_build(*, round_no: int = 3) -> Lab:
     annotation_with_ratings(chain=disputed, annotator=bob, labels=[1, -1, -1, 1])
     annotation_with_ratings(chain=disputed, annotator=long_named, labels=[1, 1, 0, 1])
     annotation_with_ratings(chain=disputed, labels=[1, 1, 1, 1], import_batch=batch)
+    # Three machine sources beside the votes, with a model name as long as a path
+    long_model = "Qwen2.5-Math-1.5B-Instruct-rollouts-at-temperature-0.7-from-a-long-path"
+    machine_labels(
+        chain=disputed,
+        ratings=[1, 1, -1, -1],
+        values=[0.88, 0.63, 0.0, 0.0],
+        detail={"rollouts": 8, "reached": 5},
+        model=long_model,
+    )
+    machine_labels(chain=disputed, ratings=[1, -1, None, None], source="judge", run_kind="judge")
+    machine_labels(
+        chain=disputed,
+        ratings=[None] * 4,
+        values=[0.91, 0.42, 0.07, 0.12],
+        source="prm",
+        run_kind="scoring",
+    )
     finished = _chain(project, 1, STEPS, finished_count=3, is_finished=True)
     for person in (ann, bob, long_named):
         annotation_with_ratings(chain=finished, annotator=person, labels=[1, 1, 1, 1])

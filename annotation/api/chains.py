@@ -87,6 +87,11 @@ class ChainFilterSerializer(serializers.Serializer):
         max_length=200,
         help_text="Words in the problem or a step.",
     )
+    machines_disagree = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Only chains on which two machine sources name different first errors.",
+    )
 
 
 def chain_filters_from(*, project: Project, data: dict[str, Any]) -> ChainFilters:
@@ -109,6 +114,7 @@ def chain_filters_from(*, project: Project, data: dict[str, Any]) -> ChainFilter
         min_uncertainty=data.get("min_uncertainty"),
         max_uncertainty=data.get("max_uncertainty"),
         search=data.get("q", ""),
+        machines_disagree=data.get("machines_disagree", False),
     )
 
 
@@ -161,6 +167,11 @@ class ChainRowOutputSerializer(serializers.Serializer):
         allow_null=True, help_text="The lead named to review it (username); null if none."
     )
     created_at = serializers.DateTimeField()
+    machine_first_errors = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="By machine source: the first step it rates -1 (index), -1 for none; "
+        "a source without a verdict on the chain is absent.",
+    )
 
 
 class ChainPageOutputSerializer(serializers.Serializer):

@@ -4,8 +4,8 @@ service, serialize.
 - `GET /api/v1/projects/{id}/disagreements/` (leads): disputed chains no lead ruled on
   yet, worst first (`?include_resolved=true`: the ruled ones too);
 - `GET /api/v1/chains/{id}/labels/` (leads): every current label side by side per step,
-  the consensus, majority vote's and Dawid-Skene's labels, and every revision with who
-  and when;
+  the consensus, majority vote's and Dawid-Skene's labels, every revision with who
+  and when, and beside them the machine sources' labels;
 - `POST /api/v1/chains/{id}/adjudicate/` (leads): set adjudicated labels with a note;
 - `GET /api/v1/projects/{id}/flags/` (leads): chains flagged as broken, with who flagged
   each, why and when;
@@ -32,7 +32,7 @@ from rest_framework.response import Response
 from annotation.api.fields import IdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
-from annotation.models import Annotation, Chain, ConsensusMethod, Role
+from annotation.models import Annotation, Chain, ConsensusMethod, MachineSource, Role
 from annotation.selectors.review import chain_disagreements, chain_flags, chain_labels
 from annotation.services.agreement import agreement_compute
 from annotation.services.review import AdjudicatedRating, adjudication_create
@@ -212,6 +212,49 @@ class ChainFlagOutputSerializer(serializers.Serializer):
     cleared_at = serializers.DateTimeField(source="flag_cleared_at", allow_null=True)
 
 
+class MachineVerdictOutputSerializer(serializers.Serializer):
+    rating = serializers.IntegerField(
+        allow_null=True,
+        help_text="The verdict, +1 / 0 / -1; null where the source gives a value only.",
+    )
+    value = serializers.FloatField(
+        allow_null=True, help_text="P(step correct): a Monte-Carlo share, the PRM's probability."
+    )
+    confidence = serializers.FloatField(allow_null=True)
+    hard = serializers.BooleanField(
+        allow_null=True, help_text="Some rollout from the step reached the answer (Math-Shepherd)."
+    )
+    detail = serializers.DictField(help_text="The source's own counts (rollouts, reached, votes).")
+    model = serializers.CharField()
+    config_hash = serializers.CharField()
+    run_kind = serializers.CharField()
+    run_id = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+
+
+class MachineColumnOutputSerializer(serializers.Serializer):
+    source = serializers.ChoiceField(  # type: ignore[assignment]  # a field, not Field.source
+        choices=MachineSource.choices
+    )
+    name = serializers.CharField(help_text="The source, in words.")
+    first_error = serializers.IntegerField(
+        allow_null=True,
+        help_text="Index of the first step it rates -1; -1 for none; null with no verdict.",
+    )
+    agrees_with_consensus = serializers.BooleanField(
+        allow_null=True,
+        help_text="Its first error is the human consensus's; null where either is unknown.",
+    )
+    runs = serializers.ListField(
+        child=serializers.CharField(), help_text='The runs shown, "<kind>:<id>".'
+    )
+    steps = serializers.ListField(
+        source="verdicts",
+        child=MachineVerdictOutputSerializer(allow_null=True),
+        help_text="One per step: the newest run's label, null where it gave none.",
+    )
+
+
 class ChainLabelsOutputSerializer(serializers.Serializer):
     chain = serializers.IntegerField(source="chain.pk")
     project = serializers.IntegerField(source="chain.project_id")
@@ -234,6 +277,11 @@ class ChainLabelsOutputSerializer(serializers.Serializer):
     steps = StepLabelsOutputSerializer(many=True)
     history = RevisionOutputSerializer(many=True, help_text="Every revision, oldest first.")
     flag = ChainFlagOutputSerializer(source="chain")
+    machine = MachineColumnOutputSerializer(
+        many=True,
+        help_text="Machine sources' labels (Monte-Carlo, judge, PRM, import), one per source: "
+        "never votes, never in consensus or agreement.",
+    )
 
 
 class ChainLabelsApi(GenericAPIView):

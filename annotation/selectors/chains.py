@@ -9,7 +9,7 @@ others for the sorts) and stops at ``limit + 1``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +38,7 @@ from annotation.selectors.chain_order import (
     phase_rows,
 )
 from annotation.selectors.chain_scores import chain_step_scores, chains_with_scores
+from annotation.selectors.machine_labels import machine_first_errors, machines_disagree
 
 
 class ChainStatus:
@@ -77,6 +78,8 @@ class ChainFilters:
     min_uncertainty: float | None = None
     max_uncertainty: float | None = None
     search: str = ""
+    # Only chains on which two machine sources name different first errors.
+    machines_disagree: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,8 @@ class ChainRow:
     prm_uncertainty: float | None
     reviewer: str | None
     created_at: datetime
+    # The first error each machine source names (``machine_labels``); -1 for none.
+    machine_first_errors: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -249,7 +254,8 @@ def chain_list(
 
     A query per phase the page reaches (``chain_order``; one for the id and passes
     orders), each with the page's columns (each row's live lease and skip as
-    sub-selects), plus one for the newest scoring run per phase that reads PRM scores."""
+    sub-selects), plus one for the newest scoring run per phase that reads PRM scores,
+    and one for the page's machine labels."""
     limit = max(1, min(limit, PAGE_SIZE_MAX))
     order = order or ChainOrder()
     if after is not None:
@@ -276,6 +282,8 @@ def chain_list(
         base=Chain.objects.filter(project=project),
     )
     rows = [_row(chain, overlap=project.overlap) for _phase, chain in found[:limit]]
+    machine = machine_first_errors(chain_ids=[row.chain_id for row in rows])
+    rows = [replace(row, machine_first_errors=machine.get(row.chain_id, {})) for row in rows]
     if len(found) <= limit:
         return ChainPage(rows=rows, next_cursor=None, next_after=None)
     phase, last = found[limit - 1]
@@ -329,6 +337,8 @@ def _filtered(chains: QuerySet[Any], *, project: Project, filters: ChainFilters)
     chains = chains.filter(**{key: value for key, value in bounds.items() if value is not None})
     if filters.search.strip():
         chains = chains.filter(_search_q(text=filters.search.strip()))
+    if filters.machines_disagree:
+        chains = machines_disagree(chains)
     return chains
 
 

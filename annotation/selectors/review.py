@@ -20,6 +20,11 @@ from annotation.models import (
     Step,
     StepRating,
 )
+from annotation.selectors.machine_labels import (
+    MachineColumn,
+    chain_machine_labels,
+    with_consensus,
+)
 from annotation.services.agreement import CurrentRatings, current_human_ratings
 from annotation.services.consensus import (
     StepPosterior,
@@ -254,12 +259,15 @@ class ChainLabels:
     method: str = ConsensusMethod.MAJORITY
     # Dawid-Skene's estimated accuracy of this chain's voters, by ``LabelRevision.by``.
     reliability: dict[str, float] = field(default_factory=dict)
+    # The machine sources' labels, beside the votes and never among them.
+    machine: list[MachineColumn] = field(default_factory=list)
 
 
 def chain_labels(*, chain: Chain) -> ChainLabels:
     """Every current label of the chain side by side per step, its consensus, majority
-    vote's and Dawid-Skene's labels, and the whole history. Four queries (steps,
-    annotations, ratings and the consensus votes) and Dawid-Skene's fit of the project
+    vote's and Dawid-Skene's labels, the whole history, and beside them the machine
+    sources' labels (never counted). Five queries (steps, annotations, ratings, the
+    consensus votes and the machine labels) and Dawid-Skene's fit of the project
     (two queries when current, see ``dawid_skene_fit``; a majority-vote project only
     reads a current stored fit, never fits)."""
     history = chain_label_history(chain=chain)
@@ -293,6 +301,11 @@ def chain_labels(*, chain: Chain) -> ChainLabels:
         learned=learned if method == ConsensusMethod.DAWID_SKENE else None,
     )
     voters = {column.by for column in columns}
+    machine = with_consensus(
+        columns=chain_machine_labels(chain_id=chain.pk, step_count=len(steps)),
+        consensus=list(consensus.labels),
+        tied=list(consensus.tied),
+    )
     return ChainLabels(
         chain=chain,
         columns=columns,
@@ -319,6 +332,7 @@ def chain_labels(*, chain: Chain) -> ChainLabels:
             for name, share in (fit.reliability if fit else {}).items()
             if name in voters
         },
+        machine=machine,
     )
 
 

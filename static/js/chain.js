@@ -6,7 +6,8 @@
 
 (function () {
   const config = JSON.parse(document.getElementById("chain-config").textContent);
-  const { api, formatWhen, renderMath } = window.Steplab;
+  const { api, formatWhen, renderMath, machineText, machineTitle, machineFirstError, MACHINE_SHORT } =
+    window.Steplab;
   const $ = (id) => document.getElementById(id);
   const root = $("chain");
   const SYMBOL = { 1: "+1", 0: "0", "-1": "−1" };
@@ -47,8 +48,16 @@
       el("th", "Consensus"),
       el("th", used === "Majority" ? "Majority (used)" : "Majority"),
       el("th", used === "Dawid–Skene" ? "Dawid–Skene (used)" : "Dawid–Skene"),
-      el("th", "PRM P(correct)"),
     );
+    // Machine sources after the people's figures, marked as machines: never votes.
+    for (const column of labels.machine) {
+      const th = el("th", undefined, "cp-machine-col");
+      th.append(el("span", MACHINE_SHORT[column.source] || column.source, "cp-machine-name"), el("span", "machine", "cp-machine-tag"));
+      th.title = `${column.name} (machine, not a vote): ${column.runs.join(", ")}`;
+      th.dataset.source = column.source;
+      head.append(th);
+    }
+    head.append(el("th", "PRM P(correct)"));
     table.tHead.replaceChildren(head);
     const byIndex = new Map(labels.steps.map((step) => [step.index, step]));
     const figure = (label, text, className) => {
@@ -79,6 +88,14 @@
           figure("Majority", majorityText(labeled), "cp-majority"),
           figure("Dawid–Skene", dawidSkeneText(labeled), "cp-dawid-skene"),
         );
+        for (const column of labels.machine) {
+          const verdict = column.steps[step.index] || null;
+          const cell = figure(MACHINE_SHORT[column.source] || column.source, machineText(verdict), "cp-machine");
+          cell.dataset.source = column.source;
+          cell.dataset.rating = verdict && verdict.rating !== null ? String(verdict.rating) : "";
+          cell.title = machineTitle(column, verdict);
+          tr.append(cell);
+        }
         const score = chain.step_scores ? chain.step_scores[step.index] : null;
         tr.append(figure("PRM", score === null || score === undefined ? "—" : score.toFixed(2)));
         return tr;
@@ -141,6 +158,17 @@
       flag.textContent = `Flag cleared by ${chain.flag_cleared_by} ${when(chain.flag_cleared_at)} (was: ${chain.flag_reason})`;
     }
     flag.hidden = !chain.is_flagged && !chain.flag_cleared_by;
+    $("cp-machine").hidden = !labels.machine.length;
+    $("cp-machine").textContent = labels.machine.length
+      ? "Machine first error (never a vote): " +
+        labels.machine
+          .map((column) => {
+            const agrees =
+              column.agrees_with_consensus === null ? "" : column.agrees_with_consensus ? ", as people" : ", unlike people";
+            return `${column.name} ${machineFirstError(column.first_error)}${agrees}`;
+          })
+          .join(" · ")
+      : "";
     $("cp-unflag").hidden = !chain.is_flagged;
     // Gold needs an answer key (annotation.services.gold): a current adjudication or
     // imported labels. Without one the button would only fail, so it is not offered.

@@ -8,7 +8,7 @@
 
 (function () {
   const config = JSON.parse(document.getElementById("chains-config").textContent);
-  const { api, renderMath } = window.Steplab;
+  const { api, renderMath, machineFirstError, MACHINE_SHORT } = window.Steplab;
   const $ = (id) => document.getElementById(id);
   const root = $("chains");
   const STATUS = { in_progress: "in progress" };
@@ -57,6 +57,7 @@
     set("max_uncertainty", "ch-max-unc", true);
     const status = $("ch-status").value;
     if (status) out.status = [status];
+    if ($("ch-machines").value === "disagree") out.machines_disagree = true;
     return out;
   }
 
@@ -104,8 +105,24 @@
       figure("Agreement", chain.agreement === null ? "—" : `${Math.round(chain.agreement * 100)} %`),
       figure("PRM score", fixed(chain.prm_score)),
       figure("Uncertainty", fixed(chain.prm_uncertainty)),
+      machineCell(chain.machine_first_errors),
     );
     return tr;
+  }
+
+  // Each machine source's first error, one line a source; marked where they differ.
+  function machineCell(firstErrors) {
+    const cell = el("td", null, "ch-machine");
+    cell.dataset.label = "Machines";
+    const sources = Object.entries(firstErrors);
+    if (!sources.length) cell.textContent = "—";
+    for (const [source, index] of sources) {
+      const line = el("span", `${MACHINE_SHORT[source] || source} ${machineFirstError(index)}`);
+      line.dataset.source = source;
+      cell.append(line);
+    }
+    cell.classList.toggle("is-split", new Set(sources.map(([, index]) => index)).size > 1);
+    return cell;
   }
 
   function shownIds() {
@@ -242,7 +259,7 @@
     event.preventDefault();
     load(null);
   });
-  for (const id of ["ch-status", "ch-annotator", "ch-agreement"]) {
+  for (const id of ["ch-status", "ch-annotator", "ch-agreement", "ch-machines"]) {
     $(id).addEventListener("change", () => load(null));
   }
   $("ch-sort").addEventListener("change", () => {

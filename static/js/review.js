@@ -12,7 +12,8 @@
 
 (function () {
   const config = JSON.parse(document.getElementById("review-config").textContent);
-  const { api, renderMath, RATING_KEYS } = window.Steplab;
+  const { api, renderMath, RATING_KEYS, machineText, machineTitle, machineFirstError, MACHINE_SHORT } =
+    window.Steplab;
   const SYMBOL = { 1: "+1", 0: "0", "-1": "−1" };
 
   const $ = (id) => document.getElementById(id);
@@ -30,6 +31,7 @@
     final: $("rv-final"),
     referenceWrap: $("rv-reference-wrap"),
     reference: $("rv-reference"),
+    machine: $("rv-machine"),
     form: $("rv-form"),
     grid: $("rv-grid"),
     note: $("rv-note"),
@@ -180,6 +182,7 @@
     if (labels.final_answer) renderMath(els.final, labels.final_answer);
     els.referenceWrap.hidden = !labels.reference_answer;
     if (labels.reference_answer) renderMath(els.reference, labels.reference_answer);
+    renderMachineSummary();
 
     els.grid.tHead.replaceChildren(gridHead());
     rows = labels.steps.map((step, index) => gridRow(step, index));
@@ -221,7 +224,52 @@
       }
       head.append(th);
     }
+    // The machine sources last, in one column, tinted and tagged: shown to help the
+    // ruling, never counted.
+    if (labels.machine.length) {
+      const th = el("th", undefined, "rv-machine-col");
+      th.append(el("span", "Machines", "rv-machine-name"), el("span", "not votes", "rv-machine-tag"));
+      th.title = labels.machine.map((column) => `${column.name}: ${column.runs.join(", ")}`).join("; ");
+      head.append(th);
+    }
     return head;
+  }
+
+  // Each machine source's first error, and whether it is the people's consensus's.
+  function renderMachineSummary() {
+    els.machine.hidden = !labels.machine.length;
+    els.machine.replaceChildren(
+      el("span", "Machines (not votes): ", "muted"),
+      ...labels.machine.map((column) => {
+        const agrees = column.agrees_with_consensus;
+        const badge = el(
+          "span",
+          `${column.name}: ${machineFirstError(column.first_error)}` +
+            (agrees === null ? "" : agrees ? " ✓ consensus" : " ≠ consensus"),
+          `badge rv-machine-badge${agrees === false ? " is-split" : ""}`,
+        );
+        badge.dataset.source = column.source;
+        badge.title = "The first step this source calls wrong";
+        return badge;
+      }),
+    );
+  }
+
+  // One line a machine source: its short name and its verdict on the step (details in
+  // the line's title).
+  function machineCells(step, index) {
+    if (!labels.machine.length) return [];
+    const cell = el("td", undefined, "rv-machine");
+    cell.dataset.label = "Machines";
+    for (const column of labels.machine) {
+      const verdict = column.steps[index] || null;
+      const line = el("span", `${MACHINE_SHORT[column.source] || column.source} ${machineText(verdict)}`);
+      line.dataset.source = column.source;
+      line.dataset.rating = verdict && verdict.rating !== null ? String(verdict.rating) : "";
+      line.title = machineTitle(column, verdict);
+      cell.append(line);
+    }
+    return [cell];
   }
 
   function gridRow(step, index) {
@@ -266,7 +314,7 @@
     }
     choiceCell.append(group);
     tr.append(el("td", String(index + 1), "rv-no"), stepCell, choiceCell, ...votes);
-    tr.append(majorityCell(step), learnedCell(step));
+    tr.append(majorityCell(step), learnedCell(step), ...machineCells(step, index));
     tr.addEventListener("click", (event) => {
       if (!(event.target instanceof Element && event.target.closest("button"))) moveTo(index);
     });

@@ -151,8 +151,46 @@
     return data;
   }
 
+  // Machine labels (Monte-Carlo rollouts, a judge, the PRM, an import's), shown beside the
+  // votes on the review and data manager pages and never counted among them. A verdict is
+  // {rating, value, hard, detail, model, run_kind, run_id} as the labels API sends it.
+  const MACHINE_SHORT = Object.freeze({ monte_carlo: "MC", judge: "Judge", prm: "PRM", import: "Import" });
+  const SIGNED = { 1: "+1", 0: "0", "-1": "−1" };
+
+  function machineText(verdict) {
+    if (!verdict) return "·";
+    const parts = [];
+    if (verdict.rating !== null) parts.push(SIGNED[verdict.rating]);
+    if (verdict.value !== null) parts.push(verdict.value.toFixed(2));
+    return parts.join(" · ") || "·";
+  }
+
+  function machineTitle(column, verdict) {
+    if (!verdict) return `${column.name}: no label on this step`;
+    const parts = [column.name];
+    if (verdict.value !== null) parts.push(`P(correct) ${verdict.value.toFixed(2)}`);
+    const detail = verdict.detail || {};
+    if (typeof detail.rollouts === "number" && typeof detail.reached === "number") {
+      parts.push(`${detail.reached} of ${detail.rollouts} rollouts reached the answer`);
+    }
+    if (verdict.confidence !== null) parts.push(`confidence ${verdict.confidence.toFixed(2)}`);
+    if (verdict.model) parts.push(verdict.model);
+    parts.push(`${verdict.run_kind} run ${verdict.run_id}`);
+    return parts.join(" · ");
+  }
+
+  // A source's first error in words: "step 3", "none", or "—" with no verdict.
+  function machineFirstError(index) {
+    if (index === null || index === undefined) return "—";
+    return index === -1 ? "none" : `step ${index + 1}`;
+  }
+
   window.Steplab = Object.freeze({
     api,
+    machineFirstError,
+    machineText,
+    machineTitle,
+    MACHINE_SHORT,
     csrfToken,
     formatWhen,
     labelCells,
