@@ -192,6 +192,16 @@ class TransformersEngine:
                 out[i][j] = self._completion(tokens)
         return [[c for c in row if c is not None] for row in out]
 
+    def chat_prompt(self, text: str) -> str:
+        """``text`` as a user message in the model's chat template, ready to generate the
+        assistant's answer (as it is when the tokenizer has no chat template)."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            return text
+        message = [{"role": "user", "content": text}]
+        return str(
+            self.tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
+        )
+
     def _completion(self, tokens: list[int]) -> Completion:
         """A row's new tokens cut after its first EOS (``generate`` pads finished rows)."""
         end = next((k for k, token in enumerate(tokens) if token in self.eos_ids), None)
@@ -223,6 +233,16 @@ class VllmEngine:
         del device, batch_size  # vLLM places and batches requests itself
         self.model_name = model_name(model_dir)
         self.llm = LLM(model=str(model_dir), dtype=dtype, enable_prefix_caching=True)
+
+    def chat_prompt(self, text: str) -> str:
+        """``text`` as a user message in the model's chat template (see TransformersEngine)."""
+        tokenizer = self.llm.get_tokenizer()
+        if not getattr(tokenizer, "chat_template", None):
+            return text
+        message = [{"role": "user", "content": text}]
+        return str(
+            tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
+        )
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
         from vllm import SamplingParams as VllmSamplingParams

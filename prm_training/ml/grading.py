@@ -34,8 +34,10 @@ _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$")
 _ASSIGNMENT = re.compile(r"^[a-zA-Z](_\{?\w+\}?)?\s*=\s*(?P<value>[^=]+)$")
 _TEXT_WRAPPERS = ("\\text", "\\textbf", "\\mathrm", "\\mathbf", "\\boxed", "\\fbox", "\\mbox")
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+# "The answer is X" (Math-Shepherd, GSM8K-style), "#### X" (GSM8K), "# Answer\n\nX" (PRM800K).
 _ANSWER_LINE = re.compile(
-    r"(?:the\s+(?:final\s+)?answer\s+is\s*:?|^\s*####)\s*(?P<answer>.+?)\s*$",
+    r"(?:the\s+(?:final\s+)?answer\s+is\s*:?|^\s*####|^\s*#\s*answer\s*\n\s*)"
+    r"\s*(?P<answer>.+?)(?:\.?\s*I hope it is correct\.?)?\s*$",
     re.IGNORECASE | re.MULTILINE,
 )
 
@@ -69,12 +71,14 @@ def _unwrap(text: str, command: str) -> str:
 
 def extract_answer(text: str) -> str | None:
     """A completion's final answer: the content of its last ``\\boxed{...}`` (braces
-    balanced), else of its last "The answer is X" or "#### X" line, else None.
+    balanced), else of its last "The answer is X", "#### X" or "# Answer" line, else None.
 
     >>> extract_answer(r"so $x = \\boxed{\\frac{1}{2}}$. Check: \\boxed{3}.")
     '3'
     >>> extract_answer("2 + 2 = 4.\\nThe answer is: 4."), extract_answer("#### 1,000")
     ('4', '1,000')
+    >>> extract_answer("Final Answer: The final answer is $12$. I hope it is correct.")
+    '12'
     >>> extract_answer("no answer here") is None
     True
     """
@@ -149,11 +153,15 @@ def fast_equivalent(given: str, reference: str) -> bool | None:
 def _math_verify(given: str, reference: str) -> bool | None:
     """math-verify's verdict with its own time limits off (runs in the child). Both sides
     are read as boxed LaTeX, the highest-priority extraction; None when either side does
-    not parse."""
-    from math_verify import parse, verify
+    not parse (math-verify answers False for those, which would grade a chain wrong for
+    a spelling it cannot read)."""
+    from math_verify import LatexExtractionConfig, parse, verify
 
-    gold = parse(f"\\boxed{{{reference}}}", parsing_timeout=None)
-    target = parse(f"\\boxed{{{given}}}", parsing_timeout=None)
+    # LaTeX extraction only: math-verify's plain-expression extraction hands text to
+    # sympy's ``parse_expr``, which evaluates Python, and answers are untrusted text.
+    latex = [LatexExtractionConfig()]
+    gold = parse(f"\\boxed{{{reference}}}", latex, parsing_timeout=None)
+    target = parse(f"\\boxed{{{given}}}", latex, parsing_timeout=None)
     if not gold or not target:
         return None
     return bool(verify(gold, target, timeout_seconds=None))

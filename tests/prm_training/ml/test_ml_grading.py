@@ -43,6 +43,20 @@ def test_extract_answer(text: str, answer: str | None) -> None:
         (r"90^\circ", "90"),
         ("3R^2", "3R^{2}"),
         (r"[2, 5)", r"[2,5)"),
+        (r"\dfrac{1}{2}", r"\frac12"),
+        ("x = 3", r"\boxed{3}"),
+        (r"\boxed{\frac{3}{4}}", "0.75"),
+        (r"$2\sqrt{2}$", r"\sqrt{8}"),
+        ("2(x+1)", "2x+2"),
+        (r"\text{Monday}", "monday"),
+        ("50\\%", "50"),
+        ("10.", "10"),
+        ("1e3", "1000"),
+        (
+            r"\begin{pmatrix} -\frac{1}{3} \\ \frac{2}{3} \end{pmatrix}",
+            r"\begin{pmatrix} -1/3 \\ 2/3 \end{pmatrix}",
+        ),
+        (r"(2, \infty)", r"(2,\infty)"),
     ],
 )
 def test_equivalent_answers(given: str, reference: str) -> None:
@@ -51,7 +65,17 @@ def test_equivalent_answers(given: str, reference: str) -> None:
 
 @pytest.mark.parametrize(
     ("given", "reference"),
-    [("4", "5"), (r"\frac{1}{3}", "0.5"), ("(3, 2)", "(2, 3)"), (r"\sqrt{2}", "2"), ("x+1", "x-1")],
+    [
+        ("4", "5"),
+        (r"\frac{1}{3}", "0.5"),
+        ("(3, 2)", "(2, 3)"),
+        (r"\sqrt{2}", "2"),
+        ("x+1", "x-1"),
+        ("0.49", "0.5"),
+        (r"\frac{1}{3}", "0.33"),
+        ("Tuesday", "Monday"),
+        ("1,000", "100"),
+    ],
 )
 def test_different_answers(given: str, reference: str) -> None:
     assert answers_equivalent(given, reference) is False
@@ -60,6 +84,17 @@ def test_different_answers(given: str, reference: str) -> None:
 def test_empty_answers_are_undecidable() -> None:
     assert answers_equivalent("", "5") is None
     assert answers_equivalent("5", "  ") is None
+
+
+def test_code_in_an_answer_is_never_run(tmp_path) -> None:
+    # Given answers that are Python code (sympy's parse_expr would evaluate them)
+    marker = tmp_path / "ran"
+    code = f"__import__('pathlib').Path({str(marker)!r}).touch()"
+    # When they are graded
+    results = [answers_equivalent(code, "1"), answers_equivalent("1", code)]
+    # Then nothing ran, and they are not graded right
+    assert not marker.exists()
+    assert True not in results
 
 
 def test_the_fast_path_leaves_latex_to_math_verify() -> None:
