@@ -45,9 +45,9 @@ def answer_grade(example: ChainExample) -> bool | None:
     if example.answer_correct is not None:
         return example.answer_correct
     if example.answer and example.reference_answer:
-        from .answers import grade_answer
+        from .grading import answers_equivalent
 
-        return grade_answer(example.answer, example.reference_answer)
+        return answers_equivalent(example.answer, example.reference_answer)
     return None
 
 

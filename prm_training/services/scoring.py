@@ -196,7 +196,7 @@ def _acquisition_values(
     import numpy as np
 
     from prm_training.ml.acquisition import acquisition_scores
-    from prm_training.ml.answers import grade_answer
+    from prm_training.ml.grading import answers_equivalent
     from prm_training.ml.readout import ChainScores
 
     scores = [
@@ -206,7 +206,7 @@ def _acquisition_values(
     correct = None
     if strategy == AcquisitionStrategy.CONVINCING_WRONG:
         correct = [
-            grade_answer(answers[row.chain_id][0], answers[row.chain_id][1])
+            answers_equivalent(answers[row.chain_id][0], answers[row.chain_id][1])
             if answers[row.chain_id][1].strip()
             else None
             for row in rows

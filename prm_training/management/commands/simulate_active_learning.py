@@ -53,9 +53,9 @@ def _read_chains(paths: list[Path], fmt: str) -> tuple[list[Any], dict[int, bool
     A final answer is graded against the chain's reference answer where both exist, else
     by the file's own verdict (ProcessBench's ``final_answer_correct``): the platform
     knows reference answers, so this is no label leak to ``convincing_wrong``."""
-    from prm_training.ml.answers import grade_answer
     from prm_training.ml.data import ChainExample
     from prm_training.ml.evaluation import subset_of
+    from prm_training.ml.grading import answers_equivalent
 
     examples: list[ChainExample] = []
     graded: dict[int, bool | None] = {}
@@ -79,7 +79,7 @@ def _read_chains(paths: list[Path], fmt: str) -> tuple[list[Any], dict[int, bool
                     continue
                 chain_id = len(examples) + 1
                 if item.answer and item.reference_answer:
-                    graded[chain_id] = grade_answer(item.answer, item.reference_answer)
+                    graded[chain_id] = answers_equivalent(item.answer, item.reference_answer)
                 elif isinstance(item.meta.get("final_answer_correct"), bool):
                     graded[chain_id] = item.meta["final_answer_correct"]
                 examples.append(

@@ -9,16 +9,19 @@ import torch
 
 from prm_training.ml import (
     acquisition,
-    answers,
     baselines,
     data,
     evaluation,
     fitting,
+    grading,
     inputs,
+    judge,
     metrics,
     paired,
     ranks,
     readout,
+    rollouts,
+    sampling,
     simulate,
 )
 from prm_training.ml.config import PRMConfig
@@ -189,7 +192,7 @@ def test_docstring_examples_hold() -> None:
         data,
         metrics,
         acquisition,
-        answers,
+        grading,
         baselines,
         paired,
         simulate,
@@ -198,6 +201,9 @@ def test_docstring_examples_hold() -> None:
         readout,
         fitting,
         evaluation,
+        judge,
+        rollouts,
+        sampling,
     )
     for module in modules:
         result = doctest.testmod(module, extraglobs={"tok": tok})
