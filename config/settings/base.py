@@ -289,6 +289,7 @@ SPECTACULAR_SETTINGS = {
         "ChainStatusEnum": "annotation.selectors.chains.ChainStatus.ALL",
         "InviteStateEnum": "annotation.models.InviteState",
         "ApiTokenStateEnum": "annotation.services.api_tokens.API_TOKEN_STATES",
+        "MachineSourceEnum": "annotation.models.MachineSource",
     },
 }
 
