@@ -70,6 +70,12 @@ class ImportResultOutputSerializer(serializers.Serializer):
     )
     steps_created = serializers.IntegerField()
     labels_created = serializers.IntegerField(help_text="Step ratings the file carried.")
+    problems_created = serializers.IntegerField(
+        default=0, help_text="Problems added by a problems file (format `problems`)."
+    )
+    problems_duplicate = serializers.IntegerField(
+        default=0, help_text="Problems of a problems file the project already held."
+    )
     already_imported = serializers.BooleanField(
         help_text="The same file was imported into this project before; nothing was added."
     )

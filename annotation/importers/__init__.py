@@ -12,7 +12,7 @@ from annotation.importers.formats import (
     detect_format,
     iter_chains,
 )
-from annotation.importers.records import LineError, ParsedChain, content_hash
+from annotation.importers.records import LineError, ParsedChain, ParsedProblem, content_hash
 
 __all__ = [
     "FORMATS",
@@ -23,6 +23,7 @@ __all__ = [
     "FormatDetectionError",
     "LineError",
     "ParsedChain",
+    "ParsedProblem",
     "content_hash",
     "detect_format",
     "iter_chains",

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import ijson
 
-from annotation.importers import generic, math_shepherd, prm800k, processbench, trl
+from annotation.importers import generic, math_shepherd, prm800k, problems, processbench, trl
 from annotation.importers.fields import JsonObject, RecordError, json_type
 from annotation.importers.reading import (
     MAX_JSON_DEPTH,
@@ -28,7 +28,7 @@ from annotation.importers.reading import (
     ijson_error_message,
     iter_json_records,
 )
-from annotation.importers.records import LineError, ParsedChain, RecordAt
+from annotation.importers.records import LineError, ParsedChain, ParsedProblem, RecordAt
 
 __all__ = [
     "DETECT_HEAD_BYTES",
@@ -42,7 +42,7 @@ __all__ = [
     "iter_chains",
 ]
 
-FORMATS = ("prm800k", "processbench", "trl", "math_shepherd", "generic")
+FORMATS = ("prm800k", "processbench", "trl", "math_shepherd", "generic", "problems")
 STEP_SPLITS = generic.STEP_SPLITS
 DETECT_HEAD_BYTES = 64 * 1024
 
@@ -53,15 +53,17 @@ _SIGNATURES = (
     "trl (prompt, completions)",
     f"math_shepherd (input, label, with '{math_shepherd.STEP_TAG}' step tags)",
     "generic (problem, steps)",
+    "problems (problem, reference_answer or answer; no steps)",
 )
 
-RecordParser = Callable[[JsonObject, RecordAt], ParsedChain]
+RecordParser = Callable[[JsonObject, RecordAt], ParsedChain | ParsedProblem]
 
 _PARSERS: dict[str, RecordParser] = {
     "prm800k": prm800k.parse_record,
     "processbench": processbench.parse_record,
     "trl": trl.parse_record,
     "math_shepherd": math_shepherd.parse_record,
+    "problems": problems.parse_record,
 }
 
 
@@ -71,8 +73,9 @@ class FormatDetectionError(ValueError):
 
 def iter_chains(
     stream: BinaryIO, fmt: str, *, step_split: str = "newline"
-) -> Iterator[ParsedChain | LineError]:
-    """Stream the chains of an import file, in file order, one record in memory at a time.
+) -> Iterator[ParsedChain | ParsedProblem | LineError]:
+    """Stream the chains of an import file, in file order, one record in memory at a time
+    (the problems of a "problems" file, which holds no chains).
 
     `stream` is a binary file object (anything with `read` and `readline(size)`; an upload,
     an open file, a BytesIO). Yields a ParsedChain per good record and a LineError per
@@ -92,7 +95,9 @@ def iter_chains(
     return _parse_records(stream, parse)
 
 
-def _parse_records(stream: BinaryIO, parse: RecordParser) -> Iterator[ParsedChain | LineError]:
+def _parse_records(
+    stream: BinaryIO, parse: RecordParser
+) -> Iterator[ParsedChain | ParsedProblem | LineError]:
     for item in iter_json_records(stream):
         if isinstance(item, LineError):
             yield item
@@ -131,6 +136,8 @@ def detect_format(head: bytes) -> str:
         return "math_shepherd"
     if {"problem", "steps"} <= keys:
         return "processbench" if keys & {"label", "final_answer_correct"} else "generic"
+    if "problem" in keys and keys & {"reference_answer", "answer"}:
+        return "problems"
     if {"question", "reasoning_steps"} <= keys:
         raise FormatDetectionError(
             "the first record looks like MATH-APS / OmegaPRM (question, reasoning_steps): a "

@@ -38,6 +38,17 @@ class ParsedChain:
         return RecordAt(line=self.line, record=self.record)
 
 
+@dataclass(frozen=True, slots=True)
+class ParsedProblem:
+    """One problem read from a problems file: its text and reference answer, no chain
+    (what a sampling run draws chains for). Stripped like a chain's texts."""
+
+    line: int | None  # where the record starts: see RecordAt
+    problem: str
+    reference_answer: str
+    record: int | None = None  # its 1-based index in a JSON array; None in JSON Lines
+
+
 class RecordAt(NamedTuple):
     """Where a record is in its file, as a person looks for it there. In JSON Lines,
     `line` is the record's 1-based line and `record` is None. In a JSON array, `record`

@@ -32,7 +32,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from annotation.importers.formats import DETECT_HEAD_BYTES, FORMATS, detect_format, iter_chains
-from annotation.importers.records import LineError, ParsedChain, content_hash
+from annotation.importers.records import LineError, ParsedChain, ParsedProblem, content_hash
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -69,6 +69,9 @@ class ImportResult:
     steps_created: int
     labels_created: int
     already_imported: bool
+    # A problems file (format "problems") adds problems, no chains.
+    problems_created: int = 0
+    problems_duplicate: int = 0
 
 
 class ImportRejected(Exception):
@@ -183,6 +186,8 @@ def chain_import(
         steps_created=totals.steps,
         labels_created=totals.labels,
         already_imported=False,
+        problems_created=totals.problems,
+        problems_duplicate=totals.problems_duplicate,
     )
 
 
@@ -210,10 +215,13 @@ def _import_chunks(
         errors.extend(chunk.errors[: max(0, MAX_KEPT_ERRORS - len(errors))])
         # After the first bad line nothing more is written (it will all be rolled back),
         # but the rest is still parsed so every bad line gets reported.
+        records += len(chunk.problems)
         if chunk.rows and not error_count:
             importer.write(rows=chunk.rows)
+        if chunk.problems and not error_count:
+            importer.write_problems(problems=chunk.problems)
         if progress is not None:
-            progress(len(chunk.rows) + len(chunk.errors))
+            progress(len(chunk.rows) + len(chunk.problems) + len(chunk.errors))
     if error_count:
         raise ImportRejected(errors=errors, format=fmt, error_count=error_count)
     if records == 0:
@@ -269,6 +277,7 @@ class _Row:
 class _Chunk:
     rows: list[_Row]
     errors: list[LineError]
+    problems: list[_NewProblem] = field(default_factory=list)
 
 
 def _chunks_read(
@@ -278,20 +287,26 @@ def _chunks_read(
     with _opened(source) as stream:
         rows: list[_Row] = []
         errors: list[LineError] = []
+        problems: list[_NewProblem] = []
         for record in iter_chains(stream, fmt, step_split=step_split):
+            prepared: _Row | _NewProblem | LineError
             if isinstance(record, ParsedChain):
                 prepared = _row_prepare(chain=record, limits=limits)
+            elif isinstance(record, ParsedProblem):
+                prepared = _problem_prepare(problem=record, limits=limits)
             else:
                 prepared = record
             if isinstance(prepared, LineError):
                 errors.append(prepared)
+            elif isinstance(prepared, _NewProblem):
+                problems.append(prepared)
             else:
                 rows.append(prepared)
-            if len(rows) + len(errors) >= CHUNK_CHAINS:
-                yield _Chunk(rows=rows, errors=errors)
-                rows, errors = [], []
-        if rows or errors:
-            yield _Chunk(rows=rows, errors=errors)
+            if len(rows) + len(problems) + len(errors) >= CHUNK_CHAINS:
+                yield _Chunk(rows=rows, errors=errors, problems=problems)
+                rows, errors, problems = [], [], []
+        if rows or errors or problems:
+            yield _Chunk(rows=rows, errors=errors, problems=problems)
 
 
 def _json_default(value: object) -> object:
@@ -367,6 +382,32 @@ def _row_prepare(*, chain: ParsedChain, limits: ChainLimits) -> _Row | LineError
     return _Row(chain=chain, chain_hash=chain_hash, problem_hash=problem_hash, meta_json=meta_json)
 
 
+def _problem_prepare(*, problem: ParsedProblem, limits: ChainLimits) -> _NewProblem | LineError:
+    """A problem of a problems file, checked as a chain's problem is (``_row_prepare``)."""
+    line, record = problem.line, problem.record
+    for name, text in (
+        ("problem", problem.problem),
+        ("reference_answer", problem.reference_answer),
+    ):
+        if len(text) > limits.max_problem_chars:
+            return LineError(
+                line=line,
+                record=record,
+                reason=f"{name}: {len(text):,} characters; at most "
+                f"{limits.max_problem_chars:,} (STEPLAB_IMPORT_MAX_PROBLEM_CHARS)",
+            )
+        if "\x00" in text:
+            return LineError(line=line, record=record, reason="text contains a NUL character")
+    try:
+        digest = hashlib.sha256(problem.problem.encode("utf-8")).hexdigest()
+        problem.reference_answer.encode("utf-8")
+    except UnicodeEncodeError:
+        return LineError(line=line, record=record, reason="text holds an unpaired UTF-16 surrogate")
+    return _NewProblem(
+        content_hash=digest, text=problem.problem, reference_answer=problem.reference_answer
+    )
+
+
 def _limit_exceeded(*, chain: ParsedChain, limits: ChainLimits) -> str | None:
     """Why the chain is over a limit, or None."""
     steps = chain.steps
@@ -403,6 +444,8 @@ class _Totals:
     duplicates: int = 0
     steps: int = 0
     labels: int = 0
+    problems: int = 0
+    problems_duplicate: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,6 +551,32 @@ class _ChunkImporter:
         self.chains_written.add(row.chain_hash for row in fresh)
         self.totals.chains += len(fresh)
         self.totals.steps += sum(len(row.chain.steps) for row in fresh)
+
+    def write_problems(self, *, problems: list[_NewProblem]) -> None:
+        """Insert the problems of a problems file the project does not hold (by content
+        hash, as a chain's problem); one it holds, or repeated in the file, is a
+        duplicate, whose empty reference answer the file's fills."""
+        wanted: dict[str, _NewProblem] = {}
+        for problem in problems:
+            if problem.content_hash in wanted:
+                self.totals.problems_duplicate += 1
+            else:
+                wanted[problem.content_hash] = problem
+        asked = [h for h in wanted if self.project_had_problems or h in self.problems_written]
+        existing = self.writer.problems_existing(hashes=asked) if asked else {}
+        self.totals.problems_duplicate += len(existing)
+        to_fill = [
+            Problem(pk=problem_id, reference_answer=wanted[key].reference_answer)
+            for key, (problem_id, reference) in existing.items()
+            if wanted[key].reference_answer and not reference
+        ]
+        if to_fill:
+            Problem.objects.bulk_update(to_fill, ["reference_answer"])
+        new = [problem for key, problem in wanted.items() if key not in existing]
+        if new:
+            self.writer.problems_insert(problems=new)
+            self.problems_written.add(problem.content_hash for problem in new)
+            self.totals.problems += len(new)
 
     def _problems_resolve(self, *, rows: Sequence[_Row]) -> dict[str, int]:
         """Ids of the rows' problems by content hash, inserting the new ones. A reference

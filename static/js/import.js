@@ -182,10 +182,15 @@
     $("im-labels-created").textContent = number(result.labels_created);
     $("im-format-read").textContent = result.format;
     $("im-counts").hidden = false;
+    // A problems file adds problems (for sampling runs), no chains.
+    const added = result.format === "problems"
+      ? `${number(result.problems_created)} problems (${number(result.problems_duplicate)} ` +
+        "already here)"
+      : `${number(result.chains_created)} chains`;
     showMessage(
       result.already_imported
         ? `${job.filename} was imported into this project before; nothing was added.`
-        : `${job.filename} was imported: ${number(result.chains_created)} chains.`,
+        : `${job.filename} was imported: ${added}.`,
       "ok",
     );
   }

@@ -79,6 +79,13 @@ class Command(BaseCommand):
                 f'"{project.name}" (import {result.batch_id}); nothing added'
             )
             return
+        if result.format == "problems":
+            self.stdout.write(
+                f"imported {_count(result.problems_created, 'problem')} from "
+                f'{result.filename} into "{project.name}"; '
+                f"{_count(result.problems_duplicate, 'duplicate')}"
+            )
+            return
         self.stdout.write(
             f"imported {_count(result.chains_created, 'chain')} "
             f"({_count(result.steps_created, 'step')}, {_count(result.labels_created, 'label')}) "

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annotation.importers import FORMATS, LineError, detect_format, iter_chains
+from annotation.importers import FORMATS, LineError, ParsedProblem, detect_format, iter_chains
 from annotation.importers.formats import DETECT_HEAD_BYTES, FormatDetectionError
 from prm_training.ml.simulate import DEFAULT_SEEDS
 from prm_training.models import SimulationSize
@@ -76,6 +76,9 @@ def _read_chains(paths: list[Path], fmt: str) -> tuple[list[Any], dict[int, bool
             for item in iter_chains(handle, file_format):
                 if isinstance(item, LineError):
                     errors.append(f"{path}:{item.line}: {item.reason}")
+                    continue
+                if isinstance(item, ParsedProblem):
+                    errors.append(f"{path}:{item.line}: a problem without a chain to replay")
                     continue
                 chain_id = len(examples) + 1
                 if item.answer and item.reference_answer:

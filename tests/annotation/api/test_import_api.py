@@ -105,6 +105,8 @@ def test_a_lead_imports_a_file(
         "steps_created": 3,
         "labels_created": 2,
         "already_imported": False,
+        "problems_created": 0,
+        "problems_duplicate": 0,
     }
     assert (job["format"], job["records_read"], job["bytes_read"]) == ("generic", 2, len(GOOD))
     assert job["started_at"] and job["finished_at"]

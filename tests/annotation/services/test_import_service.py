@@ -654,13 +654,28 @@ def test_math_shepherd_samples_import_with_plus_minus_labels(
     assert_stored_as_parsed(project, path, "math_shepherd")
 
 
-@pytest.mark.parametrize("relative", ["math_aps/samples.jsonl", "prm800k/math500_problems.jsonl"])
-def test_real_files_that_hold_no_chains_are_refused_by_detection(
-    project: Project, shared_data: Path, relative: str
+def test_a_real_file_that_holds_no_chains_is_refused_by_detection(
+    project: Project, shared_data: Path
 ) -> None:
     with pytest.raises(FormatDetectionError):
-        chain_import(project=project, path=shared_data / relative)
+        chain_import(project=project, path=shared_data / "math_aps" / "samples.jsonl")
     assert ImportBatch.objects.count() == 0
+
+
+def test_math500_s_problems_import_as_problems_with_their_answers(
+    project: Project, shared_data: Path
+) -> None:
+    """PRM800K's MATH500 problems (problem, solution, answer; no chains) are what a
+    sampling run draws chains for (issue 23)."""
+    path = shared_data / "prm800k" / "math500_problems.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    result = chain_import(project=project, path=path)
+
+    assert (result.format, result.problems_created, result.chains_created) == ("problems", 500, 0)
+    assert dict(Problem.objects.values_list("text", "reference_answer")) == {
+        line["problem"].strip(): line["answer"].strip() for line in lines
+    }
 
 
 def test_the_project_fixtures_import(project: Project) -> None:
