@@ -30,6 +30,19 @@ Every interval is the corrected resampled t of ``paired`` (the seeds' held-out p
 overlap); ``summarize`` says per strategy whether it saves labeled steps
 (``SummaryLine.saves_steps``), the rule 'auto' applies on a project's own labels.
 
+Machine arms (``MachineArm``, issue 23: what machine labels are worth): each round takes
+the chains random takes (the same random stream over the same labeled set, so the arm
+and random label the same chains), asks a machine source for each chain's labels, and
+accepts them where the source's confidence reaches the arm's threshold; a person (the
+oracle) labels the rest. The PRM is trained on both. ``labeled_steps`` then counts only
+the steps people rated, so the comparison with random at equal labeled steps is at
+equal human cost; the rows also count the chains accepted from the machine and how many
+of them (and of their steps) disagree with the oracle. The source is the PRM of the
+round (its first-error call from the checkpoint's readout, its confidence the
+probability the PRM gives that call), available on any data, or labels stored on a
+project (``machine_labels``: chain id -> labels and confidence, from rollouts or a
+judge).
+
 In ``frozen_head`` mode the backbone runs once per chain (the feature cache), so a round
 costs a head training and two cache look-ups; the first pass over the chains is the cost.
 Pure: no Django, takes ``ChainExample``s, returns rows.
@@ -43,6 +56,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,6 +65,7 @@ from .baselines import BASELINES, baseline_figures
 from .config import PRMConfig
 from .data import ChainExample
 from .paired import HELDOUT_FRACTION, Interval, resampled_interval
+from .readout import Readout, first_error_distribution, labeled_first_error
 
 BASELINE = "random"
 METRICS = ("processbench_f1", "mean_subset_f1", "step_auroc", "first_error_accuracy")
@@ -65,6 +80,65 @@ RESOLVE_F1 = 0.02
 DEFAULT_SEEDS = 20
 
 
+MACHINE_SOURCES = ("prm", "stored")
+MACHINE_PREFIX = "machine_"
+
+
+@dataclass(frozen=True)
+class MachineArm:
+    """Accept a machine source's labels on a chain where its confidence is at least
+    ``threshold``; people label the rest (module docstring)."""
+
+    source: str
+    threshold: float
+
+    def __post_init__(self) -> None:
+        if self.source not in MACHINE_SOURCES:
+            raise ValueError(f"unknown machine source {self.source!r}: {MACHINE_SOURCES}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError("a machine arm's threshold must be within [0, 1]")
+
+    @property
+    def name(self) -> str:
+        """The arm's name in rows and tables.
+
+        >>> MachineArm("prm", 0.9).name
+        'machine_prm@0.9'
+        """
+        return f"{MACHINE_PREFIX}{self.source}@{self.threshold:g}"
+
+
+# A machine source's answer for one chain: its labels (None where it says nothing) and
+# its confidence in them.
+MachineLabels = tuple[tuple[int | None, ...], float]
+
+
+def prm_machine_labels(
+    step_probs: Sequence[float], readout: Readout, answer_correct: bool | None
+) -> MachineLabels:
+    """The PRM as a labeler: its first-error call through ``readout`` (steps before it
+    +1, it -1, the rest unlabeled, as first-error labeling leaves them; every step +1 when
+    it calls no error), with the probability it gives that call. Where the readout knows
+    the answer is wrong (so that an error exists), the probability is conditional on one.
+
+    >>> labels, confidence = prm_machine_labels([0.9, 0.2, 0.5], Readout(0.5), None)
+    >>> labels, round(confidence, 3)
+    ((1, -1, None), 0.72)
+    >>> prm_machine_labels([0.99, 0.98], Readout(0.5), None)[0]
+    (1, 1)
+    """
+    first = readout.first_error(step_probs, answer_correct)
+    distribution = first_error_distribution(step_probs)
+    confidence = float(distribution[first] if first >= 0 else distribution[-1])
+    if first >= 0 and answer_correct is False and readout.threshold_right is not None:
+        confidence /= max(1.0 - float(distribution[-1]), 1e-12)
+    labels = tuple(
+        1 if first == -1 or index < first else (-1 if index == first else None)
+        for index in range(len(step_probs))
+    )
+    return labels, min(confidence, 1.0)
+
+
 @dataclass(frozen=True)
 class SimulationConfig:
     strategies: tuple[str, ...]
@@ -74,6 +148,7 @@ class SimulationConfig:
     seed_size: int = 20
     heldout_fraction: float = 0.2
     random_fraction: float = 0.2  # the platform's default mix (ScoringRun.random_fraction)
+    machine_arms: tuple[MachineArm, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.strategies if name not in STRATEGIES]
@@ -94,6 +169,10 @@ class SimulationConfig:
             raise ValueError("the held-out fraction must be between 0 and 1 (exclusive)")
         if not 0.0 <= self.random_fraction <= 1.0:
             raise ValueError("the random fraction must be within [0, 1]")
+        if self.machine_arms and BASELINE not in self.strategies:
+            raise ValueError("machine arms are compared with random: list random too")
+        if len({arm.name for arm in self.machine_arms}) != len(self.machine_arms):
+            raise ValueError("a machine arm is listed twice")
 
 
 @dataclass(frozen=True)
@@ -112,6 +191,13 @@ class SimulationRow:
     first_error_accuracy: float
     # ProcessBench's own figure: F1 per subset (``ChainExample.subset``) and their mean.
     mean_subset_f1: float = math.nan
+    # Machine arms only: chains whose labels were accepted from the machine (not counted
+    # in labeled_steps, which holds the steps people rated), those whose first error the
+    # oracle places elsewhere, and the same in steps (where both give a label).
+    machine_chains: int = 0
+    machine_chain_errors: int = 0
+    machine_steps: int = 0
+    machine_step_errors: int = 0
     subset_f1: tuple[tuple[str, float], ...] = ()
 
 
@@ -197,7 +283,10 @@ def _row(
         round=round_,
         labeled_chains=len(labeled),
         labeled_steps=sum(labeled_steps(example) for example in labeled),
-        **{name: float(metrics.get(name, math.nan)) for name in METRICS},
+        processbench_f1=float(metrics.get("processbench_f1", math.nan)),
+        mean_subset_f1=float(metrics.get("mean_subset_f1", math.nan)),
+        step_auroc=float(metrics.get("step_auroc", math.nan)),
+        first_error_accuracy=float(metrics.get("first_error_accuracy", math.nan)),
         subset_f1=tuple(
             sorted(
                 (key.removeprefix("subset_f1:"), float(value))
@@ -233,13 +322,16 @@ def simulate(
     prm: PRMConfig,
     *,
     answers_correct: Mapping[int, bool | None] | None = None,
+    machine_labels: Mapping[int, MachineLabels] | None = None,
     work_dir: str | Path | None = None,
     progress: Callable[[], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> list[SimulationRow]:
     """Runs the protocol of the module docstring; rows for round 0..``rounds`` of every
-    (strategy, seed). ``answers_correct`` maps chain_id to its final answer's grade (for
-    ``convincing_wrong``; a missing id is ungraded). ``progress`` is called after each
+    (strategy or machine arm, seed). ``answers_correct`` maps chain_id to its final
+    answer's grade (for ``convincing_wrong`` and the PRM's readout; a missing id is
+    ungraded); ``machine_labels`` is the stored source of the "stored" machine arms (a
+    chain it lacks goes to people). ``progress`` is called after each
     training (it may raise ``progress.RunCancelled`` to stop there); ``should_stop`` is
     handed to every training (``train_prm``), which stops between two batches once it is
     true. Raises ValueError when the chains cannot support the requested run."""
@@ -255,6 +347,8 @@ def simulate(
             f"{sim.rounds} rounds x batch {sim.batch} needs {needed} for selection"
         )
     graded = answers_correct or {}
+    if any(arm.source == "stored" for arm in sim.machine_arms) and not machine_labels:
+        raise ValueError("a 'stored' machine arm needs the stored machine labels")
     rows: list[SimulationRow] = []
     with tempfile.TemporaryDirectory(dir=work_dir) as scratch:
         checkpoint = Path(scratch) / "prm"
@@ -267,7 +361,14 @@ def simulate(
                 )
             rows.extend(
                 _simulate_seed(
-                    sim, prm, seed, pool, heldout, graded, checkpoint, (progress, should_stop)
+                    sim,
+                    prm,
+                    seed,
+                    (pool, heldout),
+                    graded,
+                    machine_labels or {},
+                    checkpoint,
+                    (progress, should_stop),
                 )
             )
             rows.extend(_baseline_rows(seed, sim.rounds, pool, heldout, graded, prm))
@@ -278,25 +379,29 @@ def _simulate_seed(
     sim: SimulationConfig,
     prm: PRMConfig,
     seed: int,
-    pool: list[ChainExample],
-    heldout: list[ChainExample],
+    split: tuple[list[ChainExample], list[ChainExample]],
     graded: Mapping[int, bool | None],
+    stored: Mapping[int, MachineLabels],
     checkpoint: Path,
     reports: tuple[Callable[[], None] | None, Callable[[], bool] | None],
 ) -> list[SimulationRow]:
-    """Every strategy's rounds for one seed (its split and seed set); ``reports``: the
-    ``progress`` and ``should_stop`` of ``simulate``."""
+    """Every strategy's and machine arm's rounds for one seed (``split``: its pool and
+    held-out chains; the seed set); ``reports``: the ``progress`` and ``should_stop`` of
+    ``simulate``."""
     from .acquisition import select_batch
     from .launch import train_prm
     from .score import load_prm, score_chains
 
+    pool, heldout = split
     progress, should_stop = reports
 
-    def train(labeled: list[int]) -> dict[str, float]:
+    def train(
+        labeled: list[int], relabeled: Mapping[int, ChainExample] | None = None
+    ) -> dict[str, float]:
         config = replace(prm, seed=seed, heldout_metrics=True)
         result = train_prm(
             config,
-            [pool[i] for i in labeled],
+            [(relabeled or {}).get(i, pool[i]) for i in labeled],
             heldout,
             checkpoint,
             baselines=False,
@@ -341,7 +446,116 @@ def _simulate_seed(
             rows.append(_row(strategy, seed, round_, [pool[i] for i in labeled], metrics))
             if round_ < sim.rounds:
                 model = load_prm(checkpoint)
+    for arm in sim.machine_arms:
+        arm_rows = _machine_arm_rounds(
+            arm,
+            sim,
+            seed,
+            pool,
+            (seed_set, first_prm, first_metrics),
+            graded,
+            stored,
+            (train, lambda: load_prm(checkpoint), score_chains, select_batch),
+        )
+        rows.extend(arm_rows)
     return rows
+
+
+def _machine_arm_rounds(
+    arm: MachineArm,
+    sim: SimulationConfig,
+    seed: int,
+    pool: list[ChainExample],
+    start: tuple[list[int], Any, Mapping[str, float]],
+    graded: Mapping[int, bool | None],
+    stored: Mapping[int, MachineLabels],
+    calls: tuple[Callable[..., Any], Callable[[], Any], Callable[..., Any], Callable[..., Any]],
+) -> list[SimulationRow]:
+    """One machine arm's rounds for one seed (module docstring): random's picks, the
+    machine's labels accepted at ``arm.threshold``, people for the rest. ``start``: the
+    seed set (labeled by people), round 0's model and metrics; ``calls``: train, the
+    checkpoint's loader, ``score_chains`` and ``select_batch``."""
+    train, load, score, select = calls
+    seed_set, model, first_metrics = start
+    rng = np.random.default_rng([seed, STRATEGIES.index(BASELINE)])  # random's own stream
+    first_error_labeling = stops_at_first_error(pool)
+    labeled, human = list(seed_set), set(seed_set)
+    relabeled: dict[int, ChainExample] = {}
+    tally = _MachineTally()
+    rows = [_row(arm.name, seed, 0, [pool[i] for i in seed_set], first_metrics)]
+    for round_ in range(1, sim.rounds + 1):
+        taken = set(labeled)
+        unlabeled = [i for i in range(len(pool)) if i not in taken]
+        scores = list(score(model, [replace(pool[i], labels=None) for i in unlabeled]))
+        picked = select(
+            BASELINE,
+            scores,
+            sim.batch,
+            random_fraction=sim.random_fraction,
+            answers_correct=[graded.get(pool[i].chain_id) for i in unlabeled],
+            first_error_labeling=first_error_labeling,
+            groups=[pool[i].problem.strip() for i in unlabeled],
+            rng=rng,
+        )
+        for position in picked:
+            index = unlabeled[position]
+            example = pool[index]
+            answer: MachineLabels | None
+            if arm.source == "prm":
+                answer = prm_machine_labels(
+                    scores[position].step_probs, model.readout, graded.get(example.chain_id)
+                )
+            else:
+                answer = stored.get(example.chain_id)
+            if answer is not None and answer[1] >= arm.threshold:
+                relabeled[index] = replace(example, labels=answer[0])
+                tally.add(answer[0], example.labels)
+            else:
+                human.add(index)
+            labeled.append(index)
+        metrics = train(labeled, relabeled)
+        row = _row(arm.name, seed, round_, [pool[i] for i in labeled], metrics)
+        rows.append(
+            replace(
+                row,
+                labeled_steps=sum(labeled_steps(pool[i]) for i in human),
+                machine_chains=tally.chains,
+                machine_chain_errors=tally.chain_errors,
+                machine_steps=tally.steps,
+                machine_step_errors=tally.step_errors,
+            )
+        )
+        if round_ < sim.rounds:
+            model = load()
+    return rows
+
+
+@dataclass
+class _MachineTally:
+    """What a machine arm accepted so far and how much of it the oracle disputes."""
+
+    chains: int = 0
+    chain_errors: int = 0
+    steps: int = 0
+    step_errors: int = 0
+
+    def add(self, machine: Sequence[int | None], oracle: Sequence[int | None] | None) -> None:
+        """Counts one accepted chain: its first error against the oracle's (where the
+        oracle's labels settle it), and its steps where both give a label.
+
+        >>> tally = _MachineTally()
+        >>> tally.add((1, -1, None), (1, 1, -1)); tally.add((1, 1), (1, 1))
+        >>> tally.chains, tally.chain_errors, tally.steps, tally.step_errors
+        (2, 1, 4, 1)
+        """
+        self.chains += 1
+        truth = labeled_first_error(oracle)
+        if truth is not None and truth != labeled_first_error(machine):
+            self.chain_errors += 1
+        for ours, theirs in zip(machine, oracle or (), strict=False):
+            if ours is not None and theirs is not None:
+                self.steps += 1
+                self.step_errors += int(ours != theirs)
 
 
 @dataclass(frozen=True)
@@ -377,6 +591,7 @@ class SummaryLine:
     below: dict[str, tuple[int, ...]] = field(default_factory=dict)
     saves_steps: bool | None = None
     final_subsets: dict[str, float] = field(default_factory=dict)  # subset -> mean F1
+    is_machine_arm: bool = False  # a machine arm (labeled_steps: the steps people rated)
 
 
 def _by_seed(rows: Sequence[SimulationRow]) -> dict[tuple[str, int], dict[int, SimulationRow]]:
@@ -453,6 +668,7 @@ def summarize(
             versus={},
             reach=None if baseline else _reach(list(runs.values()), references, last, metric),
             final_subsets=_subset_means(ends),
+            is_machine_arm=name.startswith(MACHINE_PREFIX),
         )
         if baseline:
             for m in METRICS:
@@ -646,6 +862,7 @@ def summary_table(
             f"{below:<24}{_reach_text(line)}"
         )
     out.extend(_subset_table(lines))
+    out.extend(machine_table(rows, heldout_fraction=heldout_fraction))
     out.append(_savings_sentence(lines))
     needed, compared = seeds_to_resolve(rows, heldout_fraction=heldout_fraction)
     if compared:
@@ -680,9 +897,72 @@ def _subset_table(lines: Sequence[SummaryLine]) -> list[str]:
     return out
 
 
+def machine_table(
+    rows: Sequence[SimulationRow], *, heldout_fraction: float = HELDOUT_FRACTION
+) -> list[str]:
+    """What each machine arm's labels were worth at the last round: the steps people
+    rated, the share of chains taken from the machine, how often the oracle places those
+    chains' first error elsewhere and disagrees on their steps, and the held-out F1's
+    paired difference with all-human labeling of the same chains (random at the same
+    round); corrected 95% intervals over seeds. Nothing without machine arms."""
+    table = _by_seed(rows)
+    arms = [n for n in dict.fromkeys(r.strategy for r in rows) if n.startswith(MACHINE_PREFIX)]
+    if not arms:
+        return []
+    out = [
+        "machine arms at the last round (random picks, machine labels accepted at the "
+        "threshold, people for the rest); Δ vs all-human labeling of the same chains",
+        f"  {'':<25}{'human steps':>12}{'  random':>9}  {'machine chains':<16}"
+        f"{'chain error rate':<18}{'step error rate':<18}{'ΔF1 same chains':<17}",
+    ]
+    for arm in arms:
+        ends = []
+        for (name, seed), by_round in table.items():
+            if name == arm and (BASELINE, seed) in table:
+                last = max(by_round)
+                ends.append((by_round[last], table[(BASELINE, seed)][last]))
+        if not ends:
+            continue
+
+        share = np.mean([end.machine_chains / max(end.labeled_chains, 1) for end, _ in ends])
+        gap = resampled_interval(
+            [end.processbench_f1 - ref.processbench_f1 for end, ref in ends],
+            heldout_fraction=heldout_fraction,
+        )
+        chain_errors = _rate(ends, "machine_chain_errors", "machine_chains", heldout_fraction)
+        step_errors = _rate(ends, "machine_step_errors", "machine_steps", heldout_fraction)
+        out.append(
+            f"  {arm:<25}{np.mean([e.labeled_steps for e, _ in ends]):>12.0f}"
+            f"{np.mean([r.labeled_steps for _, r in ends]):>9.0f}  {share:<16.1%}"
+            f"{chain_errors:<18}{step_errors:<18}{gap!s:<17}"
+        )
+    return out
+
+
+def _rate(
+    ends: Sequence[tuple[SimulationRow, SimulationRow]],
+    errors: str,
+    total: str,
+    heldout_fraction: float,
+) -> str:
+    """The mean over seeds of ``errors`` / ``total`` at the last round, with its corrected
+    interval ("n/a" where no seed accepted anything)."""
+    values = [
+        getattr(end, errors) / getattr(end, total) for end, _ in ends if getattr(end, total) > 0
+    ]
+    if not values:
+        return "n/a"
+    span = resampled_interval(values, heldout_fraction=heldout_fraction)
+    if not math.isfinite(span.half_width):
+        return f"{span.mean:.3f}"
+    return f"{span.mean:.3f} ± {span.half_width:.3f}"
+
+
 def _savings_sentence(lines: Sequence[SummaryLine]) -> str:
     """Which strategy, if any, saves labeled steps (``SummaryLine.saves_steps``)."""
-    strategies = [line for line in lines if line.saves_steps is not None]
+    strategies = [
+        line for line in lines if line.saves_steps is not None and not line.is_machine_arm
+    ]
     saving = [line for line in strategies if line.saves_steps]
     if not strategies:
         return "no strategy but random was simulated"

@@ -128,7 +128,7 @@ def simulation_config(*, size: str, seeds: int, rounds: int) -> SimulationConfig
 
 def simulation_trainings(sim: SimulationConfig) -> int:
     """How many head trainings ``sim`` costs: per seed, round 0 and every strategy's rounds."""
-    return len(sim.seeds) * (1 + len(sim.strategies) * sim.rounds)
+    return len(sim.seeds) * (1 + (len(sim.strategies) + len(sim.machine_arms)) * sim.rounds)
 
 
 # --- the project's path, shared with the command -----------------------------------------

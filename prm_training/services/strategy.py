@@ -64,7 +64,7 @@ def strategy_evidence_build(
 
     lines = []
     for line in summarize(rows, heldout_fraction=sim.heldout_fraction):
-        if line.is_baseline or line.name == RANDOM:
+        if line.is_baseline or line.is_machine_arm or line.name == RANDOM:
             continue
         lines.append(
             {

@@ -147,6 +147,12 @@ class Command(BaseCommand):
             help="comma-separated strategies; 'random' (the reference) is always added "
             "(default: every strategy)",
         )
+        parser.add_argument(
+            "--machine-arms",
+            default="",
+            help="comma-separated confidences at which an arm accepts the PRM's own labels "
+            "and sends the rest to people, e.g. 0.9,0.97 (machine labels' worth, issue 23)",
+        )
         parser.add_argument("--rounds", type=int, default=None, help="default 8 (--quick 2)")
         parser.add_argument(
             "--batch", type=int, default=None, help="chains per round, default 40 (--quick 8)"
@@ -222,7 +228,9 @@ class Command(BaseCommand):
         (out / "summary.txt").write_text(table + "\n")
         self.stdout.write(table)
         self.stdout.write(
-            f"simulated {len(sim.strategies)} strategies x {len(sim.seeds)} seeds x "
+            f"simulated {len(sim.strategies)} strategies"
+            + (f" and {len(sim.machine_arms)} machine arms" if sim.machine_arms else "")
+            + f" x {len(sim.seeds)} seeds x "
             f"{sim.rounds} rounds on {chains} labeled chains in {elapsed:.0f}s: "
             f"{out / 'results.csv'}, {out / 'summary.txt'}, {out / 'learning_curve.png'}"
         )
@@ -290,7 +298,7 @@ def _simulation_config(options: dict[str, Any]) -> SimulationConfig:
     """The simulation the options ask for (random always among the strategies; the quick
     or full sizes where an option is not given)."""
     from prm_training.ml.acquisition import STRATEGIES
-    from prm_training.ml.simulate import BASELINE, SimulationConfig
+    from prm_training.ml.simulate import BASELINE, MachineArm, SimulationConfig
 
     chosen = options["strategy"] if options["strategy"] is not None else ",".join(STRATEGIES)
     named = [name.strip() for name in chosen.split(",") if name.strip()]
@@ -303,7 +311,13 @@ def _simulation_config(options: dict[str, Any]) -> SimulationConfig:
     if options["backbone"] is not None and not Path(options["backbone"]).is_dir():
         raise CommandError(f"--backbone {options['backbone']} is not a directory")
     try:
+        arms = tuple(
+            MachineArm("prm", _confidence(value))
+            for value in options["machine_arms"].split(",")
+            if value.strip()
+        )
         return SimulationConfig(
+            machine_arms=arms,
             strategies=tuple(dict.fromkeys([BASELINE, *named])),
             rounds=options["rounds"],
             batch=options["batch"],
@@ -314,6 +328,13 @@ def _simulation_config(options: dict[str, Any]) -> SimulationConfig:
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from None
+
+
+def _confidence(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"--machine-arms: not a confidence: {text.strip()!r}") from None
 
 
 def _prm_config(options: dict[str, Any], out: Path) -> PRMConfig:

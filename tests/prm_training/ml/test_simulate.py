@@ -14,11 +14,14 @@ from django.core.management import CommandError, call_command
 
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import ChainExample
+from prm_training.ml.readout import Readout
 from prm_training.ml.simulate import (
     ROW_FIELDS,
+    MachineArm,
     SimulationConfig,
     SimulationRow,
     oracle_chains,
+    prm_machine_labels,
     simulate,
     split_by_problem,
     summarize,
@@ -449,4 +452,133 @@ def test_command_reports_rejected_records_with_their_lines(tmp_path: Path) -> No
             "1",
             "--out",
             str(tmp_path / "o"),
+        )
+
+
+def _machine_chains() -> list[ChainExample]:
+    return synthetic_chains(60, seed=5, steps=(2, 4), words_per_step=(3, 5))
+
+
+def _machine_sim(*arms: MachineArm) -> SimulationConfig:
+    return SimulationConfig(
+        strategies=("random",),
+        rounds=2,
+        batch=6,
+        seeds=(0,),
+        seed_size=8,
+        heldout_fraction=0.25,
+        machine_arms=arms,
+    )
+
+
+def test_a_machine_arm_that_accepts_nothing_is_random_labeled_by_people(tiny_bert: Path) -> None:
+    # Given: an arm whose threshold no confidence reaches, beside random
+    sim = _machine_sim(MachineArm("prm", 1.0))
+
+    # When
+    rows = simulate(_machine_chains(), sim, _tiny_prm(tiny_bert))
+
+    # Then: it labels the very chains random labels, all by people, and learns the same
+    by_arm = {(r.strategy, r.round): r for r in rows if r.strategy in ("random", "machine_prm@1")}
+    for round_ in range(3):
+        ours, theirs = by_arm[("machine_prm@1", round_)], by_arm[("random", round_)]
+        assert ours.machine_chains == 0
+        assert (ours.labeled_chains, ours.labeled_steps) == (
+            theirs.labeled_chains,
+            theirs.labeled_steps,
+        )
+        assert ours.processbench_f1 == theirs.processbench_f1
+        assert ours.step_auroc == theirs.step_auroc
+
+
+def test_a_machine_arm_spends_human_steps_only_where_it_does_not_accept(tiny_bert: Path) -> None:
+    # Given: an arm that accepts every PRM call
+    sim = _machine_sim(MachineArm("prm", 0.0))
+
+    # When
+    rows = simulate(_machine_chains(), sim, _tiny_prm(tiny_bert))
+
+    # Then: people rated the seed set only; every later chain came from the machine, and
+    # its calls were checked against the oracle
+    arm = [r for r in rows if r.strategy == "machine_prm@0"]
+    random = {r.round: r for r in rows if r.strategy == "random"}
+    assert [r.labeled_steps for r in arm] == [random[0].labeled_steps] * 3
+    assert [r.labeled_chains for r in arm] == [random[r].labeled_chains for r in range(3)]
+    assert [r.machine_chains for r in arm] == [0, 6, 12]
+    last = arm[-1]
+    assert 0 <= last.machine_chain_errors <= last.machine_chains
+    assert 0 <= last.machine_step_errors <= last.machine_steps
+    # And the summary has a line for it, at equal human cost and on the same chains
+    table = summary_table(rows, heldout_fraction=sim.heldout_fraction)
+    assert "machine arms at the last round" in table
+    assert "machine_prm@0" in table.split("machine arms at the last round")[1]
+
+
+def test_a_stored_machine_source_is_accepted_at_its_confidence(tiny_bert: Path) -> None:
+    # Given: stored labels that call every chain's first step wrong, sure of it on the
+    # chains with an odd id and unsure on the others
+    chains = _machine_chains()
+    stored = {
+        chain.chain_id: (
+            (-1, *([None] * (len(chain.steps) - 1))),
+            0.9 if chain.chain_id % 2 else 0.2,
+        )
+        for chain in chains
+    }
+    sim = _machine_sim(MachineArm("stored", 0.5))
+
+    # When
+    rows = simulate(chains, sim, _tiny_prm(tiny_bert), machine_labels=stored)
+
+    # Then: the sure ones were accepted, the rest went to people, and every accepted chain
+    # whose oracle has no error at step 0 counts as an error
+    last = [r for r in rows if r.strategy == "machine_stored@0.5"][-1]
+    random = [r for r in rows if r.strategy == "random"][-1]
+    assert 0 < last.machine_chains < 12
+    assert last.labeled_steps < random.labeled_steps
+    by_id = {chain.chain_id: chain for chain in chains}
+    wrong_at_zero = sum(1 for c in by_id.values() if (c.labels or (None,))[0] == -1)
+    assert wrong_at_zero < len(chains)  # the oracle disagrees on some chain
+    assert last.machine_chain_errors >= 1
+    assert last.machine_step_errors >= 1
+
+
+def test_a_stored_machine_arm_needs_the_stored_labels(tiny_bert: Path) -> None:
+    with pytest.raises(ValueError, match="stored machine labels"):
+        simulate(_machine_chains(), _machine_sim(MachineArm("stored", 0.5)), _tiny_prm(tiny_bert))
+
+
+def test_machine_arms_are_compared_with_random_and_checked() -> None:
+    with pytest.raises(ValueError, match="list random too"):
+        SimulationConfig(
+            strategies=("entropy",), rounds=1, batch=1, machine_arms=(MachineArm("prm", 0.9),)
+        )
+    with pytest.raises(ValueError, match="within"):
+        MachineArm("prm", 1.5)
+    with pytest.raises(ValueError, match="unknown machine source"):
+        MachineArm("oracle", 0.9)
+
+
+def test_the_prm_as_a_labeler_reads_its_own_first_error_call() -> None:
+    # A chain graded wrong: the answer-aware readout calls the most likely first error,
+    # and the confidence is conditional on there being one
+    labels, confidence = prm_machine_labels([0.9, 0.3, 0.8], Readout(0.5, 0.2), False)
+    assert labels == (1, -1, None)
+    assert confidence == pytest.approx((0.9 * 0.7) / (1 - 0.9 * 0.3 * 0.8))
+    # A chain graded right with a low right-answer threshold: no error called
+    labels, confidence = prm_machine_labels([0.9, 0.3, 0.8], Readout(0.5, 0.2), True)
+    assert labels == (1, 1, 1)
+    assert confidence == pytest.approx(0.9 * 0.3 * 0.8)
+
+
+@pytest.mark.parametrize(
+    ("arms", "message"), [("0.9,high", "not a confidence: 'high'"), ("1.5", "within")]
+)
+def test_command_rejects_a_machine_arm_that_is_no_confidence(
+    tmp_path: Path, arms: str, message: str
+) -> None:
+    source = _write_generic(tmp_path / "c.jsonl", synthetic_chains(5))
+    with pytest.raises(CommandError, match=message):
+        call_command(
+            "simulate_active_learning", str(source), "--machine-arms", arms, "--out", str(tmp_path)
         )
