@@ -1175,3 +1175,107 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class WebhookEvent(models.TextChoices):
+    """What a project's webhooks may subscribe to (README "Webhooks" has the payloads)."""
+
+    CHAIN_FINISHED = "chain.finished", "Chain finished"
+    SNAPSHOT_CREATED = "snapshot.created", "Snapshot created"
+    IMPORT_FINISHED = "import.finished", "Import finished"
+    IMPORT_FAILED = "import.failed", "Import failed"
+    TRAINING_RUN_FINISHED = "training_run.finished", "Training run finished"
+    MODEL_VERSION_ACTIVATED = "model_version.activated", "Model version activated"
+    SCORING_RUN_FINISHED = "scoring_run.finished", "Scoring run finished"
+
+
+# A lead's "send test event": sent to one webhook whatever it subscribes to.
+WEBHOOK_TEST_EVENT = "webhook.test"
+
+
+class Webhook(models.Model):
+    """A receiver of one project's events: an http(s) URL, the events it subscribes to and
+    the secret its messages are signed with (Standard Webhooks, ``whsec_`` + base64).
+
+    The secret is kept as it is, not hashed: signing needs it, so a hash would protect
+    nothing the signing worker does not already hold. Leads may read it back on the
+    webhook's page and API (the people who may read it are those who may change where
+    the events go anyway), and rotate it."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="webhooks")
+    url = models.URLField(max_length=2000)
+    events = models.JSONField(default=list, help_text="WebhookEvent values.")
+    secret = models.CharField(max_length=100)
+    description = models.CharField(max_length=200, blank=True)
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "id"], name="webhook_by_project")]
+
+    def __str__(self) -> str:
+        return f"webhook {self.pk} of {self.project_id}: {self.url}"
+
+
+class WebhookDeliveryStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DELIVERED = "delivered", "Delivered"
+    FAILED = "failed", "Failed"
+
+
+class WebhookDelivery(models.Model):
+    """One message to one webhook: the outbox row written in the transaction of the change
+    it reports, and the log of its attempts (``annotation.webhooks.delivery``).
+
+    ``message_id`` is the ``webhook-id`` header: the same for every attempt and for a
+    replay, so a receiver that deduplicates by it acts once. A PENDING row is sent when
+    ``next_attempt_at`` has come; a DELIVERED or FAILED one never again (a replay is a
+    new row, ``replay_of`` the one it repeats)."""
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=40)
+    message_id = models.CharField(max_length=40)
+    payload = models.JSONField()
+    status = models.CharField(
+        max_length=10,
+        choices=WebhookDeliveryStatus.choices,
+        default=WebhookDeliveryStatus.PENDING,
+    )
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    response_ms = models.PositiveIntegerField(null=True, blank=True)
+    replay_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["webhook", "-id"], name="webhook_delivery_log"),
+            # The sweep's scan: only the rows still to send.
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(status="pending"),
+                name="webhook_delivery_due",
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "delivered", "failed"]),
+                name="webhook_delivery_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="pending") | Q(next_attempt_at__isnull=False),
+                name="webhook_delivery_pending_has_time",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery {self.pk} ({self.event}, {self.status})"

@@ -47,6 +47,7 @@ _PAGES: list[ProjectPage] = [
     ProjectPage("snapshots-page", "Snapshots", LEADS),
     ProjectPage("project-settings", "Settings", LEADS),
     ProjectPage("project-members", "Members", LEADS),
+    ProjectPage("webhooks-page", "Webhooks", LEADS),
 ]
 
 

@@ -3,14 +3,31 @@
 The import and bulk-action tasks run on queue ``default``. Neither is ``acks_late``: a
 redelivered task would find its job no longer QUEUED and return, so a worker killed
 mid-way leaves the job RUNNING (and nothing written: each is one transaction) rather
-than doing it twice (see ``services.import_jobs``, ``services.bulk_actions``)."""
+than doing it twice (see ``services.import_jobs``, ``services.bulk_actions``).
+
+A webhook delivery is one attempt at one outbox row (``webhooks.delivery``), on
+``default`` with a one-minute limit (its request times out long before). Each worker
+also sends the rows left waiting: when it (re)connects to the broker and every
+``SWEEP_SECONDS`` from its main process."""
 
 from __future__ import annotations
 
-from celery import shared_task
+import logging
+from typing import Any
+
+from celery import bootsteps, current_app, shared_task
+from django.db import connections
 
 from annotation.services.bulk_actions import BULK_TASK
 from annotation.services.import_jobs import IMPORT_TASK
+from annotation.webhooks.delivery import (
+    DELIVER_TASK,
+    SWEEP_GRACE_SECONDS,
+    SWEEP_SECONDS,
+    webhook_deliveries_dispatch_due,
+)
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name=IMPORT_TASK, ignore_result=True)
@@ -25,3 +42,58 @@ def bulk_action_task(job_id: int) -> None:
     from annotation.services.bulk_actions import bulk_action_execute
 
     bulk_action_execute(job_id=job_id)
+
+
+@shared_task(name=DELIVER_TASK, ignore_result=True, time_limit=60, soft_time_limit=50)
+def webhook_deliver_task(delivery_id: int) -> None:
+    from annotation.webhooks.delivery import webhook_delivery_attempt
+
+    webhook_delivery_attempt(delivery_id=delivery_id)
+
+
+def _dispatch_webhooks(grace_seconds: float) -> None:
+    try:
+        sent = webhook_deliveries_dispatch_due(grace_seconds=grace_seconds)
+    except Exception:  # noqa: BLE001 - never keep the worker from consuming; tried again
+        logger.exception("Sending waiting webhook deliveries failed")
+    else:
+        if sent:
+            logger.warning("Sent %d webhook deliveries that waited", sent)
+    finally:
+        # Not inside a task: the main process forks pool children later, and none may
+        # inherit an open connection.
+        connections.close_all()
+
+
+class DispatchPendingWebhooks(bootsteps.StartStopStep):
+    """A consumer bootstep: each time the worker (re)connects to the broker, the rows
+    whose message the broker never took (it was down when they committed) are sent."""
+
+    requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def start(self, c: Any) -> None:
+        _dispatch_webhooks(0)
+
+
+class SweepWebhooks(bootsteps.StartStopStep):
+    """A worker bootstep: every SWEEP_SECONDS the main process sends the rows due for a
+    while with no task on its way (a lost countdown, an attempt whose worker died)."""
+
+    requires = {"celery.worker.components:Timer"}
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        self.tref: Any = None
+
+    def start(self, worker: Any) -> None:
+        self.tref = worker.timer.call_repeatedly(
+            SWEEP_SECONDS, _dispatch_webhooks, (SWEEP_GRACE_SECONDS,)
+        )
+
+    def stop(self, worker: Any) -> None:
+        if self.tref is not None:
+            self.tref.cancel()
+            self.tref = None
+
+
+current_app.steps["consumer"].add(DispatchPendingWebhooks)
+current_app.steps["worker"].add(SweepWebhooks)

@@ -4,6 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from annotation import invite_views, views
+from annotation.webhooks.views import webhooks_page
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -29,6 +30,7 @@ urlpatterns = [
     path("projects/<id:project_id>/", views.project_overview, name="project-overview"),
     path("projects/<id:project_id>/settings/", views.project_settings, name="project-settings"),
     path("projects/<id:project_id>/members/", views.project_members, name="project-members"),
+    path("projects/<id:project_id>/webhooks/", webhooks_page, name="webhooks-page"),
     path("projects/<id:project_id>/label/", views.label_workspace, name="label-workspace"),
     path("projects/<id:project_id>/history/", views.history_page, name="history-page"),
     path("projects/<id:project_id>/review/", views.review_page, name="review-page"),

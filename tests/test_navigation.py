@@ -32,6 +32,7 @@ EXPECTED = {
         "Models",
         "Settings",
         "Members",
+        "Webhooks",
     ],
 }
 
@@ -46,6 +47,7 @@ PAGE_API = {
     "project-models": ("get", "api-training-runs", None),
     "project-settings": ("patch", "api-project", {}),
     "project-members": ("post", "api-project-members", {}),
+    "webhooks-page": ("get", "api-project-webhooks", None),
 }
 
 

@@ -30,6 +30,7 @@ from annotation.models import Assignment, BulkAction, ImportJob, Invite, Role, S
 from annotation.public_ids import ASSIGNMENT_IDS, STEP_IDS
 from annotation.services.api_tokens import api_token_create
 from annotation.services.evaluation_sets import evaluation_set_mark
+from annotation.webhooks.services import webhook_create, webhook_test_send
 from prm_training.models import RunStatus, SimulationRun, TrainingRun
 from tests.factories import (
     ChainFactory,
@@ -93,6 +94,12 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     # another project, gets 404), and sees and revokes its pending invitations.
     "api-project-invites": {"get": API_LEADS, "post": API_LEADS},
     "api-project-invites-bulk": {"post": API_LEADS},
+    # Webhooks: a project's leads only (the secret is in every answer).
+    "api-project-webhooks": {"get": API_LEADS, "post": API_LEADS},
+    "api-project-webhook": {"get": API_LEADS, "patch": API_LEADS, "delete": API_LEADS},
+    "api-project-webhook-test": {"post": API_LEADS},
+    "api-project-webhook-deliveries": {"get": API_LEADS},
+    "api-project-webhook-delivery-replay": {"post": API_LEADS},
     "api-project-invite-revoke": {"post": API_LEADS},
     # Renders the body's Markdown and reads nothing else (the create page previews before
     # there is a project): any signed-in user.
@@ -185,6 +192,7 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "project-new": {"get": (302, 403, 403, 403, 403)},
     "project-settings": {"get": (302, 403, 200, 403, 404)},
     "project-members": {"get": (302, 403, 200, 403, 404)},
+    "webhooks-page": {"get": (302, 403, 200, 403, 404)},
     "project-models": {"get": (302, 403, 200, 200, 404)},
 }
 
@@ -282,6 +290,10 @@ def world(db: Any) -> dict[str, Any]:
         project=project, created_by=users["lead"], kind="unflag", chain_ids=[chain.pk]
     )
     api_token = api_token_create(user=users["annotator"], name="matrix").token
+    webhook = webhook_create(
+        project=project, user=users["lead"], url="http://127.0.0.1:9/", events=["chain.finished"]
+    )
+    delivery = webhook_test_send(webhook=webhook)
     ids = {
         "token_id": api_token.pk,
         "project_id": project.pk,
@@ -298,6 +310,8 @@ def world(db: Any) -> dict[str, Any]:
         "invite_id": invite.pk,
         "bulk_id": bulk.pk,
         "evaluation_set_id": evaluation_set.pk,
+        "webhook_id": webhook.pk,
+        "delivery_id": delivery.pk,
     }
     return {"users": users, "ids": ids}
 

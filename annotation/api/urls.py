@@ -17,4 +17,5 @@ urlpatterns = [
     path("", include("annotation.api.gold_urls")),
     path("", include("annotation.api.evaluation_set_urls")),
     path("", include("annotation.api.dashboard_urls")),
+    path("", include("annotation.webhooks.urls")),
 ]

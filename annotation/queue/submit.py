@@ -38,6 +38,7 @@ from annotation.queue.sql import (
     insert_statement,
 )
 from annotation.services.chain_agreement import chains_agreement_refresh
+from annotation.webhooks.events import webhook_chain_finished
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -456,5 +457,8 @@ def _submit_new(
     assignment.chain_open = counted is not None and not counted[1]
     if counted is not None:
         chain.finished_count, chain.is_finished = counted
+        if chain.is_finished:
+            # In this transaction: a submit rolled back sends nothing (webhooks.events).
+            webhook_chain_finished(chain=chain)
     annotation.chain = chain
     return Submitted(annotation=annotation, created=True, ratings=ratings)

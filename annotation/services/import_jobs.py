@@ -41,6 +41,7 @@ from django.utils import timezone
 from annotation.models import ImportJob, ImportJobStatus, Project
 from annotation.services.imports import MAX_KEPT_ERRORS, ImportRejected, chain_import
 from annotation.services.progress import RowProgress
+from annotation.webhooks.events import webhook_import_ended
 from config.uploads import copy_into_place
 
 logger = logging.getLogger(__name__)
@@ -146,7 +147,11 @@ def import_job_execute(*, job_id: int) -> None:
         job.status = ImportJobStatus.DONE
         job.result = asdict(result)
         job.finished_at = timezone.now()
-        job.save(update_fields=["status", "result", "records_read", "bytes_read", "finished_at"])
+        with transaction.atomic():
+            job.save(
+                update_fields=["status", "result", "records_read", "bytes_read", "finished_at"]
+            )
+            webhook_import_ended(job=job)
         path.unlink(missing_ok=True)
 
 
@@ -217,17 +222,19 @@ def _finish(job: ImportJob, *, detail: str = "", rejected: ImportRejected | None
         ]
         job.error_count = rejected.error_count
         job.result = {"format": rejected.format}
-    job.save(
-        update_fields=[
-            "status",
-            "finished_at",
-            "detail",
-            "errors",
-            "error_count",
-            "result",
-            "records_read",
-        ]
-    )
+    with transaction.atomic():
+        job.save(
+            update_fields=[
+                "status",
+                "finished_at",
+                "detail",
+                "errors",
+                "error_count",
+                "result",
+                "records_read",
+            ]
+        )
+        webhook_import_ended(job=job)
     import_job_path(job).unlink(missing_ok=True)
 
 

@@ -57,6 +57,7 @@ from annotation.services.consensus import (
     consensus_for_chains,
     dawid_skene_fit,
 )
+from annotation.webhooks.events import webhook_snapshot_created
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -220,6 +221,7 @@ def snapshot_create(
         snapshot.content_hash = counts.pop("content_hash")
         snapshot.counts = counts
         snapshot.save(update_fields=["content_hash", "counts"])
+        webhook_snapshot_created(snapshot=snapshot)
     return snapshot
 
 

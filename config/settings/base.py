@@ -253,6 +253,12 @@ EMAIL_TIMEOUT = int(os.environ.get("EMAIL_TIMEOUT") or "10")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL") or "Steplab <steplab@localhost>"
 STEPLAB_EMAIL_ENABLED = bool(EMAIL_HOST or os.environ.get("EMAIL_BACKEND"))
 
+# Webhooks (annotation/webhooks/targets.py): whether a webhook may call a loopback, private
+# or otherwise non-public address. Off here and in production: a lead's URL would let the
+# server call its own neighbours (server-side request forgery). Development (`make demo`,
+# receivers on the same machine) and the tests (a receiver on 127.0.0.1) turn it on.
+STEPLAB_WEBHOOK_ALLOW_PRIVATE = env_bool("STEPLAB_WEBHOOK_ALLOW_PRIVATE", False)
+
 # Nothing that must be shared between web processes lives in the cache (sessions and the
 # sign-in counters are in the database), so per-process memory is the default; set
 # CACHE_URL (e.g. redis://127.0.0.1:6379/1) to share it anyway.

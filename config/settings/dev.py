@@ -18,3 +18,6 @@ WHITENOISE_AUTOREFRESH = DEBUG
 if not _EMAIL_FROM_ENVIRONMENT:
     EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
     STEPLAB_EMAIL_ENABLED = True
+
+# Webhooks may call receivers on this machine (a demo's receiver is on localhost).
+STEPLAB_WEBHOOK_ALLOW_PRIVATE = env_bool("STEPLAB_WEBHOOK_ALLOW_PRIVATE", True)

@@ -20,3 +20,6 @@ WHITENOISE_AUTOREFRESH = True
 # pytest-django swaps in the in-memory backend (django.core.mail.outbox); invitations are
 # sent to it.
 STEPLAB_EMAIL_ENABLED = True
+
+# The webhook tests' receiver listens on 127.0.0.1; a test of the refusal turns this off.
+STEPLAB_WEBHOOK_ALLOW_PRIVATE = True

@@ -55,6 +55,7 @@ from prm_training.models import (
     SimulationRun,
     TrainingRun,
 )
+from prm_training.services.webhooks import run_finished_emit
 
 logger = logging.getLogger(__name__)
 
@@ -214,11 +215,13 @@ def run_claim(
                 run.finished_at = now
                 run.error = f"Worker lost {run.attempts} times; giving up."
                 run.save(update_fields=["status", "finished_at", "error"])
+                run_finished_emit(run, status=run.status)
                 return None
         if run.cancel_requested:
             run.status = RunStatus.CANCELLED
             run.finished_at = now
             run.save(update_fields=["status", "finished_at"])
+            run_finished_emit(run, status=run.status)
             return None
         run.status = RunStatus.RUNNING
         run.attempts += 1
@@ -261,6 +264,8 @@ def run_cancel(run: R) -> R:
             run.finished_at = timezone.now()
         run.cancel_requested = True
         run.save(update_fields=["status", "finished_at", "cancel_requested"])
+        if run.status == RunStatus.CANCELLED:
+            run_finished_emit(run, status=run.status)
     return run
 
 
@@ -284,9 +289,12 @@ def run_heartbeat(run: Run, **fields: Any) -> None:
 def run_finish(run: Run, *, status: str, error: str = "", **fields: Any) -> bool:
     """End this attempt's run with ``status`` (and ``fields``), if the attempt still owns
     it; its leftovers are removed. Returns whether it did."""
-    updated = _owned(run).update(
-        status=status, error=error[:10_000], finished_at=timezone.now(), **fields
-    )
+    with transaction.atomic():
+        updated = _owned(run).update(
+            status=status, error=error[:10_000], finished_at=timezone.now(), **fields
+        )
+        if updated:
+            run_finished_emit(run, status=status, error=error, **fields)
     if updated and status != RunStatus.SUCCEEDED:
         _leftovers_remove(run)
     return bool(updated)
@@ -341,6 +349,7 @@ def runs_reap_stale(
                     f"{_ago(run.heartbeat_at, now)}). Retry it to start a new run."
                 )
                 run.save(update_fields=["status", "finished_at", "error"])
+                run_finished_emit(run, status=run.status)
                 _leftovers_remove(run)
                 reaped += 1
     if reaped:

@@ -61,6 +61,7 @@ from prm_training.services.runs import (
     task_send,
     training_attempt_dir,
 )
+from prm_training.services.webhooks import model_version_activated_emit, run_finished_emit
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -673,6 +674,9 @@ def _publish(
             locked.last_loss = reporter.losses[-1]
             locked.loss_history = _thin(reporter.losses, LOSS_HISTORY_MAX)
         locked.save()
+        run_finished_emit(locked, status=locked.status, model_version=published)
+        if activate:
+            model_version_activated_emit(published)
     return locked
 
 
@@ -698,6 +702,7 @@ def model_version_activate(*, model_version: ModelVersion, user: User | None) ->
         version.activated_at = timezone.now()
         version.activated_by = user if user is not None and user.is_authenticated else None
         version.save(update_fields=["is_active", "activated_at", "activated_by"])
+        model_version_activated_emit(version)
     return version
 
 
