@@ -217,7 +217,8 @@ def _describe(exc: httpx.HTTPError) -> str:
         httpx.ConnectError: "Could not connect",
     }
     kind = kinds.get(type(exc), type(exc).__name__)
-    return f"{kind}: {exc}"[:ERROR_MAX_CHARS]
+    said = f"{kind}: {exc}"[: ERROR_MAX_CHARS - 1].rstrip(". ")
+    return f"{said}."
 
 
 def _record(claimed: _Claimed, outcome: Outcome) -> tuple[WebhookDelivery | None, float | None]:

@@ -145,7 +145,9 @@ def webhook_delivery_replay(*, delivery: WebhookDelivery) -> WebhookDelivery:
         if original.status == WebhookDeliveryStatus.PENDING:
             original.status = WebhookDeliveryStatus.FAILED
             original.next_attempt_at = None
-            original.last_error = f"{original.last_error} Replayed as delivery {replay.pk}.".strip()
+            said = original.last_error.rstrip(". ")
+            replayed = f"Replayed as delivery {replay.pk}."
+            original.last_error = f"{said}. {replayed}" if said else replayed
             original.save(update_fields=["status", "next_attempt_at", "last_error"])
         webhook_delivery_enqueue_on_commit(delivery_id=replay.pk)
     return replay

@@ -131,7 +131,7 @@
   function deliveryRow(hook, delivery) {
     const tr = el("tr");
     tr.dataset.delivery = String(delivery.id);
-    const what = el("td");
+    const what = el("td", null, "delivery-event");
     const payload = el("details");
     payload.append(el("summary", delivery.event), el("pre", JSON.stringify(delivery.payload, null, 2)));
     what.append(payload);
@@ -153,12 +153,12 @@
     ), `Replay delivery ${delivery.id}`));
     tr.append(
       el("td", String(delivery.id)),
-      el("td", formatWhen(delivery.created_at)),
+      el("td", formatWhen(delivery.created_at), "delivery-when"),
       what,
       status,
       el("td", String(delivery.attempts)),
-      el("td", answer),
-      el("td", note),
+      el("td", answer, "delivery-answer"),
+      el("td", note, "delivery-note"),
       actions,
     );
     return tr;

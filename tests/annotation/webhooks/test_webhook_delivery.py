@@ -5,7 +5,6 @@ a dead receiver or a 5xx, the end of the retries, and the URLs that are refused.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -22,24 +21,16 @@ from annotation.models import (
     WebhookEvent,
 )
 from annotation.public_ids import CHAIN_IDS
-from annotation.queue.claim import assignment_claim_next
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.services.gold import gold_mark
 from annotation.services.snapshots import snapshot_create
 from annotation.webhooks.delivery import webhook_delivery_attempt
 from annotation.webhooks.services import webhook_create, webhook_delivery_replay
+from tests.annotation.queue.claiming import assignment_claim_next
 from tests.annotation.webhooks.receiver import Receiver
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    running = Receiver()
-    running.start()
-    yield running
-    running.stop()
 
 
 def _labeled_project(overlap: int = 1) -> Any:
