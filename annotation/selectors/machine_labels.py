@@ -234,3 +234,37 @@ def machines_disagree(chains: QuerySet[Any]) -> QuerySet[Any]:
         machine_low=Subquery(per_source.order_by("first")[:1], output_field=IntegerField()),
         machine_high=Subquery(per_source.order_by("-first")[:1], output_field=IntegerField()),
     ).filter(machine_low__lt=F("machine_high"))
+
+
+def machine_chain_labels(
+    *, project_id: int, source: str
+) -> dict[int, tuple[tuple[int | None, ...], float]]:
+    """Each chain's labels by one source, as a labeler gives them: the newest run's verdict
+    per step (None where the source gave none), and the source's confidence in the chain,
+    the least it gives any of its steps (a chain is as sure as its least sure step; 1.0
+    where the source states none, as Monte-Carlo hard labels are taken as they are). What
+    the simulator's machine arms read (``ml.simulate``). One query, streamed."""
+    ratings: dict[int, dict[int, int | None]] = {}
+    least: dict[int, float] = {}
+    steps: dict[int, int] = {}
+    seen: set[tuple[int, int]] = set()
+    rows = (
+        MachineLabel.objects.filter(project_id=project_id, source=source, rating__isnull=False)
+        .order_by("chain_id", "step__index", "-created_at", "-id")
+        .values_list("chain_id", "step__index", "rating", "confidence", "chain__step_count")
+    )
+    for chain_id, index, rating, confidence, step_count in rows.iterator(chunk_size=5000):
+        if (chain_id, index) in seen:  # an older run's label of the same step
+            continue
+        seen.add((chain_id, index))
+        ratings.setdefault(chain_id, {})[index] = rating
+        steps[chain_id] = step_count
+        if confidence is not None:
+            least[chain_id] = min(least.get(chain_id, 1.0), confidence)
+    return {
+        chain_id: (
+            tuple(by_index.get(index) for index in range(steps[chain_id])),
+            least.get(chain_id, 1.0),
+        )
+        for chain_id, by_index in ratings.items()
+    }

@@ -40,8 +40,8 @@ equal human cost; the rows also count the chains accepted from the machine and h
 of them (and of their steps) disagree with the oracle. The source is the PRM of the
 round (its first-error call from the checkpoint's readout, its confidence the
 probability the PRM gives that call), available on any data, or labels stored on a
-project (``machine_labels``: chain id -> labels and confidence, from rollouts or a
-judge).
+project by a named source (``machine_labels``: source -> chain id -> labels and
+confidence, from rollouts or a judge).
 
 In ``frozen_head`` mode the backbone runs once per chain (the feature cache), so a round
 costs a head training and two cache look-ups; the first pass over the chains is the cost.
@@ -80,21 +80,22 @@ RESOLVE_F1 = 0.02
 DEFAULT_SEEDS = 20
 
 
-MACHINE_SOURCES = ("prm", "stored")
+PRM_SOURCE = "prm"  # the round's own PRM; any other source is read from stored labels
 MACHINE_PREFIX = "machine_"
 
 
 @dataclass(frozen=True)
 class MachineArm:
     """Accept a machine source's labels on a chain where its confidence is at least
-    ``threshold``; people label the rest (module docstring)."""
+    ``threshold``; people label the rest (module docstring). ``source``: ``PRM_SOURCE``
+    or the name of a stored source (``simulate``'s ``machine_labels``)."""
 
     source: str
     threshold: float
 
     def __post_init__(self) -> None:
-        if self.source not in MACHINE_SOURCES:
-            raise ValueError(f"unknown machine source {self.source!r}: {MACHINE_SOURCES}")
+        if not self.source.isidentifier():
+            raise ValueError(f"a machine source is a name, not {self.source!r}")
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError("a machine arm's threshold must be within [0, 1]")
 
@@ -322,7 +323,7 @@ def simulate(
     prm: PRMConfig,
     *,
     answers_correct: Mapping[int, bool | None] | None = None,
-    machine_labels: Mapping[int, MachineLabels] | None = None,
+    machine_labels: Mapping[str, Mapping[int, MachineLabels]] | None = None,
     work_dir: str | Path | None = None,
     progress: Callable[[], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
@@ -330,8 +331,8 @@ def simulate(
     """Runs the protocol of the module docstring; rows for round 0..``rounds`` of every
     (strategy or machine arm, seed). ``answers_correct`` maps chain_id to its final
     answer's grade (for ``convincing_wrong`` and the PRM's readout; a missing id is
-    ungraded); ``machine_labels`` is the stored source of the "stored" machine arms (a
-    chain it lacks goes to people). ``progress`` is called after each
+    ungraded); ``machine_labels`` holds the stored sources the machine arms name (a chain
+    a source lacks goes to people). ``progress`` is called after each
     training (it may raise ``progress.RunCancelled`` to stop there); ``should_stop`` is
     handed to every training (``train_prm``), which stops between two batches once it is
     true. Raises ValueError when the chains cannot support the requested run."""
@@ -347,8 +348,9 @@ def simulate(
             f"{sim.rounds} rounds x batch {sim.batch} needs {needed} for selection"
         )
     graded = answers_correct or {}
-    if any(arm.source == "stored" for arm in sim.machine_arms) and not machine_labels:
-        raise ValueError("a 'stored' machine arm needs the stored machine labels")
+    missing = {arm.source for arm in sim.machine_arms} - {PRM_SOURCE, *(machine_labels or {})}
+    if missing:
+        raise ValueError(f"no stored machine labels of {', '.join(sorted(missing))}")
     rows: list[SimulationRow] = []
     with tempfile.TemporaryDirectory(dir=work_dir) as scratch:
         checkpoint = Path(scratch) / "prm"
@@ -381,7 +383,7 @@ def _simulate_seed(
     seed: int,
     split: tuple[list[ChainExample], list[ChainExample]],
     graded: Mapping[int, bool | None],
-    stored: Mapping[int, MachineLabels],
+    stored: Mapping[str, Mapping[int, MachineLabels]],
     checkpoint: Path,
     reports: tuple[Callable[[], None] | None, Callable[[], bool] | None],
 ) -> list[SimulationRow]:
@@ -468,7 +470,7 @@ def _machine_arm_rounds(
     pool: list[ChainExample],
     start: tuple[list[int], Any, Mapping[str, float]],
     graded: Mapping[int, bool | None],
-    stored: Mapping[int, MachineLabels],
+    stored: Mapping[str, Mapping[int, MachineLabels]],
     calls: tuple[Callable[..., Any], Callable[[], Any], Callable[..., Any], Callable[..., Any]],
 ) -> list[SimulationRow]:
     """One machine arm's rounds for one seed (module docstring): random's picks, the
@@ -501,12 +503,12 @@ def _machine_arm_rounds(
             index = unlabeled[position]
             example = pool[index]
             answer: MachineLabels | None
-            if arm.source == "prm":
+            if arm.source == PRM_SOURCE:
                 answer = prm_machine_labels(
                     scores[position].step_probs, model.readout, graded.get(example.chain_id)
                 )
             else:
-                answer = stored.get(example.chain_id)
+                answer = stored[arm.source].get(example.chain_id)
             if answer is not None and answer[1] >= arm.threshold:
                 relabeled[index] = replace(example, labels=answer[0])
                 tally.add(answer[0], example.labels)

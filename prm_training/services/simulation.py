@@ -30,6 +30,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from annotation.models import Project, Snapshot
+from annotation.selectors.machine_labels import machine_chain_labels
 from prm_training.ml.progress import Phase, PhaseMeter, RunCancelled
 from prm_training.ml.simulate import DEFAULT_SEEDS
 from prm_training.models import (
@@ -181,9 +182,13 @@ def simulation_project_replay(
     rows) instead of an error. ``progress``/``should_stop``: as ``simulate`` takes them;
     ``warn`` hears what weakens the result. Raises ValidationError when the snapshot has no
     step label or cannot support ``sim``; RunCancelled where a report stopped it."""
-    from prm_training.ml.simulate import oracle_chains, simulate
+    from prm_training.ml.simulate import PRM_SOURCE, oracle_chains, simulate
 
     examples, graded, version = simulation_project_examples(project_id=project_id)
+    stored = {
+        source: machine_chain_labels(project_id=project_id, source=source)
+        for source in {arm.source for arm in sim.machine_arms} - {PRM_SOURCE}
+    }
     labeled = oracle_chains(examples)
     if not labeled:
         raise ValidationError(
@@ -209,6 +214,7 @@ def simulation_project_replay(
             sim,
             prm,
             answers_correct=graded,
+            machine_labels=stored,
             work_dir=work_dir,
             progress=progress,
             should_stop=should_stop,

@@ -150,8 +150,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--machine-arms",
             default="",
-            help="comma-separated confidences at which an arm accepts the PRM's own labels "
+            help="comma-separated confidences at which an arm accepts a machine's labels "
             "and sends the rest to people, e.g. 0.9,0.97 (machine labels' worth, issue 23)",
+        )
+        parser.add_argument(
+            "--machine-sources",
+            default="prm",
+            help="comma-separated machine sources of the arms: prm (the round's own PRM) "
+            "and, with --project, sources of its stored labels (monte_carlo, judge, ...)",
         )
         parser.add_argument("--rounds", type=int, default=None, help="default 8 (--quick 2)")
         parser.add_argument(
@@ -298,7 +304,7 @@ def _simulation_config(options: dict[str, Any]) -> SimulationConfig:
     """The simulation the options ask for (random always among the strategies; the quick
     or full sizes where an option is not given)."""
     from prm_training.ml.acquisition import STRATEGIES
-    from prm_training.ml.simulate import BASELINE, MachineArm, SimulationConfig
+    from prm_training.ml.simulate import BASELINE, PRM_SOURCE, MachineArm, SimulationConfig
 
     chosen = options["strategy"] if options["strategy"] is not None else ",".join(STRATEGIES)
     named = [name.strip() for name in chosen.split(",") if name.strip()]
@@ -311,8 +317,12 @@ def _simulation_config(options: dict[str, Any]) -> SimulationConfig:
     if options["backbone"] is not None and not Path(options["backbone"]).is_dir():
         raise CommandError(f"--backbone {options['backbone']} is not a directory")
     try:
+        sources = [name.strip() for name in options["machine_sources"].split(",") if name.strip()]
+        if any(name != PRM_SOURCE for name in sources) and options["project"] is None:
+            raise ValueError("--machine-sources other than prm are a project's: give --project")
         arms = tuple(
-            MachineArm("prm", _confidence(value))
+            MachineArm(source, _confidence(value))
+            for source in sources
             for value in options["machine_arms"].split(",")
             if value.strip()
         )

@@ -13,7 +13,11 @@ from annotation.models import Chain, MachineLabel, Role
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.selectors.chains import ChainFilters, chain_list
 from annotation.selectors.dashboard import project_dashboard
-from annotation.selectors.machine_labels import chain_machine_labels, machine_first_errors
+from annotation.selectors.machine_labels import (
+    chain_machine_labels,
+    machine_chain_labels,
+    machine_first_errors,
+)
 from annotation.selectors.review import chain_disagreements, chain_labels
 from annotation.services.agreement import agreement_compute
 from annotation.services.consensus import consensus_for_chains
@@ -193,3 +197,23 @@ def test_machines_disagree_refuses_what_is_not_a_boolean(project, make_member, c
 
     assert response.status_code == 400
     assert "machines_disagree" in response.json()
+
+
+def test_a_source_s_chain_labels_are_its_newest_verdicts_as_sure_as_the_least_sure_step(project):
+    # Given a rollout run and a later one redoing step 1, and a judge sure to 0.6 and 0.9
+    chain = ChainFactory(project=project, step_count=3)
+    other = ChainFactory(project=project, step_count=2)
+    machine_labels(chain=chain, ratings=[1, 1, 1], run_id=1)
+    machine_labels(chain=chain, ratings=[None, -1, None], run_id=2)
+    MachineLabel.objects.filter(run_id=1).update(created_at=timezone.now() - timedelta(hours=1))
+    judge = machine_labels(chain=other, ratings=[1, -1], source="judge", run_kind="judge")
+    MachineLabel.objects.filter(pk=judge[0].pk).update(confidence=0.9)
+    MachineLabel.objects.filter(pk=judge[1].pk).update(confidence=0.6)
+
+    # When each source's chain labels are read
+    rollouts = machine_chain_labels(project_id=project.pk, source="monte_carlo")
+    judged = machine_chain_labels(project_id=project.pk, source="judge")
+
+    # Then: the newest verdict per step; no stated confidence reads as sure
+    assert rollouts == {chain.pk: ((1, -1, 1), 1.0)}
+    assert judged == {other.pk: ((1, -1), 0.6)}

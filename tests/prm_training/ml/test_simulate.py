@@ -525,14 +525,14 @@ def test_a_stored_machine_source_is_accepted_at_its_confidence(tiny_bert: Path) 
         )
         for chain in chains
     }
-    sim = _machine_sim(MachineArm("stored", 0.5))
+    sim = _machine_sim(MachineArm("judge", 0.5))
 
     # When
-    rows = simulate(chains, sim, _tiny_prm(tiny_bert), machine_labels=stored)
+    rows = simulate(chains, sim, _tiny_prm(tiny_bert), machine_labels={"judge": stored})
 
     # Then: the sure ones were accepted, the rest went to people, and every accepted chain
     # whose oracle has no error at step 0 counts as an error
-    last = [r for r in rows if r.strategy == "machine_stored@0.5"][-1]
+    last = [r for r in rows if r.strategy == "machine_judge@0.5"][-1]
     random = [r for r in rows if r.strategy == "random"][-1]
     assert 0 < last.machine_chains < 12
     assert last.labeled_steps < random.labeled_steps
@@ -544,8 +544,8 @@ def test_a_stored_machine_source_is_accepted_at_its_confidence(tiny_bert: Path) 
 
 
 def test_a_stored_machine_arm_needs_the_stored_labels(tiny_bert: Path) -> None:
-    with pytest.raises(ValueError, match="stored machine labels"):
-        simulate(_machine_chains(), _machine_sim(MachineArm("stored", 0.5)), _tiny_prm(tiny_bert))
+    with pytest.raises(ValueError, match="no stored machine labels of judge"):
+        simulate(_machine_chains(), _machine_sim(MachineArm("judge", 0.5)), _tiny_prm(tiny_bert))
 
 
 def test_machine_arms_are_compared_with_random_and_checked() -> None:
@@ -555,8 +555,8 @@ def test_machine_arms_are_compared_with_random_and_checked() -> None:
         )
     with pytest.raises(ValueError, match="within"):
         MachineArm("prm", 1.5)
-    with pytest.raises(ValueError, match="unknown machine source"):
-        MachineArm("oracle", 0.9)
+    with pytest.raises(ValueError, match="a machine source is a name"):
+        MachineArm("monte carlo", 0.9)
 
 
 def test_the_prm_as_a_labeler_reads_its_own_first_error_call() -> None:

@@ -3,6 +3,7 @@ own labels shows a strategy that beats it, and the reason every time."""
 
 from __future__ import annotations
 
+import csv
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -181,3 +182,56 @@ def test_the_command_replays_the_project_s_labels_and_auto_reads_the_result(
         "strategy": evidence["chosen"],
         "why": evidence["why"],
     }
+
+
+def test_the_command_measures_a_project_s_stored_machine_labels_beside_the_prm(
+    arithmetic_project: Any, tiny_bert_dir: Path, tmp_path: Path
+) -> None:
+    # Given: the project's 30 labeled chains, a judge's verdicts on every chain (sure on
+    # half of them), and a snapshot
+    from annotation.models import Chain
+    from tests.factories import machine_labels
+
+    for chain in Chain.objects.filter(project=arithmetic_project).order_by("pk"):
+        machine_labels(
+            chain=chain,
+            ratings=[1] * chain.step_count,
+            source="judge",
+            confidence=0.9 if chain.pk % 2 else 0.4,
+            run_kind="judge",
+        )
+    snapshot_create(project=arithmetic_project)
+
+    # When: ML staff run the quick simulation with machine arms of the PRM and the judge
+    stdout = StringIO()
+    call_command(
+        "simulate_active_learning",
+        "--project",
+        str(arithmetic_project.pk),
+        "--save",
+        "--quick",
+        "--strategy",
+        "random",
+        "--machine-arms",
+        "0.5",
+        "--machine-sources",
+        "prm,judge",
+        "--backbone",
+        str(tiny_bert_dir),
+        "--max-length",
+        "128",
+        "--out",
+        str(tmp_path / "sim"),
+        stdout=stdout,
+        stderr=StringIO(),
+    )
+
+    # Then: both arms are in the machine table, the judge's sure chains were taken
+    machines = stdout.getvalue().split("machine arms at the last round")[1]
+    assert "machine_prm@0.5" in machines and "machine_judge@0.5" in machines
+    with open(tmp_path / "sim" / "results.csv", newline="") as handle:
+        judge = [row for row in csv.DictReader(handle) if row["strategy"] == "machine_judge@0.5"]
+    assert judge and all(int(row["machine_chains"]) > 0 for row in judge if row["round"] != "0")
+    # And 'auto' never reads a machine arm as an acquisition strategy
+    evidence = ProjectTrainingSettings.objects.get(project=arithmetic_project).strategy_evidence
+    assert [line["strategy"] for line in evidence["lines"]] == []
