@@ -263,7 +263,10 @@ class SnapshotListCreateApi(GenericAPIView):
     )
     def get(self, request: Request, project_id: int) -> Response:
         project = project_for_request(request=request, project_id=project_id, roles=LEADS_AND_ML)
-        data = SnapshotListInputSerializer(data=request.query_params)
+        # The page number is the paginator's, not a filter: left out, as the schema does.
+        params = request.query_params.copy()
+        params.pop("page", None)
+        data = SnapshotListInputSerializer(data=params)
         data.is_valid(raise_exception=True)
         page = self.paginate_queryset(snapshot_list(project=project, **data.validated_data))
         return self.get_paginated_response(SnapshotOutputSerializer(page, many=True).data)

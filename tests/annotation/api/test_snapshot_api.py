@@ -155,6 +155,27 @@ def test_the_list_by_kind(tied_project, make_member, client_for):
     assert client.get(_snapshots_url(tied_project), {"kind": "other"}).status_code == 400
 
 
+def test_the_list_pages_by_number_with_its_filters(
+    tied_project, make_member, client_for, monkeypatch
+):
+    # Given: three snapshots, two a page
+    from annotation.api.fields import PageNumberPagination
+
+    monkeypatch.setattr(PageNumberPagination, "page_size", 2)
+    lead = make_member(tied_project, "lead")
+    versions = [snapshot_create(project=tied_project, user=lead).version for _ in range(3)]
+    client = client_for(lead)
+
+    # When: the second page is asked for by number, with and without a filter
+    second = client.get(_snapshots_url(tied_project), {"page": 2})
+    filtered = client.get(_snapshots_url(tied_project), {"page": 2, "kind": "dataset"})
+
+    # Then: `page` is the paginator's, not an unknown filter
+    assert second.status_code == 200, second.content
+    assert [item["version"] for item in second.json()["results"]] == [versions[0]]
+    assert [item["version"] for item in filtered.json()["results"]] == [versions[0]]
+
+
 def test_the_diff_of_two_versions(tied_project, make_member, client_for):
     lead = make_member(tied_project, "lead")
     a = snapshot_create(project=tied_project, finished_only=False, ties="lowest")
