@@ -14,12 +14,14 @@ CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: install demo test lint serve bench clean web worker gpu-worker compose-check
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# The CPU build of torch first, so the `ml` extra's range is already satisfied.
 	$(PIP) install --quiet torch==$(TORCH_VERSION)
 	$(PIP) install --quiet -e '.[ml,test]'
+	# The Python client and its `steplab` command (client/): tests/client runs it.
+	$(PIP) install --quiet -e ./client
 	touch $(STAMP)
 
 # Browser tests drive Debian's chromium package (never a downloaded browser build).
