@@ -6,6 +6,12 @@
 // as source text. Ratings, comments and times live in localStorage under the assignment
 // id until the server confirms the submit, so a reload or a crash loses nothing.
 //
+// Verification: when the project shows machine pre-labels and the chain is not held out,
+// each step carries the machine's verdict (step.prelabel, whose source is
+// chain.prelabel_source). v accepts every verdict on the steps not rated yet; any step is
+// overridden with the usual keys. The server decides from its own record of what it
+// showed whether each rating confirmed or overrode a verdict: the page never says.
+//
 // Prefetch: once a chain is on screen, the page leases the next one (assignments/prefetch/,
 // a second live lease) and builds its rows off-screen, KaTeX included. After the server
 // confirms a submit (or a skip), the prepared rows are swapped in, with no round trip
@@ -20,6 +26,8 @@
   const STORAGE_PREFIX = "steplab:assignment:";
   const STORAGE_MAX_AGE_MS = 14 * 24 * 3600 * 1000;
   const RATING_LABELS = { 1: "correct", 0: "ambiguous", "-1": "incorrect" };
+  const RATING_SYMBOLS = { 1: "+1", 0: "0", "-1": "−1" };
+  const SOURCE_NAMES = { judge: "Judge", monte_carlo: "Monte-Carlo", prm: "PRM", import: "Import" };
   const SKIP_PRESETS = ["Outside my expertise", "Too long to grade now", "Problem is unclear"];
   const FLAG_PRESETS = ["Garbled or truncated text", "Steps split wrongly", "Problem is missing"];
 
@@ -41,6 +49,9 @@
     rewriteStepNo: $("rewrite-step-no"),
     rewritePreview: $("rewrite-preview"),
     progress: $("progress-text"),
+    prelabelNote: $("prelabel-note"),
+    prelabelSource: $("prelabel-source"),
+    acceptAll: $("btn-accept-prelabels"),
     submit: $("btn-submit"),
     raw: $("btn-raw"),
     help: $("help-dialog"),
@@ -229,6 +240,7 @@
       renderMath(view.final, shown.final_answer);
     }
     view.fragment = document.createDocumentFragment();
+    const anyVerdict = shown.steps.some((s) => s.prelabel !== null && s.prelabel !== undefined);
     view.rows = shown.steps.map((step, index) => {
       const li = el("li", "ws-step");
       li.dataset.index = String(index);
@@ -267,6 +279,22 @@
         openComment(index);
       });
       buttons.append(commentButton);
+      // The machine's verdict on this step, when shown: text only, never markup. A step
+      // without one, in a chain with verdicts, keeps the place empty so the texts align.
+      let machine = null;
+      if (anyVerdict && (step.prelabel === null || step.prelabel === undefined)) {
+        buttons.append(el("span", "ws-prelabel is-empty"));
+      } else if (anyVerdict) {
+        const name = SOURCE_NAMES[shown.prelabel_source] || shown.prelabel_source;
+        machine = el("span", `ws-prelabel rate-${RATING_LABELS[step.prelabel]}`);
+        machine.append(
+          el("span", "ws-prelabel-source", name),
+          el("span", "ws-prelabel-value", RATING_SYMBOLS[step.prelabel]),
+        );
+        machine.title = `${name} says ${RATING_LABELS[step.prelabel]}; v accepts every verdict`;
+        machine.setAttribute("aria-label", `${name} verdict: ${RATING_LABELS[step.prelabel]}`);
+        buttons.append(machine);
+      }
       const body = el("div", "ws-step-body");
       const text = el("div", "ws-text math");
       renderMath(text, step.text);
@@ -287,7 +315,7 @@
       body.append(text, comment, commentBox);
       li.append(number, buttons, body);
       view.fragment.append(li);
-      return { li, text, buttons: buttonsByRating, comment, commentBox };
+      return { li, text, buttons: buttonsByRating, comment, commentBox, machine };
     });
     return view;
   }
@@ -301,6 +329,11 @@
     if (view.final) els.final.replaceChildren(...view.final.childNodes);
     rows = view.rows;
     els.steps.replaceChildren(view.fragment);
+    els.prelabelNote.hidden = !hasPrelabels();
+    if (hasPrelabels()) {
+      const source = chain.prelabel_source;
+      els.prelabelSource.textContent = SOURCE_NAMES[source] || source;
+    }
     els.rewrite.value = state.rewrite || "";
     renderMath(els.rewritePreview, els.rewrite.value, showRaw);
     // The raw-source toggle moved while the view waited: typeset it the current way.
@@ -329,6 +362,12 @@
       row.li.classList.toggle("is-comment-target", index === commentTarget());
       row.li.classList.toggle("is-dimmed", index >= required);
       row.li.dataset.rating = rating === undefined ? "" : String(rating);
+      if (row.machine) {
+        // How this rating stands to the verdict, as the server will record it.
+        let verdict = "";
+        if (rating !== undefined) verdict = rating === step.prelabel ? "confirmed" : "overridden";
+        row.li.dataset.prelabel = verdict;
+      }
       for (const [value, button] of Object.entries(row.buttons)) {
         const on = rating !== undefined && Number(value) === rating;
         button.classList.toggle("is-on", on);
@@ -358,6 +397,9 @@
       ? `All ${required} needed steps rated. Enter submits.`
       : `${rated} of ${required} steps rated`;
     els.submit.disabled = !complete || busy || leaseLost;
+    const openVerdicts = prelabeledUnrated().length;
+    els.acceptAll.hidden = !hasPrelabels();
+    els.acceptAll.disabled = openVerdicts === 0 || leaseLost;
     root.dataset.complete = complete ? "true" : "false";
   }
 
@@ -446,6 +488,51 @@
     accrueTime();
     justRated = null;
     state.current = open[open.length - 1];
+    refresh();
+    scrollCurrentIntoView();
+    save();
+  }
+
+  function hasPrelabels() {
+    if (!chain || !chain.prelabel_source) return false;
+    return chain.steps.some((s) => s.prelabel !== null && s.prelabel !== undefined);
+  }
+
+  // The steps still asked for and not rated that carry a machine verdict.
+  function prelabeledUnrated() {
+    if (!hasPrelabels()) return [];
+    return unratedIndexes().filter((i) => {
+      const verdict = chain.steps[i].prelabel;
+      return verdict !== null && verdict !== undefined;
+    });
+  }
+
+  // v: every verdict shown on a step not rated yet becomes its rating, step by step, so
+  // in first_error mode a −1 verdict ends grading there as a typed −1 would. Ratings
+  // already given (overrides) stay. One undo takes it all back.
+  function acceptPrelabels() {
+    if (!chain || leaseLost) return;
+    if (!hasPrelabels()) {
+      showMessage("This chain shows no machine verdicts.");
+      return;
+    }
+    const changes = [];
+    for (let i = 0; i < chain.steps.length && isAsked(i); i += 1) {
+      const step = chain.steps[i];
+      if (state.ratings[step.id] !== undefined) continue;
+      if (step.prelabel === null || step.prelabel === undefined) continue;
+      changes.push([step.id, null]);
+      applyChanges([[step.id, step.prelabel]]);
+    }
+    if (changes.length === 0) {
+      showMessage("Every step with a machine verdict is rated already.");
+      return;
+    }
+    state.history.push({ changes, current: state.current });
+    accrueTime();
+    justRated = null;
+    const open = unratedIndexes();
+    state.current = open.length ? open[0] : requiredCount() - 1;
     refresh();
     scrollCurrentIntoView();
     save();
@@ -951,6 +1038,7 @@
     else if (key === "k" || key === "ArrowUp") moveTo(state.current - 1);
     else if (key in RATING_KEYS) rate(RATING_KEYS[key]);
     else if (key === "a") rateRemainingCorrect();
+    else if (key === "v") acceptPrelabels();
     else if (key === "u") undo();
     else if (key === "c") openComment();
     else if (key === "w") openRewrite();
@@ -973,6 +1061,7 @@
   });
   els.submit.addEventListener("click", submit);
   $("btn-skip").addEventListener("click", () => openReason("skip"));
+  els.acceptAll.addEventListener("click", acceptPrelabels);
   $("btn-flag").addEventListener("click", () => openReason("flag"));
   $("btn-help").addEventListener("click", () => toggleDialog(els.help));
   $("btn-guidelines").addEventListener("click", () => toggleDialog(els.guidelines));

@@ -4,6 +4,7 @@ confirmed or overrode what the lease showed. Over the API, on PostgreSQL."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -12,7 +13,6 @@ from annotation.models import (
     Annotation,
     Assignment,
     Chain,
-    MachineLabel,
     MachineSource,
     PrelabelOutcome,
     StepRating,
@@ -20,11 +20,13 @@ from annotation.models import (
 from annotation.public_ids import CHAIN_IDS
 from annotation.queue.prelabels import prelabel_held_out
 from annotation.services.gold import gold_mark
+from tests import factories
 from tests.factories import ChainFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db
 
-_runs = iter(range(1, 1_000_000))
+
+_runs = itertools.count(1)
 
 
 def machine_labels(
@@ -33,29 +35,16 @@ def machine_labels(
     *,
     source: str = MachineSource.JUDGE,
     values: list[float | None] | None = None,
-) -> int:
-    """One machine run's labels on ``chain``: step i gets ``ratings[i]`` (and
-    ``values[i]``); a step whose rating and value are both None gets no row. Returns
-    the run id."""
-    run_id = next(_runs)
-    steps = list(chain.steps.order_by("index"))
-    values = values or [None] * len(steps)
-    MachineLabel.objects.bulk_create(
-        MachineLabel(
-            project=chain.project,
-            chain=chain,
-            step=step,
-            source=source,
-            rating=rating,
-            value=value,
-            model="tiny-judge",
-            run_kind="judge" if source == MachineSource.JUDGE else "scoring",
-            run_id=run_id,
-        )
-        for step, rating, value in zip(steps, ratings, values, strict=True)
-        if rating is not None or value is not None
+) -> None:
+    """One new machine run's labels on ``chain`` (``factories.machine_labels``)."""
+    factories.machine_labels(
+        chain=chain,
+        ratings=ratings,
+        source=source,
+        values=values,
+        run_kind="judge" if source == MachineSource.JUDGE else "scoring",
+        run_id=next(_runs),
     )
-    return run_id
 
 
 def next_url(project) -> str:
