@@ -89,6 +89,41 @@ class GoldOutputSerializer(serializers.Serializer):
     )
 
 
+class ProportionOutputSerializer(serializers.Serializer):
+    hits = serializers.IntegerField()
+    total = serializers.IntegerField()
+    rate = serializers.FloatField(allow_null=True, help_text="hits / total; null when total is 0.")
+    low = serializers.FloatField(allow_null=True, help_text="Wilson 95 % interval, low end.")
+    high = serializers.FloatField(allow_null=True, help_text="Wilson 95 % interval, high end.")
+
+
+class MeanSecondsOutputSerializer(serializers.Serializer):
+    n = serializers.IntegerField(help_text="Passes with a recorded duration.")
+    mean = serializers.FloatField(allow_null=True, help_text="Mean seconds per chain.")
+    low = serializers.FloatField(allow_null=True, help_text="Student t 95 % interval, low end.")
+    high = serializers.FloatField(allow_null=True, help_text="Student t 95 % interval, high end.")
+
+
+class PrelabelArmOutputSerializer(serializers.Serializer):
+    chains = serializers.IntegerField(help_text="Passes as submitted in this arm.")
+    agreement = ProportionOutputSerializer(
+        help_text="Ratings equal to the machine's verdict, of the steps that had one: with "
+        "pre-labels the acceptance rate (verdicts confirmed), held out the share that "
+        "matches the verdict kept unseen."
+    )
+    seconds = MeanSecondsOutputSerializer()
+    gold_accuracy = ProportionOutputSerializer(help_text="Step accuracy on gold chains.")
+
+
+class PrelabelEffectOutputSerializer(serializers.Serializer):
+    source = serializers.CharField(  # type: ignore[assignment]  # a field, not Field.source
+        help_text="The project's pre-label source now."
+    )
+    holdout = serializers.FloatField(help_text="The share of chains held out now.")
+    shown = PrelabelArmOutputSerializer(help_text="Passes that saw the verdicts.")
+    held_out = PrelabelArmOutputSerializer(help_text="Passes held out from them.")
+
+
 class DashboardAgreementOutputSerializer(AgreementOutputSerializer):
     per_day = serializers.ListField(
         child=serializers.FloatField(allow_null=True),
@@ -113,6 +148,11 @@ class DashboardOutputSerializer(serializers.Serializer):
     agreement = serializers.SerializerMethodField()
     gold = serializers.SerializerMethodField(
         help_text="Gold scores per annotator and over time; null while there are none."
+    )
+    prelabels = PrelabelEffectOutputSerializer(
+        allow_null=True,
+        help_text="Verification: machine pre-labels shown against held out, with 95 % "
+        "intervals; null until a pass was leased with verdicts.",
     )
 
     @extend_schema_field(DashboardProjectOutputSerializer)
@@ -157,7 +197,8 @@ class DashboardApi(GenericAPIView):
         summary="The lead dashboard's numbers (leads only)",
         description=(
             "Progress, throughput per annotator per day, label distribution, agreement, "
-            "gold scores and time per chain, each with a series per day (`days`)."
+            "gold scores and time per chain, each with a series per day (`days`), and what "
+            "machine pre-labels do to acceptance, time and gold accuracy (`prelabels`)."
         ),
         responses={
             200: DashboardOutputSerializer,

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from annotation.agreement_math import CATEGORIES, alpha_from_coincidences
 from annotation.models import Annotation, AnnotationSource, Project, StepRating
+from annotation.selectors.prelabels import PrelabelEffect, prelabel_effect
 from annotation.selectors.projects import (
     annotations_needed,
     chains_imported_count,
@@ -117,6 +118,8 @@ class Dashboard:
     alpha_per_day: list[float | None]
     gold: list[GoldRow] | None = None
     gold_accuracy_per_day: list[float | None] = field(default_factory=list)
+    # Verification: chains labeled with machine verdicts shown against those held out.
+    prelabels: PrelabelEffect | None = None
 
 
 def _progress(*, project: Project) -> Progress:
@@ -323,8 +326,9 @@ def project_dashboard(*, project: Project, now: datetime | None = None) -> Dashb
     """Everything on the lead dashboard of ``project``. Nine queries without gold passes:
     chains, annotations per (annotator, day), durations overall and per day, ratings per
     (day, rating), the current ratings (read once, for the agreement and its series), the
-    agreement's usernames, the annotation days of the series, and the gold chains (three
-    more once gold passes exist)."""
+    agreement's usernames, the annotation days of the series, the gold chains (three
+    more once gold passes exist), and whether a pass was leased with machine verdicts
+    (about ten more once one was: ``selectors.prelabels``)."""
     today = timezone.localdate(now) if now is not None else timezone.localdate()
     # Passes as submitted: an annotator's revision of one is no new work.
     human = Annotation.objects.filter(
@@ -389,4 +393,5 @@ def project_dashboard(*, project: Project, now: datetime | None = None) -> Dashb
         alpha_per_day=_alpha_by_day(project=project, days=days, data=ratings),
         gold=gold,
         gold_accuracy_per_day=gold_series,
+        prelabels=prelabel_effect(project=project),
     )

@@ -216,6 +216,7 @@
     );
 
     renderAnnotators(data);
+    renderPrelabels(data.prelabels || null);
     if (data.gold) {
       $("db-gold-chart").hidden = false;
       chart(
@@ -235,6 +236,44 @@
         { scales: { y: { suggestedMin: 0, suggestedMax: 1 } } },
       );
     }
+  }
+
+  // Verification: the two arms side by side, each figure with its 95 % interval.
+  function renderPrelabels(effect) {
+    $("db-prelabels").hidden = effect === null;
+    if (effect === null) return;
+    const share = (p) =>
+      p.rate === null
+        ? "–"
+        : `${percent(p.rate)} [${percent(p.low)}, ${percent(p.high)}] of ${p.total} steps`;
+    const secs = (m) => {
+      if (m.mean === null) return "–";
+      const range = m.low === null ? "" : ` [${m.low.toFixed(1)}, ${m.high.toFixed(1)}]`;
+      return `${m.mean.toFixed(1)} s${range} over ${m.n} chains`;
+    };
+    const heads = ["", "With pre-labels", "Held out"];
+    const rows = [
+      ["Chains", String(effect.shown.chains), String(effect.held_out.chains)],
+      ["Agree with the machine", share(effect.shown.agreement), share(effect.held_out.agreement)],
+      ["Seconds per chain", secs(effect.shown.seconds), secs(effect.held_out.seconds)],
+      [
+        "Gold step accuracy",
+        share(effect.shown.gold_accuracy),
+        share(effect.held_out.gold_accuracy),
+      ],
+    ].map((cells) => {
+      const tr = el("tr");
+      cells.forEach((text, i) => {
+        const td = el("td", text);
+        if (i) td.dataset.label = heads[i];
+        tr.append(td);
+      });
+      return tr;
+    });
+    $("db-prelabels-table").tBodies[0].replaceChildren(...rows);
+    $("db-prelabels-about").textContent =
+      `Source now: ${effect.source}; ${percent(effect.holdout)} of chains held out per annotator. ` +
+      "With pre-labels, agreeing is the acceptance rate (verdicts confirmed).";
   }
 
   function renderAnnotators(data) {
