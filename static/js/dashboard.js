@@ -271,8 +271,9 @@
       return tr;
     });
     $("db-prelabels-table").tBodies[0].replaceChildren(...rows);
+    const sources = { judge: "Judge", monte_carlo: "Monte-Carlo", prm: "PRM", import: "Import" };
     $("db-prelabels-about").textContent =
-      `Source now: ${effect.source}; ${percent(effect.holdout)} of chains held out per annotator. ` +
+      `Source now: ${sources[effect.source] || effect.source}; ${percent(effect.holdout)} of chains held out per annotator. ` +
       "With pre-labels, agreeing is the acceptance rate (verdicts confirmed).";
   }
 

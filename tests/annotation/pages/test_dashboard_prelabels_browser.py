@@ -31,6 +31,7 @@ def test_the_lead_reads_the_pre_label_figures(
         expect(card).to_be_visible()
         rows = card.locator("tbody tr")
         expect(rows).to_have_count(4)
+        expect(card.locator("#db-prelabels-about")).to_contain_text("Source now: Judge; 100 %")
         cells = [[c.strip() for c in row.locator("td").all_inner_texts()] for row in rows.all()]
         assert cells[0] == ["Chains", "3", "2"]
         assert cells[1][0] == "Agree with the machine"
