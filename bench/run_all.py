@@ -132,6 +132,22 @@ SUITE: tuple[Bench, ...] = (
         "scoring tokens/s against a bare forward pass",
     ),
     Bench(
+        "sampling_engine",
+        "bench_sampling_engine.py",
+        (),
+        ("--prompts", "4", "--n", "2", "--max-new-tokens", "16", "--repeats", "1"),
+        "sampling_engine.json",
+        "sampling engine completions/s and tokens/s against a bare generate",
+    ),
+    Bench(
+        "grading",
+        "bench_grading.py",
+        (),
+        (),
+        "grading.json",
+        "math-verify against the old grader on the shared data's answer pairs",
+    ),
+    Bench(
         "chains",
         "bench_chains.py",
         (),
