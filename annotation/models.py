@@ -961,6 +961,17 @@ class SnapshotChain(models.Model):
             'so (a snapshot taken with ties="mark"); empty otherwise.'
         ),
     )
+    machine = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "The machine labels of the sources the snapshot includes, the newest run's "
+            'per step: {"labels_from": source or null, "sources": {source: [{"rating", '
+            '"value", "hard", "confidence", "model", "config_hash", "run"} or null per '
+            "step]}}. labels_from names the source the row's labels came from, on a chain "
+            "no person labeled. Empty when the snapshot includes no machine source."
+        ),
+    )
 
     class Meta:
         constraints = [

@@ -414,6 +414,7 @@ def snapshots_page(request: HttpRequest, project_id: int) -> HttpResponse:
             "min_support_max": MIN_SUPPORT_MAX,
             "seed_max": SEED_MAX,
             "export_formats": [(fmt, EXPORT_DESCRIPTIONS[fmt]) for fmt in EXPORT_FORMATS],
+            "machine_sources": MachineSource.choices,
         },
     )
 

@@ -37,8 +37,9 @@ from annotation.exporters.formats import (
     CONTENT_TYPES,
     EXPORT_DESCRIPTIONS,
     EXPORT_FORMATS,
+    SOFT_LABEL_SOURCES,
 )
-from annotation.models import Role, Snapshot, SnapshotSplit
+from annotation.models import MachineSource, Role, Snapshot, SnapshotSplit
 from annotation.selectors.datasets import (
     DIFF_CHANGES,
     DIFF_PAGE_MAX,
@@ -106,6 +107,14 @@ class SnapshotCreateInputSerializer(InputSerializer):
         help_text="A step whose votes tie: drop (left unlabeled), lowest (keeps the lowest "
         "rating), mark (keeps the lowest, listed in the row's tied steps).",
     )
+    machine_sources = serializers.ListField(
+        child=serializers.ChoiceField(choices=MachineSource.choices),
+        default=list,
+        max_length=len(MachineSource.values),
+        help_text="Machine sources whose labels the snapshot takes, in order of preference: "
+        "each row carries their labels (newest run per step) for exports, and a chain no "
+        "person labeled takes its labels from the first that rated it. None by default.",
+    )
 
 
 class SnapshotListInputSerializer(InputSerializer):
@@ -124,6 +133,7 @@ class SnapshotOptionsOutputSerializer(serializers.Serializer):
     ties = serializers.ChoiceField(choices=TIE_POLICIES)
     heldout_fraction = serializers.FloatField()
     seed = serializers.IntegerField()
+    machine_sources = serializers.ListField(child=serializers.ChoiceField(MachineSource.choices))
 
 
 class SnapshotOutputSerializer(serializers.Serializer):
@@ -139,7 +149,9 @@ class SnapshotOutputSerializer(serializers.Serializer):
         "label_counts, tied_steps, steps_below_support, unfinished_left_out (the last three "
         "in snapshots taken with options), sources {human, import}: chains whose labels "
         "rest on each source, imported_left_out: chains only an import labeled, left out "
-        "(the last two in snapshots that chose their sources)"
+        "(the last two in snapshots that chose their sources); with machine sources, "
+        "machine {source: chains whose labels rest on it} and machine_rows {source: rows "
+        "carrying its labels}"
     )
     meta = serializers.JSONField(
         help_text="The options, the consensus rules and the TRL ambiguous mapping."
@@ -231,6 +243,20 @@ class ExportInputSerializer(InputSerializer):
         "processbench, openrlhf, qwen_prm).",
     )
     split = serializers.ChoiceField(choices=SnapshotSplit.values, required=False)
+    provenance = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Each record (a CSV row) also carries each step's provenance: where its "
+        "label came from and what each machine source in the snapshot said (rating, value, "
+        "model, run). Not for parquet.",
+    )
+    soft_labels = serializers.ChoiceField(
+        choices=SOFT_LABEL_SOURCES,
+        required=False,
+        default="votes",
+        help_text="openrlhf only: a step's soft label from the votes' shares, or its "
+        "Monte-Carlo value (a snapshot that includes monte_carlo).",
+    )
 
 
 class _IgnoreFormatQuery(DefaultContentNegotiation):
@@ -350,6 +376,14 @@ class SnapshotDiffApi(GenericAPIView):
         return Response(SnapshotDiffOutputSerializer(body).data)
 
 
+def _header_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
 class ExportApi(GenericAPIView):
     serializer_class = ExportInputSerializer
     renderer_classes = [JSONRenderer]
@@ -361,7 +395,9 @@ class ExportApi(GenericAPIView):
         summary="Stream a snapshot's export (leads only)",
         description=(
             "Formats: prm800k, trl, processbench, openrlhf (OpenRLHF's PRM dataset: a "
-            "placeholder token closing each step, soft labels from the votes) and qwen_prm "
+            "placeholder token closing each step, soft labels from the votes or the "
+            "Monte-Carlo values), math_shepherd (Math-Shepherd's records from the "
+            "Monte-Carlo hard labels) and qwen_prm "
             "(Qwen2.5-Math-PRM's chat messages, <extra_0> after each step), all JSON Lines; "
             "csv (one row per step) and parquet (TRL rows). The response is streamed; "
             "headers name the snapshot "
@@ -388,6 +424,19 @@ class ExportApi(GenericAPIView):
             ),
             OpenApiParameter("ambiguous", str, enum=AMBIGUOUS_CHOICES),
             OpenApiParameter("split", str, enum=SnapshotSplit.values),
+            OpenApiParameter(
+                "provenance",
+                bool,
+                description="Also each step's provenance: its label's source and what each "
+                "machine source in the snapshot said (not for parquet).",
+            ),
+            OpenApiParameter(
+                "soft_labels",
+                str,
+                enum=SOFT_LABEL_SOURCES,
+                description="openrlhf: soft labels from the votes (default) or the "
+                "Monte-Carlo values of a snapshot that includes them.",
+            ),
         ],
         responses={
             (200, "application/octet-stream"): OpenApiTypes.BINARY,
@@ -409,8 +458,14 @@ class ExportApi(GenericAPIView):
                 else "The project has no snapshot yet: create one first (POST snapshots/)."
             )
         fmt, split = params["format"], params.get("split")
+        provenance, soft_labels = params["provenance"], params["soft_labels"]
         ambiguous = export_options_check(
-            fmt=fmt, ambiguous=params.get("ambiguous"), split=split, snapshot=snapshot
+            fmt=fmt,
+            ambiguous=params.get("ambiguous"),
+            split=split,
+            snapshot=snapshot,
+            provenance=provenance,
+            soft_labels=soft_labels,
         )
         filename = export_filename(project=project, snapshot=snapshot, fmt=fmt, split=split)
         if fmt == "parquet":
@@ -424,7 +479,14 @@ class ExportApi(GenericAPIView):
             )
         else:
             response = StreamingHttpResponse(
-                export_bytes(snapshot=snapshot, fmt=fmt, ambiguous=ambiguous, split=split),
+                export_bytes(
+                    snapshot=snapshot,
+                    fmt=fmt,
+                    ambiguous=ambiguous,
+                    split=split,
+                    provenance=provenance,
+                    soft_labels=soft_labels,
+                ),
                 content_type=f"{CONTENT_TYPES[fmt]}; charset=utf-8",
             )
             response["Content-Disposition"] = f'attachment; filename="{filename}"'
@@ -432,8 +494,10 @@ class ExportApi(GenericAPIView):
         response["X-Steplab-Snapshot-Hash"] = snapshot.content_hash
         response["X-Steplab-Ambiguous"] = ambiguous
         # What the snapshot holds (its options), e.g. "finished_only=1; min_support=1; ...".
+        # A list (machine_sources) comma-joined, and only where it names something.
         response["X-Steplab-Snapshot-Options"] = "; ".join(
-            f"{key}={int(value) if isinstance(value, bool) else value}"
+            f"{key}={_header_value(value)}"
             for key, value in snapshot_options(snapshot=snapshot).items()
+            if value != []
         )
         return response

@@ -81,7 +81,7 @@ def _raw_labels_field(items: tuple[tuple[str, int], ...]) -> str:
 _CSV_SPECIAL = re.compile(r'[",\n\r]')
 
 
-def csv_text(*, example: SnapshotExample, version: int) -> str:
+def csv_text(*, example: SnapshotExample, version: int, extra: list[str] | None = None) -> str:
     """The CSV lines of one example: what ``csv.writer(lineterminator="\\n")`` writes for
     its rows (one per step, the columns of ``CSV_HEADER``), byte for byte (but for a
     carriage return, see _CSV_SPECIAL), built without it.
@@ -89,7 +89,8 @@ def csv_text(*, example: SnapshotExample, version: int) -> str:
     Why: the writer examines every character of every field to decide on quoting, and
     that was most of a CSV export's time. Here only the step text can need quoting (the
     other fields are numbers, the split, a hex hash and a JSON object that always needs
-    it), so the common row is one join."""
+    it), so the common row is one join. ``extra``: a last cell per step, written as
+    given (already quoted)."""
     prefix = f"{version},{example.split},{example.chain_id},{example.chain_hash},"
     voters = [(vote["by"], vote["labels"]) for vote in example.votes]
     labels, support = example.labels, example.support
@@ -111,6 +112,7 @@ def csv_text(*, example: SnapshotExample, version: int) -> str:
         lines.append(
             f"{prefix}{index},{text},{'' if label is None else label},"
             f"{'' if value is None else round(value, 4)},"
-            f"{_raw_labels_field(raw) if raw else ''},{source_id}\n"
+            f"{_raw_labels_field(raw) if raw else ''},{source_id}"
+            + (f",{extra[index]}\n" if extra is not None else "\n")
         )
     return "".join(lines)

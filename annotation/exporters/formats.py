@@ -35,6 +35,19 @@ Formats (one record per chain unless said otherwise):
   A chain whose text holds ``ки`` itself is not written: its labels would land on the
   wrong placeholders. Nor is one holding a trainer's control token (below). The
   ``math_shepherd`` import reads the file back (without labels).
+  With ``soft_labels=monte_carlo`` (a snapshot that includes the ``monte_carlo``
+  source) ``value`` is each step's Monte-Carlo value instead, the share of rollouts from
+  the step's prefix that reached the answer, over the steps that have one.
+- ``math_shepherd``: Math-Shepherd's own records ``{"input", "label"}`` from the
+  Monte-Carlo hard labels (a snapshot that includes ``monte_carlo``): ``input`` laid out
+  as ``openrlhf``'s, ``label`` the same text with ``+`` (some rollout from the step
+  reached the answer) or ``-`` in place of each ``ки``, over the steps that have a hard
+  label from the first on. The ``math_shepherd`` import reads it back with its labels.
+- Provenance (``provenance``, any format but parquet): each JSON record gains
+  ``provenance``, one entry per step it writes: the step's label, where it came from
+  (``adjudication``, ``human``, ``import`` or ``machine:<source>``) and what every
+  machine source in the snapshot said of it (rating, value, hard label, model, run); a
+  CSV row gains the same entry as a JSON ``provenance`` column.
 - ``qwen_prm``: the chat format of open math PRMs with their own step separator,
   Qwen2.5-Math-PRM's (its model card's usage): ``{"messages", "labels"}`` with a system
   turn (Qwen2.5-Math's prompt), the problem as the user's turn and the steps as the
@@ -65,12 +78,17 @@ EXPORT_FORMATS = (
     "trl",
     "processbench",
     "openrlhf",
+    "math_shepherd",
     "qwen_prm",
     "csv",
     "parquet",
 )
-TEXT_FORMATS = ("prm800k", "trl", "processbench", "openrlhf", "qwen_prm", "csv")
-JSON_LINES_FORMATS = ("prm800k", "trl", "processbench", "openrlhf", "qwen_prm")
+TEXT_FORMATS = ("prm800k", "trl", "processbench", "openrlhf", "math_shepherd", "qwen_prm", "csv")
+JSON_LINES_FORMATS = ("prm800k", "trl", "processbench", "openrlhf", "math_shepherd", "qwen_prm")
+# Where a step's soft label comes from in an openrlhf export.
+SOFT_LABEL_SOURCES = ("votes", "monte_carlo")
+# The formats that read the snapshot's Monte-Carlo labels (with these options).
+MONTE_CARLO_FORMATS = ("math_shepherd",)
 # The formats that write a chain's labeled prefix only, and the key of a record's labels:
 # the steps such an export counts as labeled are those it wrote.
 PREFIX_LABELS = {"trl": "labels", "openrlhf": "value", "qwen_prm": "labels"}
@@ -85,6 +103,8 @@ EXPORT_DESCRIPTIONS = {
     "openrlhf": "JSON Lines for OpenRLHF's PRM trainer: input holds the problem and the "
     "steps, each closed by the placeholder token ки; value a soft label per step, the share "
     "of votes calling it correct; each chain cut at its first unrated step",
+    "math_shepherd": "JSON Lines in Math-Shepherd's schema (input, label with + or - per "
+    "step) from the Monte-Carlo hard labels of a snapshot that includes them",
     "qwen_prm": "JSON Lines in Qwen2.5-Math-PRM's chat format: system, user (the problem) "
     "and assistant (the steps, <extra_0> after each) messages, labels as booleans; each "
     "chain cut at its first unrated step",

@@ -216,9 +216,49 @@ def _holds(reserved: re.Pattern[str], example: SnapshotExample, steps: list[str]
     return search(example.problem) is not None or any(search(step) for step in steps)
 
 
-def openrlhf_record(*, example: SnapshotExample, ambiguous: str) -> dict[str, Any] | None:
+def _shepherd_text(problem: str, steps: list[str]) -> str:
+    """Math-Shepherd's layout, which OpenRLHF trains on: the problem, then ``Step k:
+    <step> ки`` a line."""
+    lines = "\n".join(
+        f"Step {number}: {step} {OPENRLHF_PLACEHOLDER}" for number, step in enumerate(steps, 1)
+    )
+    return f"{problem} {lines}"
+
+
+MONTE_CARLO = "monte_carlo"
+
+
+def monte_carlo_prefix(*, example: SnapshotExample, key: str) -> list[Any]:
+    """The Monte-Carlo labels' ``key`` (``value``: the share of rollouts that reached
+    the answer; ``hard``: whether any did) for each step from the first on, up to the
+    first step without one: the prefix an export of Monte-Carlo labels writes.
+
+    >>> from annotation.selectors.datasets import SnapshotExample
+    >>> cells = [{"value": 0.5, "hard": True}, None, {"value": 0.0, "hard": False}]
+    >>> example = SnapshotExample(chain_id=1, chain_hash="", split="train", labels=[],
+    ...     support=[], votes=[], problem="", reference_answer="", final_answer="",
+    ...     generator="", steps=["a", "b", "c"],
+    ...     machine={"sources": {"monte_carlo": cells}})
+    >>> monte_carlo_prefix(example=example, key="value")
+    [0.5]
+    """
+    cells = example.machine.get("sources", {}).get(MONTE_CARLO, []) if example.machine else []
+    out: list[Any] = []
+    for cell in cells[: len(example.steps)]:
+        if not cell or cell.get(key) is None:
+            break
+        out.append(cell[key])
+    return out
+
+
+def openrlhf_record(
+    *, example: SnapshotExample, ambiguous: str, soft_labels_from: str = "votes"
+) -> dict[str, Any] | None:
     """OpenRLHF's PRM record in Math-Shepherd's layout (``formats`` says why), or None
-    when no step is labeled or the text holds the placeholder or a control token.
+    when no step is labeled or the text holds the placeholder or a control token. With
+    ``soft_labels_from="monte_carlo"`` each step's soft label is its Monte-Carlo value
+    (the share of rollouts from its prefix that reached the answer), over the steps
+    that have one from the first on.
 
     >>> from annotation.selectors.datasets import SnapshotExample
     >>> example = SnapshotExample(chain_id=1, chain_hash="", split="train",
@@ -227,18 +267,91 @@ def openrlhf_record(*, example: SnapshotExample, ambiguous: str) -> dict[str, An
     >>> openrlhf_record(example=example, ambiguous="drop")
     {'input': '1+1? Step 1: 1+1=2 ки\\nStep 2: so 3 ки', 'value': [1.0, 0.5]}
     """
-    value = soft_labels(
-        labels=example.labels, support=example.support, votes=example.votes, ambiguous=ambiguous
-    )
+    if soft_labels_from == MONTE_CARLO:
+        value = [round(float(v), 4) for v in monte_carlo_prefix(example=example, key="value")]
+    else:
+        value = soft_labels(
+            labels=example.labels,
+            support=example.support,
+            votes=example.votes,
+            ambiguous=ambiguous,
+        )
     if not value:
         return None
     steps = example.steps[: len(value)]
     if _holds(_OPENRLHF_RESERVED, example, steps):
         return None
-    lines = "\n".join(
-        f"Step {number}: {step} {OPENRLHF_PLACEHOLDER}" for number, step in enumerate(steps, 1)
+    return {"input": _shepherd_text(example.problem, steps), "value": value}
+
+
+def math_shepherd_record(*, example: SnapshotExample) -> dict[str, Any] | None:
+    """Math-Shepherd's record from the Monte-Carlo hard labels: ``input`` in its layout
+    (as ``openrlhf``), ``label`` the same text with ``+`` (some rollout from the step
+    reached the answer) or ``-`` in place of each tag, over the steps that have a hard
+    label from the first on; None when none has, or the text holds the tag or a control
+    token. The ``math_shepherd`` import reads it back, labels and all.
+
+    >>> from annotation.selectors.datasets import SnapshotExample
+    >>> cells = [{"hard": True}, {"hard": False}]
+    >>> example = SnapshotExample(chain_id=1, chain_hash="", split="train", labels=[],
+    ...     support=[], votes=[], problem="1+1?", reference_answer="", final_answer="",
+    ...     generator="", steps=["1+1=2", "so 3"],
+    ...     machine={"sources": {"monte_carlo": cells}})
+    >>> math_shepherd_record(example=example)["label"]
+    '1+1? Step 1: 1+1=2 +\\nStep 2: so 3 -'
+    """
+    hard = monte_carlo_prefix(example=example, key="hard")
+    if not hard:
+        return None
+    steps = example.steps[: len(hard)]
+    if _holds(_OPENRLHF_RESERVED, example, steps):
+        return None
+    text = _shepherd_text(example.problem, steps)
+    pieces = text.split(OPENRLHF_PLACEHOLDER)
+    label = (
+        "".join(piece + ("+" if good else "-") for piece, good in zip(pieces, hard, strict=False))
+        + pieces[-1]
     )
-    return {"input": f"{example.problem} {lines}", "value": value}
+    return {"input": text, "label": label}
+
+
+def step_provenance(*, example: SnapshotExample) -> list[dict[str, Any]]:
+    """Where each step's label came from and what every machine source in the snapshot
+    said of the step: ``{"label", "source", "machine": {source: {"rating", "value",
+    "hard", "model", "run"} or null}}``. ``source`` is ``adjudication`` (a lead's
+    ruling), ``human`` (people's consensus), ``import``, ``machine:<source>`` (a chain no
+    person labeled), or null for an unlabeled step (or a row that kept no votes)."""
+    machine = example.machine or {}
+    labels_from = machine.get("labels_from")
+    sources: dict[str, list[Any]] = machine.get("sources", {})
+    votes = example.votes
+
+    def rated(vote: dict[str, Any], index: int) -> bool:
+        labels = vote.get("labels", [])
+        return index < len(labels) and labels[index] is not None
+
+    out: list[dict[str, Any]] = []
+    for index, label in enumerate(example.labels):
+        origin: str | None = None
+        if label is not None:
+            if labels_from:
+                origin = f"machine:{labels_from}"
+            else:
+                by_source = {vote.get("source") for vote in votes if rated(vote, index)}
+                for source in (_ADJUDICATION, "human", "import"):
+                    if source in by_source:
+                        origin = source
+                        break
+        said: dict[str, Any] = {}
+        for source, cells in sources.items():
+            cell = cells[index] if index < len(cells) else None
+            said[source] = (
+                None
+                if cell is None
+                else {key: cell.get(key) for key in ("rating", "value", "hard", "model", "run")}
+            )
+        out.append({"label": label, "source": origin, "machine": said})
+    return out
 
 
 def qwen_prm_record(*, example: SnapshotExample, ambiguous: str) -> dict[str, Any] | None:
@@ -265,9 +378,48 @@ def qwen_prm_record(*, example: SnapshotExample, ambiguous: str) -> dict[str, An
 
 
 def json_record_builder(
-    *, fmt: str, ambiguous: str, project_id: int
+    *,
+    fmt: str,
+    ambiguous: str,
+    project_id: int,
+    soft_labels_from: str = "votes",
+    provenance: bool = False,
 ) -> Callable[[SnapshotExample], dict[str, Any] | None]:
-    """The record function of JSON Lines format ``fmt``; its None means "not written"."""
+    """The record function of JSON Lines format ``fmt``; its None means "not written".
+    With ``provenance`` each record also holds ``provenance``, ``step_provenance`` of
+    the steps it writes."""
+    record_of = _record_builder(
+        fmt=fmt, ambiguous=ambiguous, project_id=project_id, soft_labels_from=soft_labels_from
+    )
+    if not provenance:
+        return record_of
+
+    def with_provenance(example: SnapshotExample) -> dict[str, Any] | None:
+        record = record_of(example)
+        if record is not None:
+            written = record_steps(fmt=fmt, record=record, example=example)
+            record["provenance"] = step_provenance(example=example)[:written]
+        return record
+
+    return with_provenance
+
+
+def shepherd_steps(record: dict[str, Any]) -> int:
+    """The steps a record in Math-Shepherd's layout writes: one tag closes each."""
+    return int(record["input"].count(OPENRLHF_PLACEHOLDER))
+
+
+def record_steps(*, fmt: str, record: dict[str, Any], example: SnapshotExample) -> int:
+    """How many of the chain's steps a record of ``fmt`` writes (from the first)."""
+    if fmt == "math_shepherd":
+        return shepherd_steps(record)
+    key = {"trl": "labels", "openrlhf": "value", "qwen_prm": "labels"}.get(fmt)
+    return len(record[key]) if key else len(example.steps)
+
+
+def _record_builder(
+    *, fmt: str, ambiguous: str, project_id: int, soft_labels_from: str
+) -> Callable[[SnapshotExample], dict[str, Any] | None]:
     if fmt == "prm800k":
         return lambda example: prm800k_record(example=example)
     if fmt == "trl":
@@ -277,7 +429,11 @@ def json_record_builder(
             example=example, ambiguous=ambiguous, project_id=project_id
         )
     if fmt == "openrlhf":
-        return lambda example: openrlhf_record(example=example, ambiguous=ambiguous)
+        return lambda example: openrlhf_record(
+            example=example, ambiguous=ambiguous, soft_labels_from=soft_labels_from
+        )
+    if fmt == "math_shepherd":
+        return lambda example: math_shepherd_record(example=example)
     if fmt == "qwen_prm":
         return lambda example: qwen_prm_record(example=example, ambiguous=ambiguous)
     raise ValueError(f"{fmt} is not a JSON Lines export format")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import orjson
 
 from annotation.exporters.csv_lines import CSV_HEADER, csv_text
-from annotation.exporters.records import trl_record
+from annotation.exporters.records import step_provenance, trl_record
 
 if TYPE_CHECKING:
     from annotation.selectors.datasets import SnapshotExample
@@ -35,13 +35,26 @@ class ExportStats:
 
 
 def csv_pieces(
-    examples: Iterable[SnapshotExample], *, version: int, stats: ExportStats
+    examples: Iterable[SnapshotExample],
+    *,
+    version: int,
+    stats: ExportStats,
+    provenance: bool = False,
 ) -> Iterator[bytes]:
-    """The ``csv`` export of ``examples`` (of snapshot ``version``), header first."""
+    """The ``csv`` export of ``examples`` (of snapshot ``version``), header first; with
+    ``provenance`` a last column holds each step's ``step_provenance`` as JSON."""
     out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerow(CSV_HEADER)
+    csv.writer(out, lineterminator="\n").writerow(
+        (*CSV_HEADER, "provenance") if provenance else CSV_HEADER
+    )
     for example in examples:
-        out.write(csv_text(example=example, version=version))
+        out.write(
+            csv_text(
+                example=example,
+                version=version,
+                extra=_provenance_cells(example) if provenance else None,
+            )
+        )
         labels = example.labels
         stats.records += len(example.steps)
         stats.steps += len(labels) - labels.count(None)
@@ -53,16 +66,26 @@ def csv_pieces(
         yield out.getvalue().encode("utf-8")
 
 
+def _provenance_cells(example: SnapshotExample) -> list[str]:
+    """Each step's provenance as a quoted JSON cell (JSON starts with ``{``: no formula)."""
+    return [
+        '"' + orjson.dumps(entry).decode().replace('"', '""') + '"'
+        for entry in step_provenance(example=example)
+    ]
+
+
 def json_lines_pieces(
     examples: Iterable[SnapshotExample],
     *,
     record_of: Callable[[SnapshotExample], dict[str, Any] | None],
     stats: ExportStats,
     labels_key: str | None,
+    steps_of: Callable[[dict[str, Any]], int] | None = None,
 ) -> Iterator[bytes]:
     """A JSON line per example that ``record_of`` writes (None: skipped). A record's
     labeled steps are the length of its ``labels_key`` list when given (a format that
-    writes a labeled prefix: trl, openrlhf, qwen_prm), else the example's rated steps."""
+    writes a labeled prefix: trl, openrlhf, qwen_prm), else ``steps_of(record)`` when
+    given, else the example's rated steps."""
     dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
     buffer: list[bytes] = []
     size = records = steps = 0
@@ -74,6 +97,8 @@ def json_lines_pieces(
         records += 1
         if labels_key is not None:
             steps += len(record[labels_key])
+        elif steps_of is not None:
+            steps += steps_of(record)
         else:
             labels = example.labels
             steps += len(labels) - labels.count(None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
@@ -30,6 +30,7 @@ STREAM_WORK_MEM = "64MB"
 # The COPY row of ``_STREAM_SQL``, column by column, for psycopg's binary loaders.
 _STREAM_TYPES = (
     "int8",
+    "text",
     "text",
     "text",
     "text",
@@ -85,6 +86,9 @@ class SnapshotExample:
     answer_correct: bool | None = None
     # The source record's own id (``stated_id``), which an export writes back.
     source_id: str | int | None = None
+    # The row's machine labels (``SnapshotChain.machine``), empty unless asked for
+    # (with_machine) or when the snapshot includes no machine source.
+    machine: dict[str, Any] = field(default_factory=dict)
 
 
 # Which snapshots ``snapshot_list`` returns: a person's (or the command line's) datasets,
@@ -108,7 +112,8 @@ def snapshot_options(*, snapshot: Snapshot) -> dict[str, Any]:
     """The options the snapshot was taken with (``snapshot_create``). A snapshot taken
     before there were options holds what they stand for: every labeled chain, any number
     of votes, a tie at the lowest rating. One taken before the label sources were a choice
-    read imported labels by the project's rule: ``include_imported`` is true for it."""
+    read imported labels by the project's rule: ``include_imported`` is true for it; one
+    taken before machine labels read none."""
     stored = snapshot.meta.get("options") if isinstance(snapshot.meta, dict) else None
     before_options = {
         "finished_only": False,
@@ -117,6 +122,7 @@ def snapshot_options(*, snapshot: Snapshot) -> dict[str, Any]:
         "ties": "lowest",
         "heldout_fraction": snapshot.heldout_fraction,
         "seed": snapshot.seed,
+        "machine_sources": [],
     }
     if not isinstance(stored, dict):
         return before_options
@@ -146,6 +152,7 @@ def snapshot_examples(
     snapshot: Snapshot,
     split: str | None = None,
     with_votes: bool = False,
+    with_machine: bool = False,
     chunk_size: int = EXAMPLE_CHUNK,
 ) -> Iterator[SnapshotExample]:
     """The snapshot's chains (of one split when given) in chain order, streamed.
@@ -170,8 +177,9 @@ def snapshot_examples(
         "chain__problem__reference_answer",
         "chain__meta",
     ]
-    if with_votes:
-        fields.append("votes")
+    # Always in the row (None when not asked for), so the columns keep their places.
+    fields.append("votes" if with_votes else "id")
+    fields.append("machine" if with_machine else "id")
     rows = SnapshotChain.objects.filter(snapshot=snapshot)
     if split is not None:
         rows = rows.filter(split=split)
@@ -201,6 +209,7 @@ def snapshot_examples(
                 labels=row[3],
                 support=row[4],
                 votes=row[11] if with_votes else [],
+                machine=row[12] if with_machine else {},
                 problem=row[8],
                 reference_answer=row[9],
                 final_answer=row[6],
@@ -230,7 +239,7 @@ _STREAM_SQL = f"""
     )
     FROM (
         SELECT sc.chain_id, c.content_hash, sc.split, sc.labels::text, sc.support::text,
-               {{votes}}, p.text, p.reference_answer, c.final_answer, c.generator,
+               {{votes}}, {{machine}}, p.text, p.reference_answer, c.final_answer, c.generator,
                (c.meta -> 'final_answer_correct')::text, (c.meta -> 'id')::text
         FROM {SnapshotChain._meta.db_table} sc
         JOIN {Chain._meta.db_table} c ON c.id = sc.chain_id
@@ -247,6 +256,7 @@ def snapshot_examples_streamed(
     snapshot: Snapshot,
     split: str | None = None,
     with_votes: bool = False,
+    with_machine: bool = False,
 ) -> Iterator[SnapshotExample]:
     """The same examples as ``snapshot_examples``, in the same order, for bulk readers
     (exports): on PostgreSQL one ``COPY (query) TO STDOUT`` in binary, decoded by
@@ -265,12 +275,15 @@ def snapshot_examples_streamed(
     read-only transaction back. Don't run other queries on this connection between two
     items."""
     if connection.vendor != "postgresql":
-        yield from snapshot_examples(snapshot=snapshot, split=split, with_votes=with_votes)
+        yield from snapshot_examples(
+            snapshot=snapshot, split=split, with_votes=with_votes, with_machine=with_machine
+        )
         return
     # COPY takes no bind parameters: the two values are rendered as literals by psycopg.
     statement = sql.SQL(
         _STREAM_SQL.format(
             votes="sc.votes::text" if with_votes else "NULL",
+            machine="sc.machine::text" if with_machine else "NULL",
             snapshot="{snapshot}",
             split="AND sc.split = {split}" if split is not None else "",
         )
@@ -296,6 +309,7 @@ def snapshot_examples_streamed(
                 labels,
                 support,
                 votes,
+                machine,
                 problem,
                 reference_answer,
                 final_answer,
@@ -311,6 +325,7 @@ def snapshot_examples_streamed(
                     labels=loads(labels),
                     support=loads(support),
                     votes=loads(votes) if votes is not None else [],
+                    machine=loads(machine) if machine is not None else {},
                     problem=problem,
                     reference_answer=reference_answer,
                     final_answer=final_answer,

@@ -18,8 +18,14 @@ from typing import BinaryIO
 from django.core.exceptions import ValidationError
 from django.utils.text import slugify
 
-from annotation.exporters.formats import EXPORT_FORMATS, EXTENSIONS, PREFIX_LABELS
-from annotation.exporters.records import json_record_builder
+from annotation.exporters.formats import (
+    EXPORT_FORMATS,
+    EXTENSIONS,
+    MONTE_CARLO_FORMATS,
+    PREFIX_LABELS,
+    SOFT_LABEL_SOURCES,
+)
+from annotation.exporters.records import MONTE_CARLO, json_record_builder, shepherd_steps
 from annotation.exporters.streams import (
     ExportStats,
     csv_pieces,
@@ -27,7 +33,7 @@ from annotation.exporters.streams import (
     parquet_write,
 )
 from annotation.models import Project, Snapshot, SnapshotSplit
-from annotation.selectors.datasets import snapshot_examples_streamed
+from annotation.selectors.datasets import snapshot_examples_streamed, snapshot_options
 from annotation.services.snapshots import AMBIGUOUS_CHOICES, DEFAULT_AMBIGUOUS
 
 
@@ -40,6 +46,8 @@ class ExportResult:
     records: int
     steps: int
     path: Path | None = None
+    provenance: bool = False
+    soft_labels: str = "votes"
 
 
 # The longest project slug a file name carries: names run to 200 characters.
@@ -67,10 +75,18 @@ def export_filename(*, project: Project, snapshot: Snapshot, fmt: str, split: st
 
 
 def export_options_check(
-    *, fmt: str, ambiguous: str | None, split: str | None, snapshot: Snapshot
+    *,
+    fmt: str,
+    ambiguous: str | None,
+    split: str | None,
+    snapshot: Snapshot,
+    provenance: bool = False,
+    soft_labels: str = "votes",
 ) -> str:
     """Validate the options; the ambiguous mapping to use (the snapshot's own default,
-    ``meta["trl_ambiguous"]``, unless overridden). Raises ValidationError."""
+    ``meta["trl_ambiguous"]``, unless overridden). Raises ValidationError, also for
+    Monte-Carlo soft labels outside ``openrlhf``, provenance in ``parquet``, and a format
+    or option that reads Monte-Carlo labels from a snapshot that does not include them."""
     errors: dict[str, str] = {}
     if fmt not in EXPORT_FORMATS:
         errors["format"] = f"Must be one of {', '.join(EXPORT_FORMATS)}."
@@ -78,6 +94,20 @@ def export_options_check(
         errors["ambiguous"] = f"Must be one of {', '.join(AMBIGUOUS_CHOICES)}."
     if split is not None and split not in SnapshotSplit.values:
         errors["split"] = f"Must be one of {', '.join(SnapshotSplit.values)}."
+    if soft_labels not in SOFT_LABEL_SOURCES:
+        errors["soft_labels"] = f"Must be one of {', '.join(SOFT_LABEL_SOURCES)}."
+    elif soft_labels != "votes" and fmt != "openrlhf":
+        errors["soft_labels"] = "Soft labels are written by the openrlhf format only."
+    if provenance and fmt == "parquet":
+        errors["provenance"] = "Parquet holds TRL's columns only: export another format."
+    reads_monte_carlo = fmt in MONTE_CARLO_FORMATS or soft_labels == MONTE_CARLO
+    included = snapshot_options(snapshot=snapshot).get("machine_sources") or []
+    if reads_monte_carlo and not errors and MONTE_CARLO not in included:
+        field = "format" if fmt in MONTE_CARLO_FORMATS else "soft_labels"
+        errors[field] = (
+            f"Snapshot v{snapshot.version} does not include Monte-Carlo labels: take a "
+            "snapshot with the monte_carlo machine source."
+        )
     if errors:
         raise ValidationError(errors)
     return ambiguous or snapshot.meta.get("trl_ambiguous", DEFAULT_AMBIGUOUS)
@@ -90,20 +120,36 @@ def export_bytes(
     ambiguous: str,
     split: str | None = None,
     stats: ExportStats | None = None,
+    provenance: bool = False,
+    soft_labels: str = "votes",
 ) -> Iterator[bytes]:
     """A text format's export as UTF-8 pieces, for a file or an HTTP response. ``stats``
     (when given) is filled in as the pieces are produced. Options must have passed
     ``export_options_check``."""
     stats = stats if stats is not None else ExportStats()
-    # csv writes every vote; openrlhf's soft labels are the votes' shares.
+    # csv writes every vote; openrlhf's soft labels are the votes' shares; provenance
+    # names the votes' sources. The machine labels only where something reads them.
     examples = snapshot_examples_streamed(
-        snapshot=snapshot, split=split, with_votes=fmt in ("csv", "openrlhf")
+        snapshot=snapshot,
+        split=split,
+        with_votes=provenance or fmt in ("csv", "openrlhf"),
+        with_machine=provenance or fmt in MONTE_CARLO_FORMATS or soft_labels == MONTE_CARLO,
     )
     if fmt == "csv":
-        return csv_pieces(examples, version=snapshot.version, stats=stats)
-    record_of = json_record_builder(fmt=fmt, ambiguous=ambiguous, project_id=snapshot.project_id)
+        return csv_pieces(examples, version=snapshot.version, stats=stats, provenance=provenance)
+    record_of = json_record_builder(
+        fmt=fmt,
+        ambiguous=ambiguous,
+        project_id=snapshot.project_id,
+        soft_labels_from=soft_labels,
+        provenance=provenance,
+    )
     return json_lines_pieces(
-        examples, record_of=record_of, stats=stats, labels_key=PREFIX_LABELS.get(fmt)
+        examples,
+        record_of=record_of,
+        stats=stats,
+        labels_key=PREFIX_LABELS.get(fmt),
+        steps_of=shepherd_steps if fmt == "math_shepherd" else None,
     )
 
 
@@ -140,17 +186,32 @@ def export_write(
     path: Path,
     ambiguous: str | None = None,
     split: str | None = None,
+    provenance: bool = False,
+    soft_labels: str = "votes",
 ) -> ExportResult:
     """Write the export of ``snapshot`` to ``path``. Raises ValidationError for bad
     options and OSError when the file cannot be written."""
-    mapping = export_options_check(fmt=fmt, ambiguous=ambiguous, split=split, snapshot=snapshot)
+    mapping = export_options_check(
+        fmt=fmt,
+        ambiguous=ambiguous,
+        split=split,
+        snapshot=snapshot,
+        provenance=provenance,
+        soft_labels=soft_labels,
+    )
     if fmt == "parquet":
         stats = export_parquet(snapshot=snapshot, path=path, ambiguous=mapping, split=split)
     else:
         stats = ExportStats()
         with path.open("wb", buffering=1024 * 1024) as out:
             for piece in export_bytes(
-                snapshot=snapshot, fmt=fmt, ambiguous=mapping, split=split, stats=stats
+                snapshot=snapshot,
+                fmt=fmt,
+                ambiguous=mapping,
+                split=split,
+                stats=stats,
+                provenance=provenance,
+                soft_labels=soft_labels,
             ):
                 out.write(piece)
     return ExportResult(
@@ -161,4 +222,6 @@ def export_write(
         records=stats.records,
         steps=stats.steps,
         path=path,
+        provenance=provenance,
+        soft_labels=soft_labels,
     )

@@ -10,6 +10,17 @@ What a snapshot holds is the lead's choice, recorded in ``meta["options"]``:
   them on chains no person labeled, as "fallback" does). ``counts["sources"]`` says how
   many chains rest on each source, and ``imported_left_out`` how many chains only an
   import labeled, which a people-only snapshot leaves out.
+- ``machine_sources``: the machine sources (``MachineSource``: monte_carlo, judge, prm,
+  import) whose labels the snapshot takes, none by default. Each row then carries those
+  sources' labels beside its consensus (``SnapshotChain.machine``: the newest run's per
+  step, with value, hard label, model and run), which exports read for provenance,
+  Monte-Carlo soft labels and Math-Shepherd's hard labels. A chain no person (and no
+  counted import) labeled takes its labels from the first of these sources, in the
+  lead's order, that rated it; it then counts as finished like an import's chain. Machine
+  labels are never votes: they change no consensus of a chain people labeled.
+  ``counts["machine"]`` says how many chains' labels rest on each source and
+  ``counts["machine_rows"]`` how many rows carry each source's labels; both only in a
+  snapshot that includes a source.
 - ``finished_only`` (the default): only finished chains, those whose human passes reached
   the project's overlap (``Chain.is_finished``), that a lead ruled on, gold chains, and,
   with ``include_imported``, chains labeled by an import that no person has started on;
@@ -46,11 +57,14 @@ from annotation.models import (
     Chain,
     ConsensusMethod,
     ImportLabels,
+    MachineLabel,
+    MachineSource,
     Project,
     Snapshot,
     SnapshotChain,
     SnapshotSplit,
 )
+from annotation.selectors.machine_labels import hard_label
 from annotation.services.consensus import (
     ChainConsensus,
     DawidSkeneFit,
@@ -116,12 +130,18 @@ class SnapshotOptions:
     ties: str = DEFAULT_TIES
     heldout_fraction: float = 0.2
     seed: int = 0
+    # MachineSource values, in the lead's order of preference.
+    machine_sources: tuple[str, ...] = ()
 
     @property
     def sources(self) -> list[str]:
-        """The label sources the snapshot reads (AnnotationSource values; a lead's ruling
-        is a person's)."""
-        return [AnnotationSource.HUMAN, *([AnnotationSource.IMPORT] * self.include_imported)]
+        """The label sources the snapshot reads (AnnotationSource values, a lead's ruling
+        being a person's, then ``machine:<source>`` per machine source)."""
+        return [
+            AnnotationSource.HUMAN,
+            *([AnnotationSource.IMPORT] * self.include_imported),
+            *(f"machine:{source}" for source in self.machine_sources),
+        ]
 
     def import_rule(self, *, project: Project) -> str:
         """How imported labels enter consensus: not at all unless included, then by the
@@ -140,18 +160,27 @@ class SnapshotOptions:
             "ties": self.ties,
             "heldout_fraction": self.heldout_fraction,
             "seed": self.seed,
+            "machine_sources": list(self.machine_sources),
         }
 
 
 def snapshot_row_digest(
-    *, chain_hash: str, split: str, labels: list[int | None], tied: list[int] | None = None
+    *,
+    chain_hash: str,
+    split: str,
+    labels: list[int | None],
+    tied: list[int] | None = None,
+    machine: dict[str, Any] | None = None,
 ) -> bytes:
-    """The canonical bytes of one snapshot row in the content hash. Tie marks are hashed
-    only where a row has some, so a snapshot without them hashes as before they existed."""
+    """The canonical bytes of one snapshot row in the content hash. Tie marks and machine
+    labels are hashed only where a row has some, so a snapshot without them hashes as
+    before they existed."""
     row: list[Any] = [chain_hash, split, labels]
-    if tied:
-        row.append(tied)
-    return json.dumps(row, separators=(",", ":")).encode() + b"\n"
+    if tied or machine:
+        row.append(tied or [])
+    if machine:
+        row.append(machine)
+    return json.dumps(row, separators=(",", ":"), sort_keys=True).encode() + b"\n"
 
 
 def snapshot_create(
@@ -165,6 +194,7 @@ def snapshot_create(
     include_imported: bool = False,
     min_support: int = 1,
     ties: str = DEFAULT_TIES,
+    machine_sources: tuple[str, ...] | list[str] = (),
     training_run: int | None = None,
 ) -> Snapshot:
     """Freeze the consensus of every chain (finished, with ``finished_only``) that has at
@@ -182,12 +212,15 @@ def snapshot_create(
     snapshot without ``include_imported`` leaves out); ``meta`` the label sources read
     (``sources``), the options (``options``), the consensus rules in force,
     ``trl_ambiguous``, the default mapping of ambiguous steps for TRL exports, and
-    ``training_run`` when a training run took it for itself.
+    ``training_run`` when a training run took it for itself. With ``machine_sources``,
+    ``counts`` also holds machine {source: chains whose labels rest on it} and
+    machine_rows {source: rows carrying its labels}.
 
     Raises ValidationError for a held-out fraction outside [0, 1), a seed outside what
     its column holds (0 .. 2**31 - 1: a larger one would not be stored as given, and the
     stored seed would not reproduce the split), an unknown ``ambiguous`` or ``ties``, a
-    ``min_support`` outside 1 .. MIN_SUPPORT_MAX, or nothing to freeze (no labeled step
+    ``min_support`` outside 1 .. MIN_SUPPORT_MAX, an unknown or repeated machine source,
+    or nothing to freeze (no labeled step
     left once the options are applied). Snapshots of one project are
     serialised by an advisory lock, so versions are gapless and never collide; labeling
     goes on meanwhile (the snapshot sees what was committed when each chunk was read)."""
@@ -200,6 +233,7 @@ def snapshot_create(
         ties=ties,
         heldout_fraction=heldout_fraction,
         seed=seed,
+        machine_sources=tuple(machine_sources),
     )
     with transaction.atomic():
         _snapshots_lock(project=project)
@@ -233,8 +267,18 @@ def _options_checked(
     ties: str,
     heldout_fraction: float,
     seed: int,
+    machine_sources: tuple[str, ...] = (),
 ) -> SnapshotOptions:
     """The options, or ValidationError naming the first one out of its range."""
+    unknown = [source for source in machine_sources if source not in MachineSource.values]
+    if unknown or len(set(machine_sources)) != len(machine_sources):
+        raise ValidationError(
+            {
+                "machine_sources": "Each at most once, of "
+                f"{', '.join(MachineSource.values)}"
+                + (f"; unknown: {', '.join(map(str, unknown))}." if unknown else ".")
+            }
+        )
     if not 0 <= heldout_fraction < 1:
         raise ValidationError({"heldout_fraction": "Must be at least 0 and below 1."})
     if not 0 <= seed <= SEED_MAX:
@@ -250,6 +294,7 @@ def _options_checked(
         ties=ties,
         heldout_fraction=heldout_fraction,
         seed=seed,
+        machine_sources=machine_sources,
     )
 
 
@@ -259,6 +304,8 @@ def _snapshot_meta(
     """What a snapshot says of itself: the options it was taken with (an export says
     them from here), the rules in force, and the training run that took it, if one did."""
     finished = FINISHED_RULE_IMPORTED if options.include_imported else FINISHED_RULE
+    if options.machine_sources:
+        finished += ", or machine labels of an included source on a chain no person has started"
     return {
         "options": options.as_meta(),
         "sources": options.sources,
@@ -320,9 +367,19 @@ def _finished(*, options: SnapshotOptions) -> Q:
     of_chain = Annotation.objects.filter(chain=OuterRef("pk"))
     ruled = of_chain.filter(source=AnnotationSource.ADJUDICATION, superseded_by__isnull=True)
     done = Q(is_finished=True) | Q(is_gold=True) | Q(Exists(ruled))
+    unstarted = ~Q(Exists(of_chain.filter(source=AnnotationSource.HUMAN)))
     if options.include_imported:
-        done |= Q(_imported()) & ~Q(Exists(of_chain.filter(source=AnnotationSource.HUMAN)))
+        done |= Q(_imported()) & unstarted
+    if options.machine_sources:
+        done |= Q(_machine_labeled(options=options)) & unstarted
     return done & Q(is_flagged=False)
+
+
+def _machine_labeled(*, options: SnapshotOptions) -> Exists:
+    """The chain has a label of one of the snapshot's machine sources."""
+    return Exists(
+        MachineLabel.objects.filter(chain=OuterRef("pk"), source__in=options.machine_sources)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,20 +464,40 @@ class _Tally:
     )
     problems: set[str] = field(default_factory=set)
     label_counts: dict[str, int] = field(default_factory=lambda: {"-1": 0, "0": 0, "1": 0})
+    # With machine sources: chains whose labels rest on each, rows carrying each's labels.
+    machine: dict[str, int] | None = None
+    machine_rows: dict[str, int] | None = None
 
     def add(
-        self, *, row: _Row, chain_hash: str, split: str, problem_hash: str, sources: set[str]
+        self,
+        *,
+        row: _Row,
+        chain_hash: str,
+        split: str,
+        problem_hash: str,
+        sources: set[str],
+        machine: dict[str, Any] | None = None,
     ) -> None:
         self.digest.update(
             snapshot_row_digest(
-                chain_hash=chain_hash, split=split, labels=row.labels, tied=row.tied
+                chain_hash=chain_hash,
+                split=split,
+                labels=row.labels,
+                tied=row.tied,
+                machine=machine,
             )
         )
+        if machine and self.machine is not None and self.machine_rows is not None:
+            if machine.get("labels_from"):
+                self.machine[machine["labels_from"]] += 1
+            for source in machine.get("sources", {}):
+                self.machine_rows[source] += 1
         self.chains += 1
         self.heldout += split == SnapshotSplit.HELDOUT
         self.problems.add(problem_hash)
         for source in sources:
-            self.sources[source] += 1
+            if source in self.sources:
+                self.sources[source] += 1
         for label in row.labels:
             if label is not None:
                 self.steps_labeled += 1
@@ -440,6 +517,11 @@ class _Tally:
             "unfinished_left_out": self.unfinished_left_out,
             "sources": dict(self.sources),
             "imported_left_out": self.imported_left_out,
+            **(
+                {"machine": dict(self.machine), "machine_rows": dict(self.machine_rows or {})}
+                if self.machine is not None
+                else {}
+            ),
         }
 
 
@@ -461,14 +543,36 @@ def _chunk_rows(
         project=project,
         fit=fit,
     )
+    machine = _machine_cells(
+        chain_step_counts={chain_id: count for chain_id, _, count, _ in chunk}, options=options
+    )
     rows: list[SnapshotChain] = []
     for chain_id, chain_hash, _, problem_hash in chunk:
         result = consensus[chain_id]
-        if not result.has_label:
-            continue
-        row = _options_applied(result=result, options=options)
-        tally.tied_steps += row.tied_steps
-        tally.below_support += row.below_support
+        cells = machine.get(chain_id, {})
+        labels_from = None
+        if result.has_label:
+            row = _options_applied(result=result, options=options)
+            tally.tied_steps += row.tied_steps
+            tally.below_support += row.below_support
+        else:
+            # No person (nor a counted import) labeled it: the first machine source, in
+            # the lead's order, that rated a step gives its labels. No votes stand behind
+            # them, so min_support and ties do not apply.
+            labels_from = next(
+                (
+                    source
+                    for source in options.machine_sources
+                    if any(cell and cell["rating"] is not None for cell in cells.get(source, []))
+                ),
+                None,
+            )
+            if labels_from is None:
+                continue
+            labels = [cell["rating"] if cell else None for cell in cells[labels_from]]
+            row = _Row(
+                labels=labels, support=[None] * len(labels), tied=[], tied_steps=0, below_support=0
+            )
         if all(label is None for label in row.labels):
             continue
         split = problem_split(
@@ -476,6 +580,7 @@ def _chunk_rows(
             seed=snapshot.seed,
             heldout_fraction=snapshot.heldout_fraction,
         )
+        row_machine = {"labels_from": labels_from, "sources": cells} if cells else {}
         tally.add(
             row=row,
             chain_hash=chain_hash,
@@ -486,7 +591,10 @@ def _chunk_rows(
                 if vote.source == AnnotationSource.IMPORT
                 else AnnotationSource.HUMAN.value
                 for vote in result.votes
-            },
+            }
+            if labels_from is None
+            else set(),
+            machine=row_machine,
         )
         rows.append(
             SnapshotChain(
@@ -500,9 +608,63 @@ def _chunk_rows(
                     {"by": vote.by, "source": vote.source, "labels": list(vote.labels)}
                     for vote in result.votes
                 ],
+                machine=row_machine,
             )
         )
     return rows
+
+
+def _machine_cells(
+    *, chain_step_counts: dict[int, int], options: SnapshotOptions
+) -> dict[int, dict[str, list[dict[str, Any] | None]]]:
+    """The machine labels of the snapshot's sources on these chains, the newest run's per
+    step (as the pages show them), a cell or None per step: {chain: {source: cells}}.
+    One query; none without machine sources."""
+    if not options.machine_sources:
+        return {}
+    out: dict[int, dict[str, list[dict[str, Any] | None]]] = {}
+    labels = (
+        MachineLabel.objects.filter(
+            chain_id__in=list(chain_step_counts), source__in=options.machine_sources
+        )
+        .order_by("chain_id", "source", "step__index", "-created_at", "-id")
+        .values_list(
+            "chain_id",
+            "source",
+            "step__index",
+            "rating",
+            "value",
+            "confidence",
+            "detail",
+            "model",
+            "config_hash",
+            "run_kind",
+            "run_id",
+        )
+    )
+    for chain_id, source, index, rating, value, confidence, detail, *run in labels:
+        model, config_hash, run_kind, run_id = run
+        cells = out.setdefault(chain_id, {}).setdefault(
+            source, [None] * chain_step_counts[chain_id]
+        )
+        if index >= len(cells) or cells[index] is not None:
+            continue  # an older run's label of the same step
+        cells[index] = {
+            "rating": rating,
+            "value": value,
+            "hard": hard_label(rating=rating, value=value, detail=detail),
+            "confidence": confidence,
+            "model": model,
+            "config_hash": config_hash,
+            "run": f"{run_kind}:{run_id}",
+        }
+    # In the lead's order, so a row's JSON reads as the options do.
+    return {
+        chain_id: {
+            source: by_source[source] for source in options.machine_sources if source in by_source
+        }
+        for chain_id, by_source in out.items()
+    }
 
 
 def _write_rows(
@@ -510,6 +672,9 @@ def _write_rows(
 ) -> dict[str, Any]:
     """Write the snapshot's rows chunk by chunk; its content hash and counts."""
     tally = _Tally()
+    if options.machine_sources:
+        tally.machine = dict.fromkeys(options.machine_sources, 0)
+        tally.machine_rows = dict.fromkeys(options.machine_sources, 0)
     # One Dawid-Skene fit for the whole snapshot: votes arriving meanwhile would
     # otherwise refit the project for a later chunk, and chunks would mix fits.
     fit = (
@@ -519,12 +684,14 @@ def _write_rows(
     )
     annotated = Annotation.objects.filter(chain=OuterRef("pk"))
     candidates = Chain.objects.filter(project=project)
+    # A chain a machine source of the snapshot labeled is a candidate whoever else did.
+    machine = Q(_machine_labeled(options=options)) if options.machine_sources else Q(pk__in=[])
     if options.include_imported:
-        candidates = candidates.filter(Exists(annotated))
+        candidates = candidates.filter(Q(Exists(annotated)) | machine)
     else:
         by_people = Exists(annotated.exclude(source=AnnotationSource.IMPORT))
-        tally.imported_left_out = candidates.filter(_imported(), ~Q(by_people)).count()
-        candidates = candidates.filter(by_people)
+        tally.imported_left_out = candidates.filter(_imported(), ~Q(by_people), ~machine).count()
+        candidates = candidates.filter(Q(by_people) | machine)
     if options.finished_only:
         finished = _finished(options=options)
         tally.unfinished_left_out = candidates.filter(~finished).count()

@@ -74,6 +74,9 @@
       `held-out\u00a0${Math.round(options.heldout_fraction * 100)}\u00a0%`,
       `seed ${options.seed}`,
     ];
+    if (options.machine_sources && options.machine_sources.length) {
+      parts.splice(2, 0, `machine: ${options.machine_sources.join(", ")}`);
+    }
     return parts.join(" · ");
   }
 
@@ -117,8 +120,14 @@
   const SPLITS = [["", "all"], ["train", "train"], ["heldout", "held-out"]];
 
   function exportUrl(version, split) {
-    const params = new URLSearchParams({ format: $("sn-format").value, snapshot: version });
+    const format = $("sn-format").value;
+    const params = new URLSearchParams({ format, snapshot: version });
     if (split) params.set("split", split);
+    if (format === "openrlhf" && $("sn-soft-labels").value !== "votes") {
+      params.set("soft_labels", $("sn-soft-labels").value);
+    }
+    // Parquet holds TRL's columns only: no provenance there.
+    if ($("sn-provenance").checked && format !== "parquet") params.set("provenance", "true");
     return `${config.api.export}?${params}`;
   }
 
@@ -143,6 +152,8 @@
   function formatChosen() {
     const option = $("sn-format").selectedOptions[0];
     $("sn-format-holds").textContent = option ? option.title : "";
+    $("sn-soft-labels-label").hidden = $("sn-format").value !== "openrlhf";
+    $("sn-provenance").disabled = $("sn-format").value === "parquet";
     for (const link of document.querySelectorAll(".sn-download-link")) {
       const split = link.dataset.split === "all" ? "" : link.dataset.split;
       link.href = exportUrl(link.dataset.version, split);
@@ -238,6 +249,7 @@
       heldout_fraction: Number($("sn-heldout").value),
       seed: Number($("sn-seed").value),
       ambiguous: $("sn-ambiguous").value,
+      machine_sources: [...document.querySelectorAll("#sn-machine input:checked")].map((box) => box.value),
     };
     busy = true;
     $("sn-take").disabled = true;
@@ -251,6 +263,11 @@
           `${plural(counts.steps_labeled, "labeled step")}` +
           (counts.sources && counts.sources.import
             ? ` (${counts.sources.import} with imported labels)` : "") +
+          (counts.machine
+            ? Object.entries(counts.machine)
+                .map(([source, n]) => `, ${plural(n, "chain")} labeled by ${source}`)
+                .join("")
+            : "") +
           (counts.unfinished_left_out
             ? `, ${plural(counts.unfinished_left_out, "unfinished chain")} left out` : "") +
           (counts.imported_left_out
@@ -372,6 +389,8 @@
 
   $("sn-form").addEventListener("submit", takeSnapshot);
   $("sn-format").addEventListener("change", formatChosen);
+  $("sn-soft-labels").addEventListener("change", formatChosen);
+  $("sn-provenance").addEventListener("change", formatChosen);
   formatChosen();
   $("sn-diff-form").addEventListener("submit", compare);
   $("sn-diff-more").addEventListener("click", () => loadDiff(true));

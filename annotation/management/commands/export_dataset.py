@@ -9,8 +9,12 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.api.fields import INT32_MAX, int_between
-from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
-from annotation.models import Project, SnapshotSplit
+from annotation.exporters.formats import (
+    EXPORT_DESCRIPTIONS,
+    EXPORT_FORMATS,
+    SOFT_LABEL_SOURCES,
+)
+from annotation.models import MachineSource, Project, SnapshotSplit
 from annotation.selectors.access import project_resolve
 from annotation.selectors.datasets import snapshot_get
 from annotation.services.exports import export_write
@@ -83,6 +87,29 @@ class Command(BaseCommand):
             f"rating, or kept and marked (default {DEFAULT_TIES})",
         )
 
+        parser.add_argument(
+            "--provenance",
+            action="store_true",
+            help="each record (csv row) also carries its steps' provenance: the label's "
+            "source and what each machine source in the snapshot said (not for parquet)",
+        )
+        parser.add_argument(
+            "--soft-labels",
+            choices=SOFT_LABEL_SOURCES,
+            default="votes",
+            help="openrlhf: soft labels from the votes (default) or the Monte-Carlo values "
+            "of a snapshot that includes them",
+        )
+        parser.add_argument(
+            "--machine-source",
+            action="append",
+            choices=MachineSource.values,
+            default=[],
+            dest="machine_sources",
+            help="for a new snapshot: take this machine source's labels too (repeat for "
+            "several, in order of preference; default none)",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             project = project_resolve(ref=options["project"])
@@ -102,6 +129,7 @@ class Command(BaseCommand):
                     include_imported=options["include_imported"],
                     min_support=options["min_support"],
                     ties=options["ties"],
+                    machine_sources=options["machine_sources"],
                 )
                 made = "new snapshot"
             else:
@@ -117,6 +145,8 @@ class Command(BaseCommand):
                 path=out,
                 ambiguous=options["ambiguous"],
                 split=options["split"],
+                provenance=options["provenance"],
+                soft_labels=options["soft_labels"],
             )
         except ValidationError as exc:
             raise CommandError(" ".join(exc.messages)) from None

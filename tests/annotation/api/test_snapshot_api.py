@@ -56,6 +56,7 @@ def test_a_snapshot_with_the_defaults_holds_finished_chains_without_ties(
         "ties": "drop",
         "heldout_fraction": 0.2,
         "seed": 0,
+        "machine_sources": [],
     }
     assert body["meta"]["sources"] == ["human"]
     assert body["meta"]["options"] == body["options"]
@@ -77,6 +78,7 @@ def test_a_snapshot_with_options(tied_project, make_member, client_for):
             "ties": "mark",
             "heldout_fraction": 0.5,
             "seed": 42,
+            "machine_sources": [],
             "ambiguous": "negative",
         },
         format="json",
@@ -91,6 +93,7 @@ def test_a_snapshot_with_options(tied_project, make_member, client_for):
         "ties": "mark",
         "heldout_fraction": 0.5,
         "seed": 42,
+        "machine_sources": [],
     }
     assert (body["seed"], body["heldout_fraction"]) == (42, 0.5)
     assert body["counts"]["chains"] == 3

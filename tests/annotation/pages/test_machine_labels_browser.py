@@ -7,6 +7,7 @@ to tests/artifacts/machine-*.png."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -138,3 +139,46 @@ def test_chain_list_shows_first_errors_and_filters_machines_disagreeing(
         "() => document.querySelectorAll('#ch-rows tr[data-chain]').length === 1"
     )
     assert page.locator("#ch-rows tr[data-chain]").get_attribute("data-chain") == str(disputed.pk)
+
+
+def test_snapshot_form_takes_machine_sources_and_exports_offer_their_options(
+    live_server: Any, page: Page, lab: dict[str, Any]
+) -> None:
+    project = lab["project"]
+    page_signed_in(page=page, base_url=live_server.url, user=lab["lead"])
+    page.goto(f"{live_server.url}/projects/{project.pk}/snapshots/")
+    page.wait_for_selector("#snapshots[data-state=ready]")
+
+    # The lead takes a snapshot with the rollouts' labels
+    page.check("#sn-machine input[value=monte_carlo]")
+    page.click("#sn-take")
+    message = page.locator("#sn-message.ok")
+    message.wait_for()
+    assert "1 chain labeled by monte_carlo" in message.inner_text()
+    row = page.locator("#sn-datasets tbody tr").first
+    assert "machine: monte_carlo" in row.locator(".sn-options").inner_text()
+
+    # Math-Shepherd from the hard labels, with provenance
+    page.select_option("#sn-format", "math_shepherd")
+    page.check("#sn-provenance")
+    link = row.locator(".sn-download-link[data-split=all]")
+    href = link.get_attribute("href") or ""
+    assert "format=math_shepherd" in href and "provenance=true" in href
+    got = page.request.get(live_server.url + href)
+    assert got.status == 200
+    records = [json.loads(line) for line in got.text().splitlines()]
+    assert [record["label"][-1] for record in records] == ["-", "-"]
+    assert [step["source"] for step in records[1]["provenance"]] == ["machine:monte_carlo"] * 3
+
+    # OpenRLHF offers soft labels from the Monte-Carlo values
+    assert page.locator("#sn-soft-labels-label").is_hidden()
+    page.select_option("#sn-format", "openrlhf")
+    page.select_option("#sn-soft-labels", "monte_carlo")
+    href = link.get_attribute("href") or ""
+    assert "soft_labels=monte_carlo" in href
+    got = page.request.get(live_server.url + href)
+    assert got.status == 200
+    assert json.loads(got.text().splitlines()[0])["value"] == [0.875, 0.0, 0.0]
+    assert page_overflow(page) == []
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "machine-snapshots-1366.png"), full_page=True)

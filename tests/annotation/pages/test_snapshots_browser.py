@@ -103,6 +103,7 @@ def test_lead_takes_a_snapshot_with_options_and_compares_it(
         "ties": "mark",
         "heldout_fraction": 0.2,
         "seed": 7,
+        "machine_sources": [],
     }
     assert SnapshotChain.objects.get(snapshot=taken, chain=lab["tied"]).tied == [1]
     expect(datasets).to_have_count(2)

@@ -93,6 +93,7 @@ def test_snapshot_create_counts_and_rows(project):
         "ties": "drop",
         "heldout_fraction": 0.0,
         "seed": 0,
+        "machine_sources": [],
     }
     assert snapshot.meta["trl_ambiguous"] == "drop"
     # People's labels only: no import's label counts, whatever the project's rule.
@@ -493,6 +494,7 @@ def test_a_snapshot_older_than_the_options_says_what_it_holds(project):
         "ties": "lowest",
         "heldout_fraction": 0.1,
         "seed": 4,
+        "machine_sources": [],
     }
 
 
