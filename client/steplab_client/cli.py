@@ -22,7 +22,17 @@ from steplab_client.config import URL_VARIABLE, config_path, config_write
 from steplab_client.errors import ApiError, ConfigError, JobFailed, SteplabError
 
 ROLES = ("annotator", "lead", "ml")
-EXPORT_FORMATS = ("prm800k", "trl", "processbench", "openrlhf", "qwen_prm", "csv", "parquet")
+EXPORT_FORMATS = (
+    "prm800k",
+    "trl",
+    "processbench",
+    "openrlhf",
+    "math_shepherd",
+    "qwen_prm",
+    "csv",
+    "parquet",
+)
+MACHINE_SOURCES = ("monte_carlo", "judge", "prm", "import")
 IMPORT_FORMATS = ("auto", "prm800k", "processbench", "trl", "math_shepherd", "generic")
 SPLITS = ("train", "heldout")
 
@@ -297,6 +307,7 @@ def _snapshots_create(client: Client, args: argparse.Namespace) -> Any:
         include_imported=True if args.include_imported else None,
         min_support=args.min_support,
         ties=args.ties,
+        machine_sources=args.machine_sources or None,
     )
 
 
@@ -308,6 +319,8 @@ def _export(client: Client, args: argparse.Namespace) -> Any:
         split=args.split,
         snapshot=args.snapshot,
         ambiguous=args.ambiguous,
+        provenance=args.provenance,
+        soft_labels=args.soft_labels,
     )
     return {
         "path": str(download.path),
@@ -571,6 +584,13 @@ def build_parser() -> argparse.ArgumentParser:
     freeze.add_argument(
         "--all-chains", action="store_true", help="every labeled chain, not finished ones only"
     )
+    freeze.add_argument(
+        "--machine-source",
+        dest="machine_sources",
+        action="append",
+        choices=MACHINE_SOURCES,
+        help="take this machine source's labels too (repeat, in order of preference)",
+    )
 
     export = commands.add("export", _export, "download a snapshot's export, streamed to a file")
     _project(export)
@@ -579,6 +599,16 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--split", choices=SPLITS)
     export.add_argument("--snapshot", type=int, help="a version (default: the newest)")
     export.add_argument("--ambiguous", help="how ambiguous steps are mapped")
+    export.add_argument(
+        "--provenance",
+        action="store_true",
+        help="each record also names its steps' label source and the machines' labels",
+    )
+    export.add_argument(
+        "--soft-labels",
+        choices=("votes", "monte_carlo"),
+        help="openrlhf: soft labels from the votes or the Monte-Carlo values",
+    )
 
     train = commands.add("train", _train, "start a training run (ML staff)")
     _project(train)

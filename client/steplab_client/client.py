@@ -393,7 +393,7 @@ class Snapshots(_Resource):
     def create(self, project: int | str, **options: Any) -> JSON:
         """Freeze the consensus labels into a new snapshot (leads). Options as the
         API's: heldout_fraction, seed, ambiguous, finished_only, include_imported,
-        min_support, ties."""
+        min_support, ties, machine_sources."""
         result: JSON = self._client.request(
             "snapshots.create",
             project_id=self._client.projects.resolve(project),
@@ -410,17 +410,29 @@ class Snapshots(_Resource):
         split: str | None = None,
         snapshot: int | None = None,
         ambiguous: str | None = None,
+        provenance: bool = False,
+        soft_labels: str | None = None,
         on_progress: Callable[[int], None] | None = None,
     ) -> Download:
         """Stream a snapshot's export to ``out`` (a file or a folder; the server's file
         name in the current folder when None), a block at a time: a large export never
         sits in memory. Written to ``<out>.part`` and renamed once complete, so a broken
-        download leaves no file that looks whole. ``on_progress`` gets the bytes so far."""
+        download leaves no file that looks whole. ``on_progress`` gets the bytes so far.
+        ``provenance``: each record also names each step's label source and what each
+        machine source said; ``soft_labels``: openrlhf's, from ``votes`` or
+        ``monte_carlo`` values."""
         project_id = self._client.projects.resolve(project)
         found = ENDPOINTS["export"]
         url = found.url(project_id=project_id)
         params = _clean(
-            {"format": format, "split": split, "snapshot": snapshot, "ambiguous": ambiguous}
+            {
+                "format": format,
+                "split": split,
+                "snapshot": snapshot,
+                "ambiguous": ambiguous,
+                "provenance": "true" if provenance else None,
+                "soft_labels": soft_labels,
+            }
         )
         try:
             with self._client._http.stream(found.method, url, params=params) as response:
