@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
 from annotation.models import Assignment, ImportJob, Invite, Role
+from annotation.webhooks.services import webhook_create, webhook_test_send
 from config.wsgi import application
 from prm_training.models import RunStatus, TrainingRun
 from tests.factories import (
@@ -82,6 +83,10 @@ def seeded(request: Any, db: Any) -> dict[str, Any]:
         expires_at=timezone.now() + timedelta(days=1),
     )
     token_key = api_token_key(caller)
+    webhook = webhook_create(
+        project=project, user=None, url="http://127.0.0.1:9/fuzz", events=["chain.finished"]
+    )
+    delivery = webhook_test_send(webhook=webhook)
     return {
         "headers": {"Authorization": f"Token {token_key}"},
         "ids": {
@@ -95,6 +100,8 @@ def seeded(request: Any, db: Any) -> dict[str, Any]:
             "user_id": annotator.pk,
             "job_id": import_job.pk,
             "invite_id": invite.pk,
+            "webhook_id": webhook.pk,
+            "delivery_id": delivery.pk,
         },
     }
 

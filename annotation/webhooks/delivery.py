@@ -33,7 +33,7 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook as Signer
 
 from annotation.models import WebhookDelivery, WebhookDeliveryStatus
-from annotation.webhooks.targets import WebhookTargetRefused, webhook_url_check
+from annotation.webhooks.targets import WebhookTargetRefused, webhook_target
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def _post(claimed: _Claimed) -> Outcome:
     """Post the signed message; never raises. The answer's body is not read: only its
     status counts, and a receiver that streams an endless body cannot hold the worker."""
     try:
-        webhook_url_check(claimed.url)
+        target = webhook_target(claimed.url)
     except WebhookTargetRefused as refused:
         return Outcome(status_code=None, response_ms=None, error=str(refused))
     headers = signed_request(
@@ -192,13 +192,18 @@ def _post(claimed: _Claimed) -> Outcome:
         body=claimed.body,
         at=datetime.now(UTC),
     )
+    headers["host"] = target.host
     timeout = httpx.Timeout(READ_SECONDS, connect=CONNECT_SECONDS)
     started = time.monotonic()
     try:
         with (
             httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client,
             client.stream(
-                "POST", claimed.url, content=claimed.body.encode(), headers=headers
+                "POST",
+                target.url,
+                content=claimed.body.encode(),
+                headers=headers,
+                extensions={"sni_hostname": target.server_name},
             ) as answer,
         ):
             code = answer.status_code

@@ -9,13 +9,19 @@ may be pointed elsewhere after it was saved).
 
 STEPLAB_WEBHOOK_ALLOW_PRIVATE is off in production settings, on in development (``make
 demo`` runs on one machine, with its receivers beside it) and in the tests (whose
-receiver listens on 127.0.0.1)."""
+receiver listens on 127.0.0.1).
+
+Each attempt is sent to the address that was checked (``webhook_target``: the URL's host
+replaced by it, the name kept in the Host header and for TLS), so a name that resolves
+to a public address when checked and to a private one a moment later (DNS rebinding)
+does not get the request there."""
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-from urllib.parse import urlsplit
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 
@@ -24,11 +30,43 @@ class WebhookTargetRefused(Exception):
     """The URL may not be called; the message says why, for the lead."""
 
 
-def webhook_url_check(url: str, *, resolve: bool = True) -> None:
+@dataclass(frozen=True)
+class Target:
+    """Where one attempt goes: ``url`` names the checked address instead of the host;
+    ``host`` is the Host header and ``server_name`` the name TLS verifies the
+    certificate against (both the URL's own)."""
+
+    url: str
+    host: str
+    server_name: str
+
+
+def webhook_target(url: str) -> Target:
+    """``url`` checked as ``webhook_url_check`` does, its name resolved once, and pinned
+    to the first address it resolved to. Raises WebhookTargetRefused."""
+    addresses = webhook_url_check(url)
+    parts = urlsplit(url)
+    hostname = parts.hostname or ""
+    if not addresses:
+        addresses = _addresses(hostname, resolve=True)
+    address = addresses[0]
+    shown = f"[{address}]" if address.version == 6 else str(address)
+    netloc = f"{shown}:{parts.port}" if parts.port else shown
+    return Target(
+        url=urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, "")),
+        host=parts.netloc,
+        server_name=hostname,
+    )
+
+
+def webhook_url_check(
+    url: str, *, resolve: bool = True
+) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
     """Raise WebhookTargetRefused unless ``url`` may be called: http or https, a host, no
     user or password, and (unless private addresses are allowed) an address, or a name
     whose every address, that is globally routable. With ``resolve`` off a name is not
-    looked up (a literal address is still checked)."""
+    looked up (a literal address is still checked). Returns the addresses it checked
+    (none when private ones are allowed: then nothing is looked up)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise WebhookTargetRefused("Only http:// and https:// URLs can receive webhooks.")
@@ -44,13 +82,15 @@ def webhook_url_check(url: str, *, resolve: bool = True) -> None:
     except ValueError:
         raise WebhookTargetRefused("The URL's port is not a valid port.") from None
     if settings.STEPLAB_WEBHOOK_ALLOW_PRIVATE:
-        return
-    for address in _addresses(parts.hostname, resolve=resolve):
+        return []
+    addresses = _addresses(parts.hostname, resolve=resolve)
+    for address in addresses:
         if not address.is_global:
             raise WebhookTargetRefused(
                 f"{parts.hostname} is a private, loopback or reserved address ({address}); "
                 "webhooks are sent to public addresses only."
             )
+    return addresses
 
 
 def _addresses(host: str, *, resolve: bool) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:

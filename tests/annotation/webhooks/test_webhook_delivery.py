@@ -248,3 +248,36 @@ def test_a_finished_chain_is_named_by_its_public_id_and_a_gold_pass_sends_nothin
         "chain": CHAIN_IDS.show(real.pk),
         "passes": 1,
     }
+
+
+def test_an_attempt_goes_to_the_address_checked_with_the_name_as_host(
+    receiver: Receiver,
+) -> None:
+    # Given a webhook that names its receiver by name, not by address
+    project = _labeled_project()
+    hook = _hook(project, f"http://localhost:{receiver.port}/hooks/steplab?via=name")
+    snapshot_create(project=project, finished_only=False)
+
+    attempt = webhook_delivery_attempt(delivery_id=WebhookDelivery.objects.get().pk)
+
+    # Then it reached the address the name was checked at, named as the URL names it
+    assert attempt is not None and attempt.status == "delivered", attempt.last_error
+    (got,) = receiver.received
+    headers = {name.lower(): value for name, value in got.headers.items()}
+    assert headers["host"] == f"localhost:{receiver.port}"
+    assert got.path == "/hooks/steplab?via=name"
+    assert got.verified(hook.secret)["type"] == "snapshot.created"
+
+
+def test_a_pinned_target_keeps_the_name_for_tls(settings: Any) -> None:
+    from annotation.webhooks.targets import webhook_target
+
+    target = webhook_target("https://[::1]:8443/a/b?c=d")
+    assert (target.url, target.host, target.server_name) == (
+        "https://[::1]:8443/a/b?c=d",
+        "[::1]:8443",
+        "::1",
+    )
+    settings.STEPLAB_WEBHOOK_ALLOW_PRIVATE = False
+    with pytest.raises(Exception, match="private"):
+        webhook_target("https://localhost/x")
