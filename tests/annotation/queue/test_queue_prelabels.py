@@ -20,6 +20,7 @@ from annotation.models import (
 from annotation.public_ids import CHAIN_IDS
 from annotation.queue.prelabels import prelabel_held_out
 from annotation.services.gold import gold_mark
+from prm_training.services import training
 from tests import factories
 from tests.factories import ChainFactory, annotation_with_ratings
 
@@ -341,6 +342,24 @@ def test_claim_costs_the_same_queries_with_pre_labels(
         response = client.post(next_url(prelabeled))
     assert response.status_code == 200
     assert [s["prelabel"] for s in response.json()["chain"]["steps"]] == [1, -1, 1]
+
+
+def test_submit_costs_the_same_queries_with_pre_labels(
+    prelabeled, make_member, client_for, django_assert_num_queries
+):
+    # The outcomes are worked out from the lease the submit reads anyway and written in
+    # its one statement: 7 queries, as without pre-labels (test_queue_api.py)
+    chain = ChainFactory(project=prelabeled, step_count=12)
+    machine_labels(chain, [1] * 6 + [-1] * 6)
+    user = make_member(prelabeled)
+    client = client_for(user)
+    lease = lease_next(client, prelabeled)
+    training._autostart_seen.clear()
+    with django_assert_num_queries(7):
+        assert submit(client, lease, [1] * 12).status_code == 201
+    assert [o for o, _ in outcomes(chain, user)] == [PrelabelOutcome.CONFIRMED] * 6 + [
+        PrelabelOutcome.OVERRIDDEN
+    ] * 6
 
 
 # --- the lead's settings --------------------------------------------------------------------
