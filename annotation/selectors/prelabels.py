@@ -8,11 +8,12 @@ chains labeled with the verdicts shown against chains held out from them
 * seconds per chain (the pass's recorded duration);
 * step accuracy on gold chains (against their answer keys).
 
-Only passes whose lease had verdicts to show count (``Assignment.prelabels`` set): a
-chain the source never judged is in neither arm, so the arms differ only by the keyed
-draw. Passes as submitted (no revision). Proportions over steps take Wilson's interval
-(steps of one chain are not independent, so it is narrower than the truth when chains
-are long); seconds a Student t interval on the mean."""
+Only passes whose lease had verdicts to show from the project's source now count
+(``Assignment.prelabels`` set): a chain the source never judged is in neither arm, so the
+arms differ only by the keyed draw, and passes leased under another source are left out.
+Passes as submitted (no revision). Proportions over steps take Wilson's interval (steps
+of one chain are not independent, so it is narrower than the truth when chains are
+long); seconds a Student t interval on the mean."""
 
 from __future__ import annotations
 
@@ -115,15 +116,16 @@ def mean_interval(*, n: int, mean: float | None, sd: float | None) -> MeanSecond
 
 
 def _passes(project: Project, *, shown: bool | None) -> Q:
-    """Human passes as submitted in ``project`` whose lease had verdicts to show: shown,
-    held out, or (None) either."""
+    """Human passes as submitted in ``project`` whose lease had verdicts to show from
+    the project's source: shown, held out, or (None) either."""
     passes = Q(
         chain__project=project,
         source=AnnotationSource.HUMAN,
         supersedes__isnull=True,
         assignment__status=AssignmentStatus.SUBMITTED,
         assignment__prelabels__isnull=False,
-    ) & ~Q(assignment__prelabel_source="")
+        assignment__prelabel_source=project.prelabel_source,
+    )
     return passes if shown is None else passes & Q(assignment__prelabels_shown=shown)
 
 
@@ -203,8 +205,8 @@ def _arm(project: Project, *, shown: bool) -> Arm:
 
 
 def prelabel_effect(*, project: Project) -> PrelabelEffect | None:
-    """The comparison for ``project``; None when no pass was ever leased with verdicts
-    (pre-labels never on, or the source has judged nothing that was labeled)."""
+    """The comparison for ``project``; None when no pass was leased with verdicts of its
+    source (pre-labels never on, or the source has judged nothing that was labeled)."""
     if not Annotation.objects.filter(_passes(project, shown=None)).exists():
         return None
     return PrelabelEffect(

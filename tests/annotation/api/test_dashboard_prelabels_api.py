@@ -75,6 +75,15 @@ def test_no_figures_before_a_pass_had_verdicts(project, make_member, client_for)
     assert response.json()["prelabels"] is None
 
 
+def test_the_figures_are_the_current_source_s(verified, client_for) -> None:
+    # Passes leased with the judge's verdicts say nothing about the PRM's
+    project = verified["project"]
+    project.prelabel_source = "prm"
+    project.save()
+    url = f"/api/v1/projects/{project.pk}/dashboard/"
+    assert client_for(verified["lead"]).get(url).json()["prelabels"] is None
+
+
 @pytest.mark.parametrize("role", [Role.ANNOTATOR, Role.ML])
 def test_only_leads_read_the_figures(verified, make_member, client_for, role) -> None:
     response = client_for(make_member(verified["project"], role)).get(
