@@ -32,14 +32,14 @@ from rest_framework.response import Response
 
 from annotation.api.fields import INT32_MAX
 from annotation.api.inputs import InputSerializer
-from annotation.api.permissions import LEADS, project_for_request, request_user
+from annotation.api.permissions import LEADS, LEADS_AND_ML, project_for_request, request_user
 from annotation.exporters.formats import (
     CONTENT_TYPES,
     EXPORT_DESCRIPTIONS,
     EXPORT_FORMATS,
     SOFT_LABEL_SOURCES,
 )
-from annotation.models import MachineSource, Role, Snapshot, SnapshotSplit
+from annotation.models import MachineSource, Snapshot, SnapshotSplit
 from annotation.selectors.datasets import (
     DIFF_CHANGES,
     DIFF_PAGE_MAX,
@@ -65,7 +65,6 @@ from annotation.services.snapshots import (
     snapshot_create,
 )
 
-LEADS_AND_ML: tuple[str, ...] = (Role.LEAD, Role.ML)
 NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is not a member.")
 WRONG_ROLE = OpenApiResponse(description="A member whose role does not allow this.")
 

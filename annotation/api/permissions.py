@@ -20,6 +20,7 @@ from annotation.selectors.access import project_create_allowed, project_get_for_
 # Role sets for ``project_for_request(roles=...)``. None means any member.
 ANY_MEMBER: tuple[str, ...] | None = None
 LEADS: tuple[str, ...] = (Role.LEAD,)
+LEADS_AND_ML: tuple[str, ...] = (Role.LEAD, Role.ML)
 
 
 def request_user(request: Request | HttpRequest) -> User:

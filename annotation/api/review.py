@@ -31,14 +31,13 @@ from rest_framework.response import Response
 
 from annotation.api.fields import IdField
 from annotation.api.inputs import InputSerializer
-from annotation.api.permissions import LEADS, project_for_request, request_user
-from annotation.models import Annotation, Chain, ConsensusMethod, MachineSource, Role
+from annotation.api.permissions import LEADS, LEADS_AND_ML, project_for_request, request_user
+from annotation.models import Annotation, Chain, ConsensusMethod, MachineSource
 from annotation.selectors.review import chain_disagreements, chain_flags, chain_labels
 from annotation.services.agreement import agreement_compute
 from annotation.services.review import AdjudicatedRating, adjudication_create
 from annotation.services.workspace import chain_flag_clear
 
-LEADS_AND_ML: tuple[str, ...] = (Role.LEAD, Role.ML)
 NOT_A_MEMBER = OpenApiResponse(description="No such project or chain, or not a member.")
 WRONG_ROLE = OpenApiResponse(description="A member whose role does not allow this.")
 

@@ -182,7 +182,8 @@ def simulation_project_replay(
     rows) instead of an error. ``progress``/``should_stop``: as ``simulate`` takes them;
     ``warn`` hears what weakens the result. Raises ValidationError when the snapshot has no
     step label or cannot support ``sim``; RunCancelled where a report stopped it."""
-    from prm_training.ml.simulate import PRM_SOURCE, oracle_chains, simulate
+    from prm_training.ml.machine_labeler import PRM_SOURCE
+    from prm_training.ml.simulate import oracle_chains, simulate
 
     examples, graded, version = simulation_project_examples(project_id=project_id)
     stored = {

@@ -60,7 +60,7 @@ def strategy_evidence_build(
 ) -> dict[str, Any]:
     """The stored form of a simulation on a project's labels: per strategy its paired
     differences with random at the last round, and the choice they support."""
-    from prm_training.ml.simulate import summarize
+    from prm_training.ml.simulation_report import summarize
 
     lines = []
     for line in summarize(rows, heldout_fraction=sim.heldout_fraction):
@@ -116,7 +116,7 @@ def strategy_evidence_too_few(
 def _saves(line: dict[str, Any]) -> bool:
     """``ml.simulate.saves_steps`` on a stored line (False for one stored before the
     comparison at equal steps, which has no ``below``)."""
-    from prm_training.ml.simulate import saves_steps
+    from prm_training.ml.simulation_report import saves_steps
 
     below = line.get("below")
     f1 = line.get("processbench_f1") or {}

@@ -209,7 +209,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from prm_training.ml.simulate import plot_learning_curves, summary_table, write_csv
+        from prm_training.ml.simulation_plot import plot_learning_curves
+        from prm_training.ml.simulation_report import summary_table, write_csv
 
         sim = _simulation_config(options)
         if bool(options["files"]) == (options["project"] is not None):
@@ -304,7 +305,8 @@ def _simulation_config(options: dict[str, Any]) -> SimulationConfig:
     """The simulation the options ask for (random always among the strategies; the quick
     or full sizes where an option is not given)."""
     from prm_training.ml.acquisition import STRATEGIES
-    from prm_training.ml.simulate import BASELINE, PRM_SOURCE, MachineArm, SimulationConfig
+    from prm_training.ml.machine_labeler import PRM_SOURCE, MachineArm
+    from prm_training.ml.simulate import BASELINE, SimulationConfig
 
     chosen = options["strategy"] if options["strategy"] is not None else ",".join(STRATEGIES)
     named = [name.strip() for name in chosen.split(",") if name.strip()]

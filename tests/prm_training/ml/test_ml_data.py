@@ -16,6 +16,7 @@ from prm_training.ml import (
     grading,
     inputs,
     judge,
+    machine_labeler,
     metrics,
     paired,
     ranks,
@@ -23,6 +24,7 @@ from prm_training.ml import (
     rollouts,
     sampling,
     simulate,
+    simulation_report,
 )
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import (
@@ -196,6 +198,8 @@ def test_docstring_examples_hold() -> None:
         baselines,
         paired,
         simulate,
+        simulation_report,
+        machine_labeler,
         inputs,
         ranks,
         readout,

@@ -14,19 +14,17 @@ from django.core.management import CommandError, call_command
 
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import ChainExample
+from prm_training.ml.machine_labeler import MachineArm, prm_machine_labels
 from prm_training.ml.readout import Readout
 from prm_training.ml.simulate import (
     ROW_FIELDS,
-    MachineArm,
     SimulationConfig,
     SimulationRow,
     oracle_chains,
-    prm_machine_labels,
     simulate,
     split_by_problem,
-    summarize,
-    summary_table,
 )
+from prm_training.ml.simulation_report import summarize, summary_table
 from prm_training.ml.synthetic import synthetic_chains
 from tests.prm_training.ml_tiny import tiny_backbone_dir
 
