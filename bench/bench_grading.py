@@ -152,7 +152,7 @@ def main() -> int:
     header = ["source", "pairs", "agree", *kinds, "with truth", "old right", "new right"]
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
-    for key, row in rows.items():
+    for key, row in sorted(rows.items(), key=lambda item: item[0] == "all"):
         print(" | ".join([key, *(str(row[h]) for h in header[1:])]))
     n = max(1, len(pairs))
     print(

@@ -154,6 +154,13 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads: on a shared 2-core machine two OpenMP threads spin against "
+        "the neighbours and a tiny model's step takes 30x longer",
+    )
+    parser.add_argument(
         "--out", type=Path, default=REPO_ROOT / "bench" / "out" / "sampling_engine.json"
     )
     args = parser.parse_args()
@@ -163,7 +170,7 @@ def main() -> int:
 
     from prm_training.ml.generation import SamplingParams, TransformersEngine
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(args.threads)
     params = SamplingParams(
         n=args.n, temperature=1.0, top_p=0.95, max_new_tokens=args.max_new_tokens, seed=0
     )
