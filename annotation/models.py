@@ -1276,6 +1276,12 @@ class WebhookDelivery(models.Model):
                 condition=Q(status="pending"),
                 name="webhook_delivery_due",
             ),
+            # The log's pruning: the finished rows past STEPLAB_WEBHOOK_LOG_DAYS.
+            models.Index(
+                fields=["created_at"],
+                condition=~Q(status="pending"),
+                name="webhook_delivery_finished",
+            ),
         ]
         constraints = [
             models.CheckConstraint(

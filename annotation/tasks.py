@@ -22,9 +22,11 @@ from annotation.services.bulk_actions import BULK_TASK
 from annotation.services.import_jobs import IMPORT_TASK
 from annotation.webhooks.delivery import (
     DELIVER_TASK,
+    PRUNE_SECONDS,
     SWEEP_GRACE_SECONDS,
     SWEEP_SECONDS,
     webhook_deliveries_dispatch_due,
+    webhook_deliveries_prune,
 )
 
 logger = logging.getLogger(__name__)
@@ -75,24 +77,35 @@ class DispatchPendingWebhooks(bootsteps.StartStopStep):
         _dispatch_webhooks(0)
 
 
+def _prune_webhook_log() -> None:
+    try:
+        webhook_deliveries_prune()
+    except Exception:  # noqa: BLE001 - pruned at the next tick
+        logger.exception("Pruning the webhook delivery log failed")
+    finally:
+        connections.close_all()
+
+
 class SweepWebhooks(bootsteps.StartStopStep):
     """A worker bootstep: every SWEEP_SECONDS the main process sends the rows due for a
-    while with no task on its way (a lost countdown, an attempt whose worker died)."""
+    while with no task on its way (a lost countdown, an attempt whose worker died), and
+    every PRUNE_SECONDS it prunes the delivery log (``webhook_deliveries_prune``)."""
 
     requires = {"celery.worker.components:Timer"}
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
-        self.tref: Any = None
+        self.trefs: list[Any] = []
 
     def start(self, worker: Any) -> None:
-        self.tref = worker.timer.call_repeatedly(
-            SWEEP_SECONDS, _dispatch_webhooks, (SWEEP_GRACE_SECONDS,)
-        )
+        self.trefs = [
+            worker.timer.call_repeatedly(SWEEP_SECONDS, _dispatch_webhooks, (SWEEP_GRACE_SECONDS,)),
+            worker.timer.call_repeatedly(PRUNE_SECONDS, _prune_webhook_log),
+        ]
 
     def stop(self, worker: Any) -> None:
-        if self.tref is not None:
-            self.tref.cancel()
-            self.tref = None
+        for tref in self.trefs:
+            tref.cancel()
+        self.trefs = []
 
 
 current_app.steps["consumer"].add(DispatchPendingWebhooks)

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 from celery import current_app
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook as Signer
@@ -44,6 +45,7 @@ READ_SECONDS = 5.0
 # is sent again only when its attempt is surely over.
 CLAIM_SECONDS = 120
 SWEEP_SECONDS = 30.0
+PRUNE_SECONDS = 3600.0
 # The periodic sweep leaves rows due for less than this to the message already on its way.
 SWEEP_GRACE_SECONDS = 60
 ERROR_MAX_CHARS = 500
@@ -107,6 +109,22 @@ def webhook_deliveries_dispatch_due(*, grace_seconds: float = 0, limit: int = 10
         .values_list("pk", flat=True)[:limit]
     )
     return sum(webhook_delivery_enqueue(delivery_id=pk) for pk in list(due))
+
+
+def webhook_deliveries_prune(*, batch: int = 1000) -> int:
+    """Delete delivered and failed rows older than STEPLAB_WEBHOOK_LOG_DAYS, ``batch`` at a
+    time (short transactions on a big log); how many went. PENDING rows stay, whatever
+    their age: they are the outbox."""
+    cutoff = timezone.now() - timedelta(days=settings.STEPLAB_WEBHOOK_LOG_DAYS)
+    old = WebhookDelivery.objects.exclude(status=WebhookDeliveryStatus.PENDING).filter(
+        created_at__lt=cutoff
+    )
+    removed = 0
+    while True:
+        ids = list(old.values_list("pk", flat=True)[:batch])
+        if not ids:
+            return removed
+        removed += WebhookDelivery.objects.filter(pk__in=ids).delete()[0]
 
 
 # --- one attempt (worker side) ------------------------------------------------------------

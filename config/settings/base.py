@@ -258,6 +258,9 @@ STEPLAB_EMAIL_ENABLED = bool(EMAIL_HOST or os.environ.get("EMAIL_BACKEND"))
 # server call its own neighbours (server-side request forgery). Development (`make demo`,
 # receivers on the same machine) and the tests (a receiver on 127.0.0.1) turn it on.
 STEPLAB_WEBHOOK_ALLOW_PRIVATE = env_bool("STEPLAB_WEBHOOK_ALLOW_PRIVATE", False)
+# How long a delivered or failed webhook message stays in the delivery log (workers prune
+# older ones hourly); a message still waiting is never pruned.
+STEPLAB_WEBHOOK_LOG_DAYS = int(os.environ.get("STEPLAB_WEBHOOK_LOG_DAYS", "30"))
 
 # Nothing that must be shared between web processes lives in the cache (sessions and the
 # sign-in counters are in the database), so per-process memory is the default; set

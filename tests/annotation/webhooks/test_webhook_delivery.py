@@ -24,8 +24,12 @@ from annotation.public_ids import CHAIN_IDS
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.services.gold import gold_mark
 from annotation.services.snapshots import snapshot_create
-from annotation.webhooks.delivery import webhook_delivery_attempt
-from annotation.webhooks.services import webhook_create, webhook_delivery_replay
+from annotation.webhooks.delivery import webhook_deliveries_prune, webhook_delivery_attempt
+from annotation.webhooks.services import (
+    webhook_create,
+    webhook_delivery_replay,
+    webhook_test_send,
+)
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.annotation.webhooks.receiver import Receiver
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, annotation_with_ratings
@@ -281,3 +285,29 @@ def test_a_pinned_target_keeps_the_name_for_tls(settings: Any) -> None:
     settings.STEPLAB_WEBHOOK_ALLOW_PRIVATE = False
     with pytest.raises(Exception, match="private"):
         webhook_target("https://localhost/x")
+
+
+def test_the_log_keeps_what_waits_and_what_is_recent(settings: Any) -> None:
+    # Given deliveries of every state, some older than the log keeps
+    settings.STEPLAB_WEBHOOK_LOG_DAYS = 30
+    hook = _hook(ProjectFactory(), "http://127.0.0.1:9/never")
+    now = timezone.now()
+    rows = {}
+    for name, status, days in [
+        ("old delivered", "delivered", 31),
+        ("old failed", "failed", 40),
+        ("old pending", "pending", 45),
+        ("recent delivered", "delivered", 29),
+    ]:
+        row = webhook_test_send(webhook=hook)
+        WebhookDelivery.objects.filter(pk=row.pk).update(
+            status=status,
+            created_at=now - timedelta(days=days),
+            next_attempt_at=now if status == "pending" else None,
+        )
+        rows[name] = row.pk
+
+    assert webhook_deliveries_prune(batch=1) == 2
+
+    kept = set(WebhookDelivery.objects.values_list("pk", flat=True))
+    assert kept == {rows["old pending"], rows["recent delivered"]}
