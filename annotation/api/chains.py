@@ -92,6 +92,12 @@ class ChainFilterSerializer(serializers.Serializer):
         default=False,
         help_text="Only chains on which two machine sources name different first errors.",
     )
+    machines_vs_people = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Only chains on which a machine source names another first error than "
+        "a person's current pass.",
+    )
 
 
 def chain_filters_from(*, project: Project, data: dict[str, Any]) -> ChainFilters:
@@ -115,6 +121,7 @@ def chain_filters_from(*, project: Project, data: dict[str, Any]) -> ChainFilter
         max_uncertainty=data.get("max_uncertainty"),
         search=data.get("q", ""),
         machines_disagree=data.get("machines_disagree", False),
+        machines_vs_people=data.get("machines_vs_people", False),
     )
 
 

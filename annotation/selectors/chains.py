@@ -38,7 +38,11 @@ from annotation.selectors.chain_order import (
     phase_rows,
 )
 from annotation.selectors.chain_scores import chain_step_scores, chains_with_scores
-from annotation.selectors.machine_labels import machine_first_errors, machines_disagree
+from annotation.selectors.machine_labels import (
+    machine_first_errors,
+    machines_disagree,
+    machines_disagree_with_people,
+)
 
 
 class ChainStatus:
@@ -80,6 +84,8 @@ class ChainFilters:
     search: str = ""
     # Only chains on which two machine sources name different first errors.
     machines_disagree: bool = False
+    # Only chains on which a machine source and a person's pass name different ones.
+    machines_vs_people: bool = False
 
 
 @dataclass(frozen=True)
@@ -339,6 +345,8 @@ def _filtered(chains: QuerySet[Any], *, project: Project, filters: ChainFilters)
         chains = chains.filter(_search_q(text=filters.search.strip()))
     if filters.machines_disagree:
         chains = machines_disagree(chains)
+    if filters.machines_vs_people:
+        chains = machines_disagree_with_people(chains)
     return chains
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from django.db.models import Exists, F, IntegerField, Min, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from annotation.models import MachineLabel, MachineSource
+from annotation.models import AnnotationSource, MachineLabel, MachineSource, StepRating
 
 # A first error past every step: "this source found none", for comparisons in SQL.
 _NO_ERROR = 1_000_000_000
@@ -268,3 +268,46 @@ def machine_chain_labels(
         )
         for chain_id, by_index in ratings.items()
     }
+
+
+def _first_error_bounds(
+    rows: QuerySet[Any], *, group: str, index: str
+) -> tuple[Subquery, Subquery]:
+    """The least and greatest of the first errors of ``rows`` (one chain's), grouped by
+    ``group``: each group's first error is the least ``index`` it rated -1, _NO_ERROR
+    for none."""
+    per_group = (
+        rows.values(group)
+        .annotate(
+            first=Coalesce(
+                Min(index, filter=Q(rating=-1)), Value(_NO_ERROR), output_field=IntegerField()
+            )
+        )
+        .values("first")
+    )
+    return (
+        Subquery(per_group.order_by("first")[:1], output_field=IntegerField()),
+        Subquery(per_group.order_by("-first")[:1], output_field=IntegerField()),
+    )
+
+
+def machines_disagree_with_people(chains: QuerySet[Any]) -> QuerySet[Any]:
+    """The ``chains`` on which a machine source (its newest run's verdicts) names another
+    first error than a person's current pass does: some pair of them differs, which is
+    ``machine_low < human_high or human_low < machine_high``. A chain no person or no
+    machine labeled never matches."""
+    machine_low, machine_high = _first_error_bounds(
+        _newest_verdicts().filter(chain=OuterRef("pk")), group="source", index="step__index"
+    )
+    passes = StepRating.objects.filter(
+        annotation__chain=OuterRef("pk"),
+        annotation__source=AnnotationSource.HUMAN,
+        annotation__superseded_by__isnull=True,
+    )
+    human_low, human_high = _first_error_bounds(passes, group="annotation", index="step__index")
+    return chains.alias(
+        vs_machine_low=machine_low,
+        vs_machine_high=machine_high,
+        vs_human_low=human_low,
+        vs_human_high=human_high,
+    ).filter(Q(vs_machine_low__lt=F("vs_human_high")) | Q(vs_human_low__lt=F("vs_machine_high")))

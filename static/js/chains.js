@@ -58,6 +58,7 @@
     const status = $("ch-status").value;
     if (status) out.status = [status];
     if ($("ch-machines").value === "disagree") out.machines_disagree = true;
+    if ($("ch-machines").value === "vs_people") out.machines_vs_people = true;
     return out;
   }
 

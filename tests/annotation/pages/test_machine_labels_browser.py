@@ -140,6 +140,17 @@ def test_chain_list_shows_first_errors_and_filters_machines_disagreeing(
     )
     assert page.locator("#ch-rows tr[data-chain]").get_attribute("data-chain") == str(disputed.pk)
 
+    # The quiet chain has no person's pass to disagree with
+    page.select_option("#ch-machines", "any")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#ch-rows tr[data-chain]').length === 2"
+    )
+    page.select_option("#ch-machines", "vs_people")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#ch-rows tr[data-chain]').length === 1"
+    )
+    assert page.locator("#ch-rows tr[data-chain]").get_attribute("data-chain") == str(disputed.pk)
+
 
 def test_snapshot_form_takes_machine_sources_and_exports_offer_their_options(
     live_server: Any, page: Page, lab: dict[str, Any]

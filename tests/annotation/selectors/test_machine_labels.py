@@ -217,3 +217,36 @@ def test_a_source_s_chain_labels_are_its_newest_verdicts_as_sure_as_the_least_su
     # Then: the newest verdict per step; no stated confidence reads as sure
     assert rollouts == {chain.pk: ((1, -1, 1), 1.0)}
     assert judged == {other.pk: ((1, -1), 0.6)}
+
+
+def test_filter_machines_disagreeing_with_a_person(project, make_member, client_for):
+    agree, differ, machines_only, people_only, split = (
+        ChainFactory(project=project, step_count=3) for _ in range(5)
+    )
+    ann, bob = UserFactory(), UserFactory()
+    annotation_with_ratings(chain=agree, annotator=ann, labels=[1, -1, None])  # first error
+    machine_labels(chain=agree, ratings=[1, -1, -1])
+    machine_labels(chain=agree, ratings=[1, -1, None], source="judge", run_kind="judge")
+    annotation_with_ratings(chain=differ, annotator=ann, labels=[1, 1, 1])
+    machine_labels(chain=differ, ratings=[1, 1, -1])
+    # The person sees the error before the machine does (and, above, after it)
+    later = ChainFactory(project=project, step_count=3)
+    annotation_with_ratings(chain=later, annotator=ann, labels=[1, -1, None])
+    machine_labels(chain=later, ratings=[1, 1, -1])
+    machine_labels(chain=machines_only, ratings=[-1, -1, -1])
+    annotation_with_ratings(chain=people_only, annotator=ann, labels=[-1, None, None])
+    # Two people apart: the rollouts side with one, so they differ from the other
+    annotation_with_ratings(chain=split, annotator=ann, labels=[1, -1, None])
+    annotation_with_ratings(chain=split, annotator=bob, labels=[1, 1, 1])
+    machine_labels(chain=split, ratings=[1, -1, -1])
+    # A person's superseded pass no longer counts: ann revised ``agree``'s from [1, 1, 1]
+    old = annotation_with_ratings(chain=agree, annotator=bob, labels=[1, 1, 1])
+    annotation_with_ratings(chain=agree, annotator=bob, labels=[1, -1, None], supersedes=old)
+    client = _lead_client(project, make_member, client_for)
+
+    response = client.get(f"/api/v1/projects/{project.pk}/chains/?machines_vs_people=true")
+
+    assert response.status_code == 200
+    assert sorted(row["id"] for row in response.json()["results"]) == sorted(
+        [differ.pk, split.pk, later.pk]
+    )
