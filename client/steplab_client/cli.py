@@ -117,22 +117,31 @@ def _table(rows: Sequence[JSON], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, *, width: int | None = 60) -> str:
+    """A value as text; in a table (``width``) cut to fit, so a row stays one line."""
     if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"))[:60]
-    return str(value)
+        text = "-"
+    elif isinstance(value, bool):
+        text = "yes" if value else "no"
+    elif isinstance(value, float):
+        text = f"{value:.3g}"
+    elif isinstance(value, dict | list):
+        text = json.dumps(value, separators=(",", ":"))
+    else:
+        text = str(value)
+    if width is not None:
+        text = " ".join(text.split())
+        if len(text) > width:
+            text = text[: width - 3] + "..."
+    return text
 
 
 def _fields(row: JSON) -> str:
     """An object as `key: value` lines (nested values as compact JSON)."""
     width = max((len(key) for key in row), default=0)
-    return "\n".join(f"{key.ljust(width)}  {_cell(value)}" for key, value in row.items())
+    return "\n".join(
+        f"{key.ljust(width)}  {_cell(value, width=None)}" for key, value in row.items()
+    )
 
 
 # --- arguments ---------------------------------------------------------------------------
@@ -156,6 +165,20 @@ def _settings(pairs: Sequence[tuple[str, Any]] | None) -> dict[str, Any]:
 
 
 # --- commands ----------------------------------------------------------------------------
+
+
+def _tokens_list(client: Client, args: argparse.Namespace) -> Any:
+    columns = ["id", "name", "scope", "prefix", "state", "expires_at", "last_used_at"]
+    return client.tokens.list(), columns
+
+
+def _tokens_create(client: Client, args: argparse.Namespace) -> Any:
+    return client.tokens.create(name=args.name, scope=args.scope)
+
+
+def _tokens_revoke(client: Client, args: argparse.Namespace) -> Any:
+    client.tokens.revoke(args.token_id)
+    return {"revoked": args.token_id}
 
 
 def _projects_list(client: Client, args: argparse.Namespace) -> Any:
@@ -486,6 +509,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     login.add_argument("--username", required=True)
     login.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+
+    tokens = commands.group("tokens", "your API tokens: list, create, revoke")
+    commands.add("list", _tokens_list, "your tokens and their states", tokens)
+    token = commands.add("create", _tokens_create, "a new token (its key shown once)", tokens)
+    token.add_argument("name", help="what the token is for")
+    token.add_argument("--scope", choices=("read", "full"), default="full")
+    revoke_token = commands.add("revoke", _tokens_revoke, "revoke one of your tokens", tokens)
+    revoke_token.add_argument("token_id", type=int)
 
     projects = commands.group("projects", "projects: list, show, create, settings")
     commands.add("list", _projects_list, "your projects, with progress", projects)

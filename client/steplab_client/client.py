@@ -78,6 +78,7 @@ class Client:
             headers={"Authorization": f"Token {settings.token}", "User-Agent": USER_AGENT},
             timeout=timeout,
         )
+        self.tokens = Tokens(self)
         self.projects = Projects(self)
         self.members = Members(self)
         self.invites = Invites(self)
@@ -188,6 +189,23 @@ class Client:
 class _Resource:
     def __init__(self, client: Client) -> None:
         self._client = client
+
+
+class Tokens(_Resource):
+    """The caller's own API tokens."""
+
+    def list(self) -> list[JSON]:
+        """Newest first, each with its state (active, expired, password_changed)."""
+        result: list[JSON] = self._client.request("tokens.list")
+        return result
+
+    def create(self, *, name: str, scope: str = "full") -> JSON:
+        """A new token (``scope`` read or full); its ``key`` is in this answer only."""
+        result: JSON = self._client.request("tokens.create", json={"name": name, "scope": scope})
+        return result
+
+    def revoke(self, token_id: int) -> None:
+        self._client.request("tokens.revoke", token_id=token_id)
 
 
 class Projects(_Resource):

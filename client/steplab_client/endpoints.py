@@ -38,6 +38,9 @@ _PROJECT = f"{_V1}/projects/{{project_id}}"
 
 ENDPOINTS: dict[str, Endpoint] = {
     "auth.token": _post(f"{_V1}/auth/token/"),
+    "tokens.list": _get(f"{_V1}/auth/tokens/"),
+    "tokens.create": _post(f"{_V1}/auth/tokens/"),
+    "tokens.revoke": _delete(f"{_V1}/auth/tokens/{{token_id}}/"),
     "projects.list": _get(f"{_V1}/projects/"),
     "projects.create": _post(f"{_V1}/projects/"),
     "projects.show": _get(f"{_PROJECT}/"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from annotation.models import Invite, Membership, Project, Role
+from annotation.models import ApiToken, Invite, Membership, Project, Role
 from tests.client.conftest import Steplab
 from tests.factories import UserFactory, api_token_key
 
@@ -115,3 +115,30 @@ def test_errors_show_the_servers_status_and_message_not_a_traceback(
     read_only = api_token_key(lead, scope="read", name="ro")
     written = steplab(read_only, "projects", "settings", str(project.pk), "--set", "overlap=2")
     assert written.code == 1 and "HTTP 403" in written.err and "read-only" in written.err
+
+
+def test_a_person_makes_lists_and_revokes_their_tokens(steplab: Steplab) -> None:
+    # Given: a user with a token
+    user = UserFactory(username="lena")
+    token = api_token_key(user, name="laptop")
+
+    # When: they make a read-only token for a script
+    made = steplab(token, "tokens", "create", "nightly export", "--scope", "read", "--json")
+
+    # Then: its key is shown once, and it reads but may not write
+    assert made.code == 0, made.err
+    key = made.json()["key"]
+    assert made.json()["scope"] == "read"
+    assert steplab(key, "projects", "list").code == 0
+    written = steplab(key, "tokens", "create", "another")
+    assert written.code == 1 and "HTTP 403" in written.err
+
+    # ...both are listed, without their keys
+    listed = steplab(token, "tokens", "list")
+    assert "nightly export" in listed.out and "laptop" in listed.out and key not in listed.out
+
+    # ...and once revoked, the key is refused
+    assert steplab(token, "tokens", "revoke", str(made.json()["id"])).code == 0
+    refused = steplab(key, "projects", "list")
+    assert refused.code == 1 and "HTTP 401" in refused.err
+    assert ApiToken.objects.filter(user=user).count() == 1
