@@ -33,7 +33,7 @@ EXPORT_FORMATS = (
     "parquet",
 )
 MACHINE_SOURCES = ("monte_carlo", "judge", "prm", "import")
-IMPORT_FORMATS = ("auto", "prm800k", "processbench", "trl", "math_shepherd", "generic")
+IMPORT_FORMATS = ("auto", "prm800k", "processbench", "trl", "math_shepherd", "generic", "problems")
 SPLITS = ("train", "heldout")
 
 Handler = Callable[[Client, argparse.Namespace], Any]

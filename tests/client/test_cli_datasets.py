@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from steplab_client.cli import EXPORT_FORMATS
 
 from annotation.models import Chain, Membership, Project, Role
 from tests.client.conftest import Steplab
@@ -19,8 +20,6 @@ from tests.factories import UserFactory, api_token_key
 from tests.prm_training.prm_worker import WorkerHandle
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
-
-EXPORT_FORMATS = ("prm800k", "trl", "processbench", "openrlhf", "qwen_prm", "csv", "parquet")
 
 
 def _lead_of_new_project() -> tuple[Project, str]:
@@ -84,7 +83,9 @@ def test_import_chains_snapshot_and_every_export_from_the_command_line(
     assert [row["version"] for row in listed] == [snapshot["version"]]
 
     # ...and every export format, whole and per split, streamed to files
-    for fmt in EXPORT_FORMATS:
+    # (math_shepherd writes Monte-Carlo labels, which this snapshot has none of:
+    # test_cli_machine_labels.py exports it.)
+    for fmt in set(EXPORT_FORMATS) - {"math_shepherd"}:
         out = tmp_path / f"all.{fmt}"
         exported = steplab(token, "export", str(project.pk), "--format", fmt, "--out", str(out))
         assert exported.code == 0, exported.err
