@@ -294,9 +294,18 @@ _CHAIN_FILTERS = (
 )
 
 
+# Filters that only narrow when on.
+_CHAIN_SWITCHES = ("machines_disagree", "machines_vs_people")
+
+
 def _chains_list(client: Client, args: argparse.Namespace) -> Any:
     filters: dict[str, Any] = {name: getattr(args, name) for name in _CHAIN_FILTERS}
     filters.update(status=args.status or None, q=args.search, sort=args.sort, limit=args.limit)
+    for name in _CHAIN_SWITCHES:
+        if getattr(args, name):
+            filters[name] = "true"
+    # Any other filter the API takes, as it names it.
+    filters.update(_settings(args.filter))
     if args.all:
         rows = list(client.chains.list(args.project, **filters))
     else:
@@ -467,9 +476,9 @@ def _project(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("project", help="a project's id or exact name")
 
 
-def _set_option(parser: argparse.ArgumentParser, what: str) -> None:
+def _set_option(parser: argparse.ArgumentParser, what: str, *, flag: str = "--set") -> None:
     parser.add_argument(
-        "--set",
+        flag,
         action="append",
         type=_setting,
         metavar="KEY=VALUE",
@@ -589,6 +598,17 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--sort", help="a column, '-' first for descending")
     listing.add_argument("--limit", type=int, help="rows a page (the API's default 50)")
     listing.add_argument("--all", action="store_true", help="every page, not the first")
+    listing.add_argument(
+        "--machines-disagree",
+        action="store_true",
+        help="only chains on which two machine sources name different first errors",
+    )
+    listing.add_argument(
+        "--machines-vs-people",
+        action="store_true",
+        help="only chains on which a machine source and a person's pass part ways",
+    )
+    _set_option(listing, "any other filter the API takes", flag="--filter")
     for name in _CHAIN_FILTERS:
         # annotator and reviewer are user ids; the rest are shares between 0 and 1.
         kind = int if name in ("annotator", "reviewer") else float

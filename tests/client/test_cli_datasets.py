@@ -65,6 +65,13 @@ def test_import_chains_snapshot_and_every_export_from_the_command_line(
         token, "chains", "list", "GSM8K", "--search", "apples", "--all", "--json"
     ).json()
     assert searched and all(row["id"] for row in searched)
+    by_filter = steplab(
+        token, "chains", "list", "GSM8K", "--filter", "q=apples", "--all", "--json"
+    ).json()
+    assert by_filter == searched
+    assert steplab(token, "chains", "list", "GSM8K", "--machines-vs-people", "--json").json() == []
+    bad_filter = steplab(token, "chains", "list", "GSM8K", "--filter", "limit=0")
+    assert bad_filter.code == 1 and "HTTP 400" in bad_filter.err and "limit" in bad_filter.err
     chain_id = first[0]["id"]
     chain = steplab(token, "chains", "show", str(chain_id), "--json")
     assert chain.code == 0, chain.err
