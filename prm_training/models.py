@@ -25,6 +25,52 @@ class RunStatus(models.TextChoices):
 FINISHED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
+class RunLifecycle(models.Model):
+    """The columns every kind of run keeps for the lifecycle they share
+    (``services.runs``: outbox, claim, heartbeat, reaper, cancel, retry). Abstract: each
+    run has its own table, its own project relation and its own constraints."""
+
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    started_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    celery_task_id = models.CharField(max_length=255, blank=True)
+    enqueued_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the broker took the task; empty while the broker was unreachable "
+        "(the row is the outbox: a worker re-sends it when it connects).",
+    )
+    worker = models.CharField(max_length=255, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    cancel_requested = models.BooleanField(default=False)
+    phase = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the run does now, how far and how fast (services.runs.RunProgress).",
+    )
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
+
+    class Meta:
+        abstract = True
+        ordering = ["-created_at", "-id"]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
 class AcquisitionStrategy(models.TextChoices):
     RANDOM = "random", "Random"
     ENTROPY = "entropy", "Step uncertainty (entropy)"
@@ -79,6 +125,11 @@ class ProjectTrainingSettings(models.Model):
         "no evaluation set of the project: scored on each, and its F1 not below the "
         "strongest baseline that reads no step with the interval clear of zero.",
     )
+    judge_template = models.TextField(
+        blank=True,
+        help_text="The prompt a judge run sends, with {problem} and {tagged_response} in it; "
+        "blank: ProcessBench's critique format (ml.judge.DEFAULT_TEMPLATE).",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -98,52 +149,21 @@ class ProjectTrainingSettings(models.Model):
         return f"training settings of {self.project}"
 
 
-class TrainingRun(models.Model):
+class TrainingRun(RunLifecycle):
     """One attempt to train a PRM on a snapshot. ``settings`` holds PRMConfig fields (those
     left out take the ML package's defaults). ``worker`` and ``heartbeat_at`` tell a run
     whose worker died from one still going (``services.runs.runs_reap_stale``); a retry
     is a new run with the same settings (``retry_of``)."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="training_runs")
-    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     trigger = models.CharField(max_length=20, choices=RunTrigger.choices, default=RunTrigger.MANUAL)
     settings = models.JSONField(default=dict, blank=True)
     snapshot = models.ForeignKey(
         Snapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="training_runs"
     )
-    started_by = models.ForeignKey(
-        django_settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
     progress = models.FloatField(default=0.0)
     last_loss = models.FloatField(null=True, blank=True)
     loss_history = models.JSONField(default=list, blank=True)
-    error = models.TextField(blank=True)
-    celery_task_id = models.CharField(max_length=255, blank=True)
-    enqueued_at = models.DateTimeField(
-        null=True,
-        blank=True,
-        help_text="When the broker took the task; empty while the broker was unreachable "
-        "(the row is the outbox: a worker re-sends it when it connects).",
-    )
-    worker = models.CharField(max_length=255, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
-    cancel_requested = models.BooleanField(default=False)
-    phase = models.JSONField(
-        default=dict,
-        blank=True,
-        help_text="What the run does now, how far and how fast (services.runs.RunProgress).",
-    )
-    retry_of = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
-    )
     finished_chains_at_start = models.PositiveIntegerField(
         default=0, help_text="Finished chains in the project when the run was queued."
     )
@@ -151,8 +171,7 @@ class TrainingRun(models.Model):
         blank=True, help_text="Why the new version was, or was not, made active."
     )
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(RunLifecycle.Meta):
         constraints = [
             models.CheckConstraint(
                 condition=Q(status__in=RunStatus.values), name="training_run_status_valid"
@@ -166,10 +185,6 @@ class TrainingRun(models.Model):
 
     def __str__(self) -> str:
         return f"training run {self.pk} ({self.status})"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in FINISHED_STATUSES
 
 
 class ModelVersion(models.Model):
@@ -264,7 +279,7 @@ class EvaluationResult(models.Model):
         return f"{self.model_version} on {self.evaluation_set}"
 
 
-class ScoringRun(models.Model):
+class ScoringRun(RunLifecycle):
     """Scores the project's unlabeled chains with one model version and turns the scores
     into queue priorities with ``strategy`` (mixed with ``random_fraction`` at random)."""
 
@@ -272,7 +287,6 @@ class ScoringRun(models.Model):
     model_version = models.ForeignKey(
         ModelVersion, on_delete=models.PROTECT, related_name="scoring_runs"
     )
-    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     strategy = models.CharField(max_length=30, choices=AcquisitionStrategy.choices)
     applied_strategy = models.CharField(
         max_length=30,
@@ -287,16 +301,6 @@ class ScoringRun(models.Model):
     )
     random_fraction = models.FloatField(default=0.2)
     seed = models.IntegerField(default=0)
-    started_by = models.ForeignKey(
-        django_settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
     chains_total = models.PositiveIntegerField(default=0)
     chains_scored = models.PositiveIntegerField(default=0)
     priorities_updated = models.PositiveIntegerField(default=0)
@@ -306,26 +310,8 @@ class ScoringRun(models.Model):
         help_text="What windows of the version's max_length still cut from the chains scored "
         "(ml.score.truncation_counts), summed over the run.",
     )
-    error = models.TextField(blank=True)
-    celery_task_id = models.CharField(max_length=255, blank=True)
-    enqueued_at = models.DateTimeField(
-        null=True, blank=True, help_text="When the broker took the task (see TrainingRun)."
-    )
-    worker = models.CharField(max_length=255, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
-    cancel_requested = models.BooleanField(default=False)
-    phase = models.JSONField(
-        default=dict,
-        blank=True,
-        help_text="What the run does now, how far and how fast (services.runs.RunProgress).",
-    )
-    retry_of = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
-    )
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(RunLifecycle.Meta):
         constraints = [
             models.CheckConstraint(
                 condition=Q(status__in=RunStatus.values), name="scoring_run_status_valid"
@@ -342,13 +328,12 @@ class SimulationSize(models.TextChoices):
     FULL = "full", "Full (sized to resolve 0.02 F1 on ProcessBench)"
 
 
-class SimulationRun(models.Model):
+class SimulationRun(RunLifecycle):
     """One paired active-learning simulation on the project's newest snapshot
     (``services.simulation``), started from the ML page or the API; when it succeeds
     its result is the project's ``strategy_evidence``, what 'auto' chooses from."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="simulation_runs")
-    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     size = models.CharField(max_length=10, choices=SimulationSize.choices)
     seeds = models.PositiveIntegerField(help_text="Seeds (splits) compared, paired.")
     rounds = models.PositiveIntegerField(help_text="Acquisition rounds per seed.")
@@ -358,36 +343,8 @@ class SimulationRun(models.Model):
     evidence = models.JSONField(
         default=dict, blank=True, help_text="What the run stored for 'auto' (strategy_evidence)."
     )
-    started_by = models.ForeignKey(
-        django_settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    error = models.TextField(blank=True)
-    celery_task_id = models.CharField(max_length=255, blank=True)
-    enqueued_at = models.DateTimeField(
-        null=True, blank=True, help_text="When the broker took the task (see TrainingRun)."
-    )
-    worker = models.CharField(max_length=255, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
-    cancel_requested = models.BooleanField(default=False)
-    phase = models.JSONField(
-        default=dict,
-        blank=True,
-        help_text="What the run does now, how far and how fast (services.runs.RunProgress).",
-    )
-    retry_of = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
-    )
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(RunLifecycle.Meta):
         constraints = [
             models.CheckConstraint(
                 condition=Q(status__in=RunStatus.values), name="simulation_run_status_valid"
@@ -400,6 +357,95 @@ class SimulationRun(models.Model):
 
     def __str__(self) -> str:
         return f"simulation run {self.pk} ({self.status})"
+
+
+class MachineLabelRunKind(models.TextChoices):
+    SAMPLE = "sample", "Sample chains from problems"
+    ROLLOUT = "rollout", "Monte-Carlo rollouts"
+    JUDGE = "judge", "Judge"
+
+
+class MachineLabelRun(RunLifecycle):
+    """One run of a causal LM from the backbone root on the GPU node (issue 23,
+    ``services.machine_labels``): ``sample`` draws chains for problems and imports them,
+    ``rollout`` values each step of chosen chains by Monte-Carlo rollouts from its prefix,
+    ``judge`` asks the model for each chain's earliest wrong step. ``item_ids`` are the
+    problems (sample) or chains (rollout, judge) the run works through, fixed when it
+    starts from ``selection`` (what was asked: ids or a filter), so a retry or a resumed
+    attempt works on the same items."""
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="machine_label_runs"
+    )
+    kind = models.CharField(max_length=20, choices=MachineLabelRunKind.choices)
+    model_name = models.CharField(
+        max_length=200, help_text="A causal LM's directory under the backbone root, by name."
+    )
+    params = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="SamplingParams fields (n: chains per problem, rollouts per step or judge "
+        "samples per chain), and mode (rollout: full or search) or template (judge).",
+    )
+    selection = models.JSONField(
+        default=dict, blank=True, help_text="What was asked: ids, or a filter by name."
+    )
+    item_ids = models.JSONField(
+        default=list, blank=True, help_text="The problems or chains the selection named."
+    )
+    items_total = models.PositiveIntegerField(default=0)
+    items_done = models.PositiveIntegerField(default=0)
+    completions = models.PositiveIntegerField(default=0, help_text="Completions generated.")
+    tokens = models.BigIntegerField(default=0, help_text="Tokens generated.")
+    result = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the run wrote: chains imported and duplicates (sample), labels "
+        "written, judge answers that could not be parsed.",
+    )
+
+    class Meta(RunLifecycle.Meta):
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=RunStatus.values), name="machine_label_run_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=MachineLabelRunKind.values),
+                name="machine_label_run_kind_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["project", "status"], name="machine_label_run_by_status")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} run {self.pk} ({self.status})"
+
+
+class JudgeSample(models.Model):
+    """One sampled critique of one chain in a judge run: the model's raw text and the step
+    it names as the earliest wrong one (0-based; -1: no step is wrong), null when the text
+    could not be parsed. An unparsed sample is kept here, never turned into a label; the
+    chain's machine labels come from the majority of the parsed ones."""
+
+    run = models.ForeignKey(MachineLabelRun, on_delete=models.CASCADE, related_name="judge_samples")
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="+")
+    sample_index = models.PositiveIntegerField()
+    text = models.TextField()
+    verdict = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "chain", "sample_index"], name="judge_sample_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(verdict__isnull=True) | Q(verdict__gte=-1),
+                name="judge_sample_verdict_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"judge sample {self.sample_index} of chain {self.chain_id} in run {self.run_id}"
 
 
 class ChainScore(models.Model):

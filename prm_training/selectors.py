@@ -20,8 +20,11 @@ from annotation.selectors.access import project_get_for_member
 from prm_training.models import (
     FINISHED_STATUSES,
     EvaluationResult,
+    JudgeSample,
+    MachineLabelRun,
     ModelVersion,
     ProjectTrainingSettings,
+    RunLifecycle,
     ScoringRun,
     SimulationRun,
     TrainingRun,
@@ -106,6 +109,29 @@ def simulation_run_list(*, project: Project) -> QuerySet[SimulationRun]:
     return SimulationRun.objects.filter(project=project).select_related("started_by")
 
 
+def machine_label_run_get_for_member(
+    *,
+    user: User | AnonymousUser,
+    machine_label_run_id: int | str,
+    roles: Iterable[str] = ML_AND_LEADS,
+) -> MachineLabelRun:
+    return _get_for_member(
+        queryset=MachineLabelRun.objects.select_related("started_by"),
+        object_id=machine_label_run_id,
+        user=user,
+        roles=roles,
+    )
+
+
+def machine_label_run_list(*, project: Project) -> QuerySet[MachineLabelRun]:
+    return MachineLabelRun.objects.filter(project=project).select_related("started_by")
+
+
+def judge_sample_list(*, run: MachineLabelRun) -> QuerySet[JudgeSample]:
+    """A judge run's samples, chain by chain, in sample order."""
+    return JudgeSample.objects.filter(run=run).order_by("chain_id", "sample_index")
+
+
 def training_run_list(*, project: Project) -> QuerySet[TrainingRun]:
     return TrainingRun.objects.filter(project=project).select_related("started_by", "model_version")
 
@@ -141,9 +167,7 @@ def project_training_settings_get(*, project: Project) -> ProjectTrainingSetting
     return found if found is not None else ProjectTrainingSettings(project=project)
 
 
-def run_phase_view(
-    *, run: TrainingRun | ScoringRun | SimulationRun, now: datetime | None = None
-) -> dict[str, Any] | None:
+def run_phase_view(*, run: RunLifecycle, now: datetime | None = None) -> dict[str, Any] | None:
     """What a run reports of its phase (``services.progress.RunProgress``), as the API
     and the ML page show it: the phase, its count, its rate and the seconds it should
     still take at that rate, and the phases before it with their durations. A finished

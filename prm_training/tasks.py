@@ -1,11 +1,11 @@
 """Celery tasks of the PRM loop. Thin: ids in, one service call, nothing returned.
 
-Training, scoring and simulation go to queue ``gpu`` (``CELERY_TASK_ROUTES``, by task name).
-They are ``acks_late``: a worker killed mid-run leaves its message to
-be delivered again, which is safe because the services claim their row under a lock and
-return quietly when it is not theirs to run (``services.runs``). The services send these
-tasks by name and never import this module; torch is imported only inside their
-worker-side code, so importing this module (as every process does, from the app's
+Training, scoring, simulation and machine-label runs go to queue ``gpu``
+(``CELERY_TASK_ROUTES``, by task name). They are ``acks_late``: a worker killed mid-run
+leaves its message to be delivered again, which is safe because the services claim their
+row under a lock and return quietly when it is not theirs to run (``services.runs``). The
+services send these tasks by name and never import this module; torch is imported only
+inside their worker-side code, so importing this module (as every process does, from the app's
 ``ready``) never imports torch."""
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from celery.signals import worker_ready
 from django.db import connections
 
 from annotation.models import Project
+from prm_training.services.machine_labels import machine_label_run_execute
 from prm_training.services.runs import (
     AUTOSTART_TASK,
+    MACHINE_LABEL_TASK,
     REAP_EVERY_SECONDS,
     SCORE_TASK,
     SIMULATE_TASK,
@@ -60,6 +62,13 @@ def simulate_task(self: Task, simulation_run_id: int) -> None:
         simulation_run_id=simulation_run_id,
         task_id=self.request.id or "",
         worker=self.request.hostname or "",
+    )
+
+
+@shared_task(name=MACHINE_LABEL_TASK, bind=True, acks_late=True, ignore_result=True)
+def machine_labels_task(self: Task, run_id: int) -> None:
+    machine_label_run_execute(
+        run_id=run_id, task_id=self.request.id or "", worker=self.request.hostname or ""
     )
 
 

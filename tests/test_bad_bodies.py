@@ -40,6 +40,8 @@ NO_BODY = {
     "api-scoring-run-retry",
     "api-simulation-run-cancel",
     "api-simulation-run-retry",
+    "api-machine-label-run-cancel",
+    "api-machine-label-run-retry",
     "api-project-member",  # DELETE removes a member
     "api-model-version-activate",
     "api-gold-screening-reset",

@@ -90,7 +90,10 @@ def _body(where: str, value: int) -> dict[str, Any]:
 def _base_body(name: str, where: str, ids: dict[str, int]) -> dict[str, Any]:
     """The rest of a body that needs more than the field under test to reach it: a bulk
     action names its action, its count (not the preview) and a selection (a chain, or the
-    filter tested)."""
+    filter tested); a machine-label run its kind (a sampling run's problems, a judge's
+    chains) and a model."""
+    if name == "api-machine-label-runs":
+        return {"kind": "sample" if "problems" in where else "judge", "model": "lm"}
     if name not in ("api-chains-bulk", "api-chains-bulk-preview"):
         return {}
     base: dict[str, Any] = {"action": "unflag"}

@@ -31,7 +31,7 @@ from annotation.public_ids import ASSIGNMENT_IDS, STEP_IDS
 from annotation.services.api_tokens import api_token_create
 from annotation.services.evaluation_sets import evaluation_set_mark
 from annotation.webhooks.services import webhook_create, webhook_test_send
-from prm_training.models import RunStatus, SimulationRun, TrainingRun
+from prm_training.models import MachineLabelRun, RunStatus, SimulationRun, TrainingRun
 from tests.factories import (
     ChainFactory,
     ImportBatchFactory,
@@ -171,6 +171,11 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "api-simulation-run": {"get": API_ML_AND_LEADS},
     "api-simulation-run-cancel": {"post": API_ML},
     "api-simulation-run-retry": {"post": API_ML},
+    # Machine-label runs import chains and write machine labels: ML staff and leads.
+    "api-machine-label-runs": {"get": API_ML_AND_LEADS, "post": API_ML_AND_LEADS},
+    "api-machine-label-run": {"get": API_ML_AND_LEADS},
+    "api-machine-label-run-cancel": {"post": API_ML_AND_LEADS},
+    "api-machine-label-run-retry": {"post": API_ML_AND_LEADS},
     # ---------------------------------------------------------------- API docs
     "schema": {"get": (200, 200, 200, 200, 200)},
     "api-docs": {"get": (200, 200, 200, 200, 200)},
@@ -275,6 +280,7 @@ def world(db: Any) -> dict[str, Any]:
     )
     scoring = scoring_run_with_model_version(project=project, content_hash="matrix")
     simulation = SimulationRun.objects.create(project=project, size="quick", seeds=3, rounds=2)
+    machine = MachineLabelRun.objects.create(project=project, kind="judge", model_name="lm")
     invite = Invite.objects.create(
         project=project,
         role=Role.ANNOTATOR,
@@ -304,6 +310,7 @@ def world(db: Any) -> dict[str, Any]:
         "version_id": scoring.model_version_id,
         "scoring_run_id": scoring.pk,
         "simulation_run_id": simulation.pk,
+        "machine_label_run_id": machine.pk,
         "user_id": users["annotator"].pk,
         "annotation_id": submitted.pk,
         "job_id": import_job.pk,

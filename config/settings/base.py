@@ -299,6 +299,11 @@ SPECTACULAR_SETTINGS = {
         "InviteStateEnum": "annotation.models.InviteState",
         "ApiTokenStateEnum": "annotation.services.api_tokens.API_TOKEN_STATES",
         "MachineSourceEnum": "annotation.models.MachineSource",
+        # The names these had before machine-label runs brought a second kind and mode.
+        "KindEnum": "annotation.models.ChainEventKind",
+        "ModeEnum": "prm_training.ml.config.MODES",
+        "MachineLabelRunKindEnum": "prm_training.models.MachineLabelRunKind",
+        "RolloutModeEnum": "prm_training.services.machine_labels.ROLLOUT_MODES",
     },
 }
 
@@ -320,6 +325,7 @@ CELERY_TASK_ROUTES = {
     "prm_training.train": {"queue": "gpu"},
     "prm_training.score": {"queue": "gpu"},
     "prm_training.simulate": {"queue": "gpu"},
+    "prm_training.machine_labels": {"queue": "gpu"},
 }
 # Each worker process reserves at most one message: a GPU worker busy with a six-hour
 # training run must not sit on the next run while another GPU worker idles. (With late

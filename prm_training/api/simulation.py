@@ -19,6 +19,7 @@ from prm_training.api.views import (
     RUN_LIFECYCLE_FIELDS,
     RUN_LIST_LIMIT,
     _RunOutputSerializer,
+    run_action_views,
 )
 from prm_training.models import SimulationRun, SimulationSize
 from prm_training.selectors import (
@@ -143,43 +144,17 @@ class SimulationRunDetailApi(APIView):
         return Response(SimulationRunOutputSerializer(run).data)
 
 
-class SimulationRunCancelApi(APIView):
-    @extend_schema(
-        operation_id="simulation_runs_cancel",
-        request=None,
-        responses={
-            200: SimulationRunOutputSerializer,
-            400: OpenApiResponse(description="The run has already finished."),
-            **RUN_RESPONSES,
-        },
-        summary="Cancel a simulation run (ML staff)",
-        description="A queued run is cancelled at once; a running one stops within about a "
-        "second and stores nothing: 'auto' keeps the evidence it had.",
-    )
-    def post(self, request: Request, simulation_run_id: int) -> Response:
-        run = simulation_run_get_for_member(
-            user=request.user, simulation_run_id=simulation_run_id, roles=ML_ONLY
-        )
-        run = simulation_run_cancel(run=run)
-        return Response(SimulationRunOutputSerializer(run).data)
-
-
-class SimulationRunRetryApi(APIView):
-    @extend_schema(
-        operation_id="simulation_runs_retry",
-        request=None,
-        responses={
-            201: SimulationRunOutputSerializer,
-            400: OpenApiResponse(description="The run has not failed and was not cancelled."),
-            **RUN_RESPONSES,
-        },
-        summary="Retry a failed or cancelled simulation run (ML staff)",
-        description="Queues a new run with the same size, seeds and rounds (`retry_of` names "
-        "the old one); it replays the project's newest snapshot.",
-    )
-    def post(self, request: Request, simulation_run_id: int) -> Response:
-        run = simulation_run_get_for_member(
-            user=request.user, simulation_run_id=simulation_run_id, roles=ML_ONLY
-        )
-        retry = simulation_run_retry(run=run, user=request_user(request))
-        return Response(SimulationRunOutputSerializer(retry).data, status=status.HTTP_201_CREATED)
+SimulationRunCancelApi, SimulationRunRetryApi = run_action_views(
+    noun="simulation run",
+    operation="simulation_runs",
+    get=simulation_run_get_for_member,
+    cancel=simulation_run_cancel,
+    retry=simulation_run_retry,
+    output=SimulationRunOutputSerializer,
+    roles=ML_ONLY,
+    who="ML staff",
+    cancel_description="A queued run is cancelled at once; a running one stops within about "
+    "a second and stores nothing: 'auto' keeps the evidence it had.",
+    retry_description="Queues a new run with the same size, seeds and rounds (`retry_of` "
+    "names the old one); it replays the project's newest snapshot.",
+)

@@ -2,6 +2,12 @@
 
 from django.urls import path
 
+from prm_training.api.machine_labels import (
+    MachineLabelRunCancelApi,
+    MachineLabelRunDetailApi,
+    MachineLabelRunRetryApi,
+    ProjectMachineLabelRunsApi,
+)
 from prm_training.api.simulation import (
     ProjectSimulationRunsApi,
     SimulationRunCancelApi,
@@ -105,5 +111,25 @@ urlpatterns = [
         "simulation-runs/<id:simulation_run_id>/retry/",
         SimulationRunRetryApi.as_view(),
         name="api-simulation-run-retry",
+    ),
+    path(
+        "projects/<id:project_id>/machine-label-runs/",
+        ProjectMachineLabelRunsApi.as_view(),
+        name="api-machine-label-runs",
+    ),
+    path(
+        "machine-label-runs/<id:machine_label_run_id>/",
+        MachineLabelRunDetailApi.as_view(),
+        name="api-machine-label-run",
+    ),
+    path(
+        "machine-label-runs/<id:machine_label_run_id>/cancel/",
+        MachineLabelRunCancelApi.as_view(),
+        name="api-machine-label-run-cancel",
+    ),
+    path(
+        "machine-label-runs/<id:machine_label_run_id>/retry/",
+        MachineLabelRunRetryApi.as_view(),
+        name="api-machine-label-run-retry",
     ),
 ]

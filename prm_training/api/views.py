@@ -5,6 +5,7 @@ service, serialize. ML staff start, cancel, activate and score; leads may read."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
@@ -23,6 +24,7 @@ from prm_training.models import (
     AcquisitionStrategy,
     ModelVersion,
     ProjectTrainingSettings,
+    RunLifecycle,
     ScoringRun,
     TrainingRun,
 )
@@ -133,8 +135,66 @@ class _RunOutputSerializer(serializers.ModelSerializer):
     phase = serializers.SerializerMethodField()
 
     @extend_schema_field(RunPhaseSerializer(allow_null=True))
-    def get_phase(self, run: TrainingRun | ScoringRun) -> dict[str, Any] | None:
+    def get_phase(self, run: RunLifecycle) -> dict[str, Any] | None:
         return run_phase_view(run=run)
+
+
+def run_action_views(
+    *,
+    noun: str,
+    operation: str,
+    get: Callable[..., Any],
+    cancel: Callable[..., Any],
+    retry: Callable[..., Any],
+    output: type[serializers.Serializer],
+    roles: tuple[str, ...],
+    who: str,
+    cancel_description: str,
+    retry_description: str,
+) -> tuple[type[APIView], type[APIView]]:
+    """The cancel and retry endpoints of one kind of run, which every kind answers the
+    same way: the run through ``get`` (the URL's id by its own name, ``roles`` allowed),
+    one service call, the run serialized. ``noun``: "training run"; ``operation``: the
+    OpenAPI operation ids' stem ("training_runs")."""
+    responses = {403: FORBIDDEN, 404: NOT_FOUND}
+
+    class CancelApi(APIView):
+        @extend_schema(
+            operation_id=f"{operation}_cancel",
+            request=None,
+            responses={
+                200: output,
+                400: OpenApiResponse(description="The run has already finished."),
+                **responses,
+            },
+            summary=f"Cancel a {noun} ({who})",
+            description=cancel_description,
+        )
+        def post(self, request: Request, **ids: int) -> Response:
+            run = cancel(run=get(user=request.user, roles=roles, **ids))
+            return Response(output(run).data)
+
+    class RetryApi(APIView):
+        @extend_schema(
+            operation_id=f"{operation}_retry",
+            request=None,
+            responses={
+                201: output,
+                400: OpenApiResponse(description="The run has not failed and was not cancelled."),
+                **responses,
+            },
+            summary=f"Retry a failed or cancelled {noun} ({who})",
+            description=retry_description,
+        )
+        def post(self, request: Request, **ids: int) -> Response:
+            run = get(user=request.user, roles=roles, **ids)
+            new = retry(run=run, user=request_user(request))
+            return Response(output(new).data, status=status.HTTP_201_CREATED)
+
+    stem = "".join(word.capitalize() for word in noun.replace("-", " ").split())
+    for view, action in ((CancelApi, "Cancel"), (RetryApi, "Retry")):
+        view.__name__ = view.__qualname__ = f"{stem}{action}Api"
+    return CancelApi, RetryApi
 
 
 RUN_LIFECYCLE_FIELDS = [
@@ -231,44 +291,20 @@ class TrainingRunDetailApi(APIView):
         return Response(TrainingRunOutputSerializer(run).data)
 
 
-class TrainingRunCancelApi(APIView):
-    @extend_schema(
-        operation_id="training_runs_cancel",
-        request=None,
-        responses={
-            200: TrainingRunOutputSerializer,
-            400: OpenApiResponse(description="The run has already finished."),
-            403: FORBIDDEN,
-            404: NOT_FOUND,
-        },
-        summary="Cancel a training run (ML staff)",
-        description="A queued run is cancelled at once; a running one stops within about a "
-        "second, between two batches, and publishes nothing: the active version stays.",
-    )
-    def post(self, request: Request, run_id: int) -> Response:
-        run = training_run_get_for_member(user=request.user, run_id=run_id, roles=ML_ONLY)
-        run = training_run_cancel(run=run)
-        return Response(TrainingRunOutputSerializer(run).data)
-
-
-class TrainingRunRetryApi(APIView):
-    @extend_schema(
-        operation_id="training_runs_retry",
-        request=None,
-        responses={
-            201: TrainingRunOutputSerializer,
-            400: OpenApiResponse(description="The run has not failed and was not cancelled."),
-            403: FORBIDDEN,
-            404: NOT_FOUND,
-        },
-        summary="Retry a failed or cancelled training run (ML staff)",
-        description="Queues a new run with the same settings (`retry_of` names the old one); "
-        "it trains on a fresh snapshot.",
-    )
-    def post(self, request: Request, run_id: int) -> Response:
-        run = training_run_get_for_member(user=request.user, run_id=run_id, roles=ML_ONLY)
-        retry = training_run_retry(run=run, user=request_user(request))
-        return Response(TrainingRunOutputSerializer(retry).data, status=status.HTTP_201_CREATED)
+TrainingRunCancelApi, TrainingRunRetryApi = run_action_views(
+    noun="training run",
+    operation="training_runs",
+    get=training_run_get_for_member,
+    cancel=training_run_cancel,
+    retry=training_run_retry,
+    output=TrainingRunOutputSerializer,
+    roles=ML_ONLY,
+    who="ML staff",
+    cancel_description="A queued run is cancelled at once; a running one stops within about "
+    "a second, between two batches, and publishes nothing: the active version stays.",
+    retry_description="Queues a new run with the same settings (`retry_of` names the old "
+    "one); it trains on a fresh snapshot.",
+)
 
 
 # --- model versions ----------------------------------------------------------------------
@@ -501,48 +537,20 @@ class ScoringRunDetailApi(APIView):
         return Response(ScoringRunOutputSerializer(run).data)
 
 
-class ScoringRunCancelApi(APIView):
-    @extend_schema(
-        operation_id="scoring_runs_cancel",
-        request=None,
-        responses={
-            200: ScoringRunOutputSerializer,
-            400: OpenApiResponse(description="The run has already finished."),
-            403: FORBIDDEN,
-            404: NOT_FOUND,
-        },
-        summary="Cancel a scoring run (ML staff)",
-        description="A queued run is cancelled at once; a running one stops within about a "
-        "second, between two batches. The queue keeps the order it had.",
-    )
-    def post(self, request: Request, scoring_run_id: int) -> Response:
-        run = scoring_run_get_for_member(
-            user=request.user, scoring_run_id=scoring_run_id, roles=ML_ONLY
-        )
-        run = scoring_run_cancel(run=run)
-        return Response(ScoringRunOutputSerializer(run).data)
-
-
-class ScoringRunRetryApi(APIView):
-    @extend_schema(
-        operation_id="scoring_runs_retry",
-        request=None,
-        responses={
-            201: ScoringRunOutputSerializer,
-            400: OpenApiResponse(description="The run has not failed and was not cancelled."),
-            403: FORBIDDEN,
-            404: NOT_FOUND,
-        },
-        summary="Retry a failed or cancelled scoring run (ML staff)",
-        description="Queues a new scoring run with the same version, strategy, random share "
-        "and seed (`retry_of` names the old one).",
-    )
-    def post(self, request: Request, scoring_run_id: int) -> Response:
-        run = scoring_run_get_for_member(
-            user=request.user, scoring_run_id=scoring_run_id, roles=ML_ONLY
-        )
-        retry = scoring_run_retry(run=run, user=request_user(request))
-        return Response(ScoringRunOutputSerializer(retry).data, status=status.HTTP_201_CREATED)
+ScoringRunCancelApi, ScoringRunRetryApi = run_action_views(
+    noun="scoring run",
+    operation="scoring_runs",
+    get=scoring_run_get_for_member,
+    cancel=scoring_run_cancel,
+    retry=scoring_run_retry,
+    output=ScoringRunOutputSerializer,
+    roles=ML_ONLY,
+    who="ML staff",
+    cancel_description="A queued run is cancelled at once; a running one stops within about "
+    "a second, between two batches. The queue keeps the order it had.",
+    retry_description="Queues a new scoring run with the same version, strategy, random "
+    "share and seed (`retry_of` names the old one).",
+)
 
 
 # --- loop settings -----------------------------------------------------------------------
@@ -574,6 +582,15 @@ class TrainingSettingsInputSerializer(InputSerializer):
         help_text="Make a version active (after its run or by hand) only when it loses on no "
         "evaluation set of the project.",
     )
+    judge_template = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        max_length=20_000,
+        help_text="The prompt judge runs send, with {problem} and {tagged_response} (the "
+        "tagged steps); blank: "
+        "ProcessBench's critique format.",
+    )
 
 
 class StrategyChoiceSerializer(serializers.Serializer):
@@ -603,6 +620,7 @@ class TrainingSettingsOutputSerializer(serializers.ModelSerializer):
             "retrain_every_n_finished",
             "default_config",
             "promotion_needs_evaluation_sets",
+            "judge_template",
             "updated_at",
         ]
 

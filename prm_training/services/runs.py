@@ -1,4 +1,5 @@
-"""The lifecycle every PRM run shares, training, scoring and simulation alike: sent to a worker
+"""The lifecycle every PRM run shares, training, scoring, simulation and machine-label runs
+alike: sent to a worker
 through an outbox, claimed under a row lock, kept alive by a heartbeat, reaped when its
 worker is lost, finished by the attempt that owns it.
 
@@ -50,6 +51,7 @@ from django.utils import timezone
 
 from prm_training.models import (
     FINISHED_STATUSES,
+    MachineLabelRun,
     RunStatus,
     ScoringRun,
     SimulationRun,
@@ -62,17 +64,19 @@ logger = logging.getLogger(__name__)
 TRAIN_TASK = "prm_training.train"
 SCORE_TASK = "prm_training.score"
 SIMULATE_TASK = "prm_training.simulate"
+MACHINE_LABEL_TASK = "prm_training.machine_labels"
 AUTOSTART_TASK = "prm_training.autostart_check"
 
 # A run whose worker died is taken over by a redelivery at most this many times in all.
 MAX_ATTEMPTS = 2
 
-Run = TrainingRun | ScoringRun | SimulationRun
-R = TypeVar("R", TrainingRun, ScoringRun, SimulationRun)
+Run = TrainingRun | ScoringRun | SimulationRun | MachineLabelRun
+R = TypeVar("R", TrainingRun, ScoringRun, SimulationRun, MachineLabelRun)
 RUN_TASKS: dict[type[Run], str] = {
     TrainingRun: TRAIN_TASK,
     ScoringRun: SCORE_TASK,
     SimulationRun: SIMULATE_TASK,
+    MachineLabelRun: MACHINE_LABEL_TASK,
 }
 
 
@@ -163,10 +167,10 @@ def run_enqueue_on_commit(run: Run) -> None:
 
 
 def runs_dispatch_pending() -> dict[str, int]:
-    """Send what waited for the broker: QUEUED training, scoring and simulation runs whose
-    enqueue failed (``enqueued_at`` empty). Called by every worker each time it (re)connects to
-    the broker (``tasks.DispatchPendingRuns``, which then runs the auto-retrain checks
-    that may have been lost with the broker).
+    """Send what waited for the broker: QUEUED training, scoring, simulation and
+    machine-label runs whose enqueue failed (``enqueued_at`` empty). Called by every
+    worker each time it (re)connects to the broker (``tasks.DispatchPendingRuns``, which
+    then runs the auto-retrain checks that may have been lost with the broker).
 
     Two workers reconnecting at once may both send a run; that is harmless, since the
     task claims its row QUEUED -> RUNNING under a lock and a second delivery returns."""
@@ -174,10 +178,12 @@ def runs_dispatch_pending() -> dict[str, int]:
     training = TrainingRun.objects.filter(**waiting, cancel_requested=False)
     scoring = ScoringRun.objects.filter(**waiting)
     simulation = SimulationRun.objects.filter(**waiting)
+    machine_labels = MachineLabelRun.objects.filter(**waiting)
     return {
         "training": sum(run_enqueue(TrainingRun, pk) for pk in _ids(training)),
         "scoring": sum(run_enqueue(ScoringRun, pk) for pk in _ids(scoring)),
         "simulation": sum(run_enqueue(SimulationRun, pk) for pk in _ids(simulation)),
+        "machine_labels": sum(run_enqueue(MachineLabelRun, pk) for pk in _ids(machine_labels)),
     }
 
 

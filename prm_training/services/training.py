@@ -172,6 +172,7 @@ LOOP_FIELDS = (
     "random_fraction",
     "retrain_every_n_finished",
     "promotion_needs_evaluation_sets",
+    "judge_template",
 )
 
 

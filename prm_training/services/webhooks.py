@@ -12,13 +12,13 @@ from typing import Any
 
 from annotation.models import WebhookEvent
 from annotation.webhooks.events import webhook_event_record
-from prm_training.models import ModelVersion, ScoringRun, SimulationRun, TrainingRun
+from prm_training.models import ModelVersion, RunLifecycle, ScoringRun, TrainingRun
 
 ERROR_CHARS = 300
 
 
 def run_finished_emit(
-    run: TrainingRun | ScoringRun | SimulationRun,
+    run: RunLifecycle,
     *,
     status: str,
     model_version: ModelVersion | None = None,

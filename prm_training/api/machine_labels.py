@@ -1,0 +1,230 @@
+"""Machine-label runs over HTTP (issue 23): sampling chains from problems, Monte-Carlo
+rollouts and a judge, on the GPU workers (``services.machine_labels``). ML staff and
+leads start, follow, cancel and retry them; thin, as the rest of the PRM API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotation.api.fields import IdField
+from annotation.api.inputs import InputSerializer
+from annotation.api.permissions import request_user
+from annotation.selectors.access import project_get_for_member
+from prm_training.api.views import (
+    FORBIDDEN,
+    NOT_FOUND,
+    RUN_LIFECYCLE_FIELDS,
+    RUN_LIST_LIMIT,
+    _RunOutputSerializer,
+    run_action_views,
+)
+from prm_training.models import MachineLabelRun, MachineLabelRunKind
+from prm_training.selectors import (
+    ML_AND_LEADS,
+    machine_label_run_get_for_member,
+    machine_label_run_list,
+)
+from prm_training.services.machine_labels import (
+    FILTERS,
+    MAX_ITEMS,
+    PARAM_BOUNDS,
+    ROLLOUT_MODES,
+    machine_label_run_cancel,
+    machine_label_run_retry,
+    machine_label_run_start,
+)
+from prm_training.services.runs import runs_reap_stale_of_project
+
+_FILTER_CHOICES = sorted({name for names in FILTERS.values() for name in names})
+
+
+def _bounds(name: str) -> dict[str, Any]:
+    low, high = PARAM_BOUNDS[name]
+    return {"min_value": low, "max_value": high}
+
+
+class MachineLabelRunInputSerializer(InputSerializer):
+    kind = serializers.ChoiceField(
+        choices=MachineLabelRunKind.choices,
+        help_text="sample: chains for problems; rollout: Monte-Carlo step values of chains; "
+        "judge: a judge's earliest wrong step of chains.",
+    )
+    model = serializers.CharField(
+        max_length=200,
+        help_text="A causal LM by name: a model directory under the backbone root "
+        "(STEPLAB_BACKBONE_DIR), as the project's backbones endpoint lists it.",
+    )
+    n = serializers.IntegerField(
+        required=False,
+        **_bounds("n"),
+        help_text="Chains per problem (sample), rollouts per step (rollout) or samples per "
+        "chain (judge). 1 by default.",
+    )
+    temperature = serializers.FloatField(required=False, **_bounds("temperature"))
+    top_p = serializers.FloatField(required=False, **_bounds("top_p"))
+    max_new_tokens = serializers.IntegerField(required=False, **_bounds("max_new_tokens"))
+    seed = serializers.IntegerField(
+        required=False,
+        **_bounds("seed"),
+        help_text="Completion i of a prompt is drawn with seed + i.",
+    )
+    mode = serializers.ChoiceField(
+        choices=ROLLOUT_MODES,
+        required=False,
+        help_text="Rollout runs only. full: every step; search: a binary search for the "
+        "first step from which no rollout reaches the answer.",
+    )
+    template = serializers.CharField(
+        required=False,
+        max_length=20_000,
+        trim_whitespace=False,
+        help_text="Judge runs only: the prompt, instead of the project's judge template.",
+    )
+    problems = serializers.ListField(
+        child=IdField(),
+        required=False,
+        max_length=MAX_ITEMS,
+        help_text="Sample runs: the problems by id (or a filter).",
+    )
+    chains = serializers.ListField(
+        child=IdField(),
+        required=False,
+        max_length=MAX_ITEMS,
+        help_text="Rollout and judge runs: the chains by id (or a filter).",
+    )
+    filter = serializers.ChoiceField(
+        choices=_FILTER_CHOICES,
+        required=False,
+        help_text="Instead of ids. all; without_chains (sample: problems with no chain); "
+        "without_labels (rollout, judge: chains with no label of the run's source).",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        sample = attrs["kind"] == MachineLabelRunKind.SAMPLE
+        wrong = "chains" if sample else "problems"
+        if wrong in attrs:
+            raise serializers.ValidationError({wrong: [f"A {attrs['kind']} run takes no {wrong}."]})
+        return attrs
+
+
+class MachineLabelRunOutputSerializer(_RunOutputSerializer):
+    started_by: serializers.SlugRelatedField = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+
+    class Meta:
+        model = MachineLabelRun
+        fields = [
+            "id",
+            "project",
+            "kind",
+            "model_name",
+            "params",
+            "selection",
+            "status",
+            "items_total",
+            "items_done",
+            "completions",
+            "tokens",
+            "result",
+            "started_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "error",
+            *RUN_LIFECYCLE_FIELDS,
+        ]
+
+
+RUN_RESPONSES = {403: FORBIDDEN, 404: NOT_FOUND}
+
+
+class ProjectMachineLabelRunsApi(APIView):
+    @extend_schema(
+        operation_id="machine_label_runs_list",
+        responses={200: MachineLabelRunOutputSerializer(many=True), **RUN_RESPONSES},
+        summary="The project's latest machine-label runs (ML staff and leads)",
+    )
+    def get(self, request: Request, project_id: int) -> Response:
+        project = project_get_for_member(
+            user=request.user, project_id=project_id, roles=ML_AND_LEADS
+        )
+        runs_reap_stale_of_project(project_id=project.pk)
+        runs = machine_label_run_list(project=project)[:RUN_LIST_LIMIT]
+        return Response(MachineLabelRunOutputSerializer(runs, many=True).data)
+
+    @extend_schema(
+        operation_id="machine_label_runs_start",
+        request=MachineLabelRunInputSerializer,
+        responses={
+            201: MachineLabelRunOutputSerializer,
+            400: OpenApiResponse(
+                description="A model not under the backbone root, a parameter out of range, "
+                "ids not in the project, or nothing to work on; named by field."
+            ),
+            **RUN_RESPONSES,
+        },
+        summary="Start a sampling, rollout or judge run (ML staff and leads)",
+        description="Queues a run on the GPU workers. A sampling run imports the chains it "
+        "draws (deduplicated, with their provenance); rollout and judge runs store machine "
+        "labels, never human votes.",
+    )
+    def post(self, request: Request, project_id: int) -> Response:
+        project = project_get_for_member(
+            user=request.user, project_id=project_id, roles=ML_AND_LEADS
+        )
+        payload = MachineLabelRunInputSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data: dict[str, Any] = dict(payload.validated_data)
+        kind = data.pop("kind")
+        model = data.pop("model")
+        ids = data.pop("problems", data.pop("chains", None))
+        run = machine_label_run_start(
+            project=project,
+            user=request_user(request),
+            kind=kind,
+            model=model,
+            ids=ids,
+            filter=data.pop("filter", None),
+            params=data,
+        )
+        return Response(MachineLabelRunOutputSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class MachineLabelRunDetailApi(APIView):
+    @extend_schema(
+        operation_id="machine_label_runs_retrieve",
+        responses={200: MachineLabelRunOutputSerializer, **RUN_RESPONSES},
+        summary="Follow a machine-label run (ML staff and leads)",
+    )
+    def get(self, request: Request, machine_label_run_id: int) -> Response:
+        run = machine_label_run_get_for_member(
+            user=request.user, machine_label_run_id=machine_label_run_id
+        )
+        if runs_reap_stale_of_project(project_id=run.project_id):
+            run = machine_label_run_get_for_member(
+                user=request.user, machine_label_run_id=machine_label_run_id
+            )
+        return Response(MachineLabelRunOutputSerializer(run).data)
+
+
+MachineLabelRunCancelApi, MachineLabelRunRetryApi = run_action_views(
+    noun="machine-label run",
+    operation="machine_label_runs",
+    get=machine_label_run_get_for_member,
+    cancel=machine_label_run_cancel,
+    retry=machine_label_run_retry,
+    output=MachineLabelRunOutputSerializer,
+    roles=ML_AND_LEADS,
+    who="ML staff and leads",
+    cancel_description="A queued run is cancelled at once; a running one stops between two "
+    "items and keeps what it stored.",
+    retry_description="Queues a new run with the same kind, model, parameters and items "
+    "(`retry_of` names the old one).",
+)

@@ -1,0 +1,238 @@
+"""Machine-label runs (issue 23) up to the worker: what a start accepts and refuses (a
+causal LM under the backbone root by name, parameters within bounds, items of the
+project by id or filter), cancel and retry, and the API around them: ML staff and leads
+start and follow them, an annotator gets 403 everywhere, unknown fields are refused. The
+runs' work is tests/prm_training/services/test_machine_label_work.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.urls import reverse
+
+from annotation.models import Role
+from prm_training.models import MachineLabelRun, RunStatus
+from prm_training.services.machine_labels import (
+    machine_label_run_cancel,
+    machine_label_run_retry,
+    machine_label_run_start,
+)
+from tests.factories import ChainFactory, ProblemFactory
+from tests.prm_training.lm_fixtures import LM, lm_root, tiny_lm_dir  # noqa: F401 - fixtures
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("lm_root")]
+
+
+def test_a_sampling_run_stores_its_model_parameters_and_problems(project: Any) -> None:
+    problems = [ProblemFactory(project=project, reference_answer="2") for _ in range(3)]
+
+    run = machine_label_run_start(
+        project=project,
+        user=None,
+        kind="sample",
+        model=LM,
+        params={"n": 4, "temperature": 1.0, "seed": 7},
+        ids=[problems[2].pk, problems[0].pk],
+    )
+
+    assert run.status == RunStatus.QUEUED
+    assert (run.kind, run.model_name, run.items_total) == ("sample", LM, 2)
+    assert run.item_ids == [problems[2].pk, problems[0].pk]
+    assert run.selection == {"ids": [problems[2].pk, problems[0].pk]}
+    assert run.params == {
+        "n": 4,
+        "temperature": 1.0,
+        "top_p": 0.95,
+        "max_new_tokens": 512,
+        "seed": 7,
+    }
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("", "Not an available backbone"),
+        ("bert", "bert is not a causal language model."),
+        ("../tiny-llama-lm", "Not an available backbone"),
+        ("version:1", "Not an available backbone"),
+        ("missing-model", "Not an available backbone"),
+    ],
+)
+def test_only_a_causal_lm_under_the_backbone_root_is_run(
+    project: Any, model: str, message: str
+) -> None:
+    problem = ProblemFactory(project=project)
+    with pytest.raises(ValidationError) as refused:
+        machine_label_run_start(
+            project=project, user=None, kind="sample", model=model, ids=[problem.pk]
+        )
+    assert refused.value.message_dict["model"][0].startswith(message)
+    assert not MachineLabelRun.objects.exists()
+
+
+def test_bad_parameters_are_refused_by_name(project: Any) -> None:
+    chain = ChainFactory(project=project)
+    with pytest.raises(ValidationError) as refused:
+        machine_label_run_start(
+            project=project,
+            user=None,
+            kind="judge",
+            model=LM,
+            params={"n": 0, "top_p": 2, "seed": 1.5, "mode": "search", "beam": 3},
+            ids=[chain.pk],
+        )
+    assert refused.value.message_dict == {
+        "n": ["Must be between 1 and 64."],
+        "top_p": ["Must be between 0.01 and 1."],
+        "seed": ["Must be an integer."],
+        "mode": ["Only a rollout run has a mode."],
+        "beam": ["Not a parameter of a machine-label run."],
+    }
+
+
+def test_items_come_from_the_project_by_id_or_filter(project: Any) -> None:
+    other = ChainFactory()
+    no_reference = ChainFactory(project=project)
+    referenced = ChainFactory(
+        project=project, problem=ProblemFactory(project=project, reference_answer="4")
+    )
+    lone_problem = ProblemFactory(project=project, reference_answer="9")
+
+    def refusal(**kwargs: Any) -> dict[str, list[str]]:
+        with pytest.raises(ValidationError) as refused:
+            machine_label_run_start(project=project, user=None, model=LM, **kwargs)
+        return refused.value.message_dict
+
+    assert refusal(kind="rollout", ids=[other.pk]) == {
+        "chains": [f"Not chains of this project: {other.pk}."]
+    }
+    # Rollouts are graded against the problem's reference answer.
+    assert refusal(kind="rollout", ids=[no_reference.pk]) == {
+        "chains": [
+            f"Their problem has no reference answer to grade rollouts against: {no_reference.pk}."
+        ]
+    }
+    assert refusal(kind="judge", ids=[referenced.pk], filter="all") == {
+        "chains": ["Name the chains by id, or a filter (not both)."]
+    }
+    assert refusal(kind="judge", filter="without_chains") == {
+        "filter": ["Must be one of: all, without_labels."]
+    }
+    # The filters, resolved when the run starts.
+    rollout = machine_label_run_start(
+        project=project, user=None, kind="rollout", model=LM, filter="all"
+    )
+    assert rollout.item_ids == [referenced.pk]
+    sample = machine_label_run_start(
+        project=project, user=None, kind="sample", model=LM, filter="without_chains"
+    )
+    assert sample.item_ids == [lone_problem.pk]
+    assert sample.selection == {"filter": "without_chains"}
+
+
+def test_a_queued_run_is_cancelled_and_retried_with_what_it_asked(project: Any) -> None:
+    chain = ChainFactory(
+        project=project, problem=ProblemFactory(project=project, reference_answer="1")
+    )
+    run = machine_label_run_start(
+        project=project,
+        user=None,
+        kind="rollout",
+        model=LM,
+        params={"n": 2, "mode": "search"},
+        ids=[chain.pk],
+    )
+
+    cancelled = machine_label_run_cancel(run=run)
+    retry = machine_label_run_retry(run=cancelled, user=None)
+
+    assert cancelled.status == RunStatus.CANCELLED
+    assert retry.retry_of_id == run.pk
+    assert (retry.kind, retry.model_name, retry.params, retry.item_ids) == (
+        run.kind,
+        run.model_name,
+        run.params,
+        run.item_ids,
+    )
+    with pytest.raises(ValidationError, match="already cancelled"):
+        machine_label_run_cancel(run=cancelled)
+    with pytest.raises(ValidationError, match="Only a failed or cancelled run"):
+        machine_label_run_retry(run=retry, user=None)
+
+
+# --- the API -----------------------------------------------------------------------------
+
+
+def _urls(project: Any, run: MachineLabelRun) -> list[tuple[str, str]]:
+    return [
+        ("get", reverse("api-machine-label-runs", args=[project.pk])),
+        ("post", reverse("api-machine-label-runs", args=[project.pk])),
+        ("get", reverse("api-machine-label-run", args=[run.pk])),
+        ("post", reverse("api-machine-label-run-cancel", args=[run.pk])),
+        ("post", reverse("api-machine-label-run-retry", args=[run.pk])),
+    ]
+
+
+def test_an_annotator_gets_403_on_every_endpoint(
+    project: Any, make_member: Any, client_for: Any
+) -> None:
+    run = MachineLabelRun.objects.create(project=project, kind="judge", model_name=LM)
+    client = client_for(make_member(project, Role.ANNOTATOR))
+    for method, url in _urls(project, run):
+        response = getattr(client, method)(url, {"kind": "sample", "model": LM}, format="json")
+        assert response.status_code == 403, (method, url, response.status_code)
+    assert MachineLabelRun.objects.count() == 1
+
+
+@pytest.mark.parametrize("role", [Role.ML, Role.LEAD])
+def test_ml_staff_and_leads_start_follow_and_cancel_a_run(
+    project: Any, make_member: Any, client_for: Any, role: str
+) -> None:
+    problem = ProblemFactory(project=project, reference_answer="2")
+    client = client_for(make_member(project, role))
+
+    started = client.post(
+        reverse("api-machine-label-runs", args=[project.pk]),
+        {"kind": "sample", "model": LM, "n": 2, "problems": [problem.pk]},
+        format="json",
+    )
+    assert started.status_code == 201, started.json()
+    body = started.json()
+    assert (body["kind"], body["status"], body["items_total"]) == ("sample", "queued", 1)
+    assert body["params"]["n"] == 2
+
+    listed = client.get(reverse("api-machine-label-runs", args=[project.pk])).json()
+    assert [run["id"] for run in listed] == [body["id"]]
+    shown = client.get(reverse("api-machine-label-run", args=[body["id"]])).json()
+    assert shown["model_name"] == LM
+    cancelled = client.post(reverse("api-machine-label-run-cancel", args=[body["id"]]))
+    assert cancelled.json()["status"] == "cancelled"
+    retried = client.post(reverse("api-machine-label-run-retry", args=[body["id"]]))
+    assert retried.status_code == 201
+    assert retried.json()["retry_of"] == body["id"]
+
+
+def test_a_start_with_unknown_or_misplaced_fields_is_a_400_naming_them(
+    project: Any, make_member: Any, client_for: Any
+) -> None:
+    chain = ChainFactory(project=project)
+    client = client_for(make_member(project, Role.ML))
+    url = reverse("api-machine-label-runs", args=[project.pk])
+
+    unknown = client.post(
+        url, {"kind": "judge", "model": LM, "chains": [chain.pk], "beams": 4}, format="json"
+    )
+    misplaced = client.post(
+        url, {"kind": "judge", "model": LM, "problems": [chain.problem_id]}, format="json"
+    )
+    bad_model = client.post(url, {"kind": "judge", "model": "bert", "filter": "all"}, format="json")
+
+    assert unknown.status_code == 400
+    assert unknown.json()["beams"] == ["This field cannot be set here."]
+    assert misplaced.status_code == 400
+    assert misplaced.json()["problems"] == ["A judge run takes no problems."]
+    assert bad_model.status_code == 400
+    assert bad_model.json()["model"] == ["bert is not a causal language model."]
+    assert not MachineLabelRun.objects.exists()
