@@ -13,7 +13,7 @@ from annotation.navigation import page_roles
 from annotation.selectors.access import membership_role, project_get_for_member
 from annotation.selectors.evaluation_sets import import_batches_markable
 from prm_training.ml.config import AMBIGUOUS_RULES, CLASS_WEIGHTS, MODES
-from prm_training.models import STRATEGY_SETTINGS, AcquisitionStrategy
+from prm_training.models import STRATEGY_SETTINGS, AcquisitionStrategy, MachineLabelRunKind
 from prm_training.selectors import (
     model_version_active_get,
     project_training_settings_get,
@@ -23,8 +23,16 @@ from prm_training.services.backbones import (
     backbone_root,
     step_head_backbone_choices,
 )
+from prm_training.services.machine_labels import machine_label_model_choices
 from prm_training.services.simulation import simulation_node_limits
 from prm_training.services.strategy import acquisition_strategy_resolve
+
+# The start form's choices of items (the API's filters; a sampling run reads the first two).
+MACHINE_LABEL_FILTERS = [
+    ("without_chains", "Sampling: problems without chains"),
+    ("without_labels", "Rollouts, judge: chains without such labels"),
+    ("all", "All problems or chains"),
+]
 
 
 @require_GET
@@ -38,6 +46,8 @@ def models_page(request: HttpRequest, project_id: int) -> HttpResponse:
     can_manage = role == Role.ML or request.user.is_superuser
     # Leads hold imports out as evaluation sets here too, beside the figures on them.
     can_lead = role == Role.LEAD or request.user.is_superuser
+    # Machine-label runs are started by ML staff and leads alike (they import chains).
+    can_run_machines = can_manage or can_lead
     loop = project_training_settings_get(project=project)
     active = model_version_active_get(project=project)
     applied, why = acquisition_strategy_resolve(loop=loop, version=active)
@@ -57,6 +67,10 @@ def models_page(request: HttpRequest, project_id: int) -> HttpResponse:
         "backbones": backbone_choices(project=project) if can_manage else [],
         "open_prms": step_head_backbone_choices() if can_manage else [],
         "backbone_root": backbone_root() if can_manage else "",
+        "can_run_machines": can_run_machines,
+        "machine_label_kinds": MachineLabelRunKind.choices,
+        "machine_label_filters": MACHINE_LABEL_FILTERS,
+        "machine_models": machine_label_model_choices(project=project) if can_run_machines else [],
         "simulation_limits": {
             name: limit.value for name, limit in simulation_node_limits().items()
         },

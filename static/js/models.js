@@ -8,6 +8,8 @@
   if (!root) return;
   const projectId = root.dataset.projectId;
   const canManage = root.dataset.canManage === "true";
+  // Machine-label runs are started, cancelled and retried by ML staff and leads.
+  const canRunMachines = root.dataset.canRunMachines === "true";
   const api = window.Steplab.api;
   const BUSY = new Set(["queued", "running"]);
   let timer = null;
@@ -162,16 +164,18 @@
     "training-runs": "What it has trained so far is discarded; the active version stays.",
     "scoring-runs": "The queue keeps the order it has.",
     "simulation-runs": "It stores nothing; 'auto' keeps the evidence it has.",
+    "machine-label-runs": "What it stored so far stays.",
   };
   const MESSAGES = {
     "training-runs": "train-message", "scoring-runs": "score-message",
-    "simulation-runs": "simulate-message",
+    "simulation-runs": "simulate-message", "machine-label-runs": "machine-label-message",
   };
 
   // Cancel while it is queued or running; Retry (a new run, same settings) once it
-  // failed or was cancelled. ``kind``: "training-runs" or "scoring-runs".
-  function runAction(run, kind, what) {
-    if (!canManage) return "";
+  // failed or was cancelled. ``kind``: "training-runs", "scoring-runs"...; ``allowed``:
+  // whether the reader may act on runs of that kind.
+  function runAction(run, kind, what, allowed = canManage) {
+    if (!allowed) return "";
     if (BUSY.has(run.status) && !run.cancel_requested) {
       return actionButton(
         "Cancel",
@@ -452,6 +456,81 @@
     return runs.some((run) => BUSY.has(run.status));
   }
 
+  // Machine-label runs: what each generated, and what it wrote (chains imported, labels,
+  // judge answers that could not be parsed).
+  function machineParams(run) {
+    const p = run.params || {};
+    const parts = [`n=${p.n}`, `T=${p.temperature}`, `top-p=${p.top_p}`,
+      `≤${p.max_new_tokens} tokens`, `seed ${p.seed}`];
+    if (p.mode) parts.push(p.mode);
+    return parts.join(", ");
+  }
+
+  function machineResult(run) {
+    const r = run.result || {};
+    const parts = [];
+    if (run.kind === "sample") {
+      if (r.chains_created !== undefined) parts.push(`${count(r.chains_created)} chains imported`);
+      if (r.chains_duplicate) parts.push(`${count(r.chains_duplicate)} duplicates`);
+      if (r.graded) parts.push(`${count(r.correct || 0)}/${count(r.graded)} answers right`);
+      if (r.empty) parts.push(`${count(r.empty)} empty`);
+    } else {
+      if (r.labels !== undefined) parts.push(`${count(r.labels)} step labels`);
+      if (r.samples !== undefined) parts.push(`${count(r.samples)} judge samples`);
+      if (r.unparsed) parts.push(`${count(r.unparsed)} unparsed`);
+    }
+    return parts.join(", ");
+  }
+
+  function renderMachineLabels(runs) {
+    const table = document.getElementById("machine-label-table");
+    if (!table) return false;
+    fillRows(table, runs.map((run) => {
+      const status = statusCell(run);
+      if (run.error) status.append(el("div", run.error, "muted"));
+      const name = el("div", `#${run.id} ${run.kind}`);
+      name.append(el("div", `${count(run.items_done)}/${count(run.items_total)} ` +
+        (run.kind === "sample" ? "problems" : "chains"), "muted"));
+      const model = el("div", run.model_name);
+      model.append(el("div", machineParams(run), "muted"));
+      return [name, model, status, phaseCell(run, null),
+        `${count(run.completions)} completions, ${count(run.tokens)} tokens`,
+        machineResult(run), when(run.finished_at),
+        runAction(run, "machine-label-runs", `${run.kind} run`, canRunMachines)];
+    }), 8, "No machine-label runs yet.");
+    return runs.some((run) => BUSY.has(run.status));
+  }
+
+  // The start form: the items by a filter, or by the ids typed (problems for a sampling
+  // run, chains otherwise); the mode is a rollout run's alone.
+  const machineForm = document.getElementById("machine-label-form");
+  if (machineForm) {
+    const message = document.getElementById("machine-label-message");
+    machineForm.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const body = formValues(machineForm, ["n", "temperature", "top_p", "max_new_tokens",
+        "seed"]);
+      const ids = body.ids;
+      delete body.ids;
+      if (body.kind !== "rollout") delete body.mode;
+      if (body.filter === "ids") {
+        delete body.filter;
+        const key = body.kind === "sample" ? "problems" : "chains";
+        body[key] = String(ids || "").split(/[\s,]+/).filter(Boolean).map(Number);
+      }
+      message.className = "form-message";
+      message.textContent = "Starting…";
+      try {
+        const created = await api(`/api/v1/projects/${projectId}/machine-label-runs/`,
+          { method: "POST", body });
+        track(message, "machine-label-runs", created, `${created.kind} run`);
+      } catch (error) {
+        message.className = "form-message error";
+        message.textContent = errorText(error);
+      }
+    });
+  }
+
   const GAPS = ["processbench_f1", "step_auroc", "first_error_accuracy"];
 
   async function refreshEvidence() {
@@ -488,13 +567,15 @@
     window.clearTimeout(timer);
     let busy = false;
     try {
-      const [runs, versions, scoring, simulations] = await Promise.all([
+      const [runs, versions, scoring, simulations, machineRuns] = await Promise.all([
         api(`/api/v1/projects/${projectId}/training-runs/`),
         api(`/api/v1/projects/${projectId}/model-versions/`),
         api(`/api/v1/projects/${projectId}/scoring-runs/`),
         api(`/api/v1/projects/${projectId}/simulation-runs/`),
+        api(`/api/v1/projects/${projectId}/machine-label-runs/`),
       ]);
-      busy = renderRuns(runs) | renderScoring(scoring) | renderSimulations(simulations);
+      busy = renderRuns(runs) | renderScoring(scoring) | renderSimulations(simulations)
+        | renderMachineLabels(machineRuns);
       renderVersions(versions);
     } catch (error) {
       console.error(error);
