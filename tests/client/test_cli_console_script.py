@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from annotation.models import ApiToken, Membership, Project, Role
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, REPO_ROOT
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,6 +46,8 @@ def test_login_writes_the_config_file_that_later_commands_read(
         if key not in ("STEPLAB_URL", "STEPLAB_TOKEN")
     }
     env["STEPLAB_CONFIG"] = str(config)
+    # This checkout's client, wherever the installed one's files are.
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "client"), env.get("PYTHONPATH", "")])
 
     # When: the lead signs in with a password on stdin
     login = _run(
