@@ -48,6 +48,7 @@ from prm_training.services.evaluation import (
     promotion_refusal,
 )
 from prm_training.services.examples import snapshot_chain_examples
+from prm_training.services.machine_labels import judge_template_problem
 from prm_training.services.progress import RunProgress, run_kept_alive
 from prm_training.services.runs import (
     AUTOSTART_TASK,
@@ -196,6 +197,10 @@ def project_training_settings_update(
         for name in LOOP_FIELDS:
             if name in data:
                 setattr(loop, name, data[name])
+        if "judge_template" in data and str(data["judge_template"]).strip():
+            problem = judge_template_problem(data["judge_template"])
+            if problem:
+                raise ValidationError({"judge_template": problem})
         if "default_config" in data:
             config = data["default_config"] or {}
             if not isinstance(config, Mapping):

@@ -632,9 +632,12 @@
       event.preventDefault();
       const values = formValues(settingsForm, NUMERIC);
       delete values.promotion_needs_evaluation_sets;
+      delete values.judge_template;
       const body = {
         default_config: {},
         promotion_needs_evaluation_sets: settingsForm.elements.promotion_needs_evaluation_sets.checked,
+        // Sent as typed, blank too: blank is ProcessBench's template.
+        judge_template: settingsForm.elements.judge_template.value,
       };
       Object.entries(values).forEach(([key, value]) => {
         if (LOOP.includes(key)) body[key] = value;

@@ -89,3 +89,29 @@ def test_a_lead_starts_a_sampling_run_and_sees_the_runs(live_server: Any, page: 
     form.locator("input[name=ids]").fill("999999")
     form.locator("button[type=submit]").click()
     expect(page.locator("#machine-label-message")).to_contain_text("Not problems of this project")
+
+
+def test_ml_staff_write_the_project_s_judge_template(live_server: Any, page: Page) -> None:
+    # Given: ML staff on the ML page of a project with no template of its own
+    project = ProjectFactory()
+    ml = MembershipFactory(project=project, role=Role.ML).user
+    page_login(page=page, base_url=live_server.url, username=ml.username)
+    page.goto(f"{live_server.url}/projects/{project.pk}/models/")
+    form = page.locator("#settings-form")
+    template = form.locator("textarea[name=judge_template]")
+    expect(template).to_have_value("")
+
+    # When: they write one that names a field the judge does not fill, then a good one
+    template.fill("Judge {steps}")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#settings-message")).to_contain_text("{tagged_response}")
+    template.fill("{problem}\n{tagged_response}\nThe earliest wrong step in \\boxed{{}}.")
+    form.locator("button[type=submit]").click()
+
+    # Then: the good one is saved, and shown again on the next visit
+    expect(page.locator("#settings-message")).to_have_text("Saved.")
+    page.reload()
+    expect(page.locator("#settings-form textarea[name=judge_template]")).to_have_value(
+        "{problem}\n{tagged_response}\nThe earliest wrong step in \\boxed{{}}."
+    )
+    form.screenshot(path=str(ARTIFACTS / "models-judge-template.png"))

@@ -162,6 +162,33 @@ def test_a_queued_run_is_cancelled_and_retried_with_what_it_asked(project: Any) 
         machine_label_run_retry(run=retry, user=None)
 
 
+def test_the_project_s_judge_template_is_checked_and_used_by_judge_runs(
+    project: Any, make_member: Any, client_for: Any
+) -> None:
+    from prm_training.ml.judge import DEFAULT_TEMPLATE
+
+    chain = ChainFactory(project=project)
+    client = client_for(make_member(project, Role.ML))
+    url = reverse("api-training-settings", args=[project.pk])
+
+    # A template that fills a field the judge does not give is refused, naming it
+    bad = client.patch(url, {"judge_template": "Judge {steps} of {problem}"}, format="json")
+    assert bad.status_code == 400
+    assert "{tagged_response}" in bad.json()["judge_template"][0]
+    # ...a good one is stored, and a judge run sends it; blank goes back to ProcessBench's
+    mine = "Problem: {problem}\nSteps: {tagged_response}\nEarliest wrong step in \\boxed{{}}."
+    assert client.patch(url, {"judge_template": mine}, format="json").status_code == 200
+    run = machine_label_run_start(
+        project=project, user=None, kind="judge", model=LM, ids=[chain.pk]
+    )
+    assert run.params["template"] == mine
+    assert client.patch(url, {"judge_template": ""}, format="json").status_code == 200
+    run = machine_label_run_start(
+        project=project, user=None, kind="judge", model=LM, ids=[chain.pk]
+    )
+    assert run.params["template"] == DEFAULT_TEMPLATE
+
+
 # --- the API -----------------------------------------------------------------------------
 
 
