@@ -197,6 +197,7 @@ def project_overview(request: HttpRequest, project_id: int) -> HttpResponse:
         "projectId": project.pk,
         "api": {
             "dashboard": reverse("api-project-dashboard", args=[project.pk]),
+            "machine_quality": reverse("api-project-machine-quality", args=[project.pk]),
             "snapshots": reverse("api-project-snapshots", args=[project.pk]),
             "export": reverse("api-project-export", args=[project.pk]),
             "flags": reverse("api-project-flags", args=[project.pk]),

@@ -351,7 +351,52 @@
     $("db-flag-list").hidden = items.length === 0;
   }
 
+  // Each machine source against people's consensus and gold (issue 23).
+  function renderMachines(sources) {
+    $("db-machines").hidden = sources.length === 0;
+    const heads = ["Source", "Against", "Chains", "Steps", "Cohen's κ", "First error", "Confusion"];
+    const kappa = (a) => {
+      if (a.kappa === null) return "–";
+      const range = a.kappa_low === null ? "" : ` [${fixed(a.kappa_low)}, ${fixed(a.kappa_high)}]`;
+      return `${fixed(a.kappa)}${range}`;
+    };
+    const share = (p) =>
+      p.rate === null
+        ? "–"
+        : `${percent(p.rate)} [${percent(p.low)}, ${percent(p.high)}] of ${p.total}`;
+    const rows = sources.flatMap((source) =>
+      source.against.map((a, index) => {
+        const cells = [
+          index === 0 ? `${source.name} (${source.chains_labeled} chains)` : "",
+          a.reference === "gold" ? "Gold" : "People",
+          String(a.chains),
+          String(a.steps),
+          kappa(a),
+          share(a.first_error),
+          a.confusion.map((row) => row.join(" ")).join(" | "),
+        ];
+        const tr = el("tr");
+        cells.forEach((text, i) => {
+          const td = el("td", text);
+          td.dataset.label = heads[i];
+          tr.append(td);
+        });
+        return tr;
+      }),
+    );
+    $("db-machines-table").tBodies[0].replaceChildren(...rows);
+  }
+
+  async function loadMachines() {
+    try {
+      renderMachines(await api(config.api.machine_quality));
+    } catch (error) {
+      showMessage("Could not load the machine sources' quality; reload to try again.", "error");
+    }
+  }
+
   async function load() {
+    loadMachines();
     try {
       render(await api(config.api.dashboard));
       root.dataset.state = "ready";
