@@ -254,12 +254,17 @@ def _invites_revoke(client: Client, args: argparse.Namespace) -> Any:
     return client.invites.revoke(args.project, invite_id=args.invite_id)
 
 
-def _follow_import(client: Client, project: int, job: JSON, follow: bool) -> JSON:
+def _follow_import(
+    client: Client, project: int, job: JSON, follow: bool, timeout: float | None = None
+) -> JSON:
     progress = _Progress(sys.stderr)
     progress.show(import_progress_line(job))
     if follow:
         job = client.imports.follow(
-            project, job["id"], on_progress=lambda state: progress.show(import_progress_line(state))
+            project,
+            job["id"],
+            on_progress=lambda state: progress.show(import_progress_line(state)),
+            timeout=timeout,
         )
     progress.end()
     if job["status"] == "failed":
@@ -274,13 +279,13 @@ def _follow_import(client: Client, project: int, job: JSON, follow: bool) -> JSO
 def _import(client: Client, args: argparse.Namespace) -> Any:
     project = client.projects.resolve(args.project)
     job = client.imports.upload(project, args.file, format=args.format)
-    return _follow_import(client, project, job, follow=not args.no_follow)
+    return _follow_import(client, project, job, follow=not args.no_follow, timeout=args.timeout)
 
 
 def _imports_show(client: Client, args: argparse.Namespace) -> Any:
     project = client.projects.resolve(args.project)
     job = client.imports.show(project, args.job_id)
-    return _follow_import(client, project, job, follow=args.follow)
+    return _follow_import(client, project, job, follow=args.follow, timeout=args.timeout)
 
 
 _CHAIN_FILTERS = (
@@ -344,6 +349,12 @@ def _snapshots_create(client: Client, args: argparse.Namespace) -> Any:
 
 
 def _export(client: Client, args: argparse.Namespace) -> Any:
+    progress = _Progress(sys.stderr)
+
+    def received(size: int) -> None:
+        # A line per megabyte at most: a large export stays a short log.
+        progress.show(f"export: {size // 1_000_000:,} MB received")
+
     download: Download = client.snapshots.export(
         args.project,
         format=args.format,
@@ -353,7 +364,13 @@ def _export(client: Client, args: argparse.Namespace) -> Any:
         ambiguous=args.ambiguous,
         provenance=args.provenance,
         soft_labels=args.soft_labels,
+        on_progress=received,
     )
+    progress.show(
+        f"export: wrote {download.path} ({download.bytes:,} bytes, "
+        f"snapshot v{download.snapshot_version})"
+    )
+    progress.end()
     return {
         "path": str(download.path),
         "bytes": download.bytes,
@@ -364,7 +381,9 @@ def _export(client: Client, args: argparse.Namespace) -> Any:
     }
 
 
-def _follow_run(client: Client, kind: str, run: JSON, follow: bool) -> JSON:
+def _follow_run(
+    client: Client, kind: str, run: JSON, follow: bool, timeout: float | None = None
+) -> JSON:
     runs = {
         "training run": client.training_runs,
         "scoring run": client.scoring_runs,
@@ -374,7 +393,9 @@ def _follow_run(client: Client, kind: str, run: JSON, follow: bool) -> JSON:
     progress.show(run_progress_line(kind, run))
     if follow:
         run = runs.follow(
-            run["id"], on_progress=lambda state: progress.show(run_progress_line(kind, state))
+            run["id"],
+            on_progress=lambda state: progress.show(run_progress_line(kind, state)),
+            timeout=timeout,
         )
     progress.end()
     if follow and run["status"] != "succeeded":
@@ -387,7 +408,7 @@ _RUN_COLUMNS = ["id", "status", "created_at", "finished_at", "error"]
 
 def _train(client: Client, args: argparse.Namespace) -> Any:
     run = client.training_runs.start(args.project, **_settings(args.set))
-    return _follow_run(client, "training run", run, args.follow)
+    return _follow_run(client, "training run", run, args.follow, args.timeout)
 
 
 def _score(client: Client, args: argparse.Namespace) -> Any:
@@ -397,14 +418,14 @@ def _score(client: Client, args: argparse.Namespace) -> Any:
         random_fraction=args.random_fraction,
         model_version=args.model_version,
     )
-    return _follow_run(client, "scoring run", run, args.follow)
+    return _follow_run(client, "scoring run", run, args.follow, args.timeout)
 
 
 def _simulate(client: Client, args: argparse.Namespace) -> Any:
     run = client.simulation_runs.start(
         args.project, size=args.size, seeds=args.seeds, rounds=args.rounds
     )
-    return _follow_run(client, "simulation run", run, args.follow)
+    return _follow_run(client, "simulation run", run, args.follow, args.timeout)
 
 
 def _run_commands(kind: str, attribute: str) -> dict[str, Handler]:
@@ -414,7 +435,7 @@ def _run_commands(kind: str, attribute: str) -> dict[str, Handler]:
     return {
         "list": lambda client, args: (runs(client).list(args.project), _RUN_COLUMNS),
         "show": lambda client, args: _follow_run(
-            client, kind, runs(client).show(args.run_id), args.follow
+            client, kind, runs(client).show(args.run_id), args.follow, args.timeout
         ),
         "cancel": lambda client, args: runs(client).cancel(args.run_id),
         "retry": lambda client, args: runs(client).retry(args.run_id),
@@ -488,6 +509,12 @@ def _set_option(parser: argparse.ArgumentParser, what: str, *, flag: str = "--se
 
 def _follow_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--follow", action="store_true", help="wait for the end, with progress")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="stop following after this long (exit 1; the job goes on)",
+    )
 
 
 def _run_group(commands: _Commands, name: str, kind: str, attribute: str) -> None:
@@ -584,6 +611,9 @@ def build_parser() -> argparse.ArgumentParser:
     upload.add_argument("file")
     upload.add_argument("--format", choices=IMPORT_FORMATS, default="auto")
     upload.add_argument("--no-follow", action="store_true", help="print the queued job, return")
+    upload.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="stop following after this long"
+    )
     imports = commands.group("imports", "import jobs: show")
     job = commands.add("show", _imports_show, "one import job", imports)
     _project(job)

@@ -105,6 +105,7 @@ def test_import_chains_snapshot_and_every_export_from_the_command_line(
     )  # fmt: skip
     assert split.code == 0, split.err
     assert split.json()["snapshot"] == snapshot["version"]
+    assert f"export: wrote {train} ({train.stat().st_size:,} bytes" in split.err
     assert split.json()["bytes"] == train.stat().st_size
     assert _rows_in(train, "trl") == counts["train_chains"]
     # A folder as --out: the server's file name in it

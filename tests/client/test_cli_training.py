@@ -125,6 +125,9 @@ def test_queued_scoring_and_simulation_runs_are_cancelled_and_settings_changed(
     simulations = steplab(token, "simulations", "list", "Sums", "--json").json()
     assert [row["id"] for row in simulations] == [simulation]
     assert "queued" in steplab(token, "simulations", "show", str(simulation)).out
+    waited = steplab(token, "simulations", "show", str(simulation), "--follow", "--timeout", "1")
+    assert waited.code == 1
+    assert "Still queued after 1 s" in waited.err and "Traceback" not in waited.err
     assert steplab(token, "simulations", "cancel", str(simulation)).code == 0
     assert SimulationRun.objects.get(pk=simulation).status == "cancelled"
     retried = steplab(token, "simulations", "retry", str(simulation), "--json")
