@@ -28,6 +28,8 @@ IMPORT_FINISHED = frozenset({"done", "failed"})
 RUN_FINISHED = frozenset({"succeeded", "failed", "cancelled"})
 USER_AGENT = "steplab-client/0.1"
 DOWNLOAD_CHUNK_BYTES = 64 * 1024
+# How long a read waits between tries when the server is unreachable.
+RETRY_WAIT_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,15 @@ class Download:
     snapshot_version: int | None
     snapshot_hash: str
     ambiguous: str
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """The server's Retry-After in seconds (its number form), within 1 to 30."""
+    try:
+        seconds = float(response.headers.get("retry-after", RETRY_WAIT_SECONDS))
+    except ValueError:
+        seconds = RETRY_WAIT_SECONDS
+    return min(max(seconds, 1.0), 30.0)
 
 
 def _body(response: httpx.Response) -> Any:
@@ -60,7 +71,8 @@ class Client:
     """A session with one Steplab server as one user (their API token).
 
     ``url`` and ``token`` default to STEPLAB_URL and STEPLAB_TOKEN, then to the config
-    file (``steplab_client.config``). ``poll_seconds`` is how often ``follow`` asks."""
+    file (``steplab_client.config``). ``poll_seconds`` is how often ``follow`` asks;
+    ``retry_seconds`` how long a read is retried while the server is unavailable."""
 
     def __init__(
         self,
@@ -69,10 +81,13 @@ class Client:
         *,
         timeout: float = 60.0,
         poll_seconds: float = 1.0,
+        retry_seconds: float = 120.0,
     ) -> None:
         settings = settings_resolve(url=url, token=token)
         self.url = settings.url
         self.poll_seconds = poll_seconds
+        self.retry_seconds = retry_seconds
+        self._reached = False
         self._http = httpx.Client(
             base_url=settings.url,
             headers={"Authorization": f"Token {settings.token}", "User-Agent": USER_AGENT},
@@ -129,17 +144,31 @@ class Client:
         """``request`` with the path parameters as a mapping."""
         found = ENDPOINTS[endpoint]
         url = found.url(**path)
-        try:
-            response = self._http.request(
-                found.method,
-                url,
-                params=_clean(params or {}),
-                json=json,
-                files=files,
-                data=data,
-            )
-        except httpx.TransportError as exc:
-            raise SteplabError(f"Cannot reach {self.url}: {exc}") from None
+        # A read is asked again while the server says it is unavailable (its database
+        # lost: 503 with Retry-After) or, once reached, is not, for up to ``retry_seconds``:
+        # a run followed for an hour outlives a restart. A write is sent once, never
+        # twice: the server may have done it.
+        deadline = time.monotonic() + (self.retry_seconds if found.method == "GET" else 0)
+        while True:
+            try:
+                response = self._http.request(
+                    found.method,
+                    url,
+                    params=_clean(params or {}),
+                    json=json,
+                    files=files,
+                    data=data,
+                )
+            except httpx.TransportError as exc:
+                # A server never reached is a wrong URL, said at once.
+                if not self._reached or time.monotonic() >= deadline:
+                    raise SteplabError(f"Cannot reach {self.url}: {exc}") from None
+                time.sleep(min(RETRY_WAIT_SECONDS, max(deadline - time.monotonic(), 0)))
+                continue
+            self._reached = True
+            if response.status_code != 503 or time.monotonic() >= deadline:
+                break
+            time.sleep(min(_retry_after(response), max(deadline - time.monotonic(), 0)))
         if response.is_error:
             raise ApiError(
                 status=response.status_code, method=found.method, path=url, body=_body(response)

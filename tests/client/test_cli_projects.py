@@ -3,6 +3,7 @@ read (the server's status and message, never a traceback)."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,13 @@ def test_errors_show_the_servers_status_and_message_not_a_traceback(
     missing = steplab(None, "projects", "list")
     assert missing.code == 2
     assert "STEPLAB_TOKEN" in missing.err and "Traceback" not in missing.err
+
+    # ...a server that is not there: said at once (a read is retried only once reached)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    unreachable = steplab("0" * 40, "--url", nowhere, "projects", "list")
+    assert unreachable.code == 1 and f"Cannot reach {nowhere}" in unreachable.err
 
     # ...a wrong token: the server's 401 and its message
     wrong = steplab("0" * 40, "projects", "list")
