@@ -388,6 +388,7 @@ def _follow_run(
         "training run": client.training_runs,
         "scoring run": client.scoring_runs,
         "simulation run": client.simulation_runs,
+        "machine-label run": client.machine_label_runs,
     }[kind]
     progress = _Progress(sys.stderr)
     progress.show(run_progress_line(kind, run))
@@ -426,6 +427,29 @@ def _simulate(client: Client, args: argparse.Namespace) -> Any:
         args.project, size=args.size, seeds=args.seeds, rounds=args.rounds
     )
     return _follow_run(client, "simulation run", run, args.follow, args.timeout)
+
+
+def _machine_label(client: Client, args: argparse.Namespace) -> Any:
+    # The ids name problems for a sample run, chains for rollout and judge runs.
+    ids = {("problems" if args.kind == "sample" else "chains"): args.ids} if args.ids else {}
+    run = client.machine_label_runs.start(
+        args.project,
+        kind=args.kind,
+        model=args.model,
+        filter=args.filter,
+        **ids,
+        **_settings(args.set),
+    )
+    return _follow_run(client, "machine-label run", run, args.follow, args.timeout)
+
+
+def _id_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected ids separated by commas, got {text!r}"
+        ) from None
 
 
 def _run_commands(kind: str, attribute: str) -> dict[str, Handler]:
@@ -712,6 +736,21 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--rounds", type=int)
     _follow_option(simulate)
     _run_group(commands, "simulations", "simulation run", "simulation_runs")
+
+    labeling = commands.add(
+        "machine-label", _machine_label, "start a machine-label run: sample, rollout or judge"
+    )
+    _project(labeling)
+    labeling.add_argument("--kind", choices=("sample", "rollout", "judge"), required=True)
+    labeling.add_argument("--model", required=True, help="a causal LM under the backbone root")
+    which = labeling.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--ids", type=_id_list, help="problem ids (sample) or chain ids, separated by commas"
+    )
+    which.add_argument("--filter", choices=("all", "without_chains", "without_labels"))
+    _set_option(labeling, "another parameter (n, temperature, top_p, seed, mode, template...)")
+    _follow_option(labeling)
+    _run_group(commands, "machine-runs", "machine-label run", "machine_label_runs")
 
     versions = commands.group("versions", "model versions: list, activate")
     _project(commands.add("list", _versions_list, "the project's model versions", versions))

@@ -104,6 +104,7 @@ class Client:
         self.training_runs = Runs(self, "training_runs", "run_id")
         self.scoring_runs = Runs(self, "scoring_runs", "scoring_run_id")
         self.simulation_runs = Runs(self, "simulation_runs", "simulation_run_id")
+        self.machine_label_runs = Runs(self, "machine_label_runs", "machine_label_run_id")
         self.model_versions = ModelVersions(self)
 
     def close(self) -> None:

@@ -80,4 +80,11 @@ ENDPOINTS: dict[str, Endpoint] = {
     "simulation_runs.show": _get(f"{_V1}/simulation-runs/{{simulation_run_id}}/"),
     "simulation_runs.cancel": _post(f"{_V1}/simulation-runs/{{simulation_run_id}}/cancel/"),
     "simulation_runs.retry": _post(f"{_V1}/simulation-runs/{{simulation_run_id}}/retry/"),
+    "machine_label_runs.list": _get(f"{_PROJECT}/machine-label-runs/"),
+    "machine_label_runs.start": _post(f"{_PROJECT}/machine-label-runs/"),
+    "machine_label_runs.show": _get(f"{_V1}/machine-label-runs/{{machine_label_run_id}}/"),
+    "machine_label_runs.cancel": _post(
+        f"{_V1}/machine-label-runs/{{machine_label_run_id}}/cancel/"
+    ),
+    "machine_label_runs.retry": _post(f"{_V1}/machine-label-runs/{{machine_label_run_id}}/retry/"),
 }
