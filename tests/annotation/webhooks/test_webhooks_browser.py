@@ -3,7 +3,8 @@ pytest-django's live server, a real Celery worker and a real HTTP receiver on lo
 on the lab's project (``tests.pages_lab``): the page is one click from the project page;
 a webhook is added with two events; its test event fails while the receiver is down and
 the log says so, backed off; once the receiver is up, the replay button sends it again,
-it arrives signed with the secret the page shows, and the log shows it delivered.
+it arrives signed with the secret the page shows, and the log shows it delivered; the
+webhook is then paused and deleted.
 Screenshots go to tests/artifacts/."""
 
 from __future__ import annotations
@@ -116,9 +117,23 @@ def test_a_lead_adds_a_webhook_and_replays_a_failed_delivery(
         assert page_overflow(page) == []
         page.screenshot(path=str(ARTIFACTS / "webhooks-replayed-1366.png"), full_page=True)
 
+        # When the lead pauses the webhook from its Edit form, it shows as paused
+        card.locator("summary:text-is('Edit')").click()
+        card.locator(".webhook-edit input[type=checkbox]:not([value])").uncheck()
+        card.locator(".webhook-edit button[type=submit]").click()
+        expect(page.locator("#webhooks-message")).to_have_text("Saved.")
+        expect(page.locator("section.webhook .webhook-badge")).to_have_text("Paused")
+
         # At a phone's width the page still fits
         page.set_viewport_size({"width": 390, "height": 844})
         page.reload()
         page.wait_for_selector("#webhooks[data-state=ready]")
         assert page_overflow(page) == []
         page.screenshot(path=str(ARTIFACTS / "webhooks-390.png"), full_page=True)
+
+        # When the lead deletes it, the list is empty again
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.locator("section.webhook").get_by_role("button", name="Delete").click()
+        expect(page.locator("section.webhook")).to_have_count(0)
+        expect(page.locator("#webhooks-empty")).to_be_visible()
+    assert not WebhookDelivery.objects.exists()
