@@ -80,6 +80,13 @@ class MachineLabelRunInputSerializer(InputSerializer):
         help_text="Rollout runs only. full: every step; search: a binary search for the "
         "first step from which no rollout reaches the answer.",
     )
+    budget = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=1_000_000,
+        help_text="Search mode only: the most rollouts one chain may take (at least n); a "
+        "search that would need more leaves the chain undecided. No limit when absent.",
+    )
     template = serializers.CharField(
         required=False,
         max_length=20_000,

@@ -166,10 +166,13 @@ def rollout_search(
     done: Mapping[int, StepValue] | None = None,
     on_step: Callable[[StepValue], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    budget: int | None = None,
 ) -> SearchResult:
     """``first_error_search`` with ``params.n`` rollouts per probe (OmegaPRM). A step in
     ``done`` answers its probe without a rollout; ``on_step`` is called after each new
-    rollout; ``should_stop`` ends the search undecided before the next rollout."""
+    rollout; ``should_stop`` ends the search undecided before the next rollout. ``budget``
+    caps the chain's rollouts (probes of ``params.n`` each, stored ones included): a
+    search that would need more ends undecided."""
     stored = dict(done or {})
     probed: list[StepValue] = []
 
@@ -184,6 +187,7 @@ def rollout_search(
         return stored[index]
 
     try:
-        return first_error_search(len(steps), probe)
+        max_probes = None if budget is None else max(1, budget // params.n)
+        return first_error_search(len(steps), probe, max_probes=max_probes)
     except _Stopped:
         return SearchResult(first_error=None, probes=probed, decided=False)

@@ -152,7 +152,7 @@ def machine_label_params_clean(
     ValidationError naming every bad field."""
     defaults = SamplingParams().as_dict()
     errors: dict[str, list[str]] = {}
-    allowed = {*defaults, "mode", "template"}
+    allowed = {*defaults, "mode", "budget", "template"}
     for key in params:
         if key not in allowed:
             errors[key] = ["Not a parameter of a machine-label run."]
@@ -175,8 +175,22 @@ def machine_label_params_clean(
         if mode not in ROLLOUT_MODES:
             errors["mode"] = [f"Must be one of: {', '.join(ROLLOUT_MODES)}."]
         clean["mode"] = mode
+        budget = params.get("budget")
+        if budget is not None:
+            if mode != "search":
+                errors["budget"] = ["A rollout budget bounds the search mode only."]
+            elif (
+                isinstance(budget, bool)
+                or not isinstance(budget, int)
+                or budget < clean.get("n", 1)
+            ):
+                errors["budget"] = ["Must be a whole number of rollouts, at least n."]
+            else:
+                clean["budget"] = budget
     elif "mode" in params:
         errors["mode"] = ["Only a rollout run has a mode."]
+    if "budget" in params and kind != MachineLabelRunKind.ROLLOUT:
+        errors["budget"] = ["Only a rollout run has a budget."]
     if kind == MachineLabelRunKind.JUDGE:
         template = params.get("template") or judge_template_of(project=project)
         problem = judge_template_problem(template)
@@ -623,6 +637,7 @@ def _rollout(
                 done=done,
                 on_step=on_step,
                 should_stop=report.progress.stop_requested,
+                budget=run.params.get("budget"),
             )
             report.check()
             if found.decided:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from annotation.models import Chain, MachineLabel, Problem, Step
@@ -247,6 +248,46 @@ def test_the_search_finds_a_planted_first_error_and_stores_its_probes(project: A
     assert by_step[4].rating == -1 and by_step[4].detail["first_error"] is True
     assert all(label.rating == 1 for index, label in by_step.items() if index < 4)
     assert {label.detail["mode"] for label in labels} == {"search"}
+
+
+def test_a_search_within_its_rollout_budget_leaves_the_chain_undecided(project: Any) -> None:
+    # Given: the same chain with a budget of two probes of two rollouts, where the search
+    # needs three
+    texts = [f"step {i} fine" for i in range(6)]
+    texts[4] = "step 4 WRONG"
+    chain = chain_with(project, texts, reference="7")
+    engine = ScriptedEngine(lambda prompt, j: "\\boxed{9}" if "WRONG" in prompt else "\\boxed{7}")
+    run = machine_label_run_start(
+        project=project,
+        user=None,
+        kind="rollout",
+        model=LM,
+        params={"n": 2, "mode": "search", "budget": 4},
+        ids=[chain.pk],
+    )
+
+    run = machine_label_run_execute(run_id=run.pk, engine=engine)
+
+    # Then: two probes (four rollouts), stored; no first error claimed
+    assert run is not None and run.status == RunStatus.SUCCEEDED, run.error
+    assert len(engine.prompts) == 2 and len(labels_of(run)) == 2
+    assert run.result["first_errors"] == {}
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"n": 2, "mode": "full", "budget": 8}, "budget"),
+        ({"n": 4, "mode": "search", "budget": 3}, "budget"),
+    ],
+)
+def test_a_rollout_budget_is_checked(project: Any, params: dict[str, Any], field: str) -> None:
+    chain = chain_with(project, ["a", "b"], reference="7")
+    with pytest.raises(ValidationError) as error:
+        machine_label_run_start(
+            project=project, user=None, kind="rollout", model=LM, params=params, ids=[chain.pk]
+        )
+    assert field in error.value.message_dict
 
 
 # --- judge -------------------------------------------------------------------------------
