@@ -288,7 +288,6 @@ def snapshot_examples_streamed(
             split="AND sc.split = {split}" if split is not None else "",
         )
     ).format(snapshot=sql.Literal(int(snapshot.pk)), split=sql.Literal(split))
-    loads = _json_loads
     with transaction.atomic():
         connection.ensure_connection()
         raw = connection.connection
@@ -302,38 +301,45 @@ def snapshot_examples_streamed(
         ):
             # Binary rows: the text[] of steps is decoded in C with no parsing of quotes.
             copy.set_types(_STREAM_TYPES)
-            for (
-                chain_id,
-                chain_hash,
-                row_split,
-                labels,
-                support,
-                votes,
-                machine,
-                problem,
-                reference_answer,
-                final_answer,
-                generator,
-                verdict,
-                source_id,
-                steps,
-            ) in copy.rows():
-                yield SnapshotExample(
-                    chain_id=chain_id,
-                    chain_hash=chain_hash,
-                    split=row_split,
-                    labels=loads(labels),
-                    support=loads(support),
-                    votes=loads(votes) if votes is not None else [],
-                    machine=loads(machine) if machine is not None else {},
-                    problem=problem,
-                    reference_answer=reference_answer,
-                    final_answer=final_answer,
-                    generator=generator,
-                    steps=steps,
-                    answer_correct=_verdict(loads(verdict) if verdict is not None else None),
-                    source_id=_source_id(loads(source_id) if source_id is not None else None),
-                )
+            for row in copy.rows():
+                yield _streamed_example(row)
+
+
+def _streamed_example(row: tuple[Any, ...]) -> SnapshotExample:
+    """One row of ``_STREAM_SQL``'s COPY as the example it is."""
+    (
+        chain_id,
+        chain_hash,
+        row_split,
+        labels,
+        support,
+        votes,
+        machine,
+        problem,
+        reference_answer,
+        final_answer,
+        generator,
+        verdict,
+        source_id,
+        steps,
+    ) = row
+    loads = _json_loads
+    return SnapshotExample(
+        chain_id=chain_id,
+        chain_hash=chain_hash,
+        split=row_split,
+        labels=loads(labels),
+        support=loads(support),
+        votes=loads(votes) if votes is not None else [],
+        machine=loads(machine) if machine is not None else {},
+        problem=problem,
+        reference_answer=reference_answer,
+        final_answer=final_answer,
+        generator=generator,
+        steps=steps,
+        answer_correct=_verdict(loads(verdict) if verdict is not None else None),
+        source_id=_source_id(loads(source_id) if source_id is not None else None),
+    )
 
 
 # --- comparing two versions -----------------------------------------------------------------

@@ -556,23 +556,10 @@ def _chunk_rows(
             tally.tied_steps += row.tied_steps
             tally.below_support += row.below_support
         else:
-            # No person (nor a counted import) labeled it: the first machine source, in
-            # the lead's order, that rated a step gives its labels. No votes stand behind
-            # them, so min_support and ties do not apply.
-            labels_from = next(
-                (
-                    source
-                    for source in options.machine_sources
-                    if any(cell and cell["rating"] is not None for cell in cells.get(source, []))
-                ),
-                None,
-            )
-            if labels_from is None:
+            labels_from, machine_row = _machine_row(cells=cells, options=options)
+            if machine_row is None:
                 continue
-            labels = [cell["rating"] if cell else None for cell in cells[labels_from]]
-            row = _Row(
-                labels=labels, support=[None] * len(labels), tied=[], tied_steps=0, below_support=0
-            )
+            row = machine_row
         if all(label is None for label in row.labels):
             continue
         split = problem_split(
@@ -612,6 +599,28 @@ def _chunk_rows(
             )
         )
     return rows
+
+
+def _machine_row(
+    *, cells: dict[str, list[dict[str, Any] | None]], options: SnapshotOptions
+) -> tuple[str | None, _Row | None]:
+    """(source, row) of a chain no person (nor a counted import) labeled: the first
+    machine source, in the lead's order, that rated a step gives its labels; (None, None)
+    when none did. No votes stand behind them, so min_support and ties do not apply."""
+    labels_from = next(
+        (
+            source
+            for source in options.machine_sources
+            if any(cell and cell["rating"] is not None for cell in cells.get(source, []))
+        ),
+        None,
+    )
+    if labels_from is None:
+        return None, None
+    labels = [cell["rating"] if cell else None for cell in cells[labels_from]]
+    return labels_from, _Row(
+        labels=labels, support=[None] * len(labels), tied=[], tied_steps=0, below_support=0
+    )
 
 
 def _machine_cells(

@@ -359,40 +359,18 @@ def _simulate_seed(
         return result.metrics
 
     rows: list[SimulationRow] = []
-    first_error_labeling = stops_at_first_error(pool)
     rng = np.random.default_rng(seed)
     seed_set = sorted(int(i) for i in rng.choice(len(pool), sim.seed_size, replace=False))
     # Round 0 is the same model for every strategy of this seed: train it once.
     first_metrics = train(seed_set)
     first_prm = load_prm(checkpoint)
+    calls = (train, lambda: load_prm(checkpoint), score_chains, select_batch)
     for strategy in sim.strategies:
-        rows.append(_row(strategy, seed, 0, [pool[i] for i in seed_set], first_metrics))
-        # Each strategy draws its own random stream, independent of list order.
-        strategy_rng = np.random.default_rng([seed, STRATEGIES.index(strategy)])
-        labeled = list(seed_set)
-        model = first_prm
-        for round_ in range(1, sim.rounds + 1):
-            taken = set(labeled)
-            unlabeled = [i for i in range(len(pool)) if i not in taken]
-            # The model sees texts only: labels stay with the oracle until chosen.
-            hidden = [replace(pool[i], labels=None) for i in unlabeled]
-            scores = list(score_chains(model, hidden))
-            correct = [graded.get(pool[i].chain_id) for i in unlabeled]
-            picked = select_batch(
-                strategy,
-                scores,
-                sim.batch,
-                random_fraction=sim.random_fraction,
-                answers_correct=correct,
-                first_error_labeling=first_error_labeling,
-                groups=[pool[i].problem.strip() for i in unlabeled],
-                rng=strategy_rng,
+        rows.extend(
+            _strategy_rounds(
+                strategy, sim, seed, pool, (seed_set, first_prm, first_metrics), graded, calls
             )
-            labeled.extend(unlabeled[i] for i in picked)
-            metrics = train(labeled)
-            rows.append(_row(strategy, seed, round_, [pool[i] for i in labeled], metrics))
-            if round_ < sim.rounds:
-                model = load_prm(checkpoint)
+        )
     for arm in sim.machine_arms:
         arm_rows = _machine_arm_rounds(
             arm,
@@ -402,9 +380,52 @@ def _simulate_seed(
             (seed_set, first_prm, first_metrics),
             graded,
             stored,
-            (train, lambda: load_prm(checkpoint), score_chains, select_batch),
+            calls,
         )
         rows.extend(arm_rows)
+    return rows
+
+
+def _strategy_rounds(
+    strategy: str,
+    sim: SimulationConfig,
+    seed: int,
+    pool: list[ChainExample],
+    start: tuple[list[int], Any, Mapping[str, float]],
+    graded: Mapping[int, bool | None],
+    calls: tuple[Callable[..., Any], Callable[[], Any], Callable[..., Any], Callable[..., Any]],
+) -> list[SimulationRow]:
+    """One strategy's rounds for one seed: the current model scores the unlabeled pool,
+    the strategy picks a batch, the oracle labels it, the PRM is retrained. ``start``:
+    the seed set, round 0's model and metrics; ``calls``: train, the checkpoint's loader,
+    ``score_chains`` and ``select_batch``."""
+    train, load, score, select = calls
+    seed_set, model, first_metrics = start
+    first_error_labeling = stops_at_first_error(pool)
+    rows = [_row(strategy, seed, 0, [pool[i] for i in seed_set], first_metrics)]
+    # Each strategy draws its own random stream, independent of list order.
+    strategy_rng = np.random.default_rng([seed, STRATEGIES.index(strategy)])
+    labeled = list(seed_set)
+    for round_ in range(1, sim.rounds + 1):
+        taken = set(labeled)
+        unlabeled = [i for i in range(len(pool)) if i not in taken]
+        # The model sees texts only: labels stay with the oracle until chosen.
+        scores = list(score(model, [replace(pool[i], labels=None) for i in unlabeled]))
+        picked = select(
+            strategy,
+            scores,
+            sim.batch,
+            random_fraction=sim.random_fraction,
+            answers_correct=[graded.get(pool[i].chain_id) for i in unlabeled],
+            first_error_labeling=first_error_labeling,
+            groups=[pool[i].problem.strip() for i in unlabeled],
+            rng=strategy_rng,
+        )
+        labeled.extend(unlabeled[i] for i in picked)
+        metrics = train(labeled)
+        rows.append(_row(strategy, seed, round_, [pool[i] for i in labeled], metrics))
+        if round_ < sim.rounds:
+            model = load()
     return rows
 
 

@@ -147,18 +147,7 @@ class Command(BaseCommand):
             help="comma-separated strategies; 'random' (the reference) is always added "
             "(default: every strategy)",
         )
-        parser.add_argument(
-            "--machine-arms",
-            default="",
-            help="comma-separated confidences at which an arm accepts a machine's labels "
-            "and sends the rest to people, e.g. 0.9,0.97 (machine labels' worth, issue 23)",
-        )
-        parser.add_argument(
-            "--machine-sources",
-            default="prm",
-            help="comma-separated machine sources of the arms: prm (the round's own PRM) "
-            "and, with --project, sources of its stored labels (monte_carlo, judge, ...)",
-        )
+        _machine_arguments(parser)
         parser.add_argument("--rounds", type=int, default=None, help="default 8 (--quick 2)")
         parser.add_argument(
             "--batch", type=int, default=None, help="chains per round, default 40 (--quick 8)"
@@ -299,6 +288,22 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
         return rows, len(labeled)
+
+
+def _machine_arguments(parser: CommandParser) -> None:
+    """The machine arms' options (``ml.machine_labeler``)."""
+    parser.add_argument(
+        "--machine-arms",
+        default="",
+        help="comma-separated confidences at which an arm accepts a machine's labels "
+        "and sends the rest to people, e.g. 0.9,0.97 (machine labels' worth, issue 23)",
+    )
+    parser.add_argument(
+        "--machine-sources",
+        default="prm",
+        help="comma-separated machine sources of the arms: prm (the round's own PRM) "
+        "and, with --project, sources of its stored labels (monte_carlo, judge, ...)",
+    )
 
 
 def _simulation_config(options: dict[str, Any]) -> SimulationConfig:
