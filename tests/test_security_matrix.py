@@ -107,6 +107,8 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "api-project-imports": {"post": API_LEADS},
     "api-project-import-job": {"get": API_LEADS},
     "api-project-dashboard": {"get": API_LEADS},
+    # Each machine source against people and gold: what leads route by, ML staff weigh.
+    "api-project-machine-quality": {"get": API_ML_AND_LEADS},
     # ---------------------------------------------------------------- labeling queue
     "assignment-next": {"post": API_MEMBERS},
     "assignment-prefetch": {"post": API_MEMBERS},
