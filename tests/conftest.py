@@ -3,8 +3,10 @@ missing service fails the whole run instead of skipping tests."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,21 @@ def require_shared_data() -> Path:
             pytest.fail(f"{SHARED_DATA} is missing in CI")
         pytest.skip(f"{SHARED_DATA} not present")
     return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def logging_streams_open() -> None:
+    """A handler made while a test captured stderr (logging configured again during that
+    test) keeps writing to that capture, which is closed once the test ends; a later
+    test's log record then prints "--- Logging error ---" and a traceback into its own
+    stderr (the client's tests, which read stderr, failed on it in the full suite). Such
+    handlers are pointed back at the live stderr before each test."""
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", []):
+            stream = getattr(handler, "stream", None)
+            if isinstance(handler, logging.StreamHandler) and getattr(stream, "closed", False):
+                handler.setStream(sys.stderr)
 
 
 @pytest.fixture(autouse=True)
