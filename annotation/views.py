@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from annotation.api.fields import BIGINT_MAX
-from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
+from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS, MONTE_CARLO_FORMATS
 from annotation.importers.formats import FORMATS as IMPORT_FORMATS
 from annotation.invite_lists import MAX_LIST_CHARS
 from annotation.models import (
@@ -32,7 +32,7 @@ from annotation.models import (
 )
 from annotation.navigation import page_roles, project_pages
 from annotation.selectors.access import project_create_allowed, project_get_for_member
-from annotation.selectors.datasets import snapshot_get, training_snapshots
+from annotation.selectors.datasets import snapshot_get, snapshot_options, training_snapshots
 from annotation.selectors.history import history_annotator_resolve
 from annotation.selectors.projects import (
     chains_imported_count,
@@ -192,7 +192,16 @@ def project_overview(request: HttpRequest, project_id: int) -> HttpResponse:
     context["chains_imported"] = chains_imported_count(project=project)
     context["snapshot"] = snapshot_get(project=project)
     context["training_snapshots"] = training_snapshots(project=project)
-    context["export_formats"] = [(fmt, EXPORT_DESCRIPTIONS[fmt]) for fmt in EXPORT_FORMATS]
+    # A format written from Monte-Carlo labels only for a snapshot that holds them (the
+    # export refuses it otherwise, and a download link would fail without a word).
+    with_monte_carlo = context["snapshot"] is not None and MachineSource.MONTE_CARLO in (
+        snapshot_options(snapshot=context["snapshot"]).get("machine_sources") or []
+    )
+    context["export_formats"] = [
+        (fmt, EXPORT_DESCRIPTIONS[fmt])
+        for fmt in EXPORT_FORMATS
+        if with_monte_carlo or fmt not in MONTE_CARLO_FORMATS
+    ]
     context["config"] = {
         "projectId": project.pk,
         "api": {
