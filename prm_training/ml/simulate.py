@@ -386,6 +386,37 @@ def _simulate_seed(
     return rows
 
 
+def _round_picks(
+    strategy: str,
+    model: Any,
+    pool: list[ChainExample],
+    labeled: list[int],
+    sim: SimulationConfig,
+    graded: Mapping[int, bool | None],
+    rng: np.random.Generator,
+    calls: tuple[Callable[..., Any], Callable[..., Any]],
+) -> tuple[list[int], list[Any], list[int]]:
+    """One round's choice: (the pool's unlabeled indices, the model's scores of them,
+    the positions ``strategy`` picks among them). ``calls``: ``score_chains`` and
+    ``select_batch``."""
+    score, select = calls
+    taken = set(labeled)
+    unlabeled = [i for i in range(len(pool)) if i not in taken]
+    # The model sees texts only: labels stay with the oracle until chosen.
+    scores = list(score(model, [replace(pool[i], labels=None) for i in unlabeled]))
+    picked = select(
+        strategy,
+        scores,
+        sim.batch,
+        random_fraction=sim.random_fraction,
+        answers_correct=[graded.get(pool[i].chain_id) for i in unlabeled],
+        first_error_labeling=stops_at_first_error(pool),
+        groups=[pool[i].problem.strip() for i in unlabeled],
+        rng=rng,
+    )
+    return unlabeled, scores, picked
+
+
 def _strategy_rounds(
     strategy: str,
     sim: SimulationConfig,
@@ -401,25 +432,13 @@ def _strategy_rounds(
     ``score_chains`` and ``select_batch``."""
     train, load, score, select = calls
     seed_set, model, first_metrics = start
-    first_error_labeling = stops_at_first_error(pool)
     rows = [_row(strategy, seed, 0, [pool[i] for i in seed_set], first_metrics)]
     # Each strategy draws its own random stream, independent of list order.
     strategy_rng = np.random.default_rng([seed, STRATEGIES.index(strategy)])
     labeled = list(seed_set)
     for round_ in range(1, sim.rounds + 1):
-        taken = set(labeled)
-        unlabeled = [i for i in range(len(pool)) if i not in taken]
-        # The model sees texts only: labels stay with the oracle until chosen.
-        scores = list(score(model, [replace(pool[i], labels=None) for i in unlabeled]))
-        picked = select(
-            strategy,
-            scores,
-            sim.batch,
-            random_fraction=sim.random_fraction,
-            answers_correct=[graded.get(pool[i].chain_id) for i in unlabeled],
-            first_error_labeling=first_error_labeling,
-            groups=[pool[i].problem.strip() for i in unlabeled],
-            rng=strategy_rng,
+        unlabeled, _, picked = _round_picks(
+            strategy, model, pool, labeled, sim, graded, strategy_rng, (score, select)
         )
         labeled.extend(unlabeled[i] for i in picked)
         metrics = train(labeled)
@@ -446,24 +465,13 @@ def _machine_arm_rounds(
     train, load, score, select = calls
     seed_set, model, first_metrics = start
     rng = np.random.default_rng([seed, STRATEGIES.index(BASELINE)])  # random's own stream
-    first_error_labeling = stops_at_first_error(pool)
     labeled, human = list(seed_set), set(seed_set)
     relabeled: dict[int, ChainExample] = {}
     tally = MachineTally()
     rows = [_row(arm.name, seed, 0, [pool[i] for i in seed_set], first_metrics)]
     for round_ in range(1, sim.rounds + 1):
-        taken = set(labeled)
-        unlabeled = [i for i in range(len(pool)) if i not in taken]
-        scores = list(score(model, [replace(pool[i], labels=None) for i in unlabeled]))
-        picked = select(
-            BASELINE,
-            scores,
-            sim.batch,
-            random_fraction=sim.random_fraction,
-            answers_correct=[graded.get(pool[i].chain_id) for i in unlabeled],
-            first_error_labeling=first_error_labeling,
-            groups=[pool[i].problem.strip() for i in unlabeled],
-            rng=rng,
+        unlabeled, scores, picked = _round_picks(
+            BASELINE, model, pool, labeled, sim, graded, rng, (score, select)
         )
         for position in picked:
             index = unlabeled[position]
