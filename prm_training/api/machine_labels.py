@@ -17,10 +17,9 @@ from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import request_user
 from annotation.selectors.access import project_get_for_member
 from prm_training.api.views import (
-    FORBIDDEN,
-    NOT_FOUND,
     RUN_LIFECYCLE_FIELDS,
     RUN_LIST_LIMIT,
+    RUN_RESPONSES,
     _RunOutputSerializer,
     run_action_views,
 )
@@ -147,9 +146,6 @@ class MachineLabelRunOutputSerializer(_RunOutputSerializer):
             "error",
             *RUN_LIFECYCLE_FIELDS,
         ]
-
-
-RUN_RESPONSES = {403: FORBIDDEN, 404: NOT_FOUND}
 
 
 class ProjectMachineLabelRunsApi(APIView):

@@ -14,10 +14,9 @@ from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import request_user
 from annotation.selectors.access import project_get_for_member
 from prm_training.api.views import (
-    FORBIDDEN,
-    NOT_FOUND,
     RUN_LIFECYCLE_FIELDS,
     RUN_LIST_LIMIT,
+    RUN_RESPONSES,
     _RunOutputSerializer,
     run_action_views,
 )
@@ -85,9 +84,6 @@ class SimulationRunOutputSerializer(_RunOutputSerializer):
             "error",
             *RUN_LIFECYCLE_FIELDS,
         ]
-
-
-RUN_RESPONSES = {403: FORBIDDEN, 404: NOT_FOUND}
 
 
 class ProjectSimulationRunsApi(APIView):

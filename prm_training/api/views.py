@@ -58,6 +58,8 @@ from prm_training.services.training import (
 NOT_FOUND = OpenApiResponse(description="No such object, or not in one of your projects.")
 FORBIDDEN = OpenApiResponse(description="Your role in this project does not allow this.")
 RUN_LIST_LIMIT = 50
+# What a run endpoint answers a caller it refuses.
+RUN_RESPONSES = {403: FORBIDDEN, 404: NOT_FOUND}
 
 
 # --- training runs -----------------------------------------------------------------------
