@@ -3,6 +3,7 @@ missing service fails the whole run instead of skipping tests."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -58,7 +59,9 @@ def logging_streams_open() -> None:
         for handler in getattr(logger, "handlers", []):
             stream = getattr(handler, "stream", None)
             if isinstance(handler, logging.StreamHandler) and getattr(stream, "closed", False):
-                handler.setStream(sys.stderr)
+                # Not setStream: it flushes the old stream first, which raises once closed.
+                with handler.lock or contextlib.nullcontext():
+                    handler.stream = sys.stderr
 
 
 @pytest.fixture(autouse=True)

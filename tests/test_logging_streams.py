@@ -13,7 +13,8 @@ LOGGER = "steplab.tests.logging_streams"
 
 
 def test_a_test_leaves_a_handler_on_a_stream_it_closes() -> None:
-    stream = io.StringIO()
+    # A text file over bytes, as pytest's own capture is: flushing it once closed raises.
+    stream = io.TextIOWrapper(io.BytesIO())
     logging.getLogger(LOGGER).addHandler(logging.StreamHandler(stream))
     stream.close()
 
