@@ -6,8 +6,10 @@ Labels are never edited in place: a correction is a new Annotation whose
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxLengthValidator, MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
@@ -69,6 +71,24 @@ class PrelabelOutcome(models.TextChoices):
     NONE = "none", "No machine verdict shown"
     CONFIRMED = "confirmed", "Confirmed the machine verdict"
     OVERRIDDEN = "overridden", "Overrode the machine verdict"
+
+
+class ChainRouting(models.TextChoices):
+    """Where the lead's routing rules sent a chain (issue 23, ``services.routing``)."""
+
+    NONE = "", "People, as usual"
+    AGREED = "agreed", "Machine-agreed: accepted without a person"
+    SPOT_CHECK = "spot_check", "Machine-agreed, sent to a person as a spot check"
+    DISAGREED = "disagreed", "Machine sources disagree: people first"
+    SECOND_LOOK = "second_look", "The PRM contradicts a person: a second look"
+
+
+def routing_sources_valid(value: Any) -> None:
+    """A project's routing sources: a list of distinct machine sources."""
+    if not isinstance(value, list) or any(v not in MachineSource.values for v in value):
+        raise ValidationError(f"A list of machine sources, of {', '.join(MachineSource.values)}.")
+    if len(set(value)) != len(value):
+        raise ValidationError("Each source at most once.")
 
 
 class Project(models.Model):
@@ -151,6 +171,39 @@ class Project(models.Model):
         help_text="Share of chains served without pre-labels, to measure how much they "
         "sway annotators (fixed per chain and annotator).",
     )
+    # Routing (issue 23, ``annotation.services.routing``): chains the chosen machine sources
+    # agree on may be accepted without a person; chains they disagree on, and chains the
+    # active PRM strongly contradicts a person on, go to people first.
+    routing_sources = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[routing_sources_valid],
+        help_text="The machine sources whose first errors routing compares (two or more to "
+        "accept a chain).",
+    )
+    routing_accept = models.BooleanField(
+        default=False,
+        help_text="Accept chains the routing sources agree on without a person (marked "
+        "machine-agreed in every export).",
+    )
+    routing_spot_check = models.FloatField(
+        default=0.05,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Share of machine-agreed chains still sent to a person, as a spot check.",
+    )
+    routing_min_kappa = models.FloatField(
+        default=0.6,
+        validators=[MinValueValidator(-1.0), MaxValueValidator(1.0)],
+        help_text="A source whose Cohen's kappa against people's consensus is below this (or "
+        "not yet measured) routes nothing.",
+    )
+    routing_second_look = models.FloatField(
+        default=0.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="A person's label the active PRM contradicts with at least this confidence "
+        "(P(correct) of a step rated wrong, or of not-correct of a step rated correct) gets "
+        "a second look by another annotator; 0: off.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -188,6 +241,18 @@ class Project(models.Model):
             models.CheckConstraint(
                 condition=Q(prelabel_source__in=MachineSource.values),
                 name="project_prelabel_source_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(routing_spot_check__gte=0.0, routing_spot_check__lte=1.0),
+                name="project_routing_spot_check_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(routing_min_kappa__gte=-1.0, routing_min_kappa__lte=1.0),
+                name="project_routing_min_kappa_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(routing_second_look__gte=0.0, routing_second_look__lte=1.0),
+                name="project_routing_second_look_range",
             ),
         ]
 
@@ -508,6 +573,16 @@ class Chain(models.Model):
         related_name="chains",
         db_index=False,
     )
+    # Where routing sent the chain (``ChainRouting``, ``services.routing``). An agreed
+    # chain is out of the queue; ``people_first`` puts a chain ahead of every other in
+    # it (machines disagree on it, or the PRM contradicts a person's label).
+    # ``routing_first_error`` is the first error the machine sources agreed on (-1: none),
+    # which a spot check's human consensus is compared with.
+    routing = models.CharField(
+        max_length=16, choices=ChainRouting.choices, blank=True, default="", db_default=""
+    )
+    people_first = models.BooleanField(default=False, db_default=False)
+    routing_first_error = models.SmallIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -516,18 +591,24 @@ class Chain(models.Model):
                 fields=["project", "content_hash"], name="chain_unique_content"
             ),
             models.CheckConstraint(
+                condition=Q(routing__in=ChainRouting.values), name="chain_routing_valid"
+            ),
+            models.CheckConstraint(
                 condition=Q(is_gold=False, gold_annotation__isnull=True)
                 | Q(is_gold=True, gold_annotation__isnull=False),
                 name="chain_gold_has_answer_key",
             ),
         ]
         indexes = [
-            # The queue: highest priority first, then oldest, among open chains.
+            # The queue: people-first chains, then highest priority, then oldest, among
+            # open chains (routing's machine-agreed chains are not open).
             models.Index(
                 "project",
+                models.F("people_first").desc(),
                 models.F("priority").desc(),
                 "id",
-                condition=Q(is_finished=False, is_flagged=False, evaluation_set__isnull=True),
+                condition=Q(is_finished=False, is_flagged=False, evaluation_set__isnull=True)
+                & ~Q(routing="agreed"),
                 name="chain_queue_idx",
             ),
             # The chains of an evaluation set: what training leaves out and a run scores.
@@ -1079,6 +1160,8 @@ class ChainEventKind(models.TextChoices):
     GOLD_UNMARKED = "gold_unmarked", "Unmarked gold"
     UNFLAGGED = "unflagged", "Flag cleared"
     REVIEWER = "reviewer", "Reviewer set"
+    ROUTED = "routed", "Routed by machine labels"
+    SECOND_LOOK = "second_look", "Second look: the PRM contradicts a label"
 
 
 class ChainEvent(models.Model):

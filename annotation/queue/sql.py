@@ -17,6 +17,7 @@ from annotation.models import (
     Assignment,
     AssignmentStatus,
     Chain,
+    ChainRouting,
     MachineLabel,
     Membership,
     Problem,
@@ -45,7 +46,7 @@ PROBE = "LIMIT 1 OFFSET 0"
 # Hand-written rather than built by the ORM: this is the hot path, and building it as a
 # queryset cost more than running it. Plain SQL that SQLite runs too.
 PLACE_FREE_SQL = f"""
-    NOT c.is_finished
+    NOT c.is_finished AND c.routing <> '{ChainRouting.AGREED}'
     AND c.finished_count + (
         SELECT COUNT(*) FROM {Assignment._meta.db_table} a
         WHERE a.chain_id = c.id AND a.status = '{AssignmentStatus.ACTIVE}'
@@ -65,8 +66,9 @@ PLACE_FREE_SQL = f"""
     )
 """
 
-# Highest priority, then oldest. ``project_id``, ``NOT is_finished``, ``NOT is_flagged``, no
-# evaluation set (its chains are never leased) and the order match the partial index
+# People first (routing), then highest priority, then oldest. ``project_id``, ``NOT
+# is_finished``, ``NOT is_flagged``, no evaluation set (its chains are never leased), not
+# machine-agreed (routing accepted it without a person) and the order match the partial index
 # ``chain_queue_idx``: the scan walks the index and stops
 # at the first chain that passes the per-chain probes.
 # The ``NOT IN`` repeats a test of the predicate on purpose: PostgreSQL runs it as one hashed
@@ -83,14 +85,14 @@ PLACE_FREE_SQL = f"""
 CANDIDATE_SQL = f"""
     SELECT c.id FROM {Chain._meta.db_table} c
     WHERE c.project_id = %(project)s AND NOT c.is_finished AND NOT c.is_flagged
-      AND c.evaluation_set_id IS NULL AND NOT c.is_gold
+      AND c.evaluation_set_id IS NULL AND NOT c.is_gold AND c.routing <> '{ChainRouting.AGREED}'
       AND c.id NOT IN (
           SELECT a.chain_id FROM {Assignment._meta.db_table} a
           WHERE a.annotator_id = %(user)s AND a.project_id = %(project)s AND a.chain_open
             AND a.status IN ('{AssignmentStatus.SUBMITTED}', '{AssignmentStatus.SKIPPED}')
       )
       AND {PLACE_FREE_SQL} {{skip}}
-    ORDER BY c.priority DESC, c.id
+    ORDER BY c.people_first DESC, c.priority DESC, c.id
     LIMIT 1 {{lock}}
 """
 

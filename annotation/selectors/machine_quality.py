@@ -143,7 +143,7 @@ def _kappa_interval(per_chain: np.ndarray) -> tuple[float | None, float | None]:
     return float(low), float(high)
 
 
-def _human_consensus(project: Project, step_counts: Mapping[int, int]) -> dict[int, Labels]:
+def human_consensus_labels(project: Project, step_counts: Mapping[int, int]) -> dict[int, Labels]:
     """People's consensus per chain (ties left out), for the chains people labeled."""
     consensus = consensus_for_chains(
         chain_step_counts=step_counts, import_labels=ImportLabels.IGNORE, project=project
@@ -197,7 +197,7 @@ def machine_source_quality(*, project: Project) -> list[SourceQuality]:
     chain_ids = sorted({chain_id for by_chain in labels.values() for chain_id in by_chain})
     step_counts = dict(Chain.objects.filter(pk__in=chain_ids).values_list("pk", "step_count"))
     references = {
-        "consensus": _human_consensus(project, step_counts),
+        "consensus": human_consensus_labels(project, step_counts),
         "gold": _gold(project, step_counts),
     }
     return [

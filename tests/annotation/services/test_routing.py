@@ -1,0 +1,226 @@
+"""Routing (issue 23, item 7): chains the lead's machine sources agree on leave the queue
+(a keyed share stays as spot checks), chains they disagree on go to people first, a
+source under the kappa threshold routes nothing, and a label the PRM contradicts gets a
+second look by another annotator. On PostgreSQL, through the real queue."""
+
+from __future__ import annotations
+
+import pytest
+
+from annotation.models import (
+    Chain,
+    ChainEvent,
+    ChainEventKind,
+    ChainRouting,
+    MachineSource,
+    Project,
+)
+from annotation.selectors.routing import routing_summary
+from annotation.services.routing import chains_route, chains_second_look, spot_checked
+from tests.annotation.queue.claiming import assignment_claim_next
+from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
+
+pytestmark = pytest.mark.django_db
+
+MC, JUDGE = MachineSource.MONTE_CARLO, MachineSource.JUDGE
+
+
+def _both(chain: Chain, mc: list[int | None], judge: list[int | None]) -> None:
+    machine_labels(chain=chain, ratings=mc, source=MC, run_kind="rollout", run_id=1)
+    machine_labels(chain=chain, ratings=judge, source=JUDGE, run_kind="judge", run_id=1)
+
+
+def _trusted(project: Project, chains: int = 4) -> list[Chain]:
+    """Chains two people labeled and both sources got right: kappa 1 for each."""
+    people = [UserFactory(), UserFactory()]
+    out = []
+    for index in range(chains):
+        chain = ChainFactory(project=project, step_count=2)
+        labels = [1, -1] if index % 2 else [1, 1]
+        for person in people:
+            annotation_with_ratings(chain=chain, labels=labels, annotator=person)
+        _both(chain, labels, labels)
+        out.append(chain)
+    Chain.objects.filter(pk__in=[c.pk for c in out]).update(is_finished=True)
+    return out
+
+
+def _rules(project: Project, **rules) -> Project:
+    defaults = {
+        "routing_sources": [MC, JUDGE],
+        "routing_accept": True,
+        "routing_spot_check": 0.0,
+        "routing_min_kappa": 0.6,
+    }
+    Project.objects.filter(pk=project.pk).update(**{**defaults, **rules})
+    return Project.objects.get(pk=project.pk)
+
+
+def _routing(chain: Chain) -> tuple[str, bool, int | None]:
+    chain.refresh_from_db()
+    return chain.routing, chain.people_first, chain.routing_first_error
+
+
+def test_agreed_chains_leave_the_queue_and_disagreements_come_first(project):
+    # Given: trusted sources, one chain they agree on, one they disagree on, one
+    # plain chain with no machine verdict, and the plain one prioritised highest
+    project = _rules(project)
+    _trusted(project)
+    agreed, disputed, plain = (ChainFactory(project=project, step_count=3) for _ in range(3))
+    _both(agreed, [1, -1, None], [1, -1, None])
+    _both(disputed, [1, 1, 1], [-1, None, None])
+    Chain.objects.filter(pk=plain.pk).update(priority=10.0)
+
+    # When
+    outcome = chains_route(project=project)
+
+    # Then: agreed is out of the queue with the first error they agreed on, the
+    # disagreement goes to people before the higher-priority plain chain
+    assert _routing(agreed) == (ChainRouting.AGREED, False, 1)
+    assert _routing(disputed) == (ChainRouting.DISAGREED, True, None)
+    assert _routing(plain) == (ChainRouting.NONE, False, None)
+    assert (outcome.routed[ChainRouting.AGREED], outcome.routed[ChainRouting.DISAGREED]) == (1, 1)
+    annotator = UserFactory()
+    first = assignment_claim_next(project=project, user=annotator)
+    assert first is not None and first.chain_id == disputed.pk
+    second = assignment_claim_next(project=project, user=UserFactory())
+    assert second is not None and second.chain_id == plain.pk  # then by priority
+    claimed = {
+        lease.chain_id
+        for user in [UserFactory() for _ in range(4)]
+        if (lease := assignment_claim_next(project=project, user=user)) is not None
+    }
+    assert agreed.pk not in claimed
+    # And each change is in the chain's history
+    event = ChainEvent.objects.get(chain=agreed, kind=ChainEventKind.ROUTED)
+    assert event.detail == {"routing": "agreed", "first_error": 1, "sources": [1, 1]}
+
+
+def test_a_second_pass_changes_nothing_and_a_new_disagreement_sends_a_chain_back(project):
+    project = _rules(project)
+    _trusted(project)
+    chain = ChainFactory(project=project, step_count=2)
+    _both(chain, [1, 1], [1, 1])
+    assert chains_route(project=project).changed == 1
+    assert chains_route(project=project).changed == 0
+
+    # A newer judge run calls the first step wrong: the chain is back with people, first
+    machine_labels(chain=chain, ratings=[-1, None], source=JUDGE, run_kind="judge", run_id=2)
+    chains_route(project=project)
+
+    assert _routing(chain) == (ChainRouting.DISAGREED, True, None)
+
+
+def test_without_opting_in_or_with_one_source_nothing_is_accepted(project):
+    project = _rules(project, routing_accept=False)
+    _trusted(project)
+    chain = ChainFactory(project=project, step_count=2)
+    _both(chain, [1, 1], [1, 1])
+    chains_route(project=project)
+    assert _routing(chain) == (ChainRouting.NONE, False, None)
+
+    project = _rules(project, routing_sources=[MC])
+    chains_route(project=project)
+    assert _routing(chain) == (ChainRouting.NONE, False, None)
+
+
+def test_a_source_below_the_kappa_threshold_or_unmeasured_routes_nothing(project):
+    # Given: no person labeled anything, so neither source has a kappa
+    project = _rules(project)
+    chain = ChainFactory(project=project, step_count=2)
+    _both(chain, [1, 1], [-1, None])
+
+    outcome = chains_route(project=project)
+
+    assert _routing(chain) == (ChainRouting.NONE, False, None)
+    assert [s.usable for s in outcome.sources] == [False, False]
+    assert "no steps in common" in outcome.sources[0].reason
+
+    # And once measured, a threshold above their kappa still keeps them out
+    _trusted(project)
+    project = _rules(project, routing_min_kappa=1.0)
+    assert chains_route(project=project).routed[ChainRouting.DISAGREED] == 1
+    project = _rules(project, routing_min_kappa=0.99)
+    Chain.objects.filter(pk=chain.pk).update(routing="", people_first=False)
+    machine_labels(  # the judge now errs on a trusted chain: kappa falls below 0.99
+        chain=Chain.objects.filter(project=project, is_finished=True).first(),
+        ratings=[-1, None],
+        source=JUDGE,
+        run_kind="judge",
+        run_id=3,
+    )
+    outcome = chains_route(project=project)
+    assert [s.usable for s in outcome.sources] == [True, False]
+    assert "below the threshold" in outcome.sources[1].reason
+    assert _routing(chain) == (ChainRouting.NONE, False, None)
+
+
+def test_routing_leaves_chains_people_started_on(project):
+    project = _rules(project)
+    _trusted(project)
+    started, leased = (ChainFactory(project=project, step_count=2) for _ in range(2))
+    for chain in (started, leased):
+        _both(chain, [1, 1], [1, 1])
+    annotation_with_ratings(chain=started, labels=[1, 1], annotator=UserFactory())
+    Chain.objects.exclude(pk=leased.pk).filter(project=project).update(priority=-1.0)
+    lease = assignment_claim_next(project=project, user=UserFactory())
+    assert lease is not None and lease.chain_id == leased.pk
+
+    chains_route(project=project)
+
+    assert _routing(started) == (ChainRouting.NONE, False, None)
+    assert _routing(leased) == (ChainRouting.NONE, False, None)
+
+
+def test_a_keyed_share_of_agreed_chains_is_spot_checked_and_measured(project):
+    # Given: 40 agreed chains, half of them spot-checked
+    project = _rules(project, routing_spot_check=0.5)
+    _trusted(project)
+    chains = [ChainFactory(project=project, step_count=2) for _ in range(40)]
+    for chain in chains:
+        _both(chain, [1, -1], [1, -1])
+
+    chains_route(project=project)
+
+    checks = [c for c in chains if spot_checked(project_id=project.pk, chain_id=c.pk, share=0.5)]
+    assert 5 < len(checks) < 35
+    for chain in chains:
+        expected = ChainRouting.SPOT_CHECK if chain in checks else ChainRouting.AGREED
+        assert _routing(chain)[0] == expected
+    # When: people label two spot checks, agreeing with the machines on one
+    for chain, labels in zip(checks[:2], ([1, -1], [-1, None]), strict=True):
+        annotation_with_ratings(chain=chain, labels=labels, annotator=UserFactory())
+        Chain.objects.filter(pk=chain.pk).update(is_finished=True, finished_count=1)
+
+    summary = routing_summary(project=project)
+
+    # Then: one of two checked is wrong, with its interval; the rest still wait
+    assert (summary.spot_check_errors.hits, summary.spot_check_errors.total) == (1, 2)
+    assert summary.spot_check_errors.low < 0.5 < summary.spot_check_errors.high
+    assert summary.spot_checks_waiting == len(checks) - 2
+    assert summary.chains[ChainRouting.AGREED] == 40 - len(checks)
+
+
+def test_a_contradicted_label_gets_a_second_look_by_someone_else(project):
+    # Given: a finished chain one person labeled
+    author = UserFactory()
+    chain = ChainFactory(project=project, step_count=2)
+    annotation_with_ratings(chain=chain, labels=[1, 1], annotator=author)
+    Chain.objects.filter(pk=chain.pk).update(is_finished=True, finished_count=1)
+    ChainFactory(project=project, step_count=2, priority=5.0)
+
+    # When: the PRM is sure the second step is wrong
+    contradiction = {"step": 1, "rating": 1, "value": 0.02}
+    changed = chains_second_look(project=project, contradictions={chain.pk: contradiction})
+
+    # Then: one more pass is asked for, first in the queue, never from the author
+    assert changed == [chain.pk]
+    chain.refresh_from_db()
+    assert (chain.routing, chain.people_first, chain.is_finished) == ("second_look", True, False)
+    assert assignment_claim_next(project=project, user=author).chain_id != chain.pk
+    lease = assignment_claim_next(project=project, user=UserFactory())
+    assert lease is not None and lease.chain_id == chain.pk
+    event = ChainEvent.objects.get(chain=chain, kind=ChainEventKind.SECOND_LOOK)
+    assert event.detail == contradiction
+    # And a second contradiction on it asks for nothing more
+    assert chains_second_look(project=project, contradictions={chain.pk: contradiction}) == []
