@@ -20,6 +20,7 @@ from annotation.models import (
     BulkAction,
     Chain,
     ChainEventKind,
+    ChainRouting,
     Membership,
     Project,
     Role,
@@ -80,6 +81,11 @@ def chains_requeue(
             needed[chain.pk] = project.overlap + chain.extra_labels
             chain.is_finished = chain.finished_count >= needed[chain.pk]
         Chain.objects.bulk_update(chains, ["extra_labels", "is_finished"])
+        # A lead asking people for a machine-agreed chain puts it back in the queue, and
+        # routing leaves a requeued chain to people from then on (services.routing).
+        Chain.objects.filter(pk__in=outcome.changed, routing=ChainRouting.AGREED).update(
+            routing=ChainRouting.NONE
+        )
         closed_leases_sync(leases=Assignment.objects.filter(chain_id__in=outcome.changed))
         chain_events_record(
             chain_ids=outcome.changed,

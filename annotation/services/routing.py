@@ -17,9 +17,10 @@ to people first.
   look by another annotator (``chains_second_look``, called by the training app after a
   scoring run): one more pass is asked for and the chain goes first.
 
-Routing only moves chains nobody has started on (no human pass, no live lease, not
-gold, flagged or held out); a chain is re-routed on every pass, so a source that falls
-below the threshold, or a new run that disagrees, sends an accepted chain back to people.
+Routing only moves chains nobody has started on (no human pass, no live lease, never
+requeued by a lead, not gold, flagged or held out); a chain is re-routed on every pass,
+so a source that falls below the threshold, or a new run that disagrees, sends an
+accepted chain back to people.
 Each change is one ``ChainEvent`` in the chain's history. The pass runs as a task
 (``annotation.tasks.chains_route_task``) when a machine-label run finishes and when the
 lead saves the rules."""
@@ -43,6 +44,7 @@ from annotation.models import (
     Assignment,
     AssignmentStatus,
     Chain,
+    ChainEvent,
     ChainEventKind,
     ChainRouting,
     MachineSource,
@@ -148,15 +150,18 @@ def routing_sources(*, project: Project) -> list[RoutingSource]:
 
 
 def _started() -> Q:
-    """A chain routing leaves alone: a person has a pass or a live lease on it, or it is
+    """A chain routing leaves alone: a person has a pass or a live lease on it, a lead
+    asked for people on it (requeued it: the lead's word beats the machines'), or it is
     gold, flagged, held out or finished."""
     passes = Annotation.objects.filter(chain=OuterRef("pk")).exclude(source=AnnotationSource.IMPORT)
     leases = Assignment.objects.filter(
         chain=OuterRef("pk"), status=AssignmentStatus.ACTIVE, expires_at__gt=timezone.now()
     )
+    requeued = ChainEvent.objects.filter(chain=OuterRef("pk"), kind=ChainEventKind.REQUEUED)
     return (
         Q(Exists(passes))
         | Q(Exists(leases))
+        | Q(Exists(requeued))
         | Q(is_gold=True)
         | Q(is_flagged=True)
         | Q(is_finished=True)

@@ -16,6 +16,7 @@ from annotation.models import (
     Project,
 )
 from annotation.selectors.routing import routing_summary
+from annotation.services.chains import chain_requeue
 from annotation.services.routing import chains_route, chains_second_look, spot_checked
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
@@ -224,3 +225,19 @@ def test_a_contradicted_label_gets_a_second_look_by_someone_else(project):
     assert event.detail == contradiction
     # And a second contradiction on it asks for nothing more
     assert chains_second_look(project=project, contradictions={chain.pk: contradiction}) == []
+
+
+def test_a_lead_who_requeues_an_agreed_chain_gets_it_back_from_people(project):
+    project = _rules(project)
+    _trusted(project)
+    chain = ChainFactory(project=project, step_count=2)
+    _both(chain, [1, 1], [1, 1])
+    chains_route(project=project)
+    assert _routing(chain)[0] == ChainRouting.AGREED
+
+    chain_requeue(chain=chain, actor=UserFactory())
+    chains_route(project=project)
+
+    assert _routing(chain)[0] == ChainRouting.NONE
+    lease = assignment_claim_next(project=project, user=UserFactory())
+    assert lease is not None and lease.chain_id == chain.pk
