@@ -140,6 +140,14 @@ SUITE: tuple[Bench, ...] = (
         "sampling engine completions/s and tokens/s against a bare generate",
     ),
     Bench(
+        "rollouts",
+        "bench_rollouts.py",
+        (),
+        ("--steps", "3", "--n", "2", "--batch", "4", "--max-new-tokens", "8", "--repeats", "1"),
+        "rollouts.json",
+        "a chain's rollouts sharing the engine's batches against one step a call",
+    ),
+    Bench(
         "grading",
         "bench_grading.py",
         (),

@@ -44,6 +44,9 @@ class GenerationEngine(Protocol):
     """Generates completions of prompts. ``model_name`` is what provenance records."""
 
     model_name: str
+    # How many completions one ``generate`` call batches well: callers with several small
+    # prompts (a chain's step prefixes) send this many rows at once.
+    rows_per_call: int
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
         """``params.n`` completions for each prompt, in the prompts' order."""
@@ -137,6 +140,7 @@ class TransformersEngine:
             raise ValueError("batch_size must be at least 1")
         self.model_name = model_name(model_dir)
         self.batch_size = batch_size
+        self.rows_per_call = batch_size
         self.device = torch.device(
             ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         )
@@ -210,6 +214,9 @@ class TransformersEngine:
         return Completion(text=text, tokens=len(kept), finished=end is not None)
 
 
+VLLM_ROWS_PER_CALL = 256
+
+
 class VllmEngine:
     """The same interface on vLLM, for the GPU node where the optional ``vllm`` extra is
     installed. Each completion is its own request with seed ``params.seed`` + its index
@@ -230,8 +237,11 @@ class VllmEngine:
     ) -> None:
         from vllm import LLM
 
-        del device, batch_size  # vLLM places and batches requests itself
+        del device  # vLLM places requests itself
         self.model_name = model_name(model_dir)
+        # vLLM schedules any number of requests itself; a call still takes a bounded
+        # number, so a cancel or a kill loses at most this much work.
+        self.rows_per_call = max(batch_size, VLLM_ROWS_PER_CALL)
         self.llm = LLM(model=str(model_dir), dtype=dtype, enable_prefix_caching=True)
 
     def chat_prompt(self, text: str) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .generation import GenerationEngine, SamplingParams
+from .generation import Completion, GenerationEngine, SamplingParams
 from .grading import answers_equivalent, extract_answer
 from .sampling import sample_prompt
 
@@ -59,6 +59,20 @@ class StepValue:
         return self.reached > 0
 
 
+def _graded(
+    problem: str, steps: Sequence[str], upto: int, reference: str, completions: list[Completion]
+) -> StepValue:
+    """The value of step ``upto`` from its rollouts' completions. The answer is read from
+    prefix + completion: a prefix that already holds the final answer (the last step) is
+    graded on it unless the completion writes another."""
+    prefix = rollout_prompt(problem, steps, upto)[len(sample_prompt(problem)) :]
+    reached = 0
+    for completion in completions:
+        answer = extract_answer(prefix + completion.text)
+        reached += answer is not None and answers_equivalent(answer, reference) is True
+    return StepValue(index=upto, rollouts=len(completions), reached=reached)
+
+
 def _rollout(
     problem: str,
     steps: Sequence[str],
@@ -67,17 +81,15 @@ def _rollout(
     engine: GenerationEngine,
     params: SamplingParams,
 ) -> StepValue:
-    """``params.n`` completions of the prefix up to ``upto``, each graded. The answer is
-    read from prefix + completion: a prefix that already holds the final answer (the
-    last step) is graded on it unless the completion writes another."""
-    prompt = rollout_prompt(problem, steps, upto)
-    prefix = prompt[len(sample_prompt(problem)) :]
-    completions = engine.generate([prompt], params)[0]
-    reached = 0
-    for completion in completions:
-        answer = extract_answer(prefix + completion.text)
-        reached += answer is not None and answers_equivalent(answer, reference) is True
-    return StepValue(index=upto, rollouts=len(completions), reached=reached)
+    """``params.n`` completions of the prefix up to ``upto``, each graded."""
+    completions = engine.generate([rollout_prompt(problem, steps, upto)], params)[0]
+    return _graded(problem, steps, upto, reference, completions)
+
+
+def steps_per_call(engine: GenerationEngine, params: SamplingParams) -> int:
+    """How many steps' rollouts one ``generate`` call takes: as many as fill the engine's
+    batch (``rows_per_call`` completions; 1 step for an engine that states none)."""
+    return max(1, getattr(engine, "rows_per_call", 1) // max(1, params.n))
 
 
 def rollout_values(
@@ -92,18 +104,24 @@ def rollout_values(
     should_stop: Callable[[], bool] | None = None,
 ) -> list[StepValue]:
     """Every step's value (Math-Shepherd), in step order: steps in ``done`` are taken as
-    they are, the others rolled out one at a time, ``on_step`` called after each so the
-    caller can store it before the next; ``should_stop`` (checked before each step) ends
-    early, and the list then holds only the steps valued so far."""
+    they are, the others rolled out a group at a time (``steps_per_call``: the rollouts
+    of several steps share the engine's batches, since one step's ``params.n`` rarely
+    fills them), ``on_step`` called for each step of a group so the caller can store it
+    before the next group; ``should_stop`` (checked before each group) ends early, and
+    the list then holds only the steps valued so far. Grouping changes no completion:
+    each is seeded by its index within its prompt (``TransformersEngine``)."""
     values = dict(done or {})
-    for index in range(len(steps)):
-        if index in values:
-            continue
+    pending = [index for index in range(len(steps)) if index not in values]
+    group = steps_per_call(engine, params)
+    for start in range(0, len(pending), group):
         if should_stop is not None and should_stop():
             break
-        values[index] = _rollout(problem, steps, index, reference, engine, params)
-        if on_step is not None:
-            on_step(values[index])
+        indexes = pending[start : start + group]
+        prompts = [rollout_prompt(problem, steps, index) for index in indexes]
+        for index, completions in zip(indexes, engine.generate(prompts, params), strict=True):
+            values[index] = _graded(problem, steps, index, reference, completions)
+            if on_step is not None:
+                on_step(values[index])
     return [values[index] for index in sorted(values)]
 
 

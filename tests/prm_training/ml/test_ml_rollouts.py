@@ -109,6 +109,46 @@ def test_a_resumed_run_rolls_out_only_the_missing_steps() -> None:
     assert [v.index for v in values] == list(range(6))
 
 
+def test_steps_share_the_engines_batches_with_the_same_values() -> None:
+    # Given an engine that batches 8 completions a call, and 2 rollouts a step
+    class Batched(ScriptedPolicy):
+        rows_per_call = 8
+
+        def __init__(self) -> None:
+            super().__init__(right_share=0.5)
+            self.calls: list[int] = []
+
+        def generate(self, prompts, params):  # noqa: ANN001, ANN202
+            self.calls.append(len(prompts))
+            return super().generate(prompts, params)
+
+    grouped, single = Batched(), ScriptedPolicy(right_share=0.5)
+    stored: list[StepValue] = []
+    stops = iter([False, True])
+
+    # When a 6-step chain is rolled out, stopping before the second call
+    partial = rollout_values(
+        PROBLEM,
+        chain(3),
+        "5",
+        grouped,
+        SamplingParams(n=2),
+        on_step=stored.append,
+        should_stop=lambda: next(stops),
+    )
+    # Then one call took 4 steps' rollouts, each step stored, and the rest waits
+    assert grouped.calls == [4] and [v.index for v in partial] == [0, 1, 2, 3] == [
+        v.index for v in stored
+    ]
+    # And resumed, the values are those of one step per call
+    values = rollout_values(
+        PROBLEM, chain(3), "5", grouped, SamplingParams(n=2), done={v.index: v for v in stored}
+    )
+    assert grouped.calls == [4, 2]
+    assert values == rollout_values(PROBLEM, chain(3), "5", single, SamplingParams(n=2))
+    assert len(single.prompts) == 6
+
+
 def test_the_last_step_is_graded_on_its_own_answer() -> None:
     # Given a policy that writes no answer: the final answer is in the chain's last step
     class Silent(ScriptedPolicy):
