@@ -149,8 +149,8 @@ class SnapshotOutputSerializer(serializers.Serializer):
         "in snapshots taken with options), sources {human, import}: chains whose labels "
         "rest on each source, imported_left_out: chains only an import labeled, left out "
         "(the last two in snapshots that chose their sources); with machine sources, "
-        "machine {source: chains whose labels rest on it} and machine_rows {source: rows "
-        "carrying its labels}"
+        "machine {source: chains whose labels rest on it}, machine_rows {source: rows "
+        "carrying its labels} and machine_agreed (rows whose labels routing accepted)"
     )
     meta = serializers.JSONField(
         help_text="The options, the consensus rules and the TRL ambiguous mapping."

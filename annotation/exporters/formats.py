@@ -48,6 +48,19 @@ Formats (one record per chain unless said otherwise):
   (``adjudication``, ``human``, ``import`` or ``machine:<source>``) and what every
   machine source in the snapshot said of it (rating, value, hard label, model, run); a
   CSV row gains the same entry as a JSON ``provenance`` column.
+- Machine agreement (any format, a snapshot that includes a machine source): every
+  record says whether its labels are machine labels that routing accepted
+  (``services.routing``: the lead's trusted sources agreed on the chain's first error, and
+  no person labeled it; ``services.snapshots`` marks such a row). A JSON record gains a
+  top-level ``machine_agreed``, true or false, after the format's own keys and before
+  ``provenance``: a trainer or reader of the format reads its own keys and leaves the
+  rest (as it does ``provenance``); a ProcessBench record keeps its six, a PRM800K line
+  its ``question`` and ``label``. A CSV row gains a ``machine_agreed`` column (``true`` or
+  ``false`` on every step of the chain) after ``source_id`` and before ``provenance``;
+  Parquet a boolean ``machine_agreed`` column after TRL's three. A chain people labeled is
+  false, a spot check included; an export of a snapshot without machine sources, where
+  no row can be machine-agreed, is as it was without the field. Why a field and not a
+  separate file: a lead filters or weighs machine-agreed chains in the same dataset.
 - ``qwen_prm``: the chat format of open math PRMs with their own step separator,
   Qwen2.5-Math-PRM's (its model card's usage): ``{"messages", "labels"}`` with a system
   turn (Qwen2.5-Math's prompt), the problem as the user's turn and the steps as the

@@ -384,24 +384,30 @@ def json_record_builder(
     project_id: int,
     soft_labels_from: str = "votes",
     provenance: bool = False,
+    machine_agreed: bool = False,
 ) -> Callable[[SnapshotExample], dict[str, Any] | None]:
     """The record function of JSON Lines format ``fmt``; its None means "not written".
-    With ``provenance`` each record also holds ``provenance``, ``step_provenance`` of
-    the steps it writes."""
+    With ``machine_agreed`` (a snapshot that includes a machine source) each record also
+    holds ``machine_agreed``, whether its labels are machine labels routing accepted;
+    with ``provenance`` then ``provenance``, ``step_provenance`` of the steps it writes.
+    Both after the format's own keys, which stay as the format has them."""
     record_of = _record_builder(
         fmt=fmt, ambiguous=ambiguous, project_id=project_id, soft_labels_from=soft_labels_from
     )
-    if not provenance:
+    if not provenance and not machine_agreed:
         return record_of
 
-    def with_provenance(example: SnapshotExample) -> dict[str, Any] | None:
+    def with_extras(example: SnapshotExample) -> dict[str, Any] | None:
         record = record_of(example)
         if record is not None:
-            written = record_steps(fmt=fmt, record=record, example=example)
-            record["provenance"] = step_provenance(example=example)[:written]
+            if machine_agreed:
+                record["machine_agreed"] = example.machine_agreed
+            if provenance:
+                written = record_steps(fmt=fmt, record=record, example=example)
+                record["provenance"] = step_provenance(example=example)[:written]
         return record
 
-    return with_provenance
+    return with_extras
 
 
 def shepherd_steps(record: dict[str, Any]) -> int:

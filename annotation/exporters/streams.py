@@ -40,19 +40,22 @@ def csv_pieces(
     version: int,
     stats: ExportStats,
     provenance: bool = False,
+    machine_agreed: bool = False,
 ) -> Iterator[bytes]:
     """The ``csv`` export of ``examples`` (of snapshot ``version``), header first; with
-    ``provenance`` a last column holds each step's ``step_provenance`` as JSON."""
+    ``machine_agreed`` (a snapshot that includes a machine source) a column
+    ``machine_agreed`` says ``true`` on every step of a chain whose labels are machine
+    labels routing accepted, ``false`` on the others; with ``provenance`` a last column
+    holds each step's ``step_provenance`` as JSON."""
     out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerow(
-        (*CSV_HEADER, "provenance") if provenance else CSV_HEADER
-    )
+    extra_columns = ("machine_agreed",) * machine_agreed + ("provenance",) * provenance
+    csv.writer(out, lineterminator="\n").writerow((*CSV_HEADER, *extra_columns))
     for example in examples:
         out.write(
             csv_text(
                 example=example,
                 version=version,
-                extra=_provenance_cells(example) if provenance else None,
+                extra=_extra_cells(example, provenance=provenance, machine_agreed=machine_agreed),
             )
         )
         labels = example.labels
@@ -64,6 +67,19 @@ def csv_pieces(
             out.truncate()
     if out.tell():
         yield out.getvalue().encode("utf-8")
+
+
+def _extra_cells(
+    example: SnapshotExample, *, provenance: bool, machine_agreed: bool
+) -> list[str] | None:
+    """The cells after ``CSV_HEADER``'s, per step, joined as written (None: none)."""
+    if not provenance and not machine_agreed:
+        return None
+    mark = ("true" if example.machine_agreed else "false") if machine_agreed else None
+    entries: list[str | None] = (
+        list(_provenance_cells(example)) if provenance else [None] * len(example.steps)
+    )
+    return [",".join(cell for cell in (mark, entry) if cell is not None) for entry in entries]
 
 
 def _provenance_cells(example: SnapshotExample) -> list[str]:
@@ -124,28 +140,34 @@ def parquet_write(
     path: Path | BinaryIO,
     ambiguous: str,
     metadata: dict[str, str],
+    machine_agreed: bool = False,
 ) -> ExportStats:
     """Write the TRL rows of ``examples`` to a Parquet file (a path or a binary file
     object), ``metadata`` in its key-value metadata, one row group per
-    PARQUET_ROWS_PER_GROUP rows, so only one group is ever held in memory."""
+    PARQUET_ROWS_PER_GROUP rows, so only one group is ever held in memory. With
+    ``machine_agreed`` (a snapshot that includes a machine source) a boolean column
+    ``machine_agreed`` after TRL's: whether the row's labels are machine labels routing
+    accepted."""
     import pyarrow as pa  # lazily: only exports need it
     import pyarrow.parquet as pq
 
-    schema = pa.schema(
-        [
-            ("prompt", pa.string()),
-            ("completions", pa.list_(pa.string())),
-            ("labels", pa.list_(pa.bool_())),
-        ],
-        metadata=metadata,
-    )
+    fields = [
+        ("prompt", pa.string()),
+        ("completions", pa.list_(pa.string())),
+        ("labels", pa.list_(pa.bool_())),
+    ]
+    if machine_agreed:
+        fields.append(("machine_agreed", pa.bool_()))
+    schema = pa.schema(fields, metadata=metadata)
     stats = ExportStats()
-    columns: dict[str, list[Any]] = {"prompt": [], "completions": [], "labels": []}
+    columns: dict[str, list[Any]] = {name: [] for name, _ in fields}
     with pq.ParquetWriter(path, schema) as writer:
         for example in examples:
             record = trl_record(example=example, ambiguous=ambiguous)
             if record is None:
                 continue
+            if machine_agreed:
+                record["machine_agreed"] = example.machine_agreed
             for name, values in columns.items():
                 values.append(record[name])
             stats.records += 1

@@ -42,6 +42,7 @@ _STREAM_TYPES = (
     "text",
     "text",
     "text",
+    "bool",
     "text[]",
 )
 
@@ -89,6 +90,9 @@ class SnapshotExample:
     # The row's machine labels (``SnapshotChain.machine``), empty unless asked for
     # (with_machine) or when the snapshot includes no machine source.
     machine: dict[str, Any] = field(default_factory=dict)
+    # Whether the row's labels are machine labels routing accepted (the snapshot marked
+    # it: ``SnapshotChain.machine["routing"]``); read always, whatever ``with_machine``.
+    machine_agreed: bool = False
 
 
 # Which snapshots ``snapshot_list`` returns: a person's (or the command line's) datasets,
@@ -179,7 +183,9 @@ def snapshot_examples(
     ]
     # Always in the row (None when not asked for), so the columns keep their places.
     fields.append("votes" if with_votes else "id")
-    fields.append("machine" if with_machine else "id")
+    # The whole machine column even when not asked for: ``machine_agreed`` reads it (a
+    # key lookup would compile per database vendor; this path is the one off PostgreSQL).
+    fields.append("machine")
     rows = SnapshotChain.objects.filter(snapshot=snapshot)
     if split is not None:
         rows = rows.filter(split=split)
@@ -210,6 +216,7 @@ def snapshot_examples(
                 support=row[4],
                 votes=row[11] if with_votes else [],
                 machine=row[12] if with_machine else {},
+                machine_agreed="routing" in (row[12] or {}),
                 problem=row[8],
                 reference_answer=row[9],
                 final_answer=row[6],
@@ -240,7 +247,8 @@ _STREAM_SQL = f"""
     FROM (
         SELECT sc.chain_id, c.content_hash, sc.split, sc.labels::text, sc.support::text,
                {{votes}}, {{machine}}, p.text, p.reference_answer, c.final_answer, c.generator,
-               (c.meta -> 'final_answer_correct')::text, (c.meta -> 'id')::text
+               (c.meta -> 'final_answer_correct')::text, (c.meta -> 'id')::text,
+               sc.machine -> 'routing' IS NOT NULL
         FROM {SnapshotChain._meta.db_table} sc
         JOIN {Chain._meta.db_table} c ON c.id = sc.chain_id
         JOIN {Problem._meta.db_table} p ON p.id = c.problem_id
@@ -321,6 +329,7 @@ def _streamed_example(row: tuple[Any, ...]) -> SnapshotExample:
         generator,
         verdict,
         source_id,
+        machine_agreed,
         steps,
     ) = row
     loads = _json_loads
@@ -339,6 +348,7 @@ def _streamed_example(row: tuple[Any, ...]) -> SnapshotExample:
         steps=steps,
         answer_correct=_verdict(loads(verdict) if verdict is not None else None),
         source_id=_source_id(loads(source_id) if source_id is not None else None),
+        machine_agreed=bool(machine_agreed),
     )
 
 

@@ -113,6 +113,13 @@ def export_options_check(
     return ambiguous or snapshot.meta.get("trl_ambiguous", DEFAULT_AMBIGUOUS)
 
 
+def marks_machine_agreed(*, snapshot: Snapshot) -> bool:
+    """Whether the snapshot's exports carry ``machine_agreed``: where it includes a
+    machine source, the only way a row's labels can be machine labels routing accepted
+    (``exporters.formats``). Other exports stay as they were, byte for byte."""
+    return bool(snapshot_options(snapshot=snapshot).get("machine_sources"))
+
+
 def export_bytes(
     *,
     snapshot: Snapshot,
@@ -135,14 +142,22 @@ def export_bytes(
         with_votes=provenance or fmt in ("csv", "openrlhf"),
         with_machine=provenance or fmt in MONTE_CARLO_FORMATS or soft_labels == MONTE_CARLO,
     )
+    marked = marks_machine_agreed(snapshot=snapshot)
     if fmt == "csv":
-        return csv_pieces(examples, version=snapshot.version, stats=stats, provenance=provenance)
+        return csv_pieces(
+            examples,
+            version=snapshot.version,
+            stats=stats,
+            provenance=provenance,
+            machine_agreed=marked,
+        )
     record_of = json_record_builder(
         fmt=fmt,
         ambiguous=ambiguous,
         project_id=snapshot.project_id,
         soft_labels_from=soft_labels,
         provenance=provenance,
+        machine_agreed=marked,
     )
     return json_lines_pieces(
         examples,
@@ -176,6 +191,7 @@ def export_parquet(
         path=path,
         ambiguous=ambiguous,
         metadata=parquet_metadata(snapshot=snapshot, ambiguous=ambiguous, split=split),
+        machine_agreed=marks_machine_agreed(snapshot=snapshot),
     )
 
 

@@ -21,6 +21,17 @@ What a snapshot holds is the lead's choice, recorded in ``meta["options"]``:
   ``counts["machine"]`` says how many chains' labels rest on each source and
   ``counts["machine_rows"]`` how many rows carry each source's labels; both only in a
   snapshot that includes a source.
+- Machine agreement (routing, ``services.routing``): a row whose labels come from a
+  machine source (as above) on a chain routing accepted (``Chain.routing`` agreed, or
+  spot_check while no person has labeled it yet) is marked machine-agreed:
+  ``SnapshotChain.machine["routing"]`` holds the routing and ``["agreed_first_error"]``
+  the first error the sources agreed on, and every export marks the record
+  (``exporters.formats``). Only where the row's labels put their first error there
+  (``routing_verdict``): labels from a source that was not among the agreeing ones, or
+  that changed since the routing pass, are not what was agreed and carry no mark. A row
+  people labeled is never marked (a spot check a person labeled carries their labels).
+  ``counts["machine_agreed"]`` says how many rows are marked, in a snapshot that
+  includes a machine source. An agreed chain that no included source labeled stays out.
 - ``finished_only`` (the default): only finished chains, those whose human passes reached
   the project's overlap (``Chain.is_finished``), that a lead ruled on, gold chains, and,
   with ``include_imported``, chains labeled by an import that no person has started on;
@@ -55,6 +66,7 @@ from annotation.models import (
     Annotation,
     AnnotationSource,
     Chain,
+    ChainRouting,
     ConsensusMethod,
     ImportLabels,
     MachineLabel,
@@ -71,6 +83,7 @@ from annotation.services.consensus import (
     consensus_for_chains,
     dawid_skene_fit,
 )
+from annotation.services.routing import routing_verdict
 from annotation.webhooks.events import webhook_snapshot_created
 
 if TYPE_CHECKING:
@@ -213,8 +226,9 @@ def snapshot_create(
     (``sources``), the options (``options``), the consensus rules in force,
     ``trl_ambiguous``, the default mapping of ambiguous steps for TRL exports, and
     ``training_run`` when a training run took it for itself. With ``machine_sources``,
-    ``counts`` also holds machine {source: chains whose labels rest on it} and
-    machine_rows {source: rows carrying its labels}.
+    ``counts`` also holds machine {source: chains whose labels rest on it},
+    machine_rows {source: rows carrying its labels} and machine_agreed (rows marked
+    machine-agreed by routing).
 
     Raises ValidationError for a held-out fraction outside [0, 1), a seed outside what
     its column holds (0 .. 2**31 - 1: a larger one would not be stored as given, and the
@@ -467,6 +481,8 @@ class _Tally:
     # With machine sources: chains whose labels rest on each, rows carrying each's labels.
     machine: dict[str, int] | None = None
     machine_rows: dict[str, int] | None = None
+    # With machine sources: rows marked machine-agreed (routing).
+    machine_agreed: int = 0
 
     def add(
         self,
@@ -492,6 +508,7 @@ class _Tally:
                 self.machine[machine["labels_from"]] += 1
             for source in machine.get("sources", {}):
                 self.machine_rows[source] += 1
+            self.machine_agreed += "routing" in machine
         self.chains += 1
         self.heldout += split == SnapshotSplit.HELDOUT
         self.problems.add(problem_hash)
@@ -518,7 +535,11 @@ class _Tally:
             "sources": dict(self.sources),
             "imported_left_out": self.imported_left_out,
             **(
-                {"machine": dict(self.machine), "machine_rows": dict(self.machine_rows or {})}
+                {
+                    "machine": dict(self.machine),
+                    "machine_rows": dict(self.machine_rows or {}),
+                    "machine_agreed": self.machine_agreed,
+                }
                 if self.machine is not None
                 else {}
             ),
@@ -546,6 +567,7 @@ def _chunk_rows(
     machine = _machine_cells(
         chain_step_counts={chain_id: count for chain_id, _, count, _ in chunk}, options=options
     )
+    agreed = _agreed_chains(chain_ids=list(machine))
     rows: list[SnapshotChain] = []
     for chain_id, chain_hash, _, problem_hash in chunk:
         result = consensus[chain_id]
@@ -567,7 +589,9 @@ def _chunk_rows(
             seed=snapshot.seed,
             heldout_fraction=snapshot.heldout_fraction,
         )
-        row_machine = {"labels_from": labels_from, "sources": cells} if cells else {}
+        row_machine = _row_machine(
+            cells=cells, labels_from=labels_from, labels=row.labels, agreed=agreed.get(chain_id)
+        )
         tally.add(
             row=row,
             chain_hash=chain_hash,
@@ -599,6 +623,40 @@ def _chunk_rows(
             )
         )
     return rows
+
+
+def _row_machine(
+    *,
+    cells: dict[str, list[dict[str, Any] | None]],
+    labels_from: str | None,
+    labels: list[int | None],
+    agreed: tuple[str, int] | None,
+) -> dict[str, Any]:
+    """A row's ``SnapshotChain.machine``: its machine sources' cells, the source its labels
+    came from, and the routing mark where those labels are what the sources agreed on
+    (module docstring); empty where no included source labeled the chain."""
+    if not cells:
+        return {}
+    out: dict[str, Any] = {"labels_from": labels_from, "sources": cells}
+    if labels_from is not None and agreed is not None and routing_verdict(labels) == agreed[1]:
+        out.update(routing=agreed[0], agreed_first_error=agreed[1])
+    return out
+
+
+def _agreed_chains(*, chain_ids: list[int]) -> dict[int, tuple[str, int]]:
+    """(routing, agreed first error) of these chains that routing accepted (agreed or
+    spot_check): those whose machine labels a snapshot marks machine-agreed. One query;
+    none without chains (a snapshot without machine sources reads no cells)."""
+    if not chain_ids:
+        return {}
+    rows = Chain.objects.filter(
+        pk__in=chain_ids, routing__in=[ChainRouting.AGREED, ChainRouting.SPOT_CHECK]
+    ).values_list("pk", "routing", "routing_first_error")
+    return {
+        chain_id: (routing, first_error)
+        for chain_id, routing, first_error in rows
+        if first_error is not None  # routing gives an accepted chain its first error
+    }
 
 
 def _machine_row(
