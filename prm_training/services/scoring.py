@@ -10,6 +10,9 @@ Priorities are written by the queue (``annotation.queue.priorities``) a chunk of
 per short transaction, so while they are written the queue mixes old and new priorities
 for a moment.
 
+Once a run succeeds, a person's label the active PRM contradicts with the project's
+``routing_second_look`` confidence is sent to another annotator (``services.second_look``).
+
 Torch is imported only inside ``scoring_run_execute`` (worker side)."""
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from prm_training.services.runs import (
     run_finish,
     run_retry_check,
 )
+from prm_training.services.second_look import second_looks_request
 from prm_training.services.strategy import (
     acquisition_strategy_resolve,
     version_zero_shot_unmeasured,
@@ -279,7 +283,19 @@ def scoring_run_execute(
         logger.exception("Scoring run %s failed", run.pk)
         run_finish(run, status=RunStatus.FAILED, error=run_failure_detail(exc))
     run.refresh_from_db()
+    if run.status == RunStatus.SUCCEEDED:
+        _second_looks(run)
     return run
+
+
+def _second_looks(run: ScoringRun) -> None:
+    """Labels the active PRM contradicts go to a second look (``services.second_look``)
+    once a run has succeeded. A failure here is logged and leaves the run as it ended:
+    its scores and priorities stand, and the next run looks again."""
+    try:
+        second_looks_request(project=run.project)
+    except Exception:  # noqa: BLE001 - the scoring run succeeded whatever this does
+        logger.exception("Second looks after scoring run %s failed", run.pk)
 
 
 def _score(run: ScoringRun) -> None:
