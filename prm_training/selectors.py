@@ -9,13 +9,13 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.core.exceptions import ObjectDoesNotExist
+from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.db.models import Model, QuerySet
 from django.http import Http404
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from annotation.models import Project, Role
+from annotation.models import Chain, Project, Role
 from annotation.selectors.access import project_get_for_member
 from prm_training.models import (
     FINISHED_STATUSES,
@@ -127,9 +127,27 @@ def machine_label_run_list(*, project: Project) -> QuerySet[MachineLabelRun]:
     return MachineLabelRun.objects.filter(project=project).select_related("started_by")
 
 
-def judge_sample_list(*, run: MachineLabelRun) -> QuerySet[JudgeSample]:
-    """A judge run's samples, chain by chain, in sample order."""
-    return JudgeSample.objects.filter(run=run).order_by("chain_id", "sample_index")
+def judge_samples_page(
+    *,
+    run: MachineLabelRun,
+    chain_id: int | None,
+    unparsed: bool | None,
+    after: int | None,
+    limit: int,
+) -> list[JudgeSample]:
+    """A page of ``run``'s samples in the order they were stored: of one chain of the
+    run's project (ValidationError naming ``chain`` for any other), only unparsed ones
+    (``unparsed``) or only parsed ones (False), after the sample id ``after``."""
+    samples = JudgeSample.objects.filter(run=run).order_by("id")
+    if chain_id is not None:
+        if not Chain.objects.filter(pk=chain_id, project_id=run.project_id).exists():
+            raise ValidationError({"chain": f"No chain {chain_id} in this project."})
+        samples = samples.filter(chain_id=chain_id)
+    if unparsed is not None:
+        samples = samples.filter(verdict__isnull=unparsed)
+    if after is not None:
+        samples = samples.filter(id__gt=after)
+    return list(samples[:limit])
 
 
 def training_run_list(*, project: Project) -> QuerySet[TrainingRun]:

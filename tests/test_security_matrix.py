@@ -178,6 +178,7 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "api-machine-label-run": {"get": API_ML_AND_LEADS},
     "api-machine-label-run-cancel": {"post": API_ML_AND_LEADS},
     "api-machine-label-run-retry": {"post": API_ML_AND_LEADS},
+    "api-machine-label-run-judge-samples": {"get": API_ML_AND_LEADS},
     # ---------------------------------------------------------------- API docs
     "schema": {"get": (200, 200, 200, 200, 200)},
     "api-docs": {"get": (200, 200, 200, 200, 200)},

@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api.fields import IdField
+from annotation.api.fields import CursorField, IdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import request_user
 from annotation.selectors.access import project_get_for_member
@@ -23,9 +23,10 @@ from prm_training.api.views import (
     _RunOutputSerializer,
     run_action_views,
 )
-from prm_training.models import MachineLabelRun, MachineLabelRunKind
+from prm_training.models import JudgeSample, MachineLabelRun, MachineLabelRunKind
 from prm_training.selectors import (
     ML_AND_LEADS,
+    judge_samples_page,
     machine_label_run_get_for_member,
     machine_label_run_list,
 )
@@ -231,3 +232,62 @@ MachineLabelRunCancelApi, MachineLabelRunRetryApi = run_action_views(
     retry_description="Queues a new run with the same kind, model, parameters and items "
     "(`retry_of` names the old one).",
 )
+
+
+JUDGE_SAMPLES_PAGE_MAX = 500
+
+
+class JudgeSamplesInputSerializer(InputSerializer):
+    chain = IdField(required=False, help_text="Only this chain's samples.")
+    unparsed = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="true: only samples whose verdict could not be read; false: only read ones.",
+    )
+    after = CursorField(required=False, help_text="`next_after` of the previous page.")
+    limit = serializers.IntegerField(
+        required=False, default=100, min_value=1, max_value=JUDGE_SAMPLES_PAGE_MAX
+    )
+
+
+class JudgeSampleOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JudgeSample
+        fields = ["id", "chain", "sample_index", "verdict", "text"]
+
+
+class JudgeSamplesPageSerializer(serializers.Serializer):
+    results = JudgeSampleOutputSerializer(many=True)
+    next_after = serializers.IntegerField(allow_null=True)
+
+
+class JudgeSamplesApi(APIView):
+    @extend_schema(
+        operation_id="machine_label_runs_judge_samples",
+        parameters=[JudgeSamplesInputSerializer],
+        responses={200: JudgeSamplesPageSerializer, **RUN_RESPONSES},
+        summary="A judge run's sampled critiques, raw (ML staff and leads)",
+        description="Each sample's text and the step it names as the earliest wrong one "
+        "(-1: none; null: the text could not be parsed, and it is no label), in the order "
+        "they were stored (chain by chain), `limit` at a time: pass `next_after` as "
+        "`after` for the next page. Empty for runs of other kinds.",
+    )
+    def get(self, request: Request, machine_label_run_id: int) -> Response:
+        run = machine_label_run_get_for_member(
+            user=request.user, machine_label_run_id=machine_label_run_id
+        )
+        params = JudgeSamplesInputSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        data = params.validated_data
+        page = judge_samples_page(
+            run=run,
+            chain_id=data.get("chain"),
+            unparsed=data["unparsed"],
+            after=data.get("after"),
+            limit=data["limit"],
+        )
+        next_after = page[-1].pk if len(page) == data["limit"] else None
+        return Response(
+            JudgeSamplesPageSerializer({"results": page, "next_after": next_after}).data
+        )

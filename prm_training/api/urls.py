@@ -3,6 +3,7 @@
 from django.urls import path
 
 from prm_training.api.machine_labels import (
+    JudgeSamplesApi,
     MachineLabelRunCancelApi,
     MachineLabelRunDetailApi,
     MachineLabelRunRetryApi,
@@ -131,5 +132,10 @@ urlpatterns = [
         "machine-label-runs/<id:machine_label_run_id>/retry/",
         MachineLabelRunRetryApi.as_view(),
         name="api-machine-label-run-retry",
+    ),
+    path(
+        "machine-label-runs/<id:machine_label_run_id>/judge-samples/",
+        JudgeSamplesApi.as_view(),
+        name="api-machine-label-run-judge-samples",
     ),
 ]

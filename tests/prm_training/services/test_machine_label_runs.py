@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from annotation.models import Role
-from prm_training.models import MachineLabelRun, RunStatus
+from prm_training.models import JudgeSample, MachineLabelRun, RunStatus
 from prm_training.services.machine_labels import (
     machine_label_run_cancel,
     machine_label_run_retry,
@@ -199,6 +199,7 @@ def _urls(project: Any, run: MachineLabelRun) -> list[tuple[str, str]]:
         ("get", reverse("api-machine-label-run", args=[run.pk])),
         ("post", reverse("api-machine-label-run-cancel", args=[run.pk])),
         ("post", reverse("api-machine-label-run-retry", args=[run.pk])),
+        ("get", reverse("api-machine-label-run-judge-samples", args=[run.pk])),
     ]
 
 
@@ -263,3 +264,43 @@ def test_a_start_with_unknown_or_misplaced_fields_is_a_400_naming_them(
     assert bad_model.status_code == 400
     assert bad_model.json()["model"] == ["bert is not a causal language model."]
     assert not MachineLabelRun.objects.exists()
+
+
+def test_a_judge_run_s_raw_samples_page_by_chain_and_by_parse(
+    project: Any, make_member: Any, client_for: Any
+) -> None:
+    # Given: a judge run with 3 samples on each of 2 chains, one unparsed on the second
+    run = MachineLabelRun.objects.create(project=project, kind="judge", model_name=LM)
+    chains = [ChainFactory(project=project) for _ in range(2)]
+    verdicts = {chains[0].pk: [1, 1, -1], chains[1].pk: [2, None, 2]}
+    for chain in chains:
+        for index, verdict in enumerate(verdicts[chain.pk]):
+            JudgeSample.objects.create(
+                run=run, chain=chain, sample_index=index, text=f"critique {index}", verdict=verdict
+            )
+    client = client_for(make_member(project, Role.ML))
+    url = reverse("api-machine-label-run-judge-samples", args=[run.pk])
+
+    # When: read two at a time, then filtered
+    first = client.get(url, {"limit": 2}).json()
+    second = client.get(url, {"limit": 2, "after": first["next_after"]}).json()
+    unparsed = client.get(url, {"unparsed": "true"}).json()
+    of_chain = client.get(url, {"chain": chains[1].pk}).json()
+
+    # Then: pages in order with their raw text; the unparsed sample has a null verdict
+    assert [(r["chain"], r["sample_index"]) for r in first["results"] + second["results"]] == [
+        (chains[0].pk, 0),
+        (chains[0].pk, 1),
+        (chains[0].pk, 2),
+        (chains[1].pk, 0),
+    ]
+    assert first["results"][0]["text"] == "critique 0"
+    assert [(r["chain"], r["verdict"], r["text"]) for r in unparsed["results"]] == [
+        (chains[1].pk, None, "critique 1")
+    ]
+    assert unparsed["next_after"] is None
+    assert [r["verdict"] for r in of_chain["results"]] == [2, None, 2]
+    assert client.get(url, {"limit": 0}).status_code == 400
+    assert client.get(url, {"after": "x"}).status_code == 400
+    other = ChainFactory()  # of another project
+    assert "No chain" in client.get(url, {"chain": other.pk}).json()["chain"][0]
