@@ -5,6 +5,10 @@ redelivered task would find its job no longer QUEUED and return, so a worker kil
 mid-way leaves the job RUNNING (and nothing written: each is one transaction) rather
 than doing it twice (see ``services.import_jobs``, ``services.bulk_actions``).
 
+A routing pass (``services.routing``) runs on ``default`` too, by project id; a second
+delivery or two passes at once do no harm, since a pass decides each chain from the
+labels and rules as they stand (under the chains' row locks) and writes only changes.
+
 A webhook delivery is one attempt at one outbox row (``webhooks.delivery``), on
 ``default`` with a one-minute limit (its request times out long before). Each worker
 also sends the rows left waiting: when it (re)connects to the broker and every
@@ -20,6 +24,7 @@ from django.db import connections
 
 from annotation.services.bulk_actions import BULK_TASK
 from annotation.services.import_jobs import IMPORT_TASK
+from annotation.services.routing import ROUTE_TASK
 from annotation.webhooks.delivery import (
     DELIVER_TASK,
     PRUNE_SECONDS,
@@ -44,6 +49,18 @@ def bulk_action_task(job_id: int) -> None:
     from annotation.services.bulk_actions import bulk_action_execute
 
     bulk_action_execute(job_id=job_id)
+
+
+@shared_task(name=ROUTE_TASK, ignore_result=True)
+def chains_route_task(project_id: int) -> None:
+    from annotation.models import Project
+    from annotation.services.routing import chains_route
+
+    project = Project.objects.filter(pk=project_id).first()
+    if project is None:  # deleted since the pass was sent
+        return
+    outcome = chains_route(project=project)
+    logger.info("Routed project %s: %d chains changed", project_id, outcome.changed)
 
 
 @shared_task(name=DELIVER_TASK, ignore_result=True, time_limit=60, soft_time_limit=50)

@@ -46,6 +46,7 @@ NO_BODY = {
     "api-model-version-activate",
     "api-gold-screening-reset",
     "api-chain-unflag",
+    "api-project-routing-run",
     "api-evaluation-set",  # DELETE unmarks the set
 }
 # One method of an endpoint whose others take a body.

@@ -109,6 +109,8 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "api-project-dashboard": {"get": API_LEADS},
     # Each machine source against people and gold: what leads route by, ML staff weigh.
     "api-project-machine-quality": {"get": API_ML_AND_LEADS},
+    "api-project-routing": {"get": API_ML_AND_LEADS},
+    "api-project-routing-run": {"post": API_LEADS},
     # ---------------------------------------------------------------- labeling queue
     "assignment-next": {"post": API_MEMBERS},
     "assignment-prefetch": {"post": API_MEMBERS},

@@ -1,9 +1,10 @@
-"""Routes of the lead dashboard's data and of the machine sources' quality."""
+"""Routes of the lead dashboard's data, of the machine sources' quality and of routing."""
 
 from django.urls import path
 
 from annotation.api.dashboard import DashboardApi
 from annotation.api.machine_quality import MachineQualityApi
+from annotation.api.routing import RoutingApi, RoutingRunApi
 
 urlpatterns = [
     path(
@@ -15,5 +16,11 @@ urlpatterns = [
         "projects/<id:project_id>/machine-quality/",
         MachineQualityApi.as_view(),
         name="api-project-machine-quality",
+    ),
+    path("projects/<id:project_id>/routing/", RoutingApi.as_view(), name="api-project-routing"),
+    path(
+        "projects/<id:project_id>/routing/run/",
+        RoutingRunApi.as_view(),
+        name="api-project-routing-run",
     ),
 ]

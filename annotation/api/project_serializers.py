@@ -21,6 +21,11 @@ from annotation.models import (
     Role,
     StepSplit,
 )
+from annotation.services.routing import ROUTING_FIELDS
+
+# Routing's rules are for leads and ML staff: an annotator never learns that some chains
+# are spot checks of machine agreement (they must look like any other chain).
+ROUTING_HIDDEN = "Null for annotators."
 
 GUIDELINES_HELP = (
     f"Markdown (raw HTML is shown as text), at most {GUIDELINES_MAX_CHARS:,} characters "
@@ -87,6 +92,57 @@ class _ProjectSettingsInputSerializer(InputSerializer):
     )
 
 
+# Routing's rules (issue 23, ``annotation.services.routing``); a change sends a routing
+# pass. Only on update: a new project has no machine labels to route. (A comment, as above.)
+class _ProjectRoutingInputSerializer(InputSerializer):
+    routing_sources = serializers.ListField(
+        child=serializers.CharField(max_length=32),
+        required=False,
+        allow_empty=True,
+        max_length=len(MachineSource.values),
+        help_text="The machine sources whose first errors routing compares, each at most "
+        f"once, of {', '.join(MachineSource.values)}; two or more must agree to accept a "
+        "chain. Empty: routing is off.",
+    )
+    routing_accept = serializers.BooleanField(
+        required=False,
+        help_text="Accept chains every usable routing source agrees on without a person "
+        "(marked machine-agreed in every export); off, agreement only tells.",
+    )
+    routing_spot_check = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="Share of machine-agreed chains still sent to a person as a spot check "
+        "(fixed per chain), which measures how often agreement is wrong.",
+    )
+    routing_min_kappa = serializers.FloatField(
+        required=False,
+        min_value=-1.0,
+        max_value=1.0,
+        help_text="A source whose Cohen's kappa against people's consensus is below this, or "
+        "not measured yet, routes nothing.",
+    )
+    routing_second_look = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        help_text="A person's label the active PRM contradicts with at least this confidence "
+        "gets a second look by another annotator; 0: off.",
+    )
+
+    def validate_routing_sources(self, value: list[str]) -> list[str]:
+        unknown = sorted({v for v in value if v not in MachineSource.values})
+        if unknown:
+            raise serializers.ValidationError(
+                f"Not a machine source: {', '.join(unknown)}. "
+                f"Choose among {', '.join(MachineSource.values)}."
+            )
+        if len(set(value)) != len(value):
+            raise serializers.ValidationError("Each source at most once.")
+        return value
+
+
 class ProjectCreateInputSerializer(_ProjectSettingsInputSerializer):
     name = serializers.CharField(max_length=200)
     overlap = serializers.IntegerField(min_value=1, max_value=50)
@@ -107,7 +163,7 @@ class ProjectCreateInputSerializer(_ProjectSettingsInputSerializer):
     show_reference_answer = serializers.BooleanField(required=False, default=True)
 
 
-class ProjectUpdateInputSerializer(_ProjectSettingsInputSerializer):
+class ProjectUpdateInputSerializer(_ProjectSettingsInputSerializer, _ProjectRoutingInputSerializer):
     guidelines = serializers.CharField(
         required=False, allow_blank=True, max_length=GUIDELINES_MAX_CHARS, help_text=GUIDELINES_HELP
     )
@@ -148,6 +204,32 @@ class ProjectOutputSerializer(serializers.ModelSerializer):
 
     role = serializers.CharField(source="my_role", help_text="The caller's role.")
     progress = serializers.SerializerMethodField()
+    routing_sources = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        allow_null=True,
+        help_text=f"{ROUTING_HIDDEN} The machine sources routing compares.",
+    )
+    routing_accept = serializers.BooleanField(
+        read_only=True,
+        allow_null=True,
+        help_text=f"{ROUTING_HIDDEN} Machine-agreed chains skip people.",
+    )
+    routing_spot_check = serializers.FloatField(
+        read_only=True,
+        allow_null=True,
+        help_text=f"{ROUTING_HIDDEN} Share of them sent to a person anyway.",
+    )
+    routing_min_kappa = serializers.FloatField(
+        read_only=True,
+        allow_null=True,
+        help_text=f"{ROUTING_HIDDEN} The kappa a source needs to route.",
+    )
+    routing_second_look = serializers.FloatField(
+        read_only=True,
+        allow_null=True,
+        help_text=f"{ROUTING_HIDDEN} PRM confidence that asks for a second look; 0: off.",
+    )
 
     class Meta:
         model = Project
@@ -169,10 +251,17 @@ class ProjectOutputSerializer(serializers.ModelSerializer):
             "prelabels",
             "prelabel_source",
             "prelabel_holdout",
+            *ROUTING_FIELDS,
             "created_at",
             "progress",
         ]
         read_only_fields = fields
+
+    def to_representation(self, instance: Project) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        if getattr(instance, "my_role", None) not in (Role.LEAD, Role.ML):
+            data.update(dict.fromkeys(ROUTING_FIELDS))
+        return data
 
     @extend_schema_field(ProjectProgressSerializer)
     def get_progress(self, project: Project) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from annotation.models import (
     StepSplit,
 )
 from annotation.queue.closed_leases import closed_leases_sync
+from annotation.services.routing import ROUTING_FIELDS, chains_route_enqueue_on_commit
 
 # The settings a lead may change after creation. ``name`` is deliberately absent:
 # commands and exports refer to projects by name.
@@ -47,6 +48,7 @@ PROJECT_UPDATABLE_FIELDS = (
     "prelabels",
     "prelabel_source",
     "prelabel_holdout",
+    *ROUTING_FIELDS,
 )
 
 
@@ -112,7 +114,8 @@ def project_update(*, project: Project, data: dict[str, Any]) -> Project:
     A changed overlap recomputes ``Chain.is_finished`` for every chain of the project in
     one UPDATE, so raising it puts chains back into the queue and lowering it takes them
     out. The project row is locked for the whole change so two concurrent updates
-    cannot leave the flags computed from the losing overlap."""
+    cannot leave the flags computed from the losing overlap. A changed routing rule
+    sends a routing pass once the change commits (``services.routing``)."""
     unknown = set(data) - set(PROJECT_UPDATABLE_FIELDS)
     if unknown:
         raise ValidationError(
@@ -121,6 +124,7 @@ def project_update(*, project: Project, data: dict[str, Any]) -> Project:
     with transaction.atomic():
         locked = Project.objects.select_for_update().get(pk=project.pk)
         old_overlap = locked.overlap
+        old_routing = [getattr(locked, field) for field in ROUTING_FIELDS]
         for field, value in data.items():
             setattr(locked, field, value)
         locked.full_clean()
@@ -133,6 +137,8 @@ def project_update(*, project: Project, data: dict[str, Any]) -> Project:
             locked.save(update_fields=fields)
         if locked.overlap != old_overlap:
             chain_finished_recompute(project=locked)
+        if [getattr(locked, field) for field in ROUTING_FIELDS] != old_routing:
+            chains_route_enqueue_on_commit(project_id=locked.pk)
     return locked
 
 

@@ -28,12 +28,14 @@ lead saves the rules."""
 from __future__ import annotations
 
 import hmac
+import logging
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from celery import current_app
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
@@ -59,6 +61,18 @@ from annotation.services.chains import chains_requeue
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
+logger = logging.getLogger(__name__)
+
+# The routing pass's task (``annotation.tasks.chains_route_task``, queue ``default``).
+ROUTE_TASK = "annotation.chains_route"
+# The project's fields that decide routing: a change to any of them re-routes.
+ROUTING_FIELDS = (
+    "routing_sources",
+    "routing_accept",
+    "routing_spot_check",
+    "routing_min_kappa",
+    "routing_second_look",
+)
 # Chains locked and written per transaction: a claim waits on a chain's row lock.
 ROUTING_CHUNK = 500
 # Acceptance needs this many usable sources agreeing: one source agreeing with itself
@@ -119,7 +133,10 @@ def spot_checked(*, project_id: int, chain_id: int, share: float) -> bool:
 
 
 def routing_sources(*, project: Project) -> list[RoutingSource]:
-    """The lead's routing sources with their kappa against people's consensus."""
+    """The lead's routing sources with their kappa against people's consensus (none
+    measured where the lead chose none: the quality figures read every machine label)."""
+    if not project.routing_sources:
+        return []
     quality = {q.source: q for q in machine_source_quality(project=project)}
     out = []
     for source in project.routing_sources:
@@ -263,6 +280,26 @@ def _route_chunk(
             },
         )
     return len(changed)
+
+
+def chains_route_enqueue(*, project_id: int) -> bool:
+    """Send a routing pass of the project to a worker; whether the broker took it. A pass
+    not sent loses nothing: the next one (a saved rule, a finished machine-label run, the
+    lead's "Route now") routes from scratch."""
+    try:
+        current_app.tasks[ROUTE_TASK].apply_async((project_id,))
+    except Exception:  # noqa: BLE001 - the caller says so; routing state is unchanged
+        logger.warning(
+            "Broker unreachable: routing of project %s not sent", project_id, exc_info=True
+        )
+        return False
+    return True
+
+
+def chains_route_enqueue_on_commit(*, project_id: int) -> None:
+    """``chains_route_enqueue`` once the current transaction commits, so the worker reads
+    the rules as committed."""
+    transaction.on_commit(lambda: chains_route_enqueue(project_id=project_id))
 
 
 def chains_second_look(

@@ -46,6 +46,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from annotation.importers.generic import split_steps
 from annotation.models import Chain, MachineLabel, MachineSource, Problem, Project, Step
 from annotation.services.imports import ImportRejected, chain_import
+from annotation.services.routing import chains_route_enqueue_on_commit
 from prm_training.ml.generation import Completion, SamplingParams
 from prm_training.ml.progress import Phase, PhaseMeter, RunCancelled
 from prm_training.models import JudgeSample, MachineLabelRun, MachineLabelRunKind, RunStatus
@@ -488,7 +489,19 @@ def _execute(run: MachineLabelRun, engine: GenerationEngine | None) -> None:
     report.flush()
     progress(Phase("writing", 0, 0, detail="done"))
     fields: dict[str, Any] = {"result": result, **report.counts()}
-    run_finish(run, status=RunStatus.SUCCEEDED, **fields)
+    finished = run_finish(run, status=RunStatus.SUCCEEDED, **fields)
+    # New labels of a source may change what the lead's routing does (a project that
+    # routes nothing has nothing to re-route: its rules' change sent that pass).
+    if finished and run.kind in SOURCE_OF_KIND and _routes(project_id=run.project_id):
+        chains_route_enqueue_on_commit(project_id=run.project_id)
+
+
+def _routes(*, project_id: int) -> bool:
+    """Whether the project's lead chose routing sources, as it stands now (a long run's
+    project row is hours old)."""
+    return bool(
+        Project.objects.filter(pk=project_id).values_list("routing_sources", flat=True).first()
+    )
 
 
 _PARAM_NAMES = frozenset(SamplingParams().as_dict())
