@@ -7,5 +7,6 @@ class AnnotationConfig(AppConfig):
 
     def ready(self) -> None:
         # Every process registers the tasks: the services send them by name.
-        from annotation import tasks  # noqa: F401
+        # ... and the receiver that sets roles from the identity provider at sign-in.
+        from annotation import sso, tasks  # noqa: F401
         from annotation.api import schema  # noqa: F401  (the OpenAPI extensions)

@@ -43,15 +43,30 @@ from annotation.selectors.projects import (
 )
 from annotation.services.chains import EXTRA_LABELS_MAX
 from annotation.services.snapshots import MIN_SUPPORT_MAX, SEED_MAX
+from annotation.sso import sso_providers
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 
 class LoginView(auth_views.LoginView):
-    """Failed sign-ins are counted and locked out by django-axes (settings, "Sign-in")."""
+    """Failed sign-ins are counted and locked out by django-axes (settings, "Sign-in").
+    A "Sign in with <name>" button per configured identity provider (annotation/sso.py);
+    with STEPLAB_LOCAL_PASSWORDS off the password form is gone and a password posted
+    here is refused (superusers' break-glass door is /admin/login/)."""
 
     redirect_authenticated_user = True
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not settings.STEPLAB_LOCAL_PASSWORDS:
+            raise PermissionDenied("Password sign-in is off; use single sign-on.")
+        return super().post(request, *args, **kwargs)
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["sso_providers"] = sso_providers()
+        context["local_passwords"] = settings.STEPLAB_LOCAL_PASSWORDS
+        return context
 
 
 @require_GET

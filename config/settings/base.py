@@ -9,6 +9,7 @@ from typing import Any
 
 import dj_database_url
 
+from config import sso
 from config.broker import TRANSPORT, default_folder, folder_options
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -42,6 +43,12 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "csp",
     "axes",
+    # Single sign-on (settings, "Single sign-on"): installed always, so its tables exist
+    # whatever the environment says; nothing of it shows until a provider is configured.
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
     "annotation",
     "prm_training",
 ]
@@ -61,6 +68,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # django-allauth requires it (it keeps a sign-in's state between the provider's pages).
+    "allauth.account.middleware.AccountMiddleware",
     # Last: turns a sign-in refused for too many failures into the lockout response.
     "axes.middleware.AxesMiddleware",
 ]
@@ -186,6 +195,9 @@ REST_FRAMEWORK = {
 # A lock lifts after the cool-off, counted from the last failure.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
+    # Refuses the passwords of everyone but superusers when STEPLAB_LOCAL_PASSWORDS is
+    # off (annotation/sso.py); passes every other attempt on to ModelBackend.
+    "annotation.sso.LocalPasswordGate",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_HANDLER = "annotation.login_lockout.LoginLockoutHandler"
@@ -261,6 +273,42 @@ STEPLAB_WEBHOOK_ALLOW_PRIVATE = env_bool("STEPLAB_WEBHOOK_ALLOW_PRIVATE", False)
 # How long a delivered or failed webhook message stays in the delivery log (workers prune
 # older ones hourly); a message still waiting is never pruned.
 STEPLAB_WEBHOOK_LOG_DAYS = int(os.environ.get("STEPLAB_WEBHOOK_LOG_DAYS", "30"))
+
+# Single sign-on (annotation/sso.py; README, "Single sign-on"), off unless configured.
+# STEPLAB_OIDC_PROVIDERS: a JSON list of OpenID Connect providers
+# ({"id", "name", "server_url", "client_id", "secret"}), each a "Sign in with <name>"
+# button on the login page, through django-allauth. A person's first sign-in makes their
+# account (username from preferred_username, else the e-mail); an account made by hand is
+# never joined to a provider's by a matching e-mail. At every sign-in the values of the
+# claim STEPLAB_OIDC_ROLE_CLAIM (default "groups") are looked up in STEPLAB_OIDC_ROLE_MAP,
+# {"<group>": {"project": "<name>", "role": "annotator|lead|ml"}, ...} (or a list of
+# grants per group), and the person is made a member of each project with that role.
+# STEPLAB_LOCAL_PASSWORDS=0 with a provider configured: the password form is gone and
+# only superusers may still sign in with a password (break-glass, through /admin/login/
+# or the token endpoint); without a provider it is ignored, so nobody is locked out.
+STEPLAB_OIDC_PROVIDERS = sso.oidc_providers(os.environ.get("STEPLAB_OIDC_PROVIDERS", ""))
+STEPLAB_OIDC_ROLE_CLAIM = os.environ.get("STEPLAB_OIDC_ROLE_CLAIM", "groups")
+STEPLAB_OIDC_ROLE_MAP = sso.role_map(os.environ.get("STEPLAB_OIDC_ROLE_MAP", ""))
+STEPLAB_LOCAL_PASSWORDS = env_bool("STEPLAB_LOCAL_PASSWORDS", True) or not STEPLAB_OIDC_PROVIDERS
+SOCIALACCOUNT_PROVIDERS = sso.allauth_providers(STEPLAB_OIDC_PROVIDERS)
+SOCIALACCOUNT_ADAPTER = "annotation.sso.SocialAccountAdapter"
+ACCOUNT_ADAPTER = "annotation.sso.AccountAdapter"
+# allauth's account pages are not served (its URLs are not included); these say what
+# its social flow may do: make the account at once, with no e-mail to confirm, asking for
+# nothing the provider did not give, and never sign anyone into an existing account
+# because the provider reports the same e-mail address.
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_REQUIRED = False
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = False
+SOCIALACCOUNT_QUERY_EMAIL = False
+SOCIALACCOUNT_STORE_TOKENS = False
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_SIGNUP_FIELDS = ["username*"]
+ACCOUNT_LOGIN_METHODS = {"username"}
+ACCOUNT_UNIQUE_EMAIL = False
+# allauth's own rate limits key on its account pages, which are not served.
+ACCOUNT_RATE_LIMITS = False
 
 # Nothing that must be shared between web processes lives in the cache (sessions and the
 # sign-in counters are in the database), so per-process memory is the default; set
@@ -440,7 +488,8 @@ CONTENT_SECURITY_POLICY = {
         "worker-src": ["'self'", "blob:"],
         "object-src": ["'none'"],
         "base-uri": ["'self'"],
-        "form-action": ["'self'"],
+        # The identity providers: a "Sign in with" button's redirect goes there.
+        "form-action": ["'self'", *sso.provider_origins(STEPLAB_OIDC_PROVIDERS)],
         "frame-ancestors": ["'none'"],
     }
 }

@@ -1,0 +1,72 @@
+"""Project roles from an identity provider's group claim (STEPLAB_OIDC_ROLE_MAP).
+
+The provider is the source of truth for the projects its groups are mapped to: at every
+sign-in the person is made a member of each such project with the mapped role, or their
+role there is set to it. Projects no group of theirs maps to are left as they are, so a
+lead still adds and removes people by hand there, and leaving a group takes no one out
+of a project (a lead removes them on the members page)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+
+from annotation.models import Project, Role
+from annotation.services.projects import membership_add
+
+logger = logging.getLogger(__name__)
+
+# When two of a person's groups map the same project to different roles, the first
+# of these wins: a lead can do what an annotator can, ML staff train models.
+_PRECEDENCE = (Role.LEAD, Role.ML, Role.ANNOTATOR)
+
+
+def claim_groups(claims: dict[str, Any], claim: str) -> list[str]:
+    """The claim's values as a list of strings: providers send a list, a single string,
+    or (Keycloak's paths, "/lab/leads") strings with a leading slash, kept as sent."""
+    value = claims.get(claim)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [str(item) for item in value]
+    return []
+
+
+def mapped_roles(groups: list[str], role_map: dict[str, list[tuple[str, str]]]) -> dict[str, str]:
+    """Project name -> role for these groups, by ``_PRECEDENCE`` where they disagree."""
+    roles: dict[str, str] = {}
+    for group in groups:
+        for project, role in role_map.get(group, []):
+            held = roles.get(project)
+            if held is None or _PRECEDENCE.index(Role(role)) < _PRECEDENCE.index(Role(held)):
+                roles[project] = role
+    return roles
+
+
+def sso_roles_apply(*, user: User, claims: dict[str, Any]) -> dict[str, str]:
+    """Set ``user``'s role in every project their claim maps to; returns project name ->
+    role as applied. A project named in the map that does not exist, or a change that
+    would leave a project without its last lead, is logged and skipped: a sign-in never
+    fails for it."""
+    groups = claim_groups(claims, settings.STEPLAB_OIDC_ROLE_CLAIM)
+    wanted = mapped_roles(groups, settings.STEPLAB_OIDC_ROLE_MAP)
+    projects = {p.name: p for p in Project.objects.filter(name__in=list(wanted))}
+    applied: dict[str, str] = {}
+    for name, role in wanted.items():
+        project = projects.get(name)
+        if project is None:
+            logger.warning("STEPLAB_OIDC_ROLE_MAP names project %r, which does not exist.", name)
+            continue
+        try:
+            membership_add(project=project, user=user, role=role)
+        except ValidationError as exc:
+            logger.warning("Role of %s in %r left as it was: %s", user, name, exc.messages)
+            continue
+        applied[name] = role
+    return applied

@@ -1,0 +1,125 @@
+"""Single sign-on's environment (config/sso.py): what STEPLAB_OIDC_PROVIDERS and
+STEPLAB_OIDC_ROLE_MAP become, and that a mistake in them stops the process at start-up
+with the variable named rather than failing someone's sign-in later."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from config import sso
+from tests.conftest import REPO_ROOT
+
+PROVIDER = (
+    '[{"id": "lab", "name": "Lab SSO", "server_url": "https://idp.example.org/realms/lab/",'
+    ' "client_id": "steplab", "secret": "s"}]'
+)
+
+
+def test_a_provider_becomes_an_allauth_app_and_a_form_action() -> None:
+    providers = sso.oidc_providers(PROVIDER)
+    assert providers == [
+        {
+            "id": "lab",
+            "name": "Lab SSO",
+            "server_url": "https://idp.example.org/realms/lab",
+            "client_id": "steplab",
+            "secret": "s",
+        }
+    ]
+    apps = sso.allauth_providers(providers)["openid_connect"]
+    assert apps["OAUTH_PKCE_ENABLED"] is True
+    assert apps["APPS"][0]["provider_id"] == "lab"
+    assert apps["APPS"][0]["settings"] == {"server_url": "https://idp.example.org/realms/lab"}
+    assert sso.provider_origins(providers) == ["https://idp.example.org"]
+
+
+def test_nothing_configured_is_nothing() -> None:
+    assert sso.oidc_providers("") == []
+    assert sso.allauth_providers([]) == {}
+    assert sso.role_map("  ") == {}
+
+
+def test_a_group_maps_to_one_grant_or_several() -> None:
+    mapped = sso.role_map(
+        '{"leads": {"project": "Demo", "role": "lead"},'
+        ' "annotators": [{"project": "Demo"}, {"project": "Round 2", "role": "annotator"}]}'
+    )
+    assert mapped == {
+        "leads": [("Demo", "lead")],
+        "annotators": [("Demo", "annotator"), ("Round 2", "annotator")],
+    }
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ('{"leads": {"project": "Demo", "role": "owner"}}', "role 'owner'"),
+        ('{"leads": {"role": "lead"}}', '"project"'),
+        ('["leads"]', "JSON object"),
+        ("{leads: lead}", "not valid JSON"),
+    ],
+)
+def test_a_bad_role_map_is_refused(raw: str, says: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match="STEPLAB_OIDC_ROLE_MAP") as refused:
+        sso.role_map(raw)
+    assert says in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ('[{"name": "x", "server_url": "https://idp"}]', "client_id"),
+        ('[{"id": "Lab SSO", "name": "x", "server_url": "https://i", "client_id": "c"}]', "id"),
+        (
+            '[{"name": "a", "server_url": "https://i", "client_id": "c"},'
+            ' {"name": "b", "server_url": "https://j", "client_id": "d"}]',
+            "twice",
+        ),
+        ('"https://idp"', "list of objects"),
+    ],
+)
+def test_a_bad_provider_is_refused(raw: str, says: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match="STEPLAB_OIDC_PROVIDERS") as refused:
+        sso.oidc_providers(raw)
+    assert says in str(refused.value)
+
+
+def _settings_read(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("STEPLAB_OIDC_")}
+    environ.update({"DJANGO_SETTINGS_MODULE": "config.settings.test", **env})
+    return subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {code}"],
+        cwd=REPO_ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_settings_read_the_environment() -> None:
+    read = _settings_read(
+        {"STEPLAB_OIDC_PROVIDERS": PROVIDER, "STEPLAB_LOCAL_PASSWORDS": "0"},
+        "from django.conf import settings as s; "
+        "print(s.STEPLAB_LOCAL_PASSWORDS, s.CONTENT_SECURITY_POLICY['DIRECTIVES']"
+        "['form-action'], s.SOCIALACCOUNT_PROVIDERS['openid_connect']['APPS'][0]['name'])",
+    )
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.strip() == "False [\"'self'\", 'https://idp.example.org'] Lab SSO"
+    # Without a provider, local passwords cannot be turned off: nobody would get in.
+    alone = _settings_read(
+        {"STEPLAB_LOCAL_PASSWORDS": "0"},
+        "from django.conf import settings as s; print(s.STEPLAB_LOCAL_PASSWORDS)",
+    )
+    assert alone.stdout.strip() == "True", alone.stderr
+
+
+def test_a_mistake_stops_start_up() -> None:
+    read = _settings_read({"STEPLAB_OIDC_ROLE_MAP": '{"x": {"project": "P", "role": "boss"}}'}, "")
+    assert read.returncode != 0
+    assert "ImproperlyConfigured" in read.stderr and "STEPLAB_OIDC_ROLE_MAP" in read.stderr
