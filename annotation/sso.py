@@ -11,12 +11,12 @@ from typing import Any
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.account.signals import user_logged_in
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
-from allauth.socialaccount.models import SocialApp, SocialLogin
+from allauth.socialaccount.models import SocialLogin
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
-from django.http import Http404, HttpRequest
+from django.http import HttpRequest
 
 from annotation.services.sso_roles import sso_roles_apply
 
@@ -66,17 +66,11 @@ class AccountAdapter(DefaultAccountAdapter):
 
 
 class SocialAccountAdapter(DefaultSocialAccountAdapter):
-    """Accounts are made at a configured provider's first sign-in; a provider id that is
-    not configured is a 404, not allauth's error for a missing app."""
+    """Accounts are made at a configured provider's first sign-in (a provider id that is
+    not configured is a 404: allauth's OIDC views say so themselves)."""
 
     def is_open_for_signup(self, request: HttpRequest, sociallogin: SocialLogin) -> bool:
         return True
-
-    def get_app(self, request: HttpRequest, provider: str, client_id: str | None = None) -> Any:
-        try:
-            return super().get_app(request, provider, client_id=client_id)
-        except SocialApp.DoesNotExist as exc:
-            raise Http404("No such sign-in provider.") from exc
 
     def on_authentication_error(
         self,

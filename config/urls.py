@@ -1,7 +1,7 @@
-from allauth.socialaccount import views as socialaccount_views
 from allauth.socialaccount.providers.openid_connect import views as oidc_views
 from django.contrib import admin
 from django.urls import include, path, register_converter
+from django.views.generic import TemplateView
 from drf_spectacular.views import (
     SpectacularAPIView,
     SpectacularRedocView,
@@ -19,20 +19,20 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     # Single sign-on (annotation/sso.py): a configured provider's sign-in (the login
     # page's button posts here) and callback (a provider id not configured is a 404), and
-    # allauth's pages for a sign-in cancelled or failed at the provider. Its account pages
-    # (a second password form, sign-up) are not served.
+    # the page for a sign-in cancelled at the provider (a failed one is rendered by the
+    # callback). allauth's account pages (a second password form, sign-up) are not served.
     path("accounts/oidc/<slug:provider_id>/login/", oidc_views.login, name="openid_connect_login"),
     path(
         "accounts/oidc/<slug:provider_id>/login/callback/",
         oidc_views.callback,
         name="openid_connect_callback",
     ),
+    # allauth's own view for it builds its account pages' links, which are not served.
     path(
         "accounts/sso/cancelled/",
-        socialaccount_views.login_cancelled,
+        TemplateView.as_view(template_name="socialaccount/login_cancelled.html"),
         name="socialaccount_login_cancelled",
     ),
-    path("accounts/sso/error/", socialaccount_views.login_error, name="socialaccount_login_error"),
     path("api/v1/", include("annotation.api.urls")),
     path("api/v1/", include("prm_training.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

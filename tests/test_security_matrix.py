@@ -78,11 +78,10 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     "logout": {"post": (302, 302, 302, 302, 302)},
     # Single sign-on (annotation/sso.py). The matrix configures no provider, so a
     # provider's sign-in and callback are 404 for everyone; who a configured provider
-    # lets in is tests/sso/. The pages for a failed or cancelled sign-in are for anyone.
+    # lets in is tests/sso/. The page for a sign-in cancelled at the provider: anyone.
     "openid_connect_login": {"get": (404,) * 5, "post": (404,) * 5},
     "openid_connect_callback": {"get": (404,) * 5},
     "socialaccount_login_cancelled": {"get": (200,) * 5},
-    "socialaccount_login_error": {"get": (200,) * 5},
     # Every signed-in user's own password (an empty form is a 200 with its errors).
     "password_change": {
         "get": (302, 200, 200, 200, 200),

@@ -121,8 +121,10 @@ def test_a_local_account_is_never_taken_over(idp: OidcProvider) -> None:
     local = UserFactory(username="mo", email="mo@lab.org")
     client = Client()
 
-    # When: someone at the provider signs in as preferred_username "mo", same e-mail
-    _sign_in(client, idp, {"sub": "u-4", "preferred_username": "mo", "email": "mo@lab.org"})
+    # When: someone at the provider signs in as preferred_username "mo", same e-mail,
+    # which the provider says it verified
+    person = {"sub": "u-4", "preferred_username": "mo", "email": "mo@lab.org"}
+    _sign_in(client, idp, {**person, "email_verified": True})
 
     # Then: a new account, not the local one
     signed_in = User.objects.get(pk=client.session["_auth_user_id"])
@@ -143,6 +145,18 @@ def test_a_sign_in_the_provider_refuses_signs_no_one_in(idp: OidcProvider) -> No
     assert "Sign-in failed" in landed.content.decode()
     assert not User.objects.filter(username="mallory").exists()
     assert "_auth_user_id" not in client.session
+
+
+def test_a_sign_in_cancelled_at_the_provider_says_so(idp: OidcProvider) -> None:
+    client = Client()
+    start = client.post("/accounts/oidc/lab/login/")
+    state = dict(httpx.URL(start["Location"]).params)["state"]
+    back = client.get(
+        "/accounts/oidc/lab/login/callback/", {"error": "access_denied", "state": state}
+    )
+    assert back.status_code == 302
+    page = client.get(back["Location"])
+    assert page.status_code == 200 and "Sign-in cancelled" in page.content.decode()
 
 
 def test_the_login_page_shows_the_provider(idp: OidcProvider) -> None:
