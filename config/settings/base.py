@@ -287,7 +287,7 @@ STEPLAB_WEBHOOK_LOG_DAYS = int(os.environ.get("STEPLAB_WEBHOOK_LOG_DAYS", "30"))
 # only superusers may still sign in with a password (break-glass, through /admin/login/
 # or the token endpoint); without a provider it is ignored, so nobody is locked out.
 STEPLAB_OIDC_PROVIDERS = sso.oidc_providers(os.environ.get("STEPLAB_OIDC_PROVIDERS", ""))
-STEPLAB_OIDC_ROLE_CLAIM = os.environ.get("STEPLAB_OIDC_ROLE_CLAIM", "groups")
+STEPLAB_OIDC_ROLE_CLAIM = os.environ.get("STEPLAB_OIDC_ROLE_CLAIM") or "groups"
 STEPLAB_OIDC_ROLE_MAP = sso.role_map(os.environ.get("STEPLAB_OIDC_ROLE_MAP", ""))
 STEPLAB_LOCAL_PASSWORDS = env_bool("STEPLAB_LOCAL_PASSWORDS", True) or not STEPLAB_OIDC_PROVIDERS
 SOCIALACCOUNT_PROVIDERS = sso.allauth_providers(STEPLAB_OIDC_PROVIDERS)
