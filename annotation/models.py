@@ -989,13 +989,35 @@ class SnapshotSplit(models.TextChoices):
     HELDOUT = "heldout", "Held-out"
 
 
+class SnapshotKind(models.TextChoices):
+    """Who took a snapshot: a person (or the command line) for a dataset, or a training
+    run for itself. Each kind numbers its own, so a lead's datasets read v1, v2, v3 with
+    no gaps left by training runs (whose snapshots read t1, t2, ...)."""
+
+    DATASET = "dataset", "Dataset"
+    TRAINING = "training", "Training run"
+
+
+# How a snapshot's version is written, per kind: "v3" for a dataset, "t3" for a training
+# run's own. Pages, messages and export file names all say it this way.
+SNAPSHOT_VERSION_PREFIX: dict[str, str] = {SnapshotKind.DATASET: "v", SnapshotKind.TRAINING: "t"}
+
+
 class Snapshot(models.Model):
     """An immutable dataset version: the consensus label of every labeled step at one
     moment, split into train and held-out by problem, identified by its content hash.
     Rows are written once by ``snapshot_create`` and never updated."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="snapshots")
-    version = models.PositiveIntegerField(help_text="1, 2, 3 ... per project.")
+    kind = models.CharField(
+        max_length=16,
+        choices=SnapshotKind.choices,
+        default=SnapshotKind.DATASET,
+        db_default=SnapshotKind.DATASET,
+        help_text="dataset: taken by a person or the command line; training: taken by a "
+        "training run for itself (meta['training_run']).",
+    )
+    version = models.PositiveIntegerField(help_text="1, 2, 3 ... per project and kind.")
     content_hash = models.CharField(max_length=64)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -1009,11 +1031,22 @@ class Snapshot(models.Model):
     class Meta:
         ordering = ["project_id", "-version"]
         constraints = [
-            models.UniqueConstraint(fields=["project", "version"], name="snapshot_unique_version"),
+            models.UniqueConstraint(
+                fields=["project", "kind", "version"], name="snapshot_unique_kind_version"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(kind__in=SnapshotKind.values), name="snapshot_kind_valid"
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.project} v{self.version}"
+        return f"{self.project} {self.label}"
+
+    @property
+    def label(self) -> str:
+        """The version as people read it: ``v3`` for a dataset, ``t3`` for a training
+        run's own snapshot (the two kinds number apart)."""
+        return f"{SNAPSHOT_VERSION_PREFIX.get(self.kind, 'v')}{self.version}"
 
 
 class SnapshotChain(models.Model):

@@ -39,7 +39,7 @@ from annotation.exporters.formats import (
     EXPORT_FORMATS,
     SOFT_LABEL_SOURCES,
 )
-from annotation.models import MachineSource, Snapshot, SnapshotSplit
+from annotation.models import MachineSource, Snapshot, SnapshotKind, SnapshotSplit
 from annotation.selectors.datasets import (
     DIFF_CHANGES,
     DIFF_PAGE_MAX,
@@ -137,7 +137,18 @@ class SnapshotOptionsOutputSerializer(serializers.Serializer):
 
 class SnapshotOutputSerializer(serializers.Serializer):
     id = serializers.IntegerField()
-    version = serializers.IntegerField()
+    kind = serializers.ChoiceField(
+        choices=SNAPSHOT_KINDS,
+        help_text="dataset: taken by a person or the command line; training: taken by a "
+        "training run for itself. Each kind numbers its own versions.",
+    )
+    version = serializers.IntegerField(help_text="1, 2, 3 ... per project and kind.")
+    # A field named as Field's own ``label`` attribute: the serializer's metaclass takes
+    # declared fields off the class, so only the type checker sees the clash.
+    label = serializers.CharField(  # type: ignore[assignment]
+        help_text="The version as pages and file names say it: v3 for a dataset, t3 for a "
+        "training run's own snapshot."
+    )
     content_hash = serializers.CharField()
     created_at = serializers.DateTimeField()
     created_by = serializers.CharField(source="created_by.username", default=None)
@@ -173,9 +184,20 @@ class SnapshotOutputSerializer(serializers.Serializer):
         return run if isinstance(run, int) else None
 
 
+def _kind_field(side: str) -> serializers.ChoiceField:
+    return serializers.ChoiceField(
+        choices=SNAPSHOT_KINDS,
+        default=SnapshotKind.DATASET,
+        help_text=f"The kind of {side}'s snapshot (each kind numbers its own): dataset "
+        "when omitted, training for a training run's own (t<N>).",
+    )
+
+
 class SnapshotDiffInputSerializer(InputSerializer):
     a = serializers.IntegerField(min_value=1, max_value=INT32_MAX, help_text="Version A.")
     b = serializers.IntegerField(min_value=1, max_value=INT32_MAX, help_text="Version B.")
+    a_kind = _kind_field("A")
+    b_kind = _kind_field("B")
     change = serializers.ChoiceField(
         choices=DIFF_CHANGES, required=False, help_text="Only chains with this change."
     )
@@ -233,8 +255,9 @@ class ExportInputSerializer(InputSerializer):
         required=False,
         min_value=1,
         max_value=INT32_MAX,
-        help_text="Snapshot version; the newest when omitted.",
+        help_text="Snapshot version (of ``kind``); the newest when omitted.",
     )
+    kind = _kind_field("the export")
     ambiguous = serializers.ChoiceField(
         choices=AMBIGUOUS_CHOICES,
         required=False,
@@ -352,11 +375,12 @@ class SnapshotDiffApi(GenericAPIView):
         data = SnapshotDiffInputSerializer(data=request.query_params)
         data.is_valid(raise_exception=True)
         params = data.validated_data
-        a = snapshot_get(project=project, version=params["a"])
-        b = snapshot_get(project=project, version=params["b"])
+        a = snapshot_get(project=project, version=params["a"], kind=params["a_kind"])
+        b = snapshot_get(project=project, version=params["b"], kind=params["b_kind"])
         if a is None or b is None:
-            missing = params["a"] if a is None else params["b"]
-            raise NotFound(f"No snapshot version {missing}.")
+            side = "a" if a is None else "b"
+            missing = Snapshot(kind=params[f"{side}_kind"], version=params[side]).label
+            raise NotFound(f"No snapshot {missing}.")
         rows = snapshot_diff_rows(
             a=a,
             b=b,
@@ -404,7 +428,9 @@ class ExportApi(GenericAPIView):
             "(`X-Steplab-Snapshot-Options`) and the ambiguous mapping used "
             "(`X-Steplab-Ambiguous`). The file is named "
             "`<project-slug>-v<N>-<split>.<format>.<ext>` (split `all` without `split`; "
-            "no `.<format>` where it is the extension: csv, parquet)."
+            "no `.<format>` where it is the extension: csv, parquet); a training run's own "
+            "snapshot (`kind=training`) as `<project-slug>-t<N>-...`, and "
+            "`X-Steplab-Snapshot-Kind` says which."
         ),
         parameters=[
             OpenApiParameter(
@@ -419,7 +445,13 @@ class ExportApi(GenericAPIView):
             OpenApiParameter(
                 "snapshot",
                 {"type": "integer", "minimum": 1, "maximum": INT32_MAX},
-                description="Version; newest when omitted.",
+                description="Version (of `kind`); newest when omitted.",
+            ),
+            OpenApiParameter(
+                "kind",
+                str,
+                enum=SNAPSHOT_KINDS,
+                description="dataset (default) or training: the kind `snapshot` numbers.",
             ),
             OpenApiParameter("ambiguous", str, enum=AMBIGUOUS_CHOICES),
             OpenApiParameter("split", str, enum=SnapshotSplit.values),
@@ -449,7 +481,9 @@ class ExportApi(GenericAPIView):
         data = ExportInputSerializer(data=request.query_params)
         data.is_valid(raise_exception=True)
         params = data.validated_data
-        snapshot = snapshot_get(project=project, version=params.get("snapshot"))
+        snapshot = snapshot_get(
+            project=project, version=params.get("snapshot"), kind=params["kind"]
+        )
         if snapshot is None:
             raise NotFound(
                 "No such snapshot."
@@ -490,6 +524,7 @@ class ExportApi(GenericAPIView):
             )
             response["Content-Disposition"] = f'attachment; filename="{filename}"'
         response["X-Steplab-Snapshot"] = str(snapshot.version)
+        response["X-Steplab-Snapshot-Kind"] = snapshot.kind
         response["X-Steplab-Snapshot-Hash"] = snapshot.content_hash
         response["X-Steplab-Ambiguous"] = ambiguous
         # What the snapshot holds (its options), e.g. "finished_only=1; min_support=1; ...".

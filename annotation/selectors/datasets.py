@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 from django.db.models.functions import Left
 from psycopg import sql
 
-from annotation.models import Chain, Problem, Project, Snapshot, SnapshotChain, Step
+from annotation.models import Chain, Problem, Project, Snapshot, SnapshotChain, SnapshotKind, Step
 
 try:  # orjson parses the labels/support/votes columns several times faster than json
     from orjson import loads as _json_loads
@@ -96,19 +96,21 @@ class SnapshotExample:
 
 
 # Which snapshots ``snapshot_list`` returns: a person's (or the command line's) datasets,
-# or those training runs took for themselves (``meta["training_run"]``).
-SNAPSHOT_KINDS = ("dataset", "training")
+# or those training runs took for themselves (``Snapshot.kind``; each kind numbers its own).
+SNAPSHOT_KINDS = tuple(SnapshotKind.values)
 
 
 def snapshot_list(*, project: Project, kind: str | None = None) -> QuerySet[Snapshot]:
-    """The project's snapshots, newest first; of one of SNAPSHOT_KINDS when given."""
+    """The project's snapshots, newest first; of one of SNAPSHOT_KINDS when given. Newest
+    by when they were taken: the two kinds number apart, so a version alone orders
+    neither a list of both nor one kind against the other."""
     snapshots = (
-        Snapshot.objects.filter(project=project).select_related("created_by").order_by("-version")
+        Snapshot.objects.filter(project=project)
+        .select_related("created_by")
+        .order_by("-created_at", "-pk")
     )
-    if kind == "training":
-        return snapshots.filter(meta__has_key="training_run")
-    if kind == "dataset":
-        return snapshots.exclude(meta__has_key="training_run")
+    if kind is not None:
+        return snapshots.filter(kind=kind)
     return snapshots
 
 
@@ -136,18 +138,19 @@ def snapshot_options(*, snapshot: Snapshot) -> dict[str, Any]:
 
 def training_snapshots(*, project: Project, limit: int = 5) -> list[Snapshot]:
     """The newest snapshots training runs took for themselves, newest first."""
-    return list(snapshot_list(project=project).filter(meta__has_key="training_run")[:limit])
+    return list(snapshot_list(project=project, kind=SnapshotKind.TRAINING)[:limit])
 
 
-def snapshot_get(*, project: Project, version: int | None = None) -> Snapshot | None:
-    """The snapshot with this version, or when ``version`` is None the newest a person
-    took (a training run's own snapshot, ``meta["training_run"]``, is listed apart and
-    never stands for the lead's dataset); None if there is no such snapshot."""
-    snapshots = snapshot_list(project=project)
+def snapshot_get(
+    *, project: Project, version: int | None = None, kind: str = SnapshotKind.DATASET
+) -> Snapshot | None:
+    """The snapshot of ``kind`` with this version, or when ``version`` is None the newest
+    of that kind; None if there is no such snapshot. The kind is a dataset unless said:
+    a training run's own snapshot numbers apart (t1, t2, ...) and never stands for the
+    lead's dataset."""
+    snapshots = snapshot_list(project=project, kind=kind)
     if version is not None:
         snapshots = snapshots.filter(version=version)
-    else:
-        snapshots = snapshots.exclude(meta__has_key="training_run")
     return snapshots.first()
 
 

@@ -57,8 +57,10 @@ FILENAME_SLUG_MAX = 60
 def export_filename(*, project: Project, snapshot: Snapshot, fmt: str, split: str | None) -> str:
     """The export's file name, ``<project-slug>-v<N>-<split>.<format>.<ext>``: the split
     is ``all`` for the whole snapshot, and ``.<format>`` is left out where it is the
-    extension (csv, parquet). The slug is ASCII (a name with none falls back to
-    ``project<id>``), so the name needs no quoting in a Content-Disposition header.
+    extension (csv, parquet); a training run's own snapshot, numbered apart, is
+    ``-t<N>-`` (``Snapshot.label``), so its files never take a dataset's name. The slug
+    is ASCII (a name with none falls back to ``project<id>``), so the name needs no
+    quoting in a Content-Disposition header.
 
     >>> from annotation.models import Project, Snapshot
     >>> project = Project(pk=3, name="Algebra PRM, round 3")
@@ -67,11 +69,14 @@ def export_filename(*, project: Project, snapshot: Snapshot, fmt: str, split: st
     >>> export_filename(project=Project(pk=4, name="Ωμέγα"), snapshot=Snapshot(version=1),
     ...                 fmt="csv", split="heldout")
     'project4-v1-heldout.csv'
+    >>> export_filename(project=project, snapshot=Snapshot(kind="training", version=2),
+    ...                 fmt="trl", split="train")
+    'algebra-prm-round-3-t2-train.trl.jsonl'
     """
     slug = slugify(project.name)[:FILENAME_SLUG_MAX].strip("-") or f"project{project.pk}"
     extension = EXTENSIONS[fmt]
     kind = "" if fmt == extension else f".{fmt}"
-    return f"{slug}-v{snapshot.version}-{split or 'all'}{kind}.{extension}"
+    return f"{slug}-{snapshot.label}-{split or 'all'}{kind}.{extension}"
 
 
 def export_options_check(
@@ -105,7 +110,7 @@ def export_options_check(
     if reads_monte_carlo and not errors and MONTE_CARLO not in included:
         field = "format" if fmt in MONTE_CARLO_FORMATS else "soft_labels"
         errors[field] = (
-            f"Snapshot v{snapshot.version} does not include Monte-Carlo labels: take a "
+            f"Snapshot {snapshot.label} does not include Monte-Carlo labels: take a "
             "snapshot with the monte_carlo machine source."
         )
     if errors:
@@ -174,6 +179,7 @@ def parquet_metadata(*, snapshot: Snapshot, ambiguous: str, split: str | None) -
             {
                 "project": snapshot.project_id,
                 "snapshot_version": snapshot.version,
+                "snapshot_kind": snapshot.kind,
                 "snapshot_hash": snapshot.content_hash,
                 "ambiguous": ambiguous,
                 "split": split,

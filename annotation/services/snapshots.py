@@ -74,6 +74,7 @@ from annotation.models import (
     Project,
     Snapshot,
     SnapshotChain,
+    SnapshotKind,
     SnapshotSplit,
 )
 from annotation.selectors.machine_labels import hard_label
@@ -236,7 +237,9 @@ def snapshot_create(
     ``min_support`` outside 1 .. MIN_SUPPORT_MAX, an unknown or repeated machine source,
     or nothing to freeze (no labeled step
     left once the options are applied). Snapshots of one project are
-    serialised by an advisory lock, so versions are gapless and never collide; labeling
+    serialised by an advisory lock, so versions are gapless and never collide; each kind
+    numbers its own (a training run's snapshot, ``training_run``, is of kind training, so
+    the lead's datasets read v1, v2, v3 with no gaps left by training runs); labeling
     goes on meanwhile (the snapshot sees what was committed when each chunk was read)."""
     if ambiguous not in AMBIGUOUS_CHOICES:
         raise ValidationError({"ambiguous": f"Must be one of {', '.join(AMBIGUOUS_CHOICES)}."})
@@ -251,10 +254,11 @@ def snapshot_create(
     )
     with transaction.atomic():
         _snapshots_lock(project=project)
-        latest = Snapshot.objects.filter(project=project).aggregate(latest=Max("version"))
+        kind = SnapshotKind.DATASET if training_run is None else SnapshotKind.TRAINING
         snapshot = Snapshot.objects.create(
             project=project,
-            version=(latest["latest"] or 0) + 1,
+            kind=kind,
+            version=_next_version(project=project, kind=kind),
             content_hash="",
             created_by=user,
             heldout_fraction=heldout_fraction,
@@ -337,6 +341,13 @@ def _snapshot_meta(
         # A training run's own snapshot, listed apart from the lead's datasets.
         **({"training_run": training_run} if training_run is not None else {}),
     }
+
+
+def _next_version(*, project: Project, kind: str) -> int:
+    """The next number of ``kind`` (each kind numbers its own, from its highest): called
+    under ``_snapshots_lock``, so two snapshots never take one number."""
+    latest = Snapshot.objects.filter(project=project, kind=kind).aggregate(latest=Max("version"))
+    return (latest["latest"] or 0) + 1
 
 
 def _snapshots_lock(*, project: Project) -> None:

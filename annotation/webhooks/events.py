@@ -103,6 +103,7 @@ def webhook_snapshot_created(*, snapshot: Snapshot) -> None:
         event=WebhookEvent.SNAPSHOT_CREATED,
         data={
             "snapshot": snapshot.pk,
+            "kind": snapshot.kind,
             "version": snapshot.version,
             "content_hash": snapshot.content_hash,
             "chains": counts.get("chains", 0),

@@ -327,7 +327,7 @@ def _chains_labels(client: Client, args: argparse.Namespace) -> Any:
     return client.chains.labels(args.chain_id)
 
 
-_SNAPSHOT_COLUMNS = ["id", "version", "created_at", "created_by", "content_hash"]
+_SNAPSHOT_COLUMNS = ["id", "kind", "label", "created_at", "created_by", "content_hash"]
 
 
 def _snapshots_list(client: Client, args: argparse.Namespace) -> Any:
@@ -361,6 +361,7 @@ def _export(client: Client, args: argparse.Namespace) -> Any:
         out=args.out,
         split=args.split,
         snapshot=args.snapshot,
+        kind=args.kind,
         ambiguous=args.ambiguous,
         provenance=args.provenance,
         soft_labels=args.soft_labels,
@@ -368,7 +369,7 @@ def _export(client: Client, args: argparse.Namespace) -> Any:
     )
     progress.show(
         f"export: wrote {download.path} ({download.bytes:,} bytes, "
-        f"snapshot v{download.snapshot_version})"
+        f"snapshot {download.snapshot_label})"
     )
     progress.end()
     return {
@@ -376,6 +377,7 @@ def _export(client: Client, args: argparse.Namespace) -> Any:
         "bytes": download.bytes,
         "filename": download.filename,
         "snapshot": download.snapshot_version,
+        "snapshot_kind": download.snapshot_kind,
         "snapshot_hash": download.snapshot_hash,
         "ambiguous": download.ambiguous,
     }
@@ -468,7 +470,7 @@ def _run_commands(kind: str, attribute: str) -> dict[str, Handler]:
 
 def _versions_list(client: Client, args: argparse.Namespace) -> Any:
     rows = client.model_versions.list(args.project)
-    columns = ["id", "version", "is_active", "snapshot_version", "zero_shot", "created_at"]
+    columns = ["id", "version", "is_active", "snapshot_label", "zero_shot", "created_at"]
     return rows, [*columns, "against_rules.beaten"]
 
 
@@ -703,6 +705,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", help="a file or folder (default: the server's file name)")
     export.add_argument("--split", choices=SPLITS)
     export.add_argument("--snapshot", type=int, help="a version (default: the newest)")
+    export.add_argument(
+        "--kind",
+        choices=("dataset", "training"),
+        help="what --snapshot numbers: dataset (v<N>, the default) or training (t<N>)",
+    )
     export.add_argument("--ambiguous", help="how ambiguous steps are mapped")
     export.add_argument(
         "--provenance",

@@ -43,6 +43,14 @@ class Download:
     snapshot_version: int | None
     snapshot_hash: str
     ambiguous: str
+    # dataset or training (X-Steplab-Snapshot-Kind): the two kinds number apart.
+    snapshot_kind: str = "dataset"
+
+    @property
+    def snapshot_label(self) -> str:
+        """The version as the server's pages say it: v3 for a dataset, t3 for a
+        training run's own snapshot."""
+        return f"{'t' if self.snapshot_kind == 'training' else 'v'}{self.snapshot_version}"
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -457,6 +465,7 @@ class Snapshots(_Resource):
         out: str | Path | None = None,
         split: str | None = None,
         snapshot: int | None = None,
+        kind: str | None = None,
         ambiguous: str | None = None,
         provenance: bool = False,
         soft_labels: str | None = None,
@@ -468,7 +477,8 @@ class Snapshots(_Resource):
         download leaves no file that looks whole. ``on_progress`` gets the bytes so far.
         ``provenance``: each record also names each step's label source and what each
         machine source said; ``soft_labels``: openrlhf's, from ``votes`` or
-        ``monte_carlo`` values."""
+        ``monte_carlo`` values. ``kind``: what ``snapshot`` numbers, ``dataset`` (the
+        server's default) or ``training`` (a training run's own, t<N>)."""
         project_id = self._client.projects.resolve(project)
         found = ENDPOINTS["export"]
         url = found.url(project_id=project_id)
@@ -477,6 +487,7 @@ class Snapshots(_Resource):
                 "format": format,
                 "split": split,
                 "snapshot": snapshot,
+                "kind": kind,
                 "ambiguous": ambiguous,
                 "provenance": "true" if provenance else None,
                 "soft_labels": soft_labels,
@@ -508,6 +519,7 @@ class Snapshots(_Resource):
             snapshot_version=int(version) if version and version.isdigit() else None,
             snapshot_hash=response.headers.get("x-steplab-snapshot-hash", ""),
             ambiguous=response.headers.get("x-steplab-ambiguous", ""),
+            snapshot_kind=response.headers.get("x-steplab-snapshot-kind", "dataset"),
         )
 
 

@@ -326,6 +326,13 @@ class ModelVersionOutputSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="None: a zero-shot version made before the project had a label.",
     )
+    snapshot_label = serializers.CharField(
+        source="snapshot.label",
+        read_only=True,
+        allow_null=True,
+        help_text="The snapshot's version as pages say it: t3 for a training run's own "
+        "snapshot (numbered apart from the lead's datasets), v3 for a dataset.",
+    )
     zero_shot = serializers.BooleanField(
         source="is_zero_shot",
         read_only=True,
@@ -357,6 +364,7 @@ class ModelVersionOutputSerializer(serializers.ModelSerializer):
             "training_run",
             "snapshot",
             "snapshot_version",
+            "snapshot_label",
             "metrics",
             "zero_shot",
             "against_rules",

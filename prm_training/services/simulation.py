@@ -148,21 +148,24 @@ class ProjectReplay:
 
 def simulation_project_examples(
     *, project_id: int
-) -> tuple[list[ChainExample], dict[int, bool | None], int]:
+) -> tuple[list[ChainExample], dict[int, bool | None], Snapshot]:
     """(ChainExamples of the project's newest snapshot but its evaluation sets' chains,
-    which the loop never labels nor trains on, their graded answers, its version). Raises
-    ValidationError when there is no such project or snapshot."""
+    which the loop never labels nor trains on, their graded answers, the snapshot). The
+    newest by when it was taken, of either kind: a lead's dataset or a training run's own
+    (the two number apart, so a version alone says neither which is newer nor which it
+    is: the evidence keeps the snapshot's label, v3 or t3). Raises ValidationError when
+    there is no such project or snapshot."""
     from prm_training.ml.inputs import answer_grade
     from prm_training.services.examples import snapshot_chain_examples
 
     if not Project.objects.filter(pk=project_id).exists():
         raise ValidationError(f"no project {project_id}")
-    snapshot = Snapshot.objects.filter(project_id=project_id).order_by("-version").first()
+    snapshot = Snapshot.objects.filter(project_id=project_id).order_by("-created_at", "-pk").first()
     if snapshot is None:
         raise ValidationError(f"project {project_id} has no snapshot: take one first")
     examples = snapshot_chain_examples(snapshot=snapshot, without_evaluation=True)
     graded = {example.chain_id: answer_grade(example) for example in examples}
-    return examples, graded, snapshot.version
+    return examples, graded, snapshot
 
 
 def simulation_project_replay(
@@ -185,7 +188,8 @@ def simulation_project_replay(
     from prm_training.ml.machine_labeler import PRM_SOURCE
     from prm_training.ml.simulate import oracle_chains, simulate
 
-    examples, graded, version = simulation_project_examples(project_id=project_id)
+    examples, graded, snapshot = simulation_project_examples(project_id=project_id)
+    version = snapshot.version
     stored = {
         source: machine_chain_labels(project_id=project_id, source=source)
         for source in {arm.source for arm in sim.machine_arms} - {PRM_SOURCE}
@@ -193,7 +197,7 @@ def simulation_project_replay(
     labeled = oracle_chains(examples)
     if not labeled:
         raise ValidationError(
-            f"no step labels in project {project_id}'s snapshot v{version}: the simulation "
+            f"no step labels in project {project_id}'s snapshot {snapshot.label}: the simulation "
             "replays labeled chains as the oracle"
         )
     needed = math.ceil((sim.seed_size + sim.rounds * sim.batch) / (1 - sim.heldout_fraction))
@@ -201,6 +205,7 @@ def simulation_project_replay(
         evidence = strategy_evidence_too_few(
             chains=len(labeled), needed=needed, snapshot_version=version
         )
+        evidence["snapshot_label"] = snapshot.label
         return ProjectReplay(
             rows=[], evidence=evidence, chains=len(labeled), snapshot_version=version
         )
@@ -223,6 +228,7 @@ def simulation_project_replay(
     except ValueError as exc:
         raise ValidationError(str(exc)) from None
     evidence = strategy_evidence_build(rows, sim=sim, chains=len(labeled), snapshot_version=version)
+    evidence["snapshot_label"] = snapshot.label
     return ProjectReplay(
         rows=rows, evidence=evidence, chains=len(labeled), snapshot_version=version
     )

@@ -450,9 +450,9 @@ def _train_and_publish(run: TrainingRun, reporter: _RunReporter) -> TrainingRun:
     train, heldout = _snapshot_splits(snapshot)
     if not zero_shot and snapshot is not None:
         if not train:
-            raise ValidationError(f"Snapshot v{snapshot.version} has no training chains.")
+            raise ValidationError(f"Snapshot {snapshot.label} has no training chains.")
         if not heldout:
-            raise ValidationError(f"Snapshot v{snapshot.version} has no held-out chains.")
+            raise ValidationError(f"Snapshot {snapshot.label} has no held-out chains.")
     # Fields left out take the ML package's defaults (the bundled MiniLM backbone).
     # The backbone is a name, resolved again here: gone since the run was queued, it
     # fails the run with the message that refused it then.
@@ -590,7 +590,7 @@ def _compare_with_active(
         f"{previous.get('processbench_f1', float('nan')):.4f}, AUROC "
         f"{metrics.get('step_auroc', float('nan')):.4f} vs "
         f"{previous.get('step_auroc', float('nan')):.4f} on the same "
-        f"{len(heldout)} held-out chains, of snapshot v{snapshot.version}"
+        f"{len(heldout)} held-out chains, of snapshot {snapshot.label}"
     )
     paired = _paired_with(result, heldout, previous_hits)
     if paired is not None:

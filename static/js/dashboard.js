@@ -414,7 +414,7 @@
       const line = $("db-snapshot");
       line.replaceChildren(
         document.createTextNode("Newest snapshot: "),
-        el("strong", `v${snapshot.version}`),
+        el("strong", snapshot.label),
         document.createTextNode(`, ${snapshot.counts.chains ?? "?"} chains, `),
         el("code", snapshot.content_hash.slice(0, 12)),
       );
@@ -427,7 +427,7 @@
         url.searchParams.set("snapshot", String(snapshot.version));
         link.setAttribute("href", url.pathname + url.search);
       }
-      showMessage(`Snapshot v${snapshot.version} created; the export buttons use it.`, "ok");
+      showMessage(`Snapshot ${snapshot.label} created; the export buttons use it.`, "ok");
     } catch (error) {
       const detail = error.body && (error.body.detail || Object.values(error.body).flat()[0]);
       showMessage(`Could not create a snapshot${detail ? `: ${detail}` : "."}`, "error");

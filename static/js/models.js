@@ -346,7 +346,7 @@
       // project had a label has no snapshot.
       const name = el("span", `v${v.version}`);
       if (v.zero_shot) name.append(el("span", "zero-shot", "zero-shot-tag"));
-      const snapshot = v.snapshot_version === null ? "—" : `v${v.snapshot_version}`;
+      const snapshot = v.snapshot_label === null ? "—" : v.snapshot_label;
       return [name, snapshot, num(v.metrics.processbench_f1, 3),
         num(v.metrics.step_auroc, 3), num(v.metrics.first_error_accuracy, 3),
         verdictCell(v), when(v.created_at), v.is_active ? "active" : "", action];
@@ -542,7 +542,7 @@
       const table = el("table", null, "table table-stack evidence");
       table.id = "evidence-table";
       table.append(el("caption", `Strategies against random on this project's ${evidence.chains} ` +
-        `labeled chains (snapshot v${evidence.snapshot}, ${evidence.seeds} seeds, ` +
+        `labeled chains (snapshot ${evidence.snapshot_label || `v${evidence.snapshot}`}, ${evidence.seeds} seeds, ` +
         `${evidence.rounds} rounds of ${evidence.batch}): paired difference at the last round, ` +
         "95% interval", "muted"));
       const head = el("thead");

@@ -4,7 +4,9 @@
 //
 // Everything goes through the snapshot API (window.Steplab.api): snapshots/ (?kind=dataset
 // and ?kind=training, and POST) and snapshots/diff/; each row links its export (export/
-// ?snapshot=N&format=...&split=..., named by the server) whole, train and held-out. Text from imports and from people
+// ?snapshot=N&kind=...&format=...&split=..., named by the server) whole, train and held-out.
+// The two kinds number apart: a dataset reads v1, v2 ..., a training run's own t1, t2 ...
+// (the API's `label`), and every link and picker names the kind with the number. Text from imports and from people
 // (problems, usernames) is put in the page with textContent only.
 "use strict";
 
@@ -88,9 +90,10 @@
   function snapshotRow(snapshot, withRun) {
     const tr = el("tr");
     tr.dataset.version = String(snapshot.version);
+    tr.dataset.kind = snapshot.kind;
     const counts = snapshot.counts || {};
     const version = el("td");
-    version.append(el("strong", `v${snapshot.version}`));
+    version.append(el("strong", snapshot.label));
     tr.append(version);
     if (withRun) tr.append(el("td", snapshot.training_run === null ? "—" : `#${snapshot.training_run}`));
     tr.append(el("td", formatWhen(snapshot.created_at), "sn-when"));
@@ -111,7 +114,7 @@
     code.title = snapshot.content_hash;
     hash.append(code);
     tr.append(hash);
-    tr.append(downloadCell(snapshot.version));
+    tr.append(downloadCell(snapshot));
     return tr;
   }
 
@@ -119,9 +122,10 @@
 
   const SPLITS = [["", "all"], ["train", "train"], ["heldout", "held-out"]];
 
-  function exportUrl(version, split) {
+  function exportUrl(version, kind, split) {
     const format = $("sn-format").value;
     const params = new URLSearchParams({ format, snapshot: version });
+    if (kind !== "dataset") params.set("kind", kind);
     if (split) params.set("split", split);
     if (format === "openrlhf" && $("sn-soft-labels").value !== "votes") {
       params.set("soft_labels", $("sn-soft-labels").value);
@@ -131,7 +135,7 @@
     return `${config.api.export}?${params}`;
   }
 
-  function downloadCell(version) {
+  function downloadCell(snapshot) {
     const cell = el("td", null, "sn-download");
     // One box for the links: on a phone the cell is a grid of its name and its value.
     const links = el("span", null, "sn-download-links");
@@ -139,10 +143,11 @@
     SPLITS.forEach(([split, name]) => {
       const link = el("a", name, "sn-download-link");
       link.dataset.split = split || "all";
-      link.dataset.version = String(version);
-      link.href = exportUrl(version, split);
+      link.dataset.version = String(snapshot.version);
+      link.dataset.kind = snapshot.kind;
+      link.href = exportUrl(snapshot.version, snapshot.kind, split);
       link.setAttribute("download", "");
-      link.title = `v${version}, ${split ? `${name} split` : "every chain"}, as ${$("sn-format").value}`;
+      link.title = `${snapshot.label}, ${split ? `${name} split` : "every chain"}, as ${$("sn-format").value}`;
       links.append(link);
     });
     return cell;
@@ -156,7 +161,7 @@
     $("sn-provenance").disabled = $("sn-format").value === "parquet";
     for (const link of document.querySelectorAll(".sn-download-link")) {
       const split = link.dataset.split === "all" ? "" : link.dataset.split;
-      link.href = exportUrl(link.dataset.version, split);
+      link.href = exportUrl(link.dataset.version, link.dataset.kind, split);
     }
   }
 
@@ -206,24 +211,32 @@
     showMessage(`Could not load the snapshots: ${problemText(error)}`, "error", true);
   }
 
+  // A picker's value: the kind and the version ("dataset:3"), as the two kinds number apart.
+  const choiceOf = (s) => `${s.kind}:${s.version}`;
+  // A choice as people read it (the API's label): v3, or t3 for a training run's own.
+  const labelOf = (choice) => {
+    const [kind, version] = choice.split(":");
+    return `${kind === "training" ? "t" : "v"}${version}`;
+  };
+
   // The version pickers of the diff: every version loaded, newest first, the training
   // runs' marked; A defaults to the second newest dataset, B to the newest.
   function fillVersionChoices() {
     const all = [
-      ...datasets.state.rows.map((s) => [s.version, `v${s.version}`]),
-      ...training.state.rows.map((s) => [s.version, `v${s.version} (training run #${s.training_run})`]),
-    ].sort((x, y) => y[0] - x[0]);
+      ...datasets.state.rows.map((s) => [choiceOf(s), s.label, s.created_at]),
+      ...training.state.rows.map((s) => [choiceOf(s), `${s.label} (training run #${s.training_run})`, s.created_at]),
+    ].sort((x, y) => (x[2] < y[2] ? 1 : x[2] > y[2] ? -1 : 0));
     for (const [id, fallback] of [["sn-diff-a", 1], ["sn-diff-b", 0]]) {
       const select = $(id);
       const chosen = select.value;
-      select.replaceChildren(...all.map(([version, label]) => {
+      select.replaceChildren(...all.map(([choice, label]) => {
         const option = el("option", label);
-        option.value = String(version);
+        option.value = choice;
         return option;
       }));
       const byDefault = datasets.state.rows[fallback] || datasets.state.rows[0];
-      if (chosen && all.some(([version]) => String(version) === chosen)) select.value = chosen;
-      else if (byDefault) select.value = String(byDefault.version);
+      if (chosen && all.some(([choice]) => choice === chosen)) select.value = chosen;
+      else if (byDefault) select.value = choiceOf(byDefault);
     }
     $("sn-compare").disabled = all.length === 0;
   }
@@ -259,7 +272,7 @@
       await loadLists();
       const counts = snapshot.counts;
       showMessage(
-        `Snapshot v${snapshot.version} taken: ${plural(counts.chains, "chain")}, ` +
+        `Snapshot ${snapshot.label} taken: ${plural(counts.chains, "chain")}, ` +
           `${plural(counts.steps_labeled, "labeled step")}` +
           (counts.sources && counts.sources.import
             ? ` (${counts.sources.import} with imported labels)` : "") +
@@ -341,7 +354,7 @@
       ["split_changed", "moved to the other split"],
       ["unchanged", "unchanged"],
     ];
-    line.append(document.createTextNode(`Chains from v${diff.a} to v${diff.b}: `));
+    line.append(document.createTextNode(`Chains from ${labelOf(diff.a)} to ${labelOf(diff.b)}: `));
     parts.forEach(([key, words], index) => {
       const figure = el("strong", String(counts[key]));
       figure.dataset.count = key;
@@ -352,7 +365,9 @@
 
   async function loadDiff(append) {
     const ticket = ++diff.ticket;
-    const params = new URLSearchParams({ a: diff.a, b: diff.b });
+    const [aKind, a] = diff.a.split(":");
+    const [bKind, b] = diff.b.split(":");
+    const params = new URLSearchParams({ a, b, a_kind: aKind, b_kind: bKind });
     if (diff.change) params.set("change", diff.change);
     if (append && diff.next !== null) params.set("after", String(diff.next));
     root.dataset.diff = "loading";

@@ -14,9 +14,9 @@ from annotation.exporters.formats import (
     EXPORT_FORMATS,
     SOFT_LABEL_SOURCES,
 )
-from annotation.models import MachineSource, Project, SnapshotSplit
+from annotation.models import MachineSource, Project, Snapshot, SnapshotSplit
 from annotation.selectors.access import project_resolve
-from annotation.selectors.datasets import snapshot_get
+from annotation.selectors.datasets import SNAPSHOT_KINDS, snapshot_get
 from annotation.services.exports import export_write
 from annotation.services.snapshots import (
     AMBIGUOUS_CHOICES,
@@ -46,6 +46,9 @@ class Command(BaseCommand):
             "--snapshot",
             type=int_between(1, INT32_MAX),
             help="the snapshot version to export (default: a new one)",
+        )
+        parser.add_argument(
+            "--kind", choices=SNAPSHOT_KINDS, default="dataset", help="what --snapshot numbers"
         )
         parser.add_argument(
             "--ambiguous",
@@ -133,11 +136,12 @@ class Command(BaseCommand):
                 )
                 made = "new snapshot"
             else:
-                found = snapshot_get(project=project, version=options["snapshot"])
+                found = snapshot_get(
+                    project=project, version=options["snapshot"], kind=options["kind"]
+                )
                 if found is None:
-                    raise CommandError(
-                        f'"{project.name}" has no snapshot version {options["snapshot"]}.'
-                    )
+                    wanted = Snapshot(kind=options["kind"], version=options["snapshot"])
+                    raise CommandError(f'"{project.name}" has no snapshot {wanted.label}.')
                 snapshot, made = found, "snapshot"
             result = export_write(
                 snapshot=snapshot,
@@ -155,7 +159,7 @@ class Command(BaseCommand):
         noun = "step rows" if result.format == "csv" else "chains"
         self.stdout.write(
             f"exported {result.records:,} {noun} ({result.steps:,} labeled steps) "
-            f'of "{project.name}" {made} v{snapshot.version} '
+            f'of "{project.name}" {made} {snapshot.label} '
             f"({snapshot.content_hash[:12]}) as {result.format} to {out}; "
             f"ambiguous={result.ambiguous}" + (f", split={result.split}" if result.split else "")
         )

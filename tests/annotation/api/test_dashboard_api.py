@@ -283,7 +283,7 @@ def test_training_snapshots_are_listed_apart_and_never_replace_the_lead_s(
     assert training_snapshots(project=project) == [trained]
     html = page_client(lead).get(f"/projects/{project.pk}/").content.decode()
     assert f"Newest snapshot: <strong>v{mine.version}</strong>" in html
-    assert f"v{trained.version} for run #7" in html
+    assert f"t{trained.version} for run #7" in html
     assert f"format=trl&amp;snapshot={mine.version}" in html
     # ...and every export button says what its file holds
     assert "TRL&#x27;s stepwise schema" in html or "TRL's stepwise schema" in html

@@ -150,7 +150,10 @@ def test_the_list_by_kind(tied_project, make_member, client_for):
     datasets = client.get(_snapshots_url(tied_project), {"kind": "dataset"}).json()["results"]
     training = client.get(_snapshots_url(tied_project), {"kind": "training"}).json()["results"]
 
-    assert [item["version"] for item in everything] == [trained.version, dataset.version]
+    assert [(item["kind"], item["label"]) for item in everything] == [
+        ("training", "t1"),
+        ("dataset", "v1"),
+    ]
     assert [item["version"] for item in datasets] == [dataset.version]
     assert [(item["version"], item["training_run"]) for item in training] == [(trained.version, 9)]
     assert training[0]["options"]["finished_only"] is False
@@ -314,3 +317,38 @@ def test_the_dashboard_links_the_snapshots_page_for_leads(tied_project, make_mem
     annotator = Client()
     annotator.force_login(make_member(tied_project, "annotator"))
     assert "/snapshots/" not in annotator.get(f"/projects/{tied_project.pk}/").content.decode()
+
+
+def test_a_training_snapshot_is_exported_and_compared_by_its_own_number(
+    tied_project, make_member, client_for
+):
+    # Given dataset v1, a training run's t1 (both numbered 1) and dataset v2
+    lead = make_member(tied_project, "lead")
+    snapshot_create(project=tied_project, user=lead)
+    trained = snapshot_create(project=tied_project, finished_only=False, training_run=9)
+    snapshot_create(project=tied_project, user=lead)
+    client = client_for(lead)
+    export_url = reverse("api-project-export", args=[tied_project.pk])
+
+    # When the lead downloads version 1 of each kind, and compares t1 with v2
+    dataset = client.get(export_url, {"format": "trl", "snapshot": 1})
+    training = client.get(export_url, {"format": "trl", "snapshot": 1, "kind": "training"})
+    compared = client.get(_diff_url(tied_project), {"a": 1, "a_kind": "training", "b": 2})
+    missing = client.get(_diff_url(tied_project), {"a": 2, "a_kind": "training", "b": 2})
+
+    # Then each file names its own snapshot, the training one as -t1-
+    assert dataset.status_code == training.status_code == 200
+    assert "-v1-all.trl.jsonl" in dataset["Content-Disposition"]
+    assert "-t1-all.trl.jsonl" in training["Content-Disposition"]
+    assert (training["X-Steplab-Snapshot"], training["X-Steplab-Snapshot-Kind"]) == (
+        "1",
+        "training",
+    )
+    assert training["X-Steplab-Snapshot-Hash"] == trained.content_hash
+    # And the diff reads t1 against v2 (t1 holds the unfinished chain v2 leaves out)
+    assert compared.status_code == 200, compared.content
+    body = compared.json()
+    assert (body["a"]["label"], body["b"]["label"]) == ("t1", "v2")
+    assert body["counts"]["removed"] == 1
+    assert missing.status_code == 404
+    assert "t2" in missing.json()["detail"]

@@ -30,7 +30,7 @@ XSS_IMG = '<img src=x onerror="window.__xss=1">'
 def lab() -> Any:
     """Overlap 2, two annotators: two finished chains (one with a 1-1 tie on step 2), one
     only the first annotator labeled; the lead's v1 of every labeled chain with ties at
-    the lowest rating, and a training run's v2."""
+    the lowest rating, and a training run's own t1 (numbered apart from the datasets)."""
     project = ProjectFactory(overlap=2, name="Algebra PRM, round 3")
     lead = MembershipFactory(project=project, role=Role.LEAD, user__username="lena").user
     ann = MembershipFactory(project=project, user__username="ann").user
@@ -81,7 +81,9 @@ def test_lead_takes_a_snapshot_with_options_and_compares_it(
     assert "lena" in datasets.first.inner_text()
     training = page.locator("#sn-training tbody tr")
     expect(training).to_have_count(1)
-    assert training.first.get_attribute("data-version") == "2"
+    assert training.first.get_attribute("data-version") == "1"
+    assert training.first.get_attribute("data-kind") == "training"
+    assert "t1" in training.first.inner_text()
     assert "#4" in training.first.inner_text()
     # ...and the form starts from the defaults: finished chains only, ties dropped
     assert page.locator("#sn-finished-only").is_checked()
@@ -92,10 +94,11 @@ def test_lead_takes_a_snapshot_with_options_and_compares_it(
     page.locator("#sn-seed").fill("7")
     page.get_by_role("button", name="Take snapshot").click()
 
-    # Then: it is v3, stored with those options, and listed first among the datasets
-    expect(page.locator("#sn-message.ok")).to_contain_text("Snapshot v3 taken: 2 chains")
+    # Then: it is v2 (the training run's t1 leaves no gap), stored with those options, and
+    # listed first among the datasets
+    expect(page.locator("#sn-message.ok")).to_contain_text("Snapshot v2 taken: 2 chains")
     expect(page.locator("#sn-message")).to_contain_text("1 unfinished chain left out")
-    taken = Snapshot.objects.get(project=lab["project"], version=3)
+    taken = Snapshot.objects.get(project=lab["project"], kind="dataset", version=2)
     assert taken.meta["options"] == {
         "finished_only": True,
         "include_imported": False,
@@ -107,14 +110,14 @@ def test_lead_takes_a_snapshot_with_options_and_compares_it(
     }
     assert SnapshotChain.objects.get(snapshot=taken, chain=lab["tied"]).tied == [1]
     expect(datasets).to_have_count(2)
-    assert datasets.first.get_attribute("data-version") == "3"
+    assert datasets.first.get_attribute("data-version") == "2"
     assert "finished only" in datasets.first.inner_text()
     assert "ties marked" in datasets.first.inner_text()
     assert "seed 7" in datasets.first.inner_text()
 
-    # When: the lead compares v1 with v3
-    page.locator("#sn-diff-a").select_option("1")
-    page.locator("#sn-diff-b").select_option("3")
+    # When: the lead compares v1 with v2
+    page.locator("#sn-diff-a").select_option("dataset:1")
+    page.locator("#sn-diff-b").select_option("dataset:2")
     page.get_by_role("button", name="Compare").click()
 
     # Then: the unfinished chain is removed, and whatever else changed is listed
@@ -147,7 +150,7 @@ def test_imported_labels_enter_a_snapshot_only_when_the_lead_ticks_them(
     page.get_by_role("button", name="Take snapshot").click()
 
     # Then: people's labels only; the imported chain is said to be left out
-    expect(page.locator("#sn-message.ok")).to_contain_text("Snapshot v3 taken: 2 chains")
+    expect(page.locator("#sn-message.ok")).to_contain_text("Snapshot v2 taken: 2 chains")
     expect(page.locator("#sn-message")).to_contain_text(
         "1 chain labeled by an import only left out"
     )
@@ -161,12 +164,14 @@ def test_imported_labels_enter_a_snapshot_only_when_the_lead_ticks_them(
 
     # Then: the imported chain is in, counted apart
     expect(page.locator("#sn-message.ok")).to_contain_text(
-        "Snapshot v4 taken: 3 chains, 8 labeled steps (1 with imported labels)"
+        "Snapshot v3 taken: 3 chains, 8 labeled steps (1 with imported labels)"
     )
     row = page.locator("#sn-datasets tbody tr").first
     expect(row).to_contain_text("people's and imported labels")
     expect(row.locator(".sn-sources")).to_have_text("2 / 1")
-    assert Snapshot.objects.get(project=lab["project"], version=4).meta["sources"] == [
+    assert Snapshot.objects.get(project=lab["project"], kind="dataset", version=3).meta[
+        "sources"
+    ] == [
         "human",
         "import",
     ]
@@ -177,14 +182,14 @@ def test_imported_labels_enter_a_snapshot_only_when_the_lead_ticks_them(
 def test_every_snapshot_downloads_from_its_row_whole_or_by_split(
     browser: Browser, live_server: Any, lab: Any
 ) -> None:
-    # Given: a newer dataset v3 beside the lead's v1 (the training run's is v2)
+    # Given: a newer dataset v2 beside the lead's v1 (the training run's is t1)
     snapshot_create(project=lab["project"], user=lab["lead"], heldout_fraction=0.5, seed=1)
-    v1 = Snapshot.objects.get(project=lab["project"], version=1)
+    v1 = Snapshot.objects.get(project=lab["project"], kind="dataset", version=1)
     with page_watched(
         browser=browser, width=1366, height=768, accept_downloads=True, csp_errors=True
     ) as page:
         _open(page, live_server, lab)
-        row = page.locator("#sn-datasets tr[data-version='1']")
+        row = page.locator("#sn-datasets tr[data-version='1'][data-kind=dataset]")
         expect(row.locator(".sn-download-link")).to_have_count(3)
 
         # When: the lead picks CSV and downloads v1's train split, then all of it
@@ -195,21 +200,22 @@ def test_every_snapshot_downloads_from_its_row_whole_or_by_split(
             with page.expect_download() as download:
                 row.locator(f".sn-download-link[data-split={split}]").click()
             files[split] = download.value
-        # ...and the training run's own v2 as TRL, held-out split
+        # ...and the training run's own t1 as TRL, held-out split
         page.locator("#sn-format").select_option("trl")
         with page.expect_download() as download:
-            page.locator("#sn-training tr[data-version='2'] [data-split=heldout]").click()
+            page.locator("#sn-training tr[data-version='1'] [data-split=heldout]").click()
         trl = download.value
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "snapshots-downloads.png"), full_page=True)
         # (a download's file lives as long as its page)
         held = {split: _csv_chains(file.path()) for split, file in files.items()}
 
-    # Then: each file is named by project, version and split, and holds that split of v1
+    # Then: each file is named by project, version and split (the training run's t1
+    # apart from the dataset v1), and holds that split of v1
     slug = "algebra-prm-round-3"
     assert files["train"].suggested_filename == f"{slug}-v1-train.csv"
     assert files["all"].suggested_filename == f"{slug}-v1-all.csv"
-    assert trl.suggested_filename == f"{slug}-v2-heldout.trl.jsonl"
+    assert trl.suggested_filename == f"{slug}-t1-heldout.trl.jsonl"
     rows = SnapshotChain.objects.filter(snapshot=v1)
     assert held["train"] == set(rows.filter(split="train").values_list("chain_id", flat=True))
     assert held["all"] == set(rows.values_list("chain_id", flat=True))
@@ -229,16 +235,16 @@ def test_a_snapshot_the_options_leave_empty_says_why(
     page.get_by_role("button", name="Take snapshot").click()
 
     expect(page.locator("#sn-message.error")).to_contain_text("lower min_support")
-    assert not Snapshot.objects.filter(project=lab["project"], version=3).exists()
+    assert not Snapshot.objects.filter(project=lab["project"], kind="dataset", version=2).exists()
 
 
 def test_the_snapshots_page_fits_a_phone(browser: Browser, live_server: Any, lab: Any) -> None:
     with page_watched(browser=browser, width=390, height=844, csp_errors=True) as phone:
         _open(phone, live_server, lab)
         phone.get_by_role("button", name="Take snapshot").click()
-        expect(phone.locator("#sn-message.ok")).to_contain_text("Snapshot v3 taken")
-        phone.locator("#sn-diff-a").select_option("1")
-        phone.locator("#sn-diff-b").select_option("3")
+        expect(phone.locator("#sn-message.ok")).to_contain_text("Snapshot v2 taken")
+        phone.locator("#sn-diff-a").select_option("dataset:1")
+        phone.locator("#sn-diff-b").select_option("dataset:2")
         phone.get_by_role("button", name="Compare").click()
         phone.wait_for_selector("#snapshots[data-diff=ready]")
         expect(phone.locator("#sn-diff-table tbody tr").first).to_be_visible()

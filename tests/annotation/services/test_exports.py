@@ -343,7 +343,7 @@ def test_export_dataset_command_errors(project, tmp_path):
         call_command(
             "export_dataset", project.name, "--format", "trl", "--out", str(tmp_path / "x")
         )
-    with pytest.raises(CommandError, match="no snapshot version 4"):
+    with pytest.raises(CommandError, match="no snapshot v4"):
         call_command(
             "export_dataset",
             project.name,

@@ -125,6 +125,27 @@ def test_snapshot_without_new_labels_has_same_hash_and_next_version(project):
     assert third.content_hash != first.content_hash
 
 
+def test_training_runs_number_their_snapshots_apart_from_the_datasets(project):
+    # Given a dataset, then two training runs' own snapshots
+    _labeled_chain(project, [1, 1, 1])
+    first = snapshot_create(project=project)
+    trained = [snapshot_create(project=project, training_run=run) for run in (7, 8)]
+
+    # When the lead takes the next dataset
+    second = snapshot_create(project=project)
+
+    # Then the datasets read v1, v2 with no gap, and the training runs' t1, t2
+    assert [(s.kind, s.version, s.label) for s in (first, second)] == [
+        ("dataset", 1, "v1"),
+        ("dataset", 2, "v2"),
+    ]
+    assert [(s.kind, s.version, s.label) for s in trained] == [
+        ("training", 1, "t1"),
+        ("training", 2, "t2"),
+    ]
+    assert [s.meta["training_run"] for s in trained] == [7, 8]
+
+
 def test_snapshot_rows_do_not_change_when_labels_change_later(project):
     # Given a snapshot of one chain
     chain = _labeled_chain(project, [1, 1, 1])
