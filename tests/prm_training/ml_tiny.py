@@ -38,9 +38,13 @@ def tiny_tokenizer(kind: str):  # noqa: ANN201 - a transformers tokenizer
     )
 
 
-def tiny_backbone_dir(root: Path, model_type: str, *, seed: int = 0) -> Path:
+def tiny_backbone_dir(
+    root: Path, model_type: str, *, seed: int = 0, bert_positions: int = 128
+) -> Path:
     """Saves a randomly initialised 2-layer model of ``model_type`` (bert, gpt2 or llama)
-    and its tokenizer under ``root / model_type`` and returns that directory."""
+    and its tokenizer under ``root / model_type`` and returns that directory.
+    ``bert_positions``: the BERT's positions (512 lets a run started from the ML page,
+    with the page's default max_length, train on it)."""
     import torch
     from transformers import (
         BertConfig,
@@ -62,7 +66,7 @@ def tiny_backbone_dir(root: Path, model_type: str, *, seed: int = 0) -> Path:
                 num_hidden_layers=2,
                 num_attention_heads=2,
                 intermediate_size=64,
-                max_position_embeddings=128,
+                max_position_embeddings=bert_positions,
                 hidden_dropout_prob=0.0,
                 attention_probs_dropout_prob=0.0,
             )
