@@ -196,6 +196,14 @@ SUITE: tuple[Bench, ...] = (
         "submit to next chain rendered, in chromium",
     ),
     Bench(
+        "workspace_keys",
+        "bench_workspace_keys.py",
+        (),
+        ("--chains", "6"),
+        "workspace_keys.json",
+        "keys and seconds per chain, all-correct and step 3 wrong, in chromium",
+    ),
+    Bench(
         "consensus_fits",
         "bench_consensus_fits.py",
         (),
