@@ -202,6 +202,15 @@ def project_overview(request: HttpRequest, project_id: int) -> HttpResponse:
             else []
         ),
     }
+    if role in (Role.LEAD, Role.ML):
+        # Routing's card (``_routing_card.html``): leads and ML staff read it, leads route.
+        context["routing_config"] = {
+            "canRoute": is_lead,
+            "api": {
+                "routing": reverse("api-project-routing", args=[project.pk]),
+                "run": reverse("api-project-routing-run", args=[project.pk]),
+            },
+        }
     if not is_lead:
         return render(request, "annotation/project_overview.html", context)
     context["chains_imported"] = chains_imported_count(project=project)

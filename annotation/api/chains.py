@@ -28,7 +28,7 @@ from annotation.api.fields import CursorField, IdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.api.review import NOT_A_MEMBER, WRONG_ROLE, chain_for_lead
-from annotation.models import Chain, ChainEventKind, Membership, Project
+from annotation.models import Chain, ChainEventKind, ChainRouting, Membership, Project
 from annotation.selectors.chain_order import SORTS, ChainCursor, ChainOrder
 from annotation.selectors.chains import (
     EVENTS_SHOWN,
@@ -40,6 +40,13 @@ from annotation.selectors.chains import (
     chain_order_phases,
 )
 from annotation.services.chains import EXTRA_LABELS_MAX, chain_requeue, chains_reviewer_set
+
+# Where routing sent a chain (issue 23): the four rules; "" (people, as usual) is no filter.
+ROUTED = [value for value in ChainRouting.values if value]
+ROUTING_HELP = (
+    "Where routing sent it: agreed (machine-agreed, out of the queue), spot_check (agreed, "
+    'sent to a person), disagreed (people first), second_look; "" none.'
+)
 
 BAD_FILTER = OpenApiResponse(
     description="A filter out of range, an unknown status or sort, or a cursor of another sort."
@@ -98,6 +105,14 @@ class ChainFilterSerializer(serializers.Serializer):
         help_text="Only chains on which a machine source names another first error than "
         "a person's current pass.",
     )
+    routing = serializers.ListField(
+        child=serializers.ChoiceField(choices=ROUTED),
+        required=False,
+        default=list,
+        help_text="Repeat for several (any of them): where routing sent the chain, "
+        + ", ".join(ROUTED)
+        + ".",
+    )
 
 
 def chain_filters_from(*, project: Project, data: dict[str, Any]) -> ChainFilters:
@@ -122,6 +137,7 @@ def chain_filters_from(*, project: Project, data: dict[str, Any]) -> ChainFilter
         search=data.get("q", ""),
         machines_disagree=data.get("machines_disagree", False),
         machines_vs_people=data.get("machines_vs_people", False),
+        routings=tuple(data.get("routing", ())),
     )
 
 
@@ -174,6 +190,7 @@ class ChainRowOutputSerializer(serializers.Serializer):
         allow_null=True, help_text="The lead named to review it (username); null if none."
     )
     created_at = serializers.DateTimeField()
+    routing = serializers.ChoiceField(choices=ChainRouting.values, help_text=ROUTING_HELP)
     machine_first_errors = serializers.DictField(
         child=serializers.IntegerField(),
         help_text="By machine source: the first step it rates -1 (index), -1 for none; "
@@ -217,7 +234,11 @@ class ChainListApi(GenericAPIView):
     def get(self, request: Request, project_id: int) -> Response:
         project = project_for_request(request=request, project_id=project_id, roles=LEADS)
         query = ChainListFilterSerializer(
-            data={**request.query_params.dict(), "status": request.query_params.getlist("status")}
+            data={
+                **request.query_params.dict(),
+                "status": request.query_params.getlist("status"),
+                "routing": request.query_params.getlist("routing"),
+            }
         )
         query.is_valid(raise_exception=True)
         data = query.validated_data
@@ -278,6 +299,9 @@ class ChainDetailOutputSerializer(serializers.Serializer):
     final_answer = serializers.CharField(source="chain.final_answer")
     generator = serializers.CharField(source="chain.generator")
     status = serializers.ChoiceField(choices=ChainStatus.ALL)
+    routing = serializers.ChoiceField(
+        source="chain.routing", choices=ChainRouting.values, help_text=ROUTING_HELP
+    )
     finished_count = serializers.IntegerField(source="chain.finished_count")
     needed = serializers.IntegerField()
     is_finished = serializers.BooleanField(source="chain.is_finished")

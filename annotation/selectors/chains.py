@@ -86,6 +86,8 @@ class ChainFilters:
     machines_disagree: bool = False
     # Only chains on which a machine source and a person's pass name different ones.
     machines_vs_people: bool = False
+    # Only chains routing put under one of these (``ChainRouting`` values but ""), OR.
+    routings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,8 @@ class ChainRow:
     prm_uncertainty: float | None
     reviewer: str | None
     created_at: datetime
+    # Where routing sent it (``ChainRouting``; "" none): for leads, never annotators.
+    routing: str = ""
     # The first error each machine source names (``machine_labels``); -1 for none.
     machine_first_errors: dict[str, int] = field(default_factory=dict)
 
@@ -242,6 +246,7 @@ _ROW_FIELDS = (
     "agreement",
     "priority",
     "created_at",
+    "routing",
 )
 
 
@@ -347,6 +352,8 @@ def _filtered(chains: QuerySet[Any], *, project: Project, filters: ChainFilters)
         chains = machines_disagree(chains)
     if filters.machines_vs_people:
         chains = machines_disagree_with_people(chains)
+    if filters.routings:
+        chains = chains.filter(routing__in=filters.routings)
     return chains
 
 
@@ -371,6 +378,7 @@ def _row(chain: Chain, *, overlap: int) -> ChainRow:
         prm_uncertainty=None if uncertainty is None else float(uncertainty),
         reviewer=getattr(chain, "reviewer_name", None),
         created_at=chain.created_at,
+        routing=chain.routing,
     )
 
 

@@ -287,6 +287,7 @@ def _selection(job: BulkAction) -> Selection:
         return Selection(chain_ids=tuple(job.chain_ids))
     stored = dict(job.filters or {})
     stored["statuses"] = tuple(stored.get("statuses", ()))
+    stored["routings"] = tuple(stored.get("routings", ()))
     return Selection(filters=ChainFilters(**stored))
 
 

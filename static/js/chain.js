@@ -147,6 +147,9 @@
 
   function show(chain, labels) {
     $("cp-status").textContent = chain.status.replace("_", " ");
+    const routed = window.Steplab.routingBadge(chain.routing);
+    $("cp-routing").replaceChildren(...(routed ? [routed] : []));
+    if (routed) routed.title = "Where routing sent it (Settings, Routing)";
     renderMath($("cp-problem"), chain.problem);
     renderMath($("cp-final"), chain.final_answer);
     $("cp-counts").textContent =

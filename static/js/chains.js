@@ -8,7 +8,7 @@
 
 (function () {
   const config = JSON.parse(document.getElementById("chains-config").textContent);
-  const { api, renderMath, machineFirstError, MACHINE_SHORT } = window.Steplab;
+  const { api, renderMath, machineFirstError, MACHINE_SHORT, routingBadge } = window.Steplab;
   const $ = (id) => document.getElementById(id);
   const root = $("chains");
   const STATUS = { in_progress: "in progress" };
@@ -59,6 +59,8 @@
     if (status) out.status = [status];
     if ($("ch-machines").value === "disagree") out.machines_disagree = true;
     if ($("ch-machines").value === "vs_people") out.machines_vs_people = true;
+    const routing = $("ch-routing").value;
+    if (routing) out.routing = [routing];
     return out;
   }
 
@@ -97,11 +99,14 @@
     // The problem as text, its $...$ typeset by KaTeX (trust off) afterwards.
     const problem = el("td", null, "ch-problem math");
     renderMath(problem, chain.problem);
+    const status = el("td", STATUS[chain.status] || chain.status);
+    const routed = routingBadge(chain.routing);
+    if (routed) status.append(" ", routed);
     tr.append(
       tickCell,
       first,
       problem,
-      el("td", STATUS[chain.status] || chain.status),
+      status,
       el("td", `${chain.finished_count} / ${chain.needed}`),
       figure("Agreement", chain.agreement === null ? "—" : `${Math.round(chain.agreement * 100)} %`),
       figure("PRM score", fixed(chain.prm_score)),
@@ -260,7 +265,7 @@
     event.preventDefault();
     load(null);
   });
-  for (const id of ["ch-status", "ch-annotator", "ch-agreement", "ch-machines"]) {
+  for (const id of ["ch-status", "ch-annotator", "ch-agreement", "ch-machines", "ch-routing"]) {
     $(id).addEventListener("change", () => load(null));
   }
   $("ch-sort").addEventListener("change", () => {

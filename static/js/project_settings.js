@@ -23,12 +23,17 @@
   const tabPreview = $("tab-preview");
 
   // Every input of the form, by the API field it sets: one element, or for a group of
-  // radio buttons their fieldset (which carries the group's error state).
+  // radio buttons or of checkboxes (a fieldset with data-group: the API's list of the
+  // checked values) their fieldset (which carries the group's error state).
   const inputs = {};
   const radios = {};
+  const groups = {};
   for (const element of form.querySelectorAll("[name]")) {
     if (element.type === "radio") {
       (radios[element.name] = radios[element.name] || []).push(element);
+      inputs[element.name] = element.closest("fieldset");
+    } else if (element.type === "checkbox" && element.closest("fieldset[data-group]")) {
+      (groups[element.name] = groups[element.name] || []).push(element);
       inputs[element.name] = element.closest("fieldset");
     } else {
       inputs[element.name] = element;
@@ -64,7 +69,8 @@
         slot.textContent = text;
         slot.hidden = false;
         inputs[field].setAttribute("aria-invalid", "true");
-        if (marked === 0) (radios[field] ? radios[field][0] : inputs[field]).focus();
+        const boxes = radios[field] || groups[field];
+        if (marked === 0) (boxes ? boxes[0] : inputs[field]).focus();
         marked += 1;
       } else {
         general.push(field === "non_field_errors" || field === "detail" ? text : `${field}: ${text}`);
@@ -80,6 +86,7 @@
       const checked = radios[field].find((radio) => radio.checked);
       return checked ? checked.value : "";
     }
+    if (field in groups) return groups[field].filter((box) => box.checked).map((box) => box.value);
     const input = inputs[field];
     if (input.type === "checkbox") return input.checked;
     if (input.type === "number") {
@@ -95,6 +102,9 @@
       if (!(field in project)) continue;
       if (field in radios) {
         for (const radio of radios[field]) radio.checked = radio.value === project[field];
+      } else if (field in groups) {
+        const chosen = project[field] || [];
+        for (const box of groups[field]) box.checked = chosen.includes(box.value);
       } else if (input.type === "checkbox") input.checked = Boolean(project[field]);
       else input.value = project[field] === null ? "" : String(project[field]);
     }
@@ -106,9 +116,16 @@
     const body = {};
     for (const field of Object.keys(inputs)) {
       const value = valueOf(field);
-      if (loaded === null || !(field in loaded) || value !== loaded[field]) body[field] = value;
+      if (loaded === null || !(field in loaded) || !same(value, loaded[field])) body[field] = value;
     }
     return body;
+  }
+
+  // A group's list is compared as a set: the order the API kept is not the boxes' order.
+  function same(value, before) {
+    if (!Array.isArray(value)) return value === before;
+    const sorted = (list) => JSON.stringify([...(list || [])].sort());
+    return sorted(value) === sorted(before);
   }
 
   function setBusy(value) {

@@ -185,6 +185,25 @@
     return index === -1 ? "none" : `step ${index + 1}`;
   }
 
+  // Where routing sent a chain (issue 23), as the lead's pages name it; "" is none. Only
+  // lead pages show it: to an annotator a spot check is a chain like any other.
+  const ROUTING_NAMES = Object.freeze({
+    agreed: "machine-agreed",
+    spot_check: "spot check",
+    disagreed: "machines disagree",
+    second_look: "second look",
+  });
+
+  // A badge of a chain's routing, or null when routing left it alone.
+  function routingBadge(routing) {
+    if (!routing) return null;
+    const badge = document.createElement("span");
+    badge.className = `badge routing-badge routing-${routing}`;
+    badge.dataset.routing = routing;
+    badge.textContent = ROUTING_NAMES[routing] || routing;
+    return badge;
+  }
+
   window.Steplab = Object.freeze({
     api,
     machineFirstError,
@@ -197,5 +216,7 @@
     renderMath,
     typesetGuidelines,
     RATING_KEYS,
+    ROUTING_NAMES,
+    routingBadge,
   });
 })();

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from annotation.models import ChainRouting, Project
 from annotation.services.routing import chains_route
@@ -171,3 +172,60 @@ def test_the_run_endpoint_answers_at_once(
 
     assert response.status_code == 202, response.content
     assert response.json() == {"detail": "A routing pass is queued."}
+
+
+def test_the_data_manager_shows_each_chain_s_routing_and_filters_by_it(
+    project: Project, make_member: Any, client_for: Any
+) -> None:
+    Project.objects.filter(pk=project.pk).update(**RULES)
+    project.refresh_from_db()
+    chains = routing_chains(project)
+    chains_route(project=project)
+    lead = client_for(make_member(project, "lead"))
+    url = f"/api/v1/projects/{project.pk}/chains/"
+
+    agreed = lead.get(url, {"routing": "agreed"}).json()["results"]
+    either = lead.get(f"{url}?routing=agreed&routing=disagreed").json()["results"]
+    everything = {row["id"]: row["routing"] for row in lead.get(url).json()["results"]}
+
+    assert [(row["id"], row["routing"]) for row in agreed] == [(chains["agreed"].pk, "agreed")]
+    assert {row["id"] for row in either} == {chains["agreed"].pk, chains["disputed"].pk}
+    assert everything[chains["plain"].pk] == ""
+    assert lead.get(url, {"routing": "nowhere"}).status_code == 400
+    detail = lead.get(f"/api/v1/chains/{chains['disputed'].pk}/").json()
+    assert detail["routing"] == "disagreed"
+
+
+def _leak_free(value: Any) -> str:
+    """The payload's keys and values as one text, to look for routing's words in."""
+    return repr(value).lower()
+
+
+def test_an_annotator_cannot_tell_a_spot_check_from_any_chain(
+    project: Project, make_member: Any, client_for: Any
+) -> None:
+    # Given: a spot check and a plain chain, each the first in the queue of one annotator
+    spot, plain = (ChainFactory(project=project, step_count=2) for _ in range(2))
+    project.chains.filter(pk=spot.pk).update(routing="spot_check", routing_first_error=1)
+    Project.objects.filter(pk=project.pk).update(**{**RULES, "routing_spot_check": 0.5})
+    first, second = (client_for(make_member(project, "annotator")) for _ in range(2))
+
+    leases = [
+        client.post(f"/api/v1/projects/{project.pk}/assignments/next/", format="json")
+        for client in (first, second)
+    ]
+
+    # Then: both leases have the same fields, and nothing names routing
+    assert [lease.status_code for lease in leases] == [200, 200]
+    bodies = [lease.json() for lease in leases]
+    assert bodies[0].keys() == bodies[1].keys()
+    assert bodies[0]["chain"].keys() == bodies[1]["chain"].keys()
+    for body in bodies:
+        text = _leak_free(body)
+        for word in ("routing", "spot", "people_first", "agreed", "first_error"):
+            assert word not in text, (word, body)
+    workspace = Client()
+    workspace.force_login(project.memberships.filter(role="annotator").first().user)
+    page = workspace.get(f"/projects/{project.pk}/label/")
+    assert page.status_code == 200
+    assert "routing" not in page.content.decode().lower()
