@@ -21,6 +21,7 @@ from typing import Any
 
 from axes.handlers.proxy import AxesProxyHandler
 from axes.helpers import get_credentials
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.forms import UserCreationForm
@@ -35,6 +36,7 @@ from annotation.login_lockout import client_address, lockout_response
 from annotation.models import Invite, InviteState, Membership, Role
 from annotation.selectors.invites import invite_find, invite_state, invite_token_read
 from annotation.services.invites import InviteUnusable, invite_accept
+from annotation.sso import sso_providers
 
 SESSION_KEY = "steplab_invite"
 # The backend a new account is signed in with (axes' own backend only refuses).
@@ -69,7 +71,13 @@ def _page(
     status: int = 200,
     **extra: Any,
 ) -> HttpResponse:
-    context = {"state": state, "invite": invite, **extra}
+    context = {
+        "state": state,
+        "invite": invite,
+        "local_passwords": settings.STEPLAB_LOCAL_PASSWORDS,
+        "sso_providers": sso_providers(),
+        **extra,
+    }
     if invite is not None:
         context["role"] = Role(invite.role).label
         context["inviter"] = invite.invited_by
@@ -104,7 +112,12 @@ def _show(
     wrong_account = invite.user is not None and (
         not user.is_authenticated or user.pk != invite.user.pk
     )
-    if form is None and not user.is_authenticated and invite.user is None:
+    if (
+        form is None
+        and not user.is_authenticated
+        and invite.user is None
+        and settings.STEPLAB_LOCAL_PASSWORDS
+    ):
         form = _signup_form(invite)
     return _page(
         request,
@@ -150,6 +163,8 @@ def _accept(request: HttpRequest) -> HttpResponse:
             accepted = invite_accept(
                 invite_id=invite.pk, token_hash=invite.token_hash, user=request.user
             )
+        elif not settings.STEPLAB_LOCAL_PASSWORDS:
+            invite_accept(invite_id=invite.pk, token_hash=invite.token_hash, user=None)
         else:
             form = _signup_form(invite, request.POST)
             if not form.is_valid():

@@ -338,6 +338,13 @@ def invite_accept(
             )
         new_account = user is None
         if user is None:
+            if not settings.STEPLAB_LOCAL_PASSWORDS:
+                # Accounts come from the identity provider (annotation/sso.py): a password
+                # account made here could never sign in.
+                raise ValidationError(
+                    "Accounts here come from single sign-on: sign in with it, then open "
+                    "the link again to join."
+                )
             user = _account_create(username=username, password=password, invite=invite)
         elif Membership.objects.filter(project=invite.project, user=user).exists():
             raise ValidationError(

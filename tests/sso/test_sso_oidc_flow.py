@@ -20,7 +20,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from annotation.invite_lists import InviteRow
 from annotation.models import Membership, Role
+from annotation.services.invites import invites_create
 from config import sso
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 from tests.oidc_provider import OidcProvider
@@ -198,3 +200,41 @@ def test_without_a_provider_nothing_of_sso_shows(settings: Any) -> None:
     assert "Sign in with" not in page and 'name="password"' in page
     assert Client().post("/accounts/oidc/lab/login/").status_code == 404
     assert Client().get("/accounts/oidc/lab/login/callback/?code=x&state=y").status_code == 404
+
+
+def test_an_invitation_with_local_passwords_off_joins_through_the_provider(
+    idp: OidcProvider, settings: Any
+) -> None:
+    # Given: password accounts are off and a lead invites someone to a project no group
+    # maps to
+    settings.STEPLAB_LOCAL_PASSWORDS = False
+    project = ProjectFactory(name="Unmapped")
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    (issued,) = invites_create(
+        project=project,
+        invited_by=lead,
+        rows=[InviteRow(line=1, email="kim@lab.example")],
+        days=7,
+        link_base="http://testserver/invite/",
+    )
+    client = Client()
+    client.post("/invite/", {"action": "open", "token": issued.link.split("#", 1)[1]})
+
+    # When: the link's page is shown to someone not signed in
+    page = client.get("/invite/").content.decode()
+
+    # Then: no password form, the provider's button coming back to the invitation
+    assert 'name="password1"' not in page and "Sign in with Lab SSO" in page
+    assert 'name="next" value="/invite/"' in page
+    # And a password account posted anyway is refused, no account made
+    refused = client.post(
+        "/invite/",
+        {"action": "accept", "username": "kim", "password1": "a-Long-1", "password2": "a-Long-1"},
+    )
+    assert refused.status_code == 400 and "single sign-on" in refused.content.decode()
+    assert not User.objects.filter(username="kim").exists()
+    # When: they sign in through the provider and come back, they join with that account
+    _sign_in(client, idp, {"sub": "u-9", "preferred_username": "kim"})
+    joined = client.post("/invite/", {"action": "accept"})
+    assert joined.status_code == 302
+    assert _roles(User.objects.get(username="kim")) == {"Unmapped": Role.ANNOTATOR}
