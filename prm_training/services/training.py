@@ -28,7 +28,14 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from annotation.models import Chain, EvaluationSet, Project, Snapshot, SnapshotSplit
+from annotation.models import (
+    Chain,
+    EvaluationSet,
+    ImportLabels,
+    Project,
+    Snapshot,
+    SnapshotSplit,
+)
 from prm_training.ml.config import run_settings
 from prm_training.ml.progress import Phase, PhaseMeter, RunCancelled, step_count
 from prm_training.models import (
@@ -322,19 +329,23 @@ def _progress_loss(event: Any) -> float | None:
     return float(loss) if loss is not None else None
 
 
-def _ensure_snapshot(run: TrainingRun) -> Snapshot:
+def run_snapshot_ensure(run: TrainingRun) -> Snapshot:
+    """The run's own snapshot, taken on first use. The loop learns from every label as
+    soon as it is given: unfinished chains too, an import's labels by the project's rule
+    (none where the project ignores them), and tied steps at the consensus rule's lowest
+    rating (a lead's dataset may choose less)."""
     if run.snapshot_id is not None:
         return run.snapshot  # type: ignore[return-value]
     from annotation.services.snapshots import snapshot_create
 
-    # The loop learns from every label as soon as it is given: unfinished chains too, an
-    # import's labels by the project's rule, and tied steps at the consensus rule's lowest
-    # rating (a lead's dataset may choose less).
+    # A snapshot that includes imports reads "ignore" as "fallback" (a lead who ticks
+    # imported labels asked for them); a training run asks only where the project counts
+    # them.
     snapshot = snapshot_create(
         project=run.project,
         user=run.started_by,
         finished_only=False,
-        include_imported=True,
+        include_imported=run.project.import_labels != ImportLabels.IGNORE,
         ties="lowest",
         training_run=run.pk,
     )
@@ -348,7 +359,7 @@ def _zero_shot_snapshot(run: TrainingRun) -> Snapshot | None:
     the version on when there are any; None when there is no label to freeze (the version
     then has no held-out metrics)."""
     try:
-        return _ensure_snapshot(run)
+        return run_snapshot_ensure(run)
     except ValidationError:  # nothing to freeze: no chain has a label yet
         return None
 
@@ -443,7 +454,7 @@ def _train_and_publish(run: TrainingRun, reporter: _RunReporter) -> TrainingRun:
 
     zero_shot = bool(run.settings.get("zero_shot"))
     reporter(Phase("snapshot", 0, 0, detail="freezing the project's labels"))
-    snapshot = _zero_shot_snapshot(run) if zero_shot else _ensure_snapshot(run)
+    snapshot = _zero_shot_snapshot(run) if zero_shot else run_snapshot_ensure(run)
     # The sets whose chains training leaves out: only they measure the version (a set
     # marked while it trains may hold chains it learned from).
     sets = set(EvaluationSet.objects.filter(project_id=run.project_id).values_list("pk", flat=True))

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from annotation.models import Chain, Step
+from annotation.models import Chain, Project, Step
 from prm_training.models import (
     ModelVersion,
     ProjectTrainingSettings,
@@ -23,11 +23,18 @@ from prm_training.models import (
 )
 from prm_training.services.training import (
     project_training_settings_update,
+    run_snapshot_ensure,
     training_maybe_autostart,
     training_run_execute,
     training_run_start,
 )
-from tests.factories import ChainFactory, ProblemFactory, ProjectFactory, UserFactory
+from tests.factories import (
+    ChainFactory,
+    ProblemFactory,
+    ProjectFactory,
+    UserFactory,
+    annotation_with_ratings,
+)
 from tests.prm_training.ml_tiny import tiny_settings
 
 pytestmark = pytest.mark.django_db
@@ -414,3 +421,25 @@ def test_a_new_version_is_compared_with_the_active_one_by_a_paired_interval(
     version = ModelVersion.objects.get(training_run=second)
     low, high = version.metrics["vs_active_f1_low"], version.metrics["vs_active_f1_high"]
     assert -1.0 <= low <= high <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("rule", "chains"), [("ignore", {"person"}), ("fallback", {"person", "import"})]
+)
+def test_a_training_run_learns_from_imported_labels_only_where_the_project_counts_them(
+    project, rule: str, chains: set[str]
+) -> None:
+    # Given: one chain only an import labeled, one a person labeled
+    Project.objects.filter(pk=project.pk).update(import_labels=rule)
+    project.refresh_from_db()
+    by_import, by_person = ChainFactory(project=project), ChainFactory(project=project)
+    annotation_with_ratings(chain=by_import, labels=[1, -1])
+    annotation_with_ratings(chain=by_person, labels=[1, 1], annotator=UserFactory())
+
+    # When the run takes its snapshot
+    snapshot = run_snapshot_ensure(TrainingRun.objects.create(project=project))
+
+    # Then: a project that ignores imported labels does not train on them
+    taken = set(snapshot.chains.values_list("chain_id", flat=True))
+    names = {by_import.pk: "import", by_person.pk: "person"}
+    assert {names[c] for c in taken} == chains
