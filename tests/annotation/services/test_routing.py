@@ -12,48 +12,27 @@ from annotation.models import (
     ChainEvent,
     ChainEventKind,
     ChainRouting,
-    MachineSource,
     Project,
 )
 from annotation.selectors.routing import routing_summary
 from annotation.services.chains import chain_requeue
 from annotation.services.routing import chains_route, chains_second_look, spot_checked
 from tests.annotation.queue.claiming import assignment_claim_next
+from tests.annotation.routing_lab import (
+    JUDGE,
+    MC,
+    RULES,
+    both_sources,
+    routing_chains,
+    trusted_sources,
+)
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
 
 pytestmark = pytest.mark.django_db
 
-MC, JUDGE = MachineSource.MONTE_CARLO, MachineSource.JUDGE
-
-
-def _both(chain: Chain, mc: list[int | None], judge: list[int | None]) -> None:
-    machine_labels(chain=chain, ratings=mc, source=MC, run_kind="rollout", run_id=1)
-    machine_labels(chain=chain, ratings=judge, source=JUDGE, run_kind="judge", run_id=1)
-
-
-def _trusted(project: Project, chains: int = 4) -> list[Chain]:
-    """Chains two people labeled and both sources got right: kappa 1 for each."""
-    people = [UserFactory(), UserFactory()]
-    out = []
-    for index in range(chains):
-        chain = ChainFactory(project=project, step_count=2)
-        labels = [1, -1] if index % 2 else [1, 1]
-        for person in people:
-            annotation_with_ratings(chain=chain, labels=labels, annotator=person)
-        _both(chain, labels, labels)
-        out.append(chain)
-    Chain.objects.filter(pk__in=[c.pk for c in out]).update(is_finished=True)
-    return out
-
 
 def _rules(project: Project, **rules) -> Project:
-    defaults = {
-        "routing_sources": [MC, JUDGE],
-        "routing_accept": True,
-        "routing_spot_check": 0.0,
-        "routing_min_kappa": 0.6,
-    }
-    Project.objects.filter(pk=project.pk).update(**{**defaults, **rules})
+    Project.objects.filter(pk=project.pk).update(**{**RULES, **rules})
     return Project.objects.get(pk=project.pk)
 
 
@@ -66,10 +45,7 @@ def test_agreed_chains_leave_the_queue_and_disagreements_come_first(project):
     # Given: trusted sources, one chain they agree on, one they disagree on, one
     # plain chain with no machine verdict, and the plain one prioritised highest
     project = _rules(project)
-    _trusted(project)
-    agreed, disputed, plain = (ChainFactory(project=project, step_count=3) for _ in range(3))
-    _both(agreed, [1, -1, None], [1, -1, None])
-    _both(disputed, [1, 1, 1], [-1, None, None])
+    agreed, disputed, plain = routing_chains(project).values()
     Chain.objects.filter(pk=plain.pk).update(priority=10.0)
 
     # When
@@ -99,9 +75,9 @@ def test_agreed_chains_leave_the_queue_and_disagreements_come_first(project):
 
 def test_a_second_pass_changes_nothing_and_a_new_disagreement_sends_a_chain_back(project):
     project = _rules(project)
-    _trusted(project)
+    trusted_sources(project)
     chain = ChainFactory(project=project, step_count=2)
-    _both(chain, [1, 1], [1, 1])
+    both_sources(chain, [1, 1], [1, 1])
     assert chains_route(project=project).changed == 1
     assert chains_route(project=project).changed == 0
 
@@ -114,9 +90,9 @@ def test_a_second_pass_changes_nothing_and_a_new_disagreement_sends_a_chain_back
 
 def test_without_opting_in_or_with_one_source_nothing_is_accepted(project):
     project = _rules(project, routing_accept=False)
-    _trusted(project)
+    trusted_sources(project)
     chain = ChainFactory(project=project, step_count=2)
-    _both(chain, [1, 1], [1, 1])
+    both_sources(chain, [1, 1], [1, 1])
     chains_route(project=project)
     assert _routing(chain) == (ChainRouting.NONE, False, None)
 
@@ -129,7 +105,7 @@ def test_a_source_below_the_kappa_threshold_or_unmeasured_routes_nothing(project
     # Given: no person labeled anything, so neither source has a kappa
     project = _rules(project)
     chain = ChainFactory(project=project, step_count=2)
-    _both(chain, [1, 1], [-1, None])
+    both_sources(chain, [1, 1], [-1, None])
 
     outcome = chains_route(project=project)
 
@@ -138,7 +114,7 @@ def test_a_source_below_the_kappa_threshold_or_unmeasured_routes_nothing(project
     assert "no steps in common" in outcome.sources[0].reason
 
     # And once measured, a threshold above their kappa still keeps them out
-    _trusted(project)
+    trusted_sources(project)
     project = _rules(project, routing_min_kappa=1.0)
     assert chains_route(project=project).routed[ChainRouting.DISAGREED] == 1
     project = _rules(project, routing_min_kappa=0.99)
@@ -158,10 +134,10 @@ def test_a_source_below_the_kappa_threshold_or_unmeasured_routes_nothing(project
 
 def test_routing_leaves_chains_people_started_on(project):
     project = _rules(project)
-    _trusted(project)
+    trusted_sources(project)
     started, leased = (ChainFactory(project=project, step_count=2) for _ in range(2))
     for chain in (started, leased):
-        _both(chain, [1, 1], [1, 1])
+        both_sources(chain, [1, 1], [1, 1])
     annotation_with_ratings(chain=started, labels=[1, 1], annotator=UserFactory())
     Chain.objects.exclude(pk=leased.pk).filter(project=project).update(priority=-1.0)
     lease = assignment_claim_next(project=project, user=UserFactory())
@@ -176,10 +152,10 @@ def test_routing_leaves_chains_people_started_on(project):
 def test_a_keyed_share_of_agreed_chains_is_spot_checked_and_measured(project):
     # Given: 40 agreed chains, half of them spot-checked
     project = _rules(project, routing_spot_check=0.5)
-    _trusted(project)
+    trusted_sources(project)
     chains = [ChainFactory(project=project, step_count=2) for _ in range(40)]
     for chain in chains:
-        _both(chain, [1, -1], [1, -1])
+        both_sources(chain, [1, -1], [1, -1])
 
     chains_route(project=project)
 
@@ -229,9 +205,9 @@ def test_a_contradicted_label_gets_a_second_look_by_someone_else(project):
 
 def test_a_lead_who_requeues_an_agreed_chain_gets_it_back_from_people(project):
     project = _rules(project)
-    _trusted(project)
+    trusted_sources(project)
     chain = ChainFactory(project=project, step_count=2)
-    _both(chain, [1, 1], [1, 1])
+    both_sources(chain, [1, 1], [1, 1])
     chains_route(project=project)
     assert _routing(chain)[0] == ChainRouting.AGREED
 
