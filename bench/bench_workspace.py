@@ -35,9 +35,10 @@ OUT = REPO_ROOT / "bench" / "out" / "workspace.json"
 TARGET_MEDIAN_MS = 150.0
 
 
-def _settings() -> dict[str, int]:
+def bench_settings(*, chains: int) -> dict[str, int]:
+    """The chains and steps ``bench_session`` passed to the pytest session."""
     return {
-        "chains": int(os.environ.get("STEPLAB_BENCH_CHAINS", "50")),
+        "chains": int(os.environ.get("STEPLAB_BENCH_CHAINS", str(chains))),
         "steps": int(os.environ.get("STEPLAB_BENCH_STEPS", "8")),
     }
 
@@ -56,7 +57,7 @@ def test_bench_submit_to_next(live_server: Any) -> None:
     from tests.browser import chromium_launch, page_login, workspace_open
     from tests.factories import MembershipFactory, ProblemFactory, ProjectFactory
 
-    settings = _settings()
+    settings = bench_settings(chains=50)
     project = ProjectFactory(labeling_mode=LabelingMode.ALL_STEPS)
     user = MembershipFactory(project=project, role=Role.ANNOTATOR).user
     # One more chain than submits, so every submit is followed by a chain to render.
@@ -161,22 +162,29 @@ def test_bench_submit_to_next(live_server: Any) -> None:
     )
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--chains", type=int, default=50)
+def bench_session(script: str, *, description: str, chains: int, database: str) -> int:
+    """Run ``script``, a bench written as a pytest file, as its own pytest session with
+    ``--chains`` and ``--steps`` from the command line (read back by ``bench_settings``)
+    and the test database ``test_<database>`` unless DATABASE_URL names another."""
+    parser = argparse.ArgumentParser(description=description.split("\n\n")[0])
+    parser.add_argument("--chains", type=int, default=chains)
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()
     os.environ["STEPLAB_BENCH_CHAINS"] = str(args.chains)
     os.environ["STEPLAB_BENCH_STEPS"] = str(args.steps)
-    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/steplab_ws_bench")
+    os.environ.setdefault("DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{database}")
     os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/10")
     sys.path.insert(0, str(REPO_ROOT))
     os.chdir(REPO_ROOT)
     import pytest
 
     return pytest.main(
-        [__file__, "-q", "-s", "-p", "no:cacheprovider", "--create-db", "-o", "addopts="]
+        [script, "-q", "-s", "-p", "no:cacheprovider", "--create-db", "-o", "addopts="]
     )
+
+
+def main() -> int:
+    return bench_session(__file__, description=__doc__, chains=50, database="steplab_ws_bench")
 
 
 if __name__ == "__main__":

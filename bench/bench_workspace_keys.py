@@ -28,7 +28,6 @@ serves the live server and static files exactly as the browser tests do.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -37,9 +36,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+# The bench folder is on sys.path both as a script and as pytest's rootdir-relative import.
+from bench_workspace import bench_session, bench_settings
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OUT = REPO_ROOT / "bench" / "out" / "workspace_keys.json"
 WRONG_STEP = 2  # 0-based: step 3
+CHAINS = 20  # default --chains
 
 # (mode, kind) -> the keys, in order.
 KEY_PATHS = {
@@ -48,13 +51,6 @@ KEY_PATHS = {
     ("first_error", "all correct"): ["a", "Enter"],
     ("first_error", "step 3 wrong"): ["1", "1", "3", "Enter"],
 }
-
-
-def _settings() -> dict[str, int]:
-    return {
-        "chains": int(os.environ.get("STEPLAB_BENCH_CHAINS", "20")),
-        "steps": int(os.environ.get("STEPLAB_BENCH_STEPS", "8")),
-    }
 
 
 def _expected(mode: str, kind: str, steps: int) -> list[int]:
@@ -137,7 +133,7 @@ def test_bench_keys_and_seconds_per_chain(live_server: Any) -> None:
 
     from tests.browser import chromium_launch, page_login, workspace_open
 
-    settings = _settings()
+    settings = bench_settings(chains=CHAINS)
     rows = []
     with sync_playwright() as playwright:
         browser = chromium_launch(playwright=playwright)
@@ -189,20 +185,8 @@ def test_bench_keys_and_seconds_per_chain(live_server: Any) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--chains", type=int, default=20)
-    parser.add_argument("--steps", type=int, default=8)
-    args = parser.parse_args()
-    os.environ["STEPLAB_BENCH_CHAINS"] = str(args.chains)
-    os.environ["STEPLAB_BENCH_STEPS"] = str(args.steps)
-    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/steplab_keys_bench")
-    os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/10")
-    sys.path.insert(0, str(REPO_ROOT))
-    os.chdir(REPO_ROOT)
-    import pytest
-
-    return pytest.main(
-        [__file__, "-q", "-s", "-p", "no:cacheprovider", "--create-db", "-o", "addopts="]
+    return bench_session(
+        __file__, description=__doc__, chains=CHAINS, database="steplab_keys_bench"
     )
 
 
