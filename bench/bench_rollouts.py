@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import sys
 import tempfile
@@ -30,26 +29,24 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-from bench_sampling_engine import _commit, _model_dir  # noqa: E402
+from bench_sampling_engine import (  # noqa: E402
+    _commit,
+    _model_dir,
+    decoder_arguments,
+    decoder_vocab,
+    device_name,
+)
 
 TITLE = "Steplab Monte-Carlo rollout batching benchmark"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", choices=("tiny", "qwen2.5-math-1.5b"), default="tiny")
-    parser.add_argument("--vocab", type=int, default=None, help="default: 8192 tiny, 151936")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="auto")
+    decoder_arguments(parser)
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--n", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out" / "rollouts.json")
     args = parser.parse_args()
-    vocab = args.vocab or (151936 if args.shape == "qwen2.5-math-1.5b" else 8192)
+    vocab = decoder_vocab(args)
 
     import torch
 
@@ -89,11 +86,7 @@ def main() -> int:
 
     completions = args.steps * args.n
     best = {side: min(seconds) for side, seconds in runs.items()}
-    device = (
-        torch.cuda.get_device_name(0)
-        if engine.device.type == "cuda"
-        else f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
-    )
+    device = device_name(engine)
     print(TITLE)
     print(
         f"commit {_commit()}, {device}, {args.shape} decoder (random weights, vocab {vocab}), "

@@ -142,13 +142,13 @@ def _commit() -> str:
     return result.stdout.strip() or "unknown"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def decoder_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every bench of the generation engine takes: the decoder's shape and
+    vocabulary, where and how it runs, the sampling batch, and the repeats."""
     parser.add_argument("--shape", choices=("tiny", "qwen2.5-math-1.5b"), default="tiny")
     parser.add_argument("--vocab", type=int, default=None, help="default: 8192 tiny, 151936")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=48)
@@ -160,11 +160,30 @@ def main() -> int:
         help="torch CPU threads: on a shared 2-core machine two OpenMP threads spin against "
         "the neighbours and a tiny model's step takes 30x longer",
     )
+
+
+def decoder_vocab(args: argparse.Namespace) -> int:
+    return args.vocab or (151936 if args.shape == "qwen2.5-math-1.5b" else 8192)
+
+
+def device_name(engine: Any) -> str:
+    """The GPU's name, or the CPU's architecture and torch's thread count."""
+    import torch
+
+    if engine.device.type == "cuda":
+        return str(torch.cuda.get_device_name(0))
+    return f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    decoder_arguments(parser)
+    parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument(
         "--out", type=Path, default=REPO_ROOT / "bench" / "out" / "sampling_engine.json"
     )
     args = parser.parse_args()
-    vocab = args.vocab or (151936 if args.shape == "qwen2.5-math-1.5b" else 8192)
+    vocab = decoder_vocab(args)
 
     import torch
 
@@ -206,11 +225,7 @@ def main() -> int:
     ratio = {
         key: rates["engine"][key] / rates["bare"][key] for key in ("completions_s", "tokens_s")
     }
-    device = (
-        torch.cuda.get_device_name(0)
-        if engine.device.type == "cuda"
-        else f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
-    )
+    device = device_name(engine)
     print(TITLE)
     print(
         f"commit {_commit()}, {device}, {args.shape} decoder (random weights, vocab {vocab}), "
