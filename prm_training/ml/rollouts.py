@@ -13,10 +13,10 @@ asks for the same steps in the same order, and the stored ones answer at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .generation import Completion, GenerationEngine, SamplingParams
+from .generation import GenerationEngine, SamplingParams
 from .grading import answers_equivalent, extract_answer
 from .sampling import sample_prompt
 
@@ -59,18 +59,28 @@ class StepValue:
         return self.reached > 0
 
 
-def _graded(
-    problem: str, steps: Sequence[str], upto: int, reference: str, completions: list[Completion]
-) -> StepValue:
-    """The value of step ``upto`` from its rollouts' completions. The answer is read from
-    prefix + completion: a prefix that already holds the final answer (the last step) is
-    graded on it unless the completion writes another."""
-    prefix = rollout_prompt(problem, steps, upto)[len(sample_prompt(problem)) :]
-    reached = 0
-    for completion in completions:
-        answer = extract_answer(prefix + completion.text)
-        reached += answer is not None and answers_equivalent(answer, reference) is True
-    return StepValue(index=upto, rollouts=len(completions), reached=reached)
+def _rolled_out(
+    problem: str,
+    steps: Sequence[str],
+    indexes: Sequence[int],
+    reference: str,
+    engine: GenerationEngine,
+    params: SamplingParams,
+) -> Iterator[StepValue]:
+    """``params.n`` completions of the prefix up to each of ``indexes``, in one
+    ``generate`` call, each step's value yielded as soon as it is graded. The answer is
+    read from prefix + completion: a prefix that already holds the final answer (the
+    last step) is graded on it unless the completion writes another."""
+    prompts = [rollout_prompt(problem, steps, index) for index in indexes]
+    start = len(sample_prompt(problem))
+    for index, prompt, completions in zip(
+        indexes, prompts, engine.generate(prompts, params), strict=True
+    ):
+        reached = 0
+        for completion in completions:
+            answer = extract_answer(prompt[start:] + completion.text)
+            reached += answer is not None and answers_equivalent(answer, reference) is True
+        yield StepValue(index=index, rollouts=len(completions), reached=reached)
 
 
 def _rollout(
@@ -82,8 +92,7 @@ def _rollout(
     params: SamplingParams,
 ) -> StepValue:
     """``params.n`` completions of the prefix up to ``upto``, each graded."""
-    completions = engine.generate([rollout_prompt(problem, steps, upto)], params)[0]
-    return _graded(problem, steps, upto, reference, completions)
+    return next(_rolled_out(problem, steps, [upto], reference, engine, params))
 
 
 def steps_per_call(engine: GenerationEngine, params: SamplingParams) -> int:
@@ -117,11 +126,10 @@ def rollout_values(
         if should_stop is not None and should_stop():
             break
         indexes = pending[start : start + group]
-        prompts = [rollout_prompt(problem, steps, index) for index in indexes]
-        for index, completions in zip(indexes, engine.generate(prompts, params), strict=True):
-            values[index] = _graded(problem, steps, index, reference, completions)
+        for value in _rolled_out(problem, steps, indexes, reference, engine, params):
+            values[value.index] = value
             if on_step is not None:
-                on_step(values[index])
+                on_step(value)
     return [values[index] for index in sorted(values)]
 
 
