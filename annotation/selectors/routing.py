@@ -35,12 +35,13 @@ def routing_summary(*, project: Project) -> RoutingSummary:
         .exclude(routing=ChainRouting.NONE)
         .values_list("routing", flat=True)
     )
-    checked = dict(
+    rows = list(
         Chain.objects.filter(
             project=project, routing=ChainRouting.SPOT_CHECK, is_finished=True
-        ).values_list("pk", "routing_first_error")
+        ).values_list("pk", "routing_first_error", "step_count")
     )
-    step_counts = dict(Chain.objects.filter(pk__in=list(checked)).values_list("pk", "step_count"))
+    checked = {pk: agreed for pk, agreed, _ in rows}
+    step_counts = {pk: steps for pk, _, steps in rows}
     consensus = human_consensus_labels(project, step_counts)
     wrong = total = 0
     for chain_id, agreed in checked.items():
