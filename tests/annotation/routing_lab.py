@@ -18,6 +18,12 @@ RULES: dict[str, Any] = {
 }
 
 
+def with_rules(project: Project, **rules: Any) -> Project:
+    """The project with RULES (and any override) saved on it, read back."""
+    Project.objects.filter(pk=project.pk).update(**{**RULES, **rules})
+    return Project.objects.get(pk=project.pk)
+
+
 def both_sources(chain: Chain, mc: list[int | None], judge: list[int | None]) -> None:
     machine_labels(chain=chain, ratings=mc, source=MC, run_kind="rollout", run_id=1)
     machine_labels(chain=chain, ratings=judge, source=JUDGE, run_kind="judge", run_id=1)

@@ -18,7 +18,7 @@ from annotation.models import Chain, ChainRouting, SnapshotChain
 from annotation.services.exports import export_write
 from annotation.services.routing import chains_route
 from annotation.services.snapshots import snapshot_create
-from tests.annotation.services.test_routing import _rules, _trusted
+from tests.annotation.routing_lab import trusted_sources, with_rules
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
 
 pytestmark = pytest.mark.django_db
@@ -31,8 +31,8 @@ def agreed(project) -> Chain:
     """Four chains people labeled (both sources right on each: kappa 1) and one chain
     the sources agree on (first error at step 1), which routing accepts; made last, it is
     last in chain order."""
-    project = _rules(project)
-    _trusted(project)
+    project = with_rules(project)
+    trusted_sources(project)
     chain = ChainFactory(project=project, step_count=3)
     machine_labels(chain=chain, ratings=[1, -1, None], values=[0.75, 0.0, None], run_id=1)
     machine_labels(chain=chain, ratings=[1, -1, None], source="judge", run_kind="judge")
@@ -128,7 +128,7 @@ def test_a_snapshot_without_machine_sources_exports_as_before(project, agreed, t
 
 def test_a_spot_check_is_marked_until_a_person_labels_it(project, agreed, tmp_path):
     # Given: every agreed chain spot-checked
-    project = _rules(project, routing_spot_check=1.0)
+    project = with_rules(project, routing_spot_check=1.0)
     chains_route(project=project)
     agreed.refresh_from_db()
     assert agreed.routing == ChainRouting.SPOT_CHECK

@@ -12,7 +12,6 @@ from annotation.models import (
     ChainEvent,
     ChainEventKind,
     ChainRouting,
-    Project,
 )
 from annotation.selectors.routing import routing_summary
 from annotation.services.chains import chain_requeue
@@ -21,19 +20,14 @@ from tests.annotation.queue.claiming import assignment_claim_next
 from tests.annotation.routing_lab import (
     JUDGE,
     MC,
-    RULES,
     both_sources,
     routing_chains,
     trusted_sources,
+    with_rules,
 )
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
 
 pytestmark = pytest.mark.django_db
-
-
-def _rules(project: Project, **rules) -> Project:
-    Project.objects.filter(pk=project.pk).update(**{**RULES, **rules})
-    return Project.objects.get(pk=project.pk)
 
 
 def _routing(chain: Chain) -> tuple[str, bool, int | None]:
@@ -44,7 +38,7 @@ def _routing(chain: Chain) -> tuple[str, bool, int | None]:
 def test_agreed_chains_leave_the_queue_and_disagreements_come_first(project):
     # Given: trusted sources, one chain they agree on, one they disagree on, one
     # plain chain with no machine verdict, and the plain one prioritised highest
-    project = _rules(project)
+    project = with_rules(project)
     agreed, disputed, plain = routing_chains(project).values()
     Chain.objects.filter(pk=plain.pk).update(priority=10.0)
 
@@ -74,7 +68,7 @@ def test_agreed_chains_leave_the_queue_and_disagreements_come_first(project):
 
 
 def test_a_second_pass_changes_nothing_and_a_new_disagreement_sends_a_chain_back(project):
-    project = _rules(project)
+    project = with_rules(project)
     trusted_sources(project)
     chain = ChainFactory(project=project, step_count=2)
     both_sources(chain, [1, 1], [1, 1])
@@ -89,21 +83,21 @@ def test_a_second_pass_changes_nothing_and_a_new_disagreement_sends_a_chain_back
 
 
 def test_without_opting_in_or_with_one_source_nothing_is_accepted(project):
-    project = _rules(project, routing_accept=False)
+    project = with_rules(project, routing_accept=False)
     trusted_sources(project)
     chain = ChainFactory(project=project, step_count=2)
     both_sources(chain, [1, 1], [1, 1])
     chains_route(project=project)
     assert _routing(chain) == (ChainRouting.NONE, False, None)
 
-    project = _rules(project, routing_sources=[MC])
+    project = with_rules(project, routing_sources=[MC])
     chains_route(project=project)
     assert _routing(chain) == (ChainRouting.NONE, False, None)
 
 
 def test_a_source_below_the_kappa_threshold_or_unmeasured_routes_nothing(project):
     # Given: no person labeled anything, so neither source has a kappa
-    project = _rules(project)
+    project = with_rules(project)
     chain = ChainFactory(project=project, step_count=2)
     both_sources(chain, [1, 1], [-1, None])
 
@@ -115,9 +109,9 @@ def test_a_source_below_the_kappa_threshold_or_unmeasured_routes_nothing(project
 
     # And once measured, a threshold above their kappa still keeps them out
     trusted_sources(project)
-    project = _rules(project, routing_min_kappa=1.0)
+    project = with_rules(project, routing_min_kappa=1.0)
     assert chains_route(project=project).routed[ChainRouting.DISAGREED] == 1
-    project = _rules(project, routing_min_kappa=0.99)
+    project = with_rules(project, routing_min_kappa=0.99)
     Chain.objects.filter(pk=chain.pk).update(routing="", people_first=False)
     machine_labels(  # the judge now errs on a trusted chain: kappa falls below 0.99
         chain=Chain.objects.filter(project=project, is_finished=True).first(),
@@ -133,7 +127,7 @@ def test_a_source_below_the_kappa_threshold_or_unmeasured_routes_nothing(project
 
 
 def test_routing_leaves_chains_people_started_on(project):
-    project = _rules(project)
+    project = with_rules(project)
     trusted_sources(project)
     started, leased = (ChainFactory(project=project, step_count=2) for _ in range(2))
     for chain in (started, leased):
@@ -151,7 +145,7 @@ def test_routing_leaves_chains_people_started_on(project):
 
 def test_a_keyed_share_of_agreed_chains_is_spot_checked_and_measured(project):
     # Given: 40 agreed chains, half of them spot-checked
-    project = _rules(project, routing_spot_check=0.5)
+    project = with_rules(project, routing_spot_check=0.5)
     trusted_sources(project)
     chains = [ChainFactory(project=project, step_count=2) for _ in range(40)]
     for chain in chains:
@@ -204,7 +198,7 @@ def test_a_contradicted_label_gets_a_second_look_by_someone_else(project):
 
 
 def test_a_lead_who_requeues_an_agreed_chain_gets_it_back_from_people(project):
-    project = _rules(project)
+    project = with_rules(project)
     trusted_sources(project)
     chain = ChainFactory(project=project, step_count=2)
     both_sources(chain, [1, 1], [1, 1])
