@@ -15,7 +15,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from tests.factories import api_token_key
-from tests.test_security_matrix import MATRIX, OK, ROLES, _routes, _url
+from tests.test_security_matrix import MATRIX, OK, ROLES, named_routes, route_url
 from tests.test_security_matrix import world as world  # noqa: F401 (the fixture)
 
 LIMIT = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
@@ -66,7 +66,7 @@ def _no_body(name: str, method: str) -> bool:
 def _api_cases() -> list[Any]:
     cases = []
     for name, methods in MATRIX.items():
-        route, _pattern = _routes()[name]
+        route, _pattern = named_routes()[name]
         if not route.startswith("api/v1/"):
             continue
         for method, statuses in methods.items():
@@ -107,7 +107,7 @@ def test_every_api_endpoint_answers_bad_bodies_with_a_json_4xx(
         client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
 
     response = client.generic(
-        method.upper(), _url(name, world["ids"]), BODIES[body], content_type="application/json"
+        method.upper(), route_url(name, world["ids"]), BODIES[body], content_type="application/json"
     )
 
     assert response.status_code < 500, (response.status_code, response.content[:300])
@@ -134,7 +134,7 @@ def test_every_api_endpoint_answers_bad_bodies_with_a_json_4xx(
 def _unknown_field_cases() -> list[Any]:
     cases = []
     for name, methods in MATRIX.items():
-        route, _pattern = _routes()[name]
+        route, _pattern = named_routes()[name]
         if not route.startswith("api/v1/") or name in NO_BODY:
             continue
         for method, statuses in methods.items():
@@ -159,7 +159,7 @@ def test_every_api_endpoint_refuses_a_field_it_does_not_know_with_a_400(
 
     response = client.generic(
         method.upper(),
-        _url(name, world["ids"]),
+        route_url(name, world["ids"]),
         b'{"no_such_field": 1}',
         content_type="application/json",
     )

@@ -47,7 +47,7 @@ class Process:
         """SIGTERM to what make exec'd (gunicorn, celery), as a supervisor would; make then
         exits with its status. SIGKILL to the whole group only if the shutdown overruns."""
         if self.popen.poll() is None:
-            children = _children(self.popen.pid) or [self.popen.pid]
+            children = child_pids(self.popen.pid) or [self.popen.pid]
             for pid in children:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
@@ -60,7 +60,7 @@ class Process:
         return self.popen.returncode
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
     """Direct children of ``pid`` (Linux /proc), e.g. the server make started."""
     try:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -68,13 +68,13 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def _wait_for(predicate: Callable[[], bool], *, what: str, processes: list[Process]) -> None:
+def wait_for(predicate: Callable[[], bool], *, what: str, processes: list[Process]) -> None:
     deadline = time.monotonic() + READY_SECONDS
     while not predicate():
         for process in processes:
@@ -86,7 +86,7 @@ def _wait_for(predicate: Callable[[], bool], *, what: str, processes: list[Proce
         time.sleep(0.3)
 
 
-def _get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+def http_get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         connection.request("GET", path, headers=headers or {})
@@ -168,7 +168,7 @@ def test_make_web_worker_and_gpu_worker_serve_their_queues(
 
     user = django_user_model.objects.create_user(username="deploy-check", password="x" * 12)
     token_key = api_token_key(user)
-    port = _free_port()
+    port = free_port()
 
     web = start("web", HOST="127.0.0.1", PORT=str(port), WEB_WORKERS="2")
     worker = start("worker", WORKER_CONCURRENCY="1")
@@ -177,19 +177,19 @@ def test_make_web_worker_and_gpu_worker_serve_their_queues(
 
     def web_healthy() -> bool:
         try:
-            return _get(port, "/healthz")[0] == 200
+            return http_get(port, "/healthz")[0] == 200
         except OSError:
             return False
 
-    _wait_for(web_healthy, what="gunicorn's /healthz", processes=processes)
-    status, body = _get(port, "/healthz")
+    wait_for(web_healthy, what="gunicorn's /healthz", processes=processes)
+    status, body = http_get(port, "/healthz")
     assert (status, body) == (200, {"status": "ok", "database": "ok", "broker": "ok"})
-    status, body = _get(port, "/api/v1/projects/", {"Authorization": f"Token {token_key}"})
+    status, body = http_get(port, "/api/v1/projects/", {"Authorization": f"Token {token_key}"})
     assert status == 200 and body["count"] == 0
-    assert _get(port, "/api/v1/projects/")[0] == 401
+    assert http_get(port, "/api/v1/projects/")[0] == 401
 
     for process in (worker, gpu_worker):
-        _wait_for(lambda p=process: " ready." in p.output(), what=process.name, processes=processes)
+        wait_for(lambda p=process: " ready." in p.output(), what=process.name, processes=processes)
 
     # A bare client app, not the project's: it must not become Celery's current app,
     # which the project's shared tasks resolve to for the rest of the session.
@@ -244,17 +244,17 @@ def test_sign_in_lockout_holds_across_two_gunicorn_workers(
         )
         for entry in ("page", "token", "admin")
     }
-    port = _free_port()
+    port = free_port()
     deployment_env["GUNICORN_CMD_ARGS"] = "--access-logformat 'pid=%(p)s %(r)s %(s)s'"
     web = start("web", HOST="127.0.0.1", PORT=str(port), WEB_WORKERS="2")
 
     def web_healthy() -> bool:
         try:
-            return _get(port, "/healthz")[0] == 200
+            return http_get(port, "/healthz")[0] == 200
         except OSError:
             return False
 
-    _wait_for(web_healthy, what="gunicorn's /healthz", processes=[web])
+    wait_for(web_healthy, what="gunicorn's /healthz", processes=[web])
     base = f"http://127.0.0.1:{port}"
 
     def form_post(path: str, username: str, secret: str) -> int:

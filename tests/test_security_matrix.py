@@ -239,7 +239,7 @@ def _view_methods(pattern: URLPattern) -> set[str]:
     return {m for m in cls.http_method_names if m not in ("head", "options") and hasattr(cls, m)}
 
 
-def _routes() -> dict[str, tuple[str, URLPattern]]:
+def named_routes() -> dict[str, tuple[str, URLPattern]]:
     routes: dict[str, tuple[str, URLPattern]] = {}
     for route, pattern in _walk(get_resolver().url_patterns):
         if _exempt(route, pattern.name):
@@ -249,7 +249,7 @@ def _routes() -> dict[str, tuple[str, URLPattern]]:
 
 
 def test_every_url_is_in_the_matrix() -> None:
-    routes = _routes()
+    routes = named_routes()
     unnamed = [key for key, (route, pattern) in routes.items() if pattern.name is None]
     assert unnamed == [], f"give these routes a name so the matrix can list them: {unnamed}"
     missing = sorted(set(routes) - set(MATRIX))
@@ -353,8 +353,8 @@ def _client(world: dict[str, Any], role: str) -> APIClient:
     return client
 
 
-def _url(name: str, ids: dict[str, int]) -> str:
-    route, pattern = _routes()[name]
+def route_url(name: str, ids: dict[str, int]) -> str:
+    route, pattern = named_routes()[name]
     kwargs = {key: ids[key] for key in pattern.pattern.converters}
     return reverse(name, kwargs=kwargs)
 
@@ -373,7 +373,7 @@ def test_status_for_each_role(
 ) -> None:
     role = ROLES[role_index]
     expected = MATRIX[name][method][role_index]
-    url = _url(name, world["ids"])
+    url = route_url(name, world["ids"])
     client = _client(world, role)
     send = getattr(client, method)
     if method in ("post", "patch", "put"):

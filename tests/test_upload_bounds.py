@@ -21,7 +21,7 @@ import pytest
 
 from annotation.models import Role
 from tests.factories import MembershipFactory, ProjectFactory
-from tests.test_deploy_processes import Process, _children, _free_port, _get, _wait_for
+from tests.test_deploy_processes import Process, child_pids, free_port, http_get, wait_for
 from tests.test_deploy_processes import deployment_env as deployment_env  # noqa: F401 (fixture)
 from tests.test_deploy_processes import start as start  # noqa: F401 (fixture)
 
@@ -135,18 +135,18 @@ def test_a_refused_upload_writes_nothing(
     temp.mkdir()
     deployment_env["TMPDIR"] = str(temp)
     deployment_env["STEPLAB_IMPORT_DIR"] = str(tmp_path / "imports")
-    port = _free_port()
+    port = free_port()
     web = start("web", HOST="127.0.0.1", PORT=str(port), WEB_WORKERS="1")
 
     def web_healthy() -> bool:
         try:
-            return _get(port, "/healthz")[0] == 200
+            return http_get(port, "/healthz")[0] == 200
         except OSError:
             return False
 
-    _wait_for(web_healthy, what="gunicorn's /healthz", processes=[web])
-    (master,) = _children(web.popen.pid)
-    workers = _children(master)
+    wait_for(web_healthy, what="gunicorn's /healthz", processes=[web])
+    (master,) = child_pids(web.popen.pid)
+    workers = child_pids(master)
     assert workers
     lead_session = _sign_in(port, "lead")
     csrf = lead_session["X-CSRFToken"]

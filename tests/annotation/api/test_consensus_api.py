@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from annotation.models import ConsensusMethod, Project, Role
-from tests.annotation.services.test_consensus_dawid_skene import _calibrated_project
+from tests.annotation.services.test_consensus_dawid_skene import calibrated_project
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -68,7 +68,7 @@ def test_the_setting_is_described_in_the_schema(client_for):
 
 
 def test_review_payload_shows_majority_and_dawid_skene_per_step(project, make_member, client_for):
-    people, _, target = _calibrated_project(project)
+    people, _, target = calibrated_project(project)
     lead = client_for(make_member(project, Role.LEAD))
     url = f"/api/v1/chains/{target.pk}/labels/"
 

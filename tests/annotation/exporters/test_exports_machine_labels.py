@@ -20,7 +20,7 @@ from annotation.selectors.datasets import snapshot_examples
 from annotation.services import exports
 from annotation.services.exports import export_bytes, export_write
 from annotation.services.snapshots import snapshot_create
-from tests.annotation.services.test_exports import _reimport
+from tests.annotation.services.test_exports import reimport
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
 
 pytestmark = pytest.mark.django_db
@@ -146,7 +146,7 @@ def test_math_shepherd_export_reads_back_with_its_hard_labels(world, tmp_path):
     assert (result.records, result.steps) == (2, 6)
     first = _lines(out)[0]
     assert first["label"].endswith("+\nStep 2: Step 2. -\nStep 3: Step 3. -")
-    reimported = _reimport(out, "math_shepherd")
+    reimported = reimport(out, "math_shepherd")
     people, rolled = world["people"], world["rolled"]
     assert reimported == {
         content_hash(people.problem.text, _steps(people)): [1, -1, -1],

@@ -31,7 +31,7 @@ from annotation.services.exports import export_write
 from annotation.services.imports import chain_import
 from annotation.services.review import AdjudicatedRating, adjudication_create
 from annotation.services.snapshots import snapshot_create
-from tests.annotation.services.test_exports import _rate, _reimport
+from tests.annotation.services.test_exports import rate, reimport
 from tests.factories import (
     ChainFactory,
     MembershipFactory,
@@ -112,7 +112,7 @@ def voted(tmp_path):
         chain_import(project=project, path=_write_chains(tmp_path / "chains.jsonl"))
         for voter, name in enumerate(("ann", "bob", "cy")):
             user = MembershipFactory(project=project, user=UserFactory(username=name)).user
-            _rate(
+            rate(
                 project=project,
                 user=user,
                 ratings_for=lambda chain, v=voter: VOTES[_index(chain.problem.text)][v],
@@ -192,7 +192,7 @@ def test_openrlhf_input_reads_back_as_math_shepherd(voted, tmp_path):
     export_write(snapshot=snapshot, fmt="openrlhf", path=out, ambiguous="negative")
 
     # When Steplab's own Math-Shepherd importer reads it
-    reimported = _reimport(out, "math_shepherd")
+    reimported = reimport(out, "math_shepherd")
 
     # Then it finds the very chains (problem and steps of each labeled prefix) that were
     # written, unlabeled (the soft labels are OpenRLHF's "value", not Math-Shepherd's +/-)

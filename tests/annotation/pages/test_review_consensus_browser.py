@@ -12,7 +12,7 @@ from playwright.sync_api import Page
 
 from annotation.models import Annotation, AnnotationSource, ConsensusMethod, Role
 from annotation.services.consensus import dawid_skene_fit
-from tests.annotation.services.test_consensus_dawid_skene import _calibrated_project
+from tests.annotation.services.test_consensus_dawid_skene import calibrated_project
 from tests.browser import ARTIFACTS, page_login, page_watched
 from tests.factories import MembershipFactory, ProjectFactory
 
@@ -37,7 +37,7 @@ def test_review_shows_majority_and_dawid_skene_side_by_side(
     # target chain ann says +1 twice, uli -1 twice, vic -1 on step 2
     project = ProjectFactory(overlap=3, name="Consensus side by side")
     lead = MembershipFactory(project=project, role=Role.LEAD).user
-    people, _, target = _calibrated_project(project)
+    people, _, target = calibrated_project(project)
     # ...and a Dawid-Skene fit of these labels is stored (a majority-vote project shows
     # one beside majority vote while it is current, and never fits for it)
     dawid_skene_fit(project=project)

@@ -160,7 +160,7 @@ def _people(*names: str):
     return {name: UserFactory(username=f"{name}-ds") for name in names}
 
 
-def _calibrated_project(project):
+def calibrated_project(project):
     """A project where ann, bob and cat agree on a 30-step chain and uli and vic err, and
     a target chain: step 0 ann +1 vs uli -1, step 1 ann +1 vs uli and vic -1."""
     people = _people("ann", "bob", "cat", "uli", "vic")
@@ -178,7 +178,7 @@ def _calibrated_project(project):
 
 @pytest.mark.django_db
 def test_consensus_for_chains_honours_the_projects_method(project, django_assert_num_queries):
-    _, calibration, target = _calibrated_project(project)
+    _, calibration, target = calibrated_project(project)
     counts = {target.pk: 2, calibration.pk: 30}
 
     # Majority (the default): a tie on step 0, outvoted on step 1; two queries (the
@@ -212,7 +212,7 @@ def test_an_adjudication_still_wins_under_dawid_skene(project, make_member):
 
     project.consensus = ConsensusMethod.DAWID_SKENE
     project.save(update_fields=["consensus"])
-    _, _, target = _calibrated_project(project)
+    _, _, target = calibrated_project(project)
     step = target.steps.get(index=0)
     adjudication_create(
         chain=target,
@@ -229,7 +229,7 @@ def test_an_adjudication_still_wins_under_dawid_skene(project, make_member):
 def test_a_new_vote_refits(project, make_member):
     project.consensus = ConsensusMethod.DAWID_SKENE
     project.save(update_fields=["consensus"])
-    people, _, target = _calibrated_project(project)
+    people, _, target = calibrated_project(project)
     before = dawid_skene_fit(project=project)
     assert before.votes == 5 * 30 + 5
     annotation_with_ratings(chain=target, annotator=people["bob"], labels=[1, 1])
@@ -289,7 +289,7 @@ def test_gold_chains_teach_dawid_skene_who_to_trust(project):
 
 @pytest.mark.django_db
 def test_snapshots_use_the_projects_method(project):
-    _, calibration, target = _calibrated_project(project)
+    _, calibration, target = calibrated_project(project)
     for chain in (calibration, target):
         chain.is_finished = True
         chain.finished_count = 3
@@ -315,7 +315,7 @@ def test_a_snapshot_fits_once_though_votes_arrive_between_its_chunks(project, mo
     from annotation.services import consensus, snapshots
 
     # Given a Dawid-Skene project of finished chains, read one chunk (chain) at a time
-    people, calibration, target = _calibrated_project(project)
+    people, calibration, target = calibrated_project(project)
     for chain in (calibration, target):
         chain.is_finished, chain.finished_count = True, 3
         chain.save(update_fields=["is_finished", "finished_count"])
@@ -356,7 +356,7 @@ def test_a_snapshot_fits_once_though_votes_arrive_between_its_chunks(project, mo
 
 @pytest.mark.django_db
 def test_chain_labels_show_both_methods_side_by_side(project):
-    people, _, target = _calibrated_project(project)
+    people, _, target = calibrated_project(project)
     # A majority-vote project is never fitted for the comparison
     unfitted = chain_labels(chain=target)
     assert [step.dawid_skene for step in unfitted.steps] == [None, None]

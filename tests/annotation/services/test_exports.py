@@ -55,7 +55,7 @@ def _write_generic(path: Path) -> Path:
     return path
 
 
-def _rate(*, project, user, ratings_for) -> None:
+def rate(*, project, user, ratings_for) -> None:
     while (lease := assignment_claim_next(project=project, user=user)) is not None:
         chain = lease.chain
         step_ids = list(chain.steps.order_by("index").values_list("id", flat=True))
@@ -85,8 +85,8 @@ def labeled(tmp_path):
         chain_import(project=project, path=_write_generic(tmp_path / "chains.jsonl"))
         first = MembershipFactory(project=project, user=UserFactory(username="ann")).user
         second = MembershipFactory(project=project, user=UserFactory(username="bob")).user
-        _rate(project=project, user=first, ratings_for=lambda c: FIRST[_chain_index(c)])
-        _rate(
+        rate(project=project, user=first, ratings_for=lambda c: FIRST[_chain_index(c)])
+        rate(
             project=project,
             user=second,
             ratings_for=lambda c: SECOND_DIFFERS.get(_chain_index(c), FIRST[_chain_index(c)]),
@@ -103,7 +103,7 @@ def labeled(tmp_path):
     return make
 
 
-def _reimport(path: Path, fmt: str) -> dict[str, list[int | None]]:
+def reimport(path: Path, fmt: str) -> dict[str, list[int | None]]:
     """Import ``path`` into a new project; its imported labels by chain content hash."""
     project = ProjectFactory()
     chain_import(project=project, path=path, fmt=fmt)
@@ -146,7 +146,7 @@ def test_prm800k_round_trip_gives_same_chains_and_labels(labeled, tmp_path, mode
         assert line["label"]["finish_reason"] in {"found_error", "solution", "give_up"}
         for step in line["label"]["steps"]:
             assert step["chosen_completion"] == 0 and step["human_completion"] is None
-    assert _reimport(out, "prm800k") == expected
+    assert reimport(out, "prm800k") == expected
 
 
 def test_trl_round_trip_and_ambiguous_mapping(labeled, tmp_path):
@@ -173,7 +173,7 @@ def test_trl_round_trip_and_ambiguous_mapping(labeled, tmp_path):
                 chain = by_hash[chain_hash]
                 steps = [s.text for s in chain.steps.all()][: len(prefix)]
                 want[content_hash(chain.problem.text, steps)] = [1 if x else -1 for x in prefix]
-        assert _reimport(out, "trl") == want
+        assert reimport(out, "trl") == want
     # drop cuts chain 3 ([0, 1, -1]) entirely and chain 2 ([1, 0, ...]) after one step
     assert len(want) == 5
 
@@ -231,7 +231,7 @@ def test_processbench_round_trip(labeled, tmp_path):
     # Answers equal the reference on odd chains only
     assert sorted(row["final_answer_correct"] for row in rows) == [False] * 3 + [True] * 3
 
-    reimported = _reimport(out, "processbench")
+    reimported = reimport(out, "processbench")
     assert result.records == len(reimported) == 6
     for chain_hash, labels in expected.items():
         error = first_error_index(labels=labels, ambiguous="negative")

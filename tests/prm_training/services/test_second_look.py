@@ -22,9 +22,9 @@ from tests.factories import (
     scoring_run_with_model_version,
 )
 from tests.prm_training.services.test_zero_shot_version import (
-    _run_zero_shot,
     open_prm,  # noqa: F401 - a fixture
     prm_root,  # noqa: F401 - a fixture
+    run_zero_shot,
     unlabeled_project,  # noqa: F401 - a fixture
 )
 
@@ -141,7 +141,7 @@ def test_a_scoring_run_sends_a_contradicted_label_to_someone_else(
 
     # Given: a zero-shot version's scores of the unlabeled chains
     project = unlabeled_project
-    _run_zero_shot(project)
+    run_zero_shot(project)
     first = scoring_run_start(project=project, user=None, strategy="random")
     assert scoring_run_execute(scoring_run_id=first.pk).status == RunStatus.SUCCEEDED
     # ...and then a person labels one chain against what it predicted for step 0, the

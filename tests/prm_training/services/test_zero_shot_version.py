@@ -56,7 +56,7 @@ def unlabeled_project(project: Any) -> Any:
     return project
 
 
-def _run_zero_shot(project: Any) -> ModelVersion:
+def run_zero_shot(project: Any) -> ModelVersion:
     from prm_training.services.training import training_run_execute
 
     run = training_run_start(project=project, user=None, settings=ZERO_SHOT)
@@ -74,7 +74,7 @@ def test_a_zero_shot_version_of_an_unlabeled_project_scores_with_the_prm_s_own_h
     from prm_training.services.examples import chain_examples_build
 
     # When: ML staff make a zero-shot version of it
-    version = _run_zero_shot(unlabeled_project)
+    version = run_zero_shot(unlabeled_project)
 
     # Then: a version without snapshot or held-out metrics, marked zero-shot, made active
     # as the project had none, its run's note saying what it is
@@ -104,7 +104,7 @@ def test_a_scoring_run_with_it_orders_an_unlabeled_queue_from_round_0(
     from prm_training.services.scoring import scoring_run_execute, scoring_run_start
     from prm_training.services.strategy import acquisition_strategy_resolve
 
-    version = _run_zero_shot(unlabeled_project)
+    version = run_zero_shot(unlabeled_project)
 
     # When: 'auto' is asked, and a scoring run is started with entropy set, nothing at
     # random
@@ -137,7 +137,7 @@ def test_disagreement_becomes_entropy_for_a_zero_shot_version(
 ) -> None:
     from prm_training.services.scoring import cold_start_strategy
 
-    version = _run_zero_shot(unlabeled_project)
+    version = run_zero_shot(unlabeled_project)
     applied, note = cold_start_strategy(strategy="disagreement", version=version)
     assert applied == "entropy" and "one head" in note
     # ...while a zero-shot version measured on held-out chains meets the usual rule
@@ -156,7 +156,7 @@ def test_with_labels_it_is_measured_as_a_trained_version_is(
 ) -> None:
     # Given: a project with labeled chains (some held out)
     # When
-    version = _run_zero_shot(arithmetic_project)
+    version = run_zero_shot(arithmetic_project)
 
     # Then: the run took a snapshot, and the metrics hold the held-out ones and the rules'
     assert version.snapshot is not None and version.is_zero_shot
@@ -225,7 +225,7 @@ def test_a_scoring_run_counts_what_its_windows_still_cut(
         [Step(chain=long, index=0, text="one"), Step(chain=long, index=1, text="two " * 200)]
     )
     Chain.objects.filter(pk=long.pk).update(step_count=2)
-    _run_zero_shot(unlabeled_project)
+    run_zero_shot(unlabeled_project)
 
     # When: a scoring run scores the queue
     run = scoring_run_start(project=unlabeled_project, user=None, strategy="entropy")
