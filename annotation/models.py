@@ -392,7 +392,7 @@ class ImportBatch(models.Model):
 
 
 class EvaluationSet(models.Model):
-    """Chains a lead set apart to measure model versions on (``services.evaluation_sets``):
+    """Chains a lead set apart to measure model versions on (``datasets.evaluation_sets``):
     an import's chains, or chains the lead named (a labeled part of the project), marked
     after they carry labels (an import's, or human passes made before). Its chains are
     never trained on and never leased; every model version of the project is scored on it
@@ -435,10 +435,10 @@ class ImportJobStatus(models.TextChoices):
 
 class ImportJob(models.Model):
     """One uploaded file waiting for, going through, or done with its import (a Celery
-    task, ``services.import_jobs``). The upload is kept under STEPLAB_IMPORT_DIR at
+    task, ``datasets.import_jobs``). The upload is kept under STEPLAB_IMPORT_DIR at
     ``stored_name`` until the job finishes. ``records_read`` and ``bytes_read`` move while
     it runs; a finished job holds either ``result`` (the counts) or the bad lines in
-    ``errors`` (the first ``services.imports.MAX_KEPT_ERRORS``; ``error_count`` all of
+    ``errors`` (the first ``datasets.imports.MAX_KEPT_ERRORS``; ``error_count`` all of
     them) and ``detail``, and then nothing of the file was written."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="import_jobs")

@@ -3,7 +3,7 @@
 The import and bulk-action tasks run on queue ``default``. Neither is ``acks_late``: a
 redelivered task would find its job no longer QUEUED and return, so a worker killed
 mid-way leaves the job RUNNING (and nothing written: each is one transaction) rather
-than doing it twice (see ``services.import_jobs``, ``services.bulk_actions``).
+than doing it twice (see ``datasets.import_jobs``, ``services.bulk_actions``).
 
 A routing pass (``services.routing``) runs on ``default`` too, by project id; a second
 delivery or two passes at once do no harm, since a pass decides each chain from the
@@ -22,8 +22,8 @@ from typing import Any
 from celery import bootsteps, current_app, shared_task
 from django.db import connections
 
+from annotation.datasets.import_jobs import IMPORT_TASK
 from annotation.services.bulk_actions import BULK_TASK
-from annotation.services.import_jobs import IMPORT_TASK
 from annotation.services.routing import ROUTE_TASK
 from annotation.webhooks.delivery import (
     DELIVER_TASK,
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name=IMPORT_TASK, ignore_result=True)
 def import_job_task(job_id: int) -> None:
-    from annotation.services.import_jobs import import_job_execute
+    from annotation.datasets.import_jobs import import_job_execute
 
     import_job_execute(job_id=job_id)
 

@@ -17,8 +17,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from annotation.api.fields import BIGINT_MAX
-from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS, MONTE_CARLO_FORMATS
-from annotation.importers.formats import FORMATS as IMPORT_FORMATS
+from annotation.datasets.exporters.formats import (
+    EXPORT_DESCRIPTIONS,
+    EXPORT_FORMATS,
+    MONTE_CARLO_FORMATS,
+)
+from annotation.datasets.importers.formats import FORMATS as IMPORT_FORMATS
+from annotation.datasets.snapshot_reads import snapshot_get, snapshot_options, training_snapshots
+from annotation.datasets.snapshots import MIN_SUPPORT_MAX, SEED_MAX
 from annotation.invite_lists import MAX_LIST_CHARS
 from annotation.models import (
     BulkActionKind,
@@ -32,7 +38,6 @@ from annotation.models import (
 )
 from annotation.navigation import page_roles, project_pages
 from annotation.selectors.access import project_create_allowed, project_get_for_member
-from annotation.selectors.datasets import snapshot_get, snapshot_options, training_snapshots
 from annotation.selectors.history import history_annotator_resolve
 from annotation.selectors.projects import (
     chains_imported_count,
@@ -42,7 +47,6 @@ from annotation.selectors.projects import (
     project_list_with_progress,
 )
 from annotation.services.chains import EXTRA_LABELS_MAX
-from annotation.services.snapshots import MIN_SUPPORT_MAX, SEED_MAX
 from annotation.sso import sso_providers
 
 if TYPE_CHECKING:
@@ -407,7 +411,7 @@ def history_page(request: HttpRequest, project_id: int) -> HttpResponse:
 def import_page(request: HttpRequest, project_id: int) -> HttpResponse:
     """``/projects/{id}/import/`` (leads only: 403 for other members, 404 for non-members):
     drop a file, follow its import job, then read its counts or its bad lines. The page
-    uploads to the imports API and polls the job (``annotation.api.imports``); it carries
+    uploads to the imports API and polls the job (``annotation.datasets.api.imports``); it carries
     only the endpoints, the formats and the size limit."""
     project = project_get_for_member(
         user=request.user, project_id=project_id, roles=page_roles("import-page")
@@ -426,7 +430,7 @@ def snapshots_page(request: HttpRequest, project_id: int) -> HttpResponse:
     """``/projects/{id}/snapshots/`` (leads only: 403 for other members, 404 for
     non-members): the dataset snapshots with their options and counts, the training runs'
     own listed apart, a form to take a new one and the diff between two versions.
-    Everything goes through the snapshot API (``annotation.api.datasets``); the page
+    Everything goes through the snapshot API (``annotation.datasets.api.snapshots``); the page
     carries only the endpoints and the defaults of the form."""
     project = project_get_for_member(
         user=request.user, project_id=project_id, roles=page_roles("snapshots-page")

@@ -105,9 +105,9 @@ def _write_labeled(path: Path, *, chains: int, steps: int, seed: int) -> None:
 def _prepare(
     database_url: str, size: int, steps: int, workdir: Path, *, reuse: bool = False
 ) -> tuple[int, int, dict]:
+    from annotation.datasets.imports import chain_import
+    from annotation.datasets.snapshots import snapshot_create
     from annotation.models import Project, Snapshot
-    from annotation.services.imports import chain_import
-    from annotation.services.snapshots import snapshot_create
 
     chains = size // steps
     if reuse:
@@ -190,8 +190,8 @@ def _child(args: argparse.Namespace) -> None:
     _django(args.database_url)
     from django.db import connection
 
+    from annotation.datasets.exports import export_write
     from annotation.models import Snapshot
-    from annotation.services.exports import export_write
 
     snapshot = Snapshot.objects.get(project_id=args.project, version=args.snapshot)
     out = Path(args.out)

@@ -69,8 +69,8 @@ SAMPLE_EVERY_S = 0.2
 def _export_child(args: argparse.Namespace) -> None:
     """One export in this (child) process: its figures and the file's SHA-256 as JSON."""
     django_setup(args.database_url)
+    from annotation.datasets.exports import export_write
     from annotation.models import Snapshot
-    from annotation.services.exports import export_write
 
     snapshot = Snapshot.objects.get(pk=args.snapshot_id)
     out = Path(args.export_out)
@@ -162,9 +162,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     django_setup(args.database_url)
     from django.db import connections
 
+    from annotation.datasets.imports import chain_import
+    from annotation.datasets.snapshots import snapshot_create
     from annotation.models import Project
-    from annotation.services.imports import chain_import
-    from annotation.services.snapshots import snapshot_create
 
     fixture = bench_fixture_create(annotators=args.clients, overlap=args.overlap)
     project = Project.objects.get(pk=fixture.project_id)

@@ -482,8 +482,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             django_setup(cluster.url)
             from django.db import connections
 
+            from annotation.datasets.imports import chain_import
             from annotation.queue.access import user_for_token
-            from annotation.services.imports import chain_import
 
             fixture = bench_fixture_create(annotators=args.clients, overlap=args.overlap)
             source = workdir / "chains.jsonl"

@@ -447,8 +447,8 @@ def import_measure(
     """Times chain_import on the JSONL in this process, the way the command runs it."""
     from django.contrib.auth import get_user_model
 
+    from annotation.datasets.imports import chain_import
     from annotation.models import Project
-    from annotation.services.imports import chain_import
 
     project = Project.objects.get(pk=fixture.project_id)
     lead = get_user_model().objects.get(pk=fixture.lead_id)

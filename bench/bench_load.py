@@ -148,8 +148,8 @@ def chains_copy(*, project_id: int, chains: int, steps: int) -> dict[str, float]
     column the bench does not set gets the model's default)."""
     from django.db import connection, transaction
 
+    from annotation.datasets.imports import _CopyTable
     from annotation.models import Chain, Problem, Step
-    from annotation.services.imports import _CopyTable
 
     now = datetime.now(UTC)
     tables = {

@@ -15,7 +15,7 @@ Two changes to kombu's channel, both about files seen half-way:
 What the file broker does not do: redeliver a message whose worker was killed after
 taking it (Redis does, after its visibility timeout). Nothing depends on that: a run
 whose worker dies is reaped by its heartbeat (``prm_training.services.runs``) and retried
-by hand, an import job by its age (``annotation.services.import_jobs``)."""
+by hand, an import job by its age (``annotation.datasets.import_jobs``)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import Annotation, Chain, ImportBatch, Problem, Project, Role, Step
-from annotation.services.snapshots import snapshot_create
 from prm_training.models import ModelVersion, RunStatus, TrainingRun
 from tests.factories import (
     MembershipFactory,

@@ -24,11 +24,11 @@ def test_the_training_app_registers_its_hook_on_finished_chains() -> None:
 # and the consensus fit's advisory locks, and the health check's SELECT 1. Everything
 # else goes through the ORM.
 SQL_ALLOWED = {
-    "annotation/services/imports.py",
+    "annotation/datasets/imports.py",
     "annotation/services/progress.py",
     "annotation/services/consensus.py",
-    "annotation/selectors/datasets.py",
-    "annotation/services/snapshots.py",
+    "annotation/datasets/snapshot_reads.py",
+    "annotation/datasets/snapshots.py",
     "config/health.py",
 }
 

@@ -76,9 +76,9 @@ def lab(transactional_db: Any) -> tuple[int, list[str]]:
     """A project of 1,000 generated chains at overlap 2 and 16 annotators with tokens."""
     from django.contrib.auth import get_user_model
 
+    from annotation.datasets.imports import chain_import
     from annotation.demo_data import generate_chains, write_jsonl
     from annotation.models import Role
-    from annotation.services.imports import chain_import
     from annotation.services.projects import membership_add, project_create
     from tests.factories import api_token_key
 

@@ -27,7 +27,7 @@ from django.test import Client
 from playwright.sync_api import Browser, Page, expect
 from rest_framework.test import APIClient
 
-from annotation.exporters.formats import EXPORT_FORMATS, MONTE_CARLO_FORMATS
+from annotation.datasets.exporters.formats import EXPORT_FORMATS, MONTE_CARLO_FORMATS
 from annotation.models import Annotation, AnnotationSource, Chain, Project, Snapshot
 from annotation.public_ids import CHAIN_IDS
 from prm_training.models import ModelVersion, TrainingRun

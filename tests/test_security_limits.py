@@ -12,9 +12,9 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from annotation.importers import MAX_LINE_BYTES
+from annotation.datasets.import_jobs import import_job_execute
+from annotation.datasets.importers import MAX_LINE_BYTES
 from annotation.models import Chain, ImportBatch, Role
-from annotation.services.import_jobs import import_job_execute
 from tests.conftest import REPO_ROOT
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 

@@ -25,7 +25,7 @@ from django.conf import settings
 from rest_framework import parsers, status
 from rest_framework.exceptions import APIException, ParseError
 
-from annotation.importers.reading import finite_float, reject_constant
+from annotation.datasets.importers.reading import finite_float, reject_constant
 from config.errors import body_too_large_detail
 
 

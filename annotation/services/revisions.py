@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from annotation.datasets.snapshots import snapshots_hold_off
 from annotation.models import Annotation, AnnotationSource, Chain, Project, Step, StepRating
 from annotation.queue.errors import RevisionClosed
 from annotation.queue.submit import (
@@ -43,7 +44,6 @@ from annotation.queue.submit import (
 )
 from annotation.selectors.history import own_pass_chain_id, revision_closed_reason
 from annotation.services.chain_agreement import chains_agreement_refresh
-from annotation.services.snapshots import snapshots_hold_off
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

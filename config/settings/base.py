@@ -456,7 +456,7 @@ STEPLAB_IMPORT_MAX_UPLOAD_BYTES = int(
 )
 FILE_UPLOAD_HANDLERS = ["config.uploads.NoFileUploadHandler"]
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
-# Uploads waiting for their import task (annotation.services.import_jobs): web and workers
+# Uploads waiting for their import task (annotation.datasets.import_jobs): web and workers
 # must both see this directory (one volume); a file is removed once its job finishes.
 STEPLAB_IMPORT_DIR = Path(os.environ.get("STEPLAB_IMPORT_DIR") or BASE_DIR / "var" / "imports")
 # Per-chain limits at import (a chain over one is a bad line), so every chain imported

@@ -2,7 +2,7 @@
 that reads it.
 
 The training task measures a new version on each evaluation set
-(``annotation.services.evaluation_sets``) before it publishes it, from its checkpoint:
+(``annotation.datasets.evaluation_sets``) before it publishes it, from its checkpoint:
 the official report (``ml.evaluation.evaluation_report``: ProcessBench F1 per subset and
 their mean, pooled F1, AUROC, PRMScore where the labels go past a first error), the same
 chains scored by the baselines the checkpoint kept (fitted on its own training chains:

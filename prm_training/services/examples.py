@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from annotation.datasets.snapshot_reads import snapshot_examples_streamed, stated_verdict
 from annotation.models import Chain, Snapshot, Step
-from annotation.selectors.datasets import snapshot_examples_streamed, stated_verdict
 
 if TYPE_CHECKING:
     from prm_training.ml.data import ChainExample
@@ -40,7 +40,7 @@ def chain_subsets(*, chain_ids: Sequence[int]) -> dict[int, str]:
 
 def evaluation_chain_ids(*, project_id: int) -> set[int]:
     """The chains of the project's evaluation sets as they are now
-    (``annotation.services.evaluation_sets``): what no model is trained on."""
+    (``annotation.datasets.evaluation_sets``): what no model is trained on."""
     return set(
         Chain.objects.filter(project_id=project_id, evaluation_set__isnull=False).values_list(
             "pk", flat=True

@@ -43,9 +43,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
-from annotation.importers.generic import split_steps
+from annotation.datasets.importers.generic import split_steps
+from annotation.datasets.imports import ImportRejected, chain_import
 from annotation.models import Chain, MachineLabel, MachineSource, Problem, Project, Step
-from annotation.services.imports import ImportRejected, chain_import
 from annotation.services.routing import chains_route_enqueue_on_commit
 from prm_training.ml.generation import Completion, SamplingParams
 from prm_training.ml.progress import Phase, PhaseMeter, RunCancelled

@@ -336,7 +336,7 @@ def run_snapshot_ensure(run: TrainingRun) -> Snapshot:
     rating (a lead's dataset may choose less)."""
     if run.snapshot_id is not None:
         return run.snapshot  # type: ignore[return-value]
-    from annotation.services.snapshots import snapshot_create
+    from annotation.datasets.snapshots import snapshot_create
 
     # A snapshot that includes imports reads "ignore" as "fallback" (a lead who ticks
     # imported labels asked for them); a training run asks only where the project counts

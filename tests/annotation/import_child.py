@@ -196,7 +196,7 @@ class _Checker:
 
 def _run_job(job_id: int) -> None:
     """What the worker's ``annotation.import_job`` task does with the job."""
-    from annotation.services.import_jobs import import_job_execute
+    from annotation.datasets.import_jobs import import_job_execute
 
     import_job_execute(job_id=job_id)
 

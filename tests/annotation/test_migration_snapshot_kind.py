@@ -8,8 +8,8 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import Project, Snapshot
-from annotation.services.snapshots import snapshot_create
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db(transaction=True)

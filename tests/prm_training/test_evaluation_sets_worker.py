@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from prm_worker import WorkerFactory, wait_until
 
+from annotation.datasets.evaluation_sets import evaluation_set_mark
 from annotation.models import Chain, SnapshotChain, SnapshotSplit
-from annotation.services.evaluation_sets import evaluation_set_mark
 from prm_training.models import (
     EvaluationResult,
     ModelVersion,

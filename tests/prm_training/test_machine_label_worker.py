@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from prm_worker import WorkerFactory, wait_until
 
+from annotation.datasets.imports import chain_import
 from annotation.models import Chain, MachineLabel, MachineSource
-from annotation.services.imports import chain_import
 from prm_training.models import JudgeSample
 from tests.prm_training.lm_fixtures import LM, lm_root, tiny_lm_dir  # noqa: F401 - fixtures
 

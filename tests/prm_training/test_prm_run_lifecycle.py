@@ -38,7 +38,7 @@ def short_heartbeat(monkeypatch: Any) -> dict[str, str]:
 
 
 def _active_version(project: Any) -> ModelVersion:
-    from annotation.services.snapshots import snapshot_create
+    from annotation.datasets.snapshots import snapshot_create
 
     earlier = TrainingRun.objects.create(project=project, status=RunStatus.SUCCEEDED)
     return ModelVersion.objects.create(
@@ -223,8 +223,8 @@ def test_a_scoring_run_counts_its_steps_and_a_cancel_keeps_the_queue_order(
 ) -> None:
     # Given an active version on the bundled MiniLM (trained here, in this process) and
     # 1,500 more unlabeled chains: enough steps to take the worker a while
+    from annotation.datasets.snapshots import snapshot_create
     from annotation.models import SnapshotSplit
-    from annotation.services.snapshots import snapshot_create
     from prm_training.ml.config import PRMConfig
     from prm_training.ml.launch import train_prm
     from prm_training.services.examples import snapshot_chain_examples

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from prm_worker import WorkerFactory, wait_until
 
-from annotation.services.snapshots import snapshot_create
+from annotation.datasets.snapshots import snapshot_create
 from prm_training.models import ProjectTrainingSettings
 from tests.prm_training.ml_tiny import tiny_settings
 

@@ -155,7 +155,7 @@ def test_a_worker_killed_mid_run_publishes_nothing_and_the_next_worker_reaps_the
     from prm_training.models import TrainingRun as Run
 
     earlier = Run.objects.create(project=project, status=RunStatus.SUCCEEDED, settings={})
-    from annotation.services.snapshots import snapshot_create
+    from annotation.datasets.snapshots import snapshot_create
 
     active = ModelVersion.objects.create(
         project=project,

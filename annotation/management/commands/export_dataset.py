@@ -9,22 +9,22 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.api.fields import INT32_MAX, int_between
-from annotation.exporters.formats import (
+from annotation.datasets.exporters.formats import (
     EXPORT_DESCRIPTIONS,
     EXPORT_FORMATS,
     SOFT_LABEL_SOURCES,
 )
-from annotation.models import MachineSource, Project, Snapshot, SnapshotSplit
-from annotation.selectors.access import project_resolve
-from annotation.selectors.datasets import SNAPSHOT_KINDS, snapshot_get
-from annotation.services.exports import export_write
-from annotation.services.snapshots import (
+from annotation.datasets.exports import export_write
+from annotation.datasets.snapshot_reads import SNAPSHOT_KINDS, snapshot_get
+from annotation.datasets.snapshots import (
     AMBIGUOUS_CHOICES,
     DEFAULT_TIES,
     MIN_SUPPORT_MAX,
     TIE_POLICIES,
     snapshot_create,
 )
+from annotation.models import MachineSource, Project, Snapshot, SnapshotSplit
+from annotation.selectors.access import project_resolve
 
 
 class Command(BaseCommand):

@@ -107,7 +107,7 @@ class Command(BaseCommand):
                 "seed_demo creates users with published passwords; it runs only with "
                 "DEBUG on (the dev settings), or with --allow-without-debug."
             )
-        from annotation.services.imports import chain_import
+        from annotation.datasets.imports import chain_import
 
         users = {spec.username: _user_ensure(spec) for spec in DEMO_USERS}
         lead = users["lead"]

@@ -29,8 +29,14 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from annotation.importers import FORMATS, LineError, ParsedProblem, detect_format, iter_chains
-from annotation.importers.formats import DETECT_HEAD_BYTES, FormatDetectionError
+from annotation.datasets.importers import (
+    FORMATS,
+    LineError,
+    ParsedProblem,
+    detect_format,
+    iter_chains,
+)
+from annotation.datasets.importers.formats import DETECT_HEAD_BYTES, FormatDetectionError
 from prm_training.ml.simulate import DEFAULT_SEEDS
 from prm_training.models import SimulationSize
 from prm_training.services.simulation import SIZES

@@ -269,8 +269,8 @@ def test_training_snapshots_are_listed_apart_and_never_replace_the_lead_s(
     labeled: dict[str, Any], make_member: Any, page_client: Any, client_for: Any
 ) -> None:
     # Given: the lead's snapshot, then one a training run took for itself
-    from annotation.selectors.datasets import snapshot_get, training_snapshots
-    from annotation.services.snapshots import snapshot_create
+    from annotation.datasets.snapshot_reads import snapshot_get, training_snapshots
+    from annotation.datasets.snapshots import snapshot_create
 
     project = labeled["project"]
     lead = make_member(project, Role.LEAD)

@@ -21,6 +21,7 @@ from django.test import override_settings
 from rest_framework.renderers import JSONRenderer
 from rest_framework.test import APIClient
 
+from annotation.datasets.import_jobs import import_job_execute
 from annotation.models import (
     Annotation,
     Chain,
@@ -31,7 +32,6 @@ from annotation.models import (
     Step,
     StepRating,
 )
-from annotation.services.import_jobs import import_job_execute
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory, api_token_key
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from annotation.services.snapshots import snapshot_create
+from annotation.datasets.snapshots import snapshot_create
 from tests.factories import ChainFactory, ProjectFactory, UserFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from django.urls import reverse
 
-from annotation.exporters.csv_lines import csv_cell
+from annotation.datasets.exporters.csv_lines import csv_cell
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
 
 FORMULAS = [

@@ -13,11 +13,11 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from annotation.exporters.formats import EXPORT_FORMATS
+from annotation.datasets.exporters.formats import EXPORT_FORMATS
+from annotation.datasets.exports import export_write
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import Chain, ChainRouting, SnapshotChain
-from annotation.services.exports import export_write
 from annotation.services.routing import chains_route
-from annotation.services.snapshots import snapshot_create
 from tests.annotation.routing_lab import trusted_sources, with_rules
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
 

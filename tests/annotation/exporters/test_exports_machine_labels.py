@@ -14,12 +14,12 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
-from annotation.importers.records import content_hash
+from annotation.datasets import exports
+from annotation.datasets.exports import export_bytes, export_write
+from annotation.datasets.importers.records import content_hash
+from annotation.datasets.snapshot_reads import snapshot_examples
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import Chain
-from annotation.selectors.datasets import snapshot_examples
-from annotation.services import exports
-from annotation.services.exports import export_bytes, export_write
-from annotation.services.snapshots import snapshot_create
 from tests.annotation.services.test_exports import reimport
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
 

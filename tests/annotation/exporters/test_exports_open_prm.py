@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from annotation.exporters import records
-from annotation.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
-from annotation.exporters.records import (
+from annotation.datasets.exporters import records
+from annotation.datasets.exporters.formats import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
+from annotation.datasets.exporters.records import (
     OPENRLHF_PLACEHOLDER,
     QWEN_PRM_SEPARATOR,
     QWEN_PRM_SYSTEM_PROMPT,
@@ -23,14 +23,14 @@ from annotation.exporters.records import (
     qwen_prm_record,
     soft_labels,
 )
-from annotation.importers.records import content_hash
+from annotation.datasets.exports import export_write
+from annotation.datasets.importers.records import content_hash
+from annotation.datasets.imports import chain_import
+from annotation.datasets.snapshot_reads import SnapshotExample
+from annotation.datasets.snapshots import snapshot_create
 from annotation.management.commands.export_dataset import Command as ExportCommand
 from annotation.models import Chain, LabelingMode, Role
-from annotation.selectors.datasets import SnapshotExample
-from annotation.services.exports import export_write
-from annotation.services.imports import chain_import
 from annotation.services.review import AdjudicatedRating, adjudication_create
-from annotation.services.snapshots import snapshot_create
 from tests.annotation.services.test_exports import rate, reimport
 from tests.factories import (
     ChainFactory,

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from annotation.importers import (
+from annotation.datasets.importers import (
     FORMATS,
     FormatDetectionError,
     LineError,
@@ -28,8 +28,8 @@ from annotation.importers import (
     detect_format,
     iter_chains,
 )
+from annotation.datasets.imports import ImportRejected, chain_import
 from annotation.models import Chain, ImportBatch
-from annotation.services.imports import ImportRejected, chain_import
 from tests.conftest import FIXTURES
 from tests.factories import ProjectFactory
 

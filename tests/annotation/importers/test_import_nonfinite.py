@@ -14,7 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from annotation.importers import LineError, iter_chains
+from annotation.datasets.importers import LineError, iter_chains
 from annotation.models import Chain, ImportBatch
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "imports"

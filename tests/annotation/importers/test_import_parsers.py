@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from annotation.importers import (
+from annotation.datasets.importers import (
     FORMATS,
     MAX_JSON_DEPTH,
     MAX_JSON_VALUES,
@@ -31,7 +31,7 @@ from annotation.importers import (
     processbench,
     records,
 )
-from annotation.importers.reading import (
+from annotation.datasets.importers.reading import (
     TOO_DEEP,
     TOO_MANY_VALUES,
     JsonGauge,
@@ -39,7 +39,7 @@ from annotation.importers.reading import (
     json_shape_problem,
     unstorable_string,
 )
-from annotation.importers.records import RecordAt
+from annotation.datasets.importers.records import RecordAt
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "imports"
@@ -669,7 +669,7 @@ def test_parsers_import_no_django() -> None:
     """The parsers are pure Python: the import service, the CLI and benchmarks share
     them, and they stay testable without settings."""
     code = (
-        "import sys, annotation.importers; "
+        "import sys, annotation.datasets.importers; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'django'))"
     )
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from annotation.importers import LineError, ParsedProblem, detect_format, iter_chains
+from annotation.datasets.importers import LineError, ParsedProblem, detect_format, iter_chains
+from annotation.datasets.imports import ImportRejected, chain_import
 from annotation.models import Chain, ImportBatch, Problem
-from annotation.services.imports import ImportRejected, chain_import
 
 
 def jsonl(*records: Any) -> bytes:

@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Browser, Page
 
-from annotation.exporters.formats import (
+from annotation.datasets.exporters.formats import (
     EXPORT_DESCRIPTIONS,
     EXPORT_FORMATS,
     MONTE_CARLO_FORMATS,

@@ -23,7 +23,7 @@ from tests.prm_training.prm_worker import WorkerHandle
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
-_IMPORT_LOCK_NAMESPACE = 0x53544C  # services.imports: imports into a project take it
+_IMPORT_LOCK_NAMESPACE = 0x53544C  # datasets.imports: imports into a project take it
 XSS = '<img src=x onerror="window.__xss=1">'
 BAD = (
     b'{"problem": "What is 2+2?", "steps": ["2+2=4"]}\n'

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import Role, Snapshot, SnapshotChain
-from annotation.services.snapshots import snapshot_create
 from tests.browser import ARTIFACTS, page_login, page_watched
 from tests.factories import (
     ChainFactory,

@@ -14,18 +14,18 @@ import pyarrow.parquet as pq
 import pytest
 from django.db import connection
 
-from annotation.exporters import csv_lines
-from annotation.exporters.formats import MONTE_CARLO_FORMATS, TEXT_FORMATS
-from annotation.selectors import datasets as dataset_selectors
-from annotation.selectors.datasets import (
+from annotation.datasets import exports
+from annotation.datasets import snapshot_reads as dataset_selectors
+from annotation.datasets.exporters import csv_lines
+from annotation.datasets.exporters.formats import MONTE_CARLO_FORMATS, TEXT_FORMATS
+from annotation.datasets.exports import export_bytes, export_write
+from annotation.datasets.imports import chain_import
+from annotation.datasets.snapshot_reads import (
     SnapshotExample,
     snapshot_examples,
     snapshot_examples_streamed,
 )
-from annotation.services import exports
-from annotation.services.exports import export_bytes, export_write
-from annotation.services.imports import chain_import
-from annotation.services.snapshots import snapshot_create
+from annotation.datasets.snapshots import snapshot_create
 from tests.factories import ProjectFactory
 
 pytestmark = pytest.mark.django_db

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from annotation.models import Snapshot, SnapshotChain
-from annotation.selectors.datasets import (
+from annotation.datasets.snapshot_reads import (
     SnapshotDiffCounts,
     snapshot_diff_counts,
     snapshot_diff_rows,
 )
-from annotation.services.snapshots import snapshot_create
+from annotation.datasets.snapshots import snapshot_create
+from annotation.models import Snapshot, SnapshotChain
 from tests.factories import ChainFactory, ProblemFactory, UserFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import ConsensusFit, ConsensusMethod, ImportLabels, Snapshot
 from annotation.selectors.review import chain_labels
 from annotation.services.consensus import consensus_for_chains, dawid_skene_fit
 from annotation.services.dawid_skene import dawid_skene_posteriors
 from annotation.services.gold import gold_mark
-from annotation.services.snapshots import snapshot_create
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
 
 # 30 steps whose truth three careful annotators agree on.
@@ -312,7 +312,8 @@ def test_snapshots_use_the_projects_method(project):
 
 @pytest.mark.django_db
 def test_a_snapshot_fits_once_though_votes_arrive_between_its_chunks(project, monkeypatch):
-    from annotation.services import consensus, snapshots
+    from annotation.datasets import snapshots
+    from annotation.services import consensus
 
     # Given a Dawid-Skene project of finished chains, read one chunk (chain) at a time
     people, calibration, target = calibrated_project(project)

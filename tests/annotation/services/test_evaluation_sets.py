@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
+from annotation.datasets.evaluation_sets import evaluation_set_mark, evaluation_set_unmark
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import Chain, EvaluationSet, ImportBatch, SnapshotSplit
-from annotation.services.evaluation_sets import evaluation_set_mark, evaluation_set_unmark
-from annotation.services.snapshots import snapshot_create
 from prm_training.services.examples import snapshot_chain_examples
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, ImportBatchFactory, annotation_with_ratings

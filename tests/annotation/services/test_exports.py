@@ -13,13 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 from django.core.management import CommandError, call_command
 
-from annotation.exporters.csv_lines import CSV_HEADER
-from annotation.exporters.records import first_error_index, trl_labels
+from annotation.datasets.exporters.csv_lines import CSV_HEADER
+from annotation.datasets.exporters.records import first_error_index, trl_labels
+from annotation.datasets.exports import export_write
+from annotation.datasets.imports import chain_import
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import Annotation, Chain, LabelingMode, SnapshotChain
 from annotation.queue.submit import RatingInput, assignment_submit
-from annotation.services.exports import export_write
-from annotation.services.imports import chain_import
-from annotation.services.snapshots import snapshot_create
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.conftest import require_shared_data
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
@@ -164,7 +164,7 @@ def test_trl_round_trip_and_ambiguous_mapping(labeled, tmp_path):
         assert all(isinstance(x, bool) for row in rows for x in row["labels"])
 
         # The re-imported chains are the labeled prefixes, with +1/-1 for true/false
-        from annotation.importers.records import content_hash
+        from annotation.datasets.importers.records import content_hash
 
         want: dict[str, list[int]] = {}
         for chain_hash, labels in expected.items():
@@ -211,7 +211,7 @@ def test_trl_jsonl_loads_with_datasets_and_parquet_with_pyarrow(labeled, tmp_pat
 
 def test_parquet_writes_row_groups_in_batches(labeled, tmp_path, monkeypatch):
     _, snapshot, _ = labeled()
-    monkeypatch.setattr("annotation.exporters.streams.PARQUET_ROWS_PER_GROUP", 2)
+    monkeypatch.setattr("annotation.datasets.exporters.streams.PARQUET_ROWS_PER_GROUP", 2)
     out = tmp_path / "small-groups.parquet"
     export_write(snapshot=snapshot, fmt="parquet", path=out, ambiguous="positive")
     parquet_file = pq.ParquetFile(out)

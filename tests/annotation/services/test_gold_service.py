@@ -11,6 +11,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from annotation.datasets.imports import chain_import
 from annotation.models import (
     AssignmentStatus,
     Chain,
@@ -35,7 +36,6 @@ from annotation.services.gold import (
     gold_unmark,
     screening_reset,
 )
-from annotation.services.imports import chain_import
 from annotation.services.review import AdjudicatedRating, adjudication_create
 from tests.annotation.queue.claiming import assignment_claim_next, assignment_prefetch
 from tests.factories import ChainFactory, ProjectFactory, UserFactory, annotation_with_ratings

@@ -1,4 +1,4 @@
-"""The import job service (``annotation.services.import_jobs``) called directly: progress
+"""The import job service (``annotation.datasets.import_jobs``) called directly: progress
 written to the row, visible outside the import's transaction and never per record; a
 broker that cannot be reached; an upload stored a block at a time."""
 
@@ -12,14 +12,14 @@ import pytest
 from celery import current_app
 from django.db import connections
 
-from annotation.models import Chain, ImportJob, ImportJobStatus, Project, Role
-from annotation.services import import_jobs, imports
-from annotation.services.import_jobs import (
+from annotation.datasets import import_jobs, imports
+from annotation.datasets.import_jobs import (
     IMPORT_TASK,
     import_job_create,
     import_job_enqueue,
     import_job_execute,
 )
+from annotation.models import Chain, ImportJob, ImportJobStatus, Project, Role
 from tests.factories import MembershipFactory, ProjectFactory
 
 
@@ -179,7 +179,7 @@ def test_a_job_no_worker_finished_is_failed_once_past_the_time_limit(
 
     from django.utils import timezone
 
-    from annotation.services.import_jobs import REAP_MARGIN_SECONDS, import_jobs_reap_stale
+    from annotation.datasets.import_jobs import REAP_MARGIN_SECONDS, import_jobs_reap_stale
 
     # Given: a job whose worker died mid-import, one whose task was lost, and a live one
     project = ProjectFactory()

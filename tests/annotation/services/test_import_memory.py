@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from annotation.importers import MAX_LINE_BYTES
+from annotation.datasets.importers import MAX_LINE_BYTES
 from annotation.models import Chain, ImportBatch, ImportJob, ImportJobStatus, Project, Role
 from tests.annotation.import_inputs import nested_bytes
 from tests.conftest import REPO_ROOT

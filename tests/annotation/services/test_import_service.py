@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from annotation.importers.formats import FormatDetectionError, iter_chains
-from annotation.importers.records import LineError, content_hash
+from annotation.datasets import imports
+from annotation.datasets.importers.formats import FormatDetectionError, iter_chains
+from annotation.datasets.importers.records import LineError, content_hash
+from annotation.datasets.imports import ImportRejected, chain_import
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -23,8 +25,6 @@ from annotation.models import (
     Step,
     StepRating,
 )
-from annotation.services import imports
-from annotation.services.imports import ImportRejected, chain_import
 
 pytestmark = pytest.mark.django_db
 

@@ -14,6 +14,8 @@ from django.core.exceptions import ValidationError
 from django.db import connections, transaction
 from django.http import Http404
 
+from annotation.datasets.evaluation_sets import evaluation_set_mark
+from annotation.datasets.snapshots import _snapshots_lock, snapshot_create
 from annotation.models import Annotation, Chain, LabelingMode, StepRating
 from annotation.queue.errors import RevisionClosed
 from annotation.queue.submit import RatingInput, assignment_submit
@@ -29,11 +31,9 @@ from annotation.selectors.history import (
 )
 from annotation.selectors.review import chain_label_history
 from annotation.services.consensus import consensus_for_chains
-from annotation.services.evaluation_sets import evaluation_set_mark
 from annotation.services.gold import gold_mark
 from annotation.services.review import AdjudicatedRating, adjudication_create
 from annotation.services.revisions import annotation_revise
-from annotation.services.snapshots import _snapshots_lock, snapshot_create
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, ProjectFactory, annotation_with_ratings
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import MachineLabel, SnapshotChain
-from annotation.services.snapshots import snapshot_create
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
 
 pytestmark = pytest.mark.django_db

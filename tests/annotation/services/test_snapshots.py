@@ -7,16 +7,16 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from annotation.models import ImportLabels, Snapshot, SnapshotChain
-from annotation.selectors.datasets import (
+from annotation.datasets.snapshot_reads import (
     snapshot_examples,
     snapshot_get,
     snapshot_list,
     snapshot_options,
 )
+from annotation.datasets.snapshots import problem_split, snapshot_create
+from annotation.models import ImportLabels, Snapshot, SnapshotChain
 from annotation.services.gold import gold_mark
 from annotation.services.review import AdjudicatedRating, adjudication_create
-from annotation.services.snapshots import problem_split, snapshot_create
 from tests.factories import (
     ChainFactory,
     ProblemFactory,

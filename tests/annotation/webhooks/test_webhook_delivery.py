@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import (
     Role,
     Webhook,
@@ -23,7 +24,6 @@ from annotation.models import (
 from annotation.public_ids import CHAIN_IDS
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.services.gold import gold_mark
-from annotation.services.snapshots import snapshot_create
 from annotation.webhooks.delivery import webhook_deliveries_prune, webhook_delivery_attempt
 from annotation.webhooks.services import (
     webhook_create,

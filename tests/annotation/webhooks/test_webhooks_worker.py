@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import (
     Role,
     Webhook,
@@ -23,7 +24,6 @@ from annotation.models import (
     WebhookEvent,
 )
 from annotation.queue.submit import RatingInput, assignment_submit
-from annotation.services.snapshots import snapshot_create
 from annotation.webhooks.events import message_id_new, webhook_payload
 from annotation.webhooks.services import webhook_create, webhook_test_send
 from prm_training.models import ModelVersion, RunStatus, ScoringRun, TrainingRun

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from annotation.datasets.evaluation_sets import evaluation_set_mark
 from annotation.models import EvaluationSet, Role, Snapshot
-from annotation.services.evaluation_sets import evaluation_set_mark
 from prm_training.ml.data import ChainExample
 from prm_training.ml.evaluation import evaluation_report
 from prm_training.ml.readout import Readout

@@ -500,7 +500,7 @@ def test_a_simulation_started_from_the_page_runs_and_its_evidence_replaces_the_c
 ) -> None:
     # Given: the project's labels in a snapshot, automatic runs on the tiny BERT, a worker,
     # and a node that allows at most 4 seeds
-    from annotation.services.snapshots import snapshot_create
+    from annotation.datasets.snapshots import snapshot_create
     from prm_training.models import ProjectTrainingSettings, SimulationRun
     from tests.prm_training.ml_tiny import tiny_settings
 

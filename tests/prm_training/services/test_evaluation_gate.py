@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from annotation.services.evaluation_sets import evaluation_set_mark
+from annotation.datasets.evaluation_sets import evaluation_set_mark
 from prm_training.models import EvaluationResult, ModelVersion, ProjectTrainingSettings
 from prm_training.services.evaluation import report_loses
 from prm_training.services.training import model_version_activate

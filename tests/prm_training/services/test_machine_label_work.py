@@ -18,8 +18,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from annotation.datasets.imports import chain_import
 from annotation.models import Chain, MachineLabel, Problem, Step
-from annotation.services.imports import chain_import
 from prm_training.ml.generation import engine_load
 from prm_training.ml.judge import template_hash
 from prm_training.ml.rollouts import rollout_prompt

@@ -362,7 +362,7 @@ def test_a_snapshots_chains_reach_the_prm_with_the_import_s_verdict(
     # (ProcessBench's final_answer_correct) and one that said nothing
     from django.db import connection
 
-    from annotation.services.snapshots import snapshot_create
+    from annotation.datasets.snapshots import snapshot_create
     from prm_training.services.examples import snapshot_chain_examples
     from tests.factories import annotation_with_ratings
 
@@ -392,7 +392,7 @@ def test_a_new_version_is_compared_with_the_active_one_by_a_paired_interval(
 ) -> None:
     # Given an active version trained on a snapshot that holds half the chains out (so the
     # held-out chains have errors and not), by the project's labeled chains
-    from annotation.services.snapshots import snapshot_create
+    from annotation.datasets.snapshots import snapshot_create
 
     monkeypatch.setenv("STEPLAB_MODEL_DIR", str(model_dir))
     project = arithmetic_project

@@ -13,7 +13,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from annotation.services.snapshots import snapshot_create
+from annotation.datasets.snapshots import snapshot_create
 from prm_training.models import ProjectTrainingSettings, RunStatus, SimulationRun
 from prm_training.services.simulation import (
     simulation_run_cancel,

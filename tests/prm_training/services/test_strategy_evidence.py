@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from annotation.services.snapshots import snapshot_create
+from annotation.datasets.snapshots import snapshot_create
 from prm_training.models import ProjectTrainingSettings
 from prm_training.services.strategy import (
     acquisition_strategy_resolve,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from annotation.selectors.datasets import SnapshotExample
+    from annotation.datasets.snapshot_reads import SnapshotExample
 
 
 def trl_labels(*, labels: list[int | None], ambiguous: str) -> list[bool]:
@@ -233,7 +233,7 @@ def monte_carlo_prefix(*, example: SnapshotExample, key: str) -> list[Any]:
     the answer; ``hard``: whether any did) for each step from the first on, up to the
     first step without one: the prefix an export of Monte-Carlo labels writes.
 
-    >>> from annotation.selectors.datasets import SnapshotExample
+    >>> from annotation.datasets.snapshot_reads import SnapshotExample
     >>> cells = [{"value": 0.5, "hard": True}, None, {"value": 0.0, "hard": False}]
     >>> example = SnapshotExample(chain_id=1, chain_hash="", split="train", labels=[],
     ...     support=[], votes=[], problem="", reference_answer="", final_answer="",
@@ -260,7 +260,7 @@ def openrlhf_record(
     (the share of rollouts from its prefix that reached the answer), over the steps
     that have one from the first on.
 
-    >>> from annotation.selectors.datasets import SnapshotExample
+    >>> from annotation.datasets.snapshot_reads import SnapshotExample
     >>> example = SnapshotExample(chain_id=1, chain_hash="", split="train",
     ...     labels=[1, -1], support=[1.0, 0.5], votes=[], problem="1+1?",
     ...     reference_answer="", final_answer="", generator="", steps=["1+1=2", "so 3"])
@@ -291,7 +291,7 @@ def math_shepherd_record(*, example: SnapshotExample) -> dict[str, Any] | None:
     label from the first on; None when none has, or the text holds the tag or a control
     token. The ``math_shepherd`` import reads it back, labels and all.
 
-    >>> from annotation.selectors.datasets import SnapshotExample
+    >>> from annotation.datasets.snapshot_reads import SnapshotExample
     >>> cells = [{"hard": True}, {"hard": False}]
     >>> example = SnapshotExample(chain_id=1, chain_hash="", split="train", labels=[],
     ...     support=[], votes=[], problem="1+1?", reference_answer="", final_answer="",

@@ -1,7 +1,7 @@
 """Imports over HTTP: `POST /api/v1/projects/{id}/imports/` stores the upload and queues
 its import as a job (202); `GET /api/v1/projects/{id}/imports/{job_id}/` polls the job:
 its progress, then its counts or its bad lines. Thin: check access, validate, call
-``import_job_create``, serialize the job (``services.import_jobs`` runs it).
+``import_job_create``, serialize the job (``datasets.import_jobs`` runs it).
 
 The only endpoint that takes a multipart body (``config.uploads``). Nothing of the body is
 read before the caller is known to be a lead of the project: the session's CSRF token
@@ -36,12 +36,12 @@ from rest_framework.response import Response
 
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
-from annotation.importers.formats import FORMATS
-from annotation.importers.records import RecordAt
+from annotation.datasets.import_job_reads import import_job_get
+from annotation.datasets.import_jobs import import_job_create, import_jobs_reap_stale
+from annotation.datasets.importers.formats import FORMATS
+from annotation.datasets.importers.records import RecordAt
+from annotation.datasets.imports import MAX_KEPT_ERRORS
 from annotation.models import ImportJob, ImportJobStatus
-from annotation.selectors.imports import import_job_get
-from annotation.services.import_jobs import import_job_create, import_jobs_reap_stale
-from annotation.services.imports import MAX_KEPT_ERRORS
 from config.uploads import NamelessTemporaryFileUploadHandler
 
 # Multipart framing around the file (boundaries, headers, the `format` field): a request

@@ -7,7 +7,7 @@ come in unlabeled (None), not as correct. Steps before it are +1, the step at it
 
 from __future__ import annotations
 
-from annotation.importers.fields import (
+from annotation.datasets.importers.fields import (
     JsonObject,
     RecordError,
     build_chain,
@@ -18,7 +18,7 @@ from annotation.importers.fields import (
     require_text,
     step_texts,
 )
-from annotation.importers.records import ParsedChain, RecordAt
+from annotation.datasets.importers.records import ParsedChain, RecordAt
 
 LABEL_SOURCE = "processbench"
 NO_ERROR = -1

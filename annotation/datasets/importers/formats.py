@@ -18,9 +18,16 @@ from typing import Any, BinaryIO
 
 import ijson
 
-from annotation.importers import generic, math_shepherd, prm800k, problems, processbench, trl
-from annotation.importers.fields import JsonObject, RecordError, json_type
-from annotation.importers.reading import (
+from annotation.datasets.importers import (
+    generic,
+    math_shepherd,
+    prm800k,
+    problems,
+    processbench,
+    trl,
+)
+from annotation.datasets.importers.fields import JsonObject, RecordError, json_type
+from annotation.datasets.importers.reading import (
     MAX_JSON_DEPTH,
     MAX_JSON_VALUES,
     MAX_LINE_BYTES,
@@ -28,7 +35,7 @@ from annotation.importers.reading import (
     ijson_error_message,
     iter_json_records,
 )
-from annotation.importers.records import LineError, ParsedChain, ParsedProblem, RecordAt
+from annotation.datasets.importers.records import LineError, ParsedChain, ParsedProblem, RecordAt
 
 __all__ = [
     "DETECT_HEAD_BYTES",

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from annotation.importers.fields import (
+from annotation.datasets.importers.fields import (
     MISSING,
     JsonObject,
     RecordError,
@@ -46,7 +46,7 @@ from annotation.importers.fields import (
     shown_value,
     step_text,
 )
-from annotation.importers.records import ParsedChain, RecordAt
+from annotation.datasets.importers.records import ParsedChain, RecordAt
 
 LABEL_SOURCE = "prm800k"
 ANSWER_MARKER = "# Answer"

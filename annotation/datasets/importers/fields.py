@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from annotation.importers.records import ParsedChain, RecordAt
+from annotation.datasets.importers.records import ParsedChain, RecordAt
 
 JsonObject = dict[str, Any]
 

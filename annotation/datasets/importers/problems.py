@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from annotation.importers.fields import (
+from annotation.datasets.importers.fields import (
     MISSING,
     JsonObject,
     RecordError,
@@ -17,7 +17,7 @@ from annotation.importers.fields import (
     json_type,
     require_text,
 )
-from annotation.importers.records import ParsedProblem, RecordAt
+from annotation.datasets.importers.records import ParsedProblem, RecordAt
 
 _ANSWER_KEYS = ("reference_answer", "answer")
 

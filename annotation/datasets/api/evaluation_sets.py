@@ -16,15 +16,15 @@ from rest_framework.views import APIView
 from annotation.api.fields import IdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
-from annotation.models import EvaluationSet, ImportBatch, Role
-from annotation.selectors.access import project_get_for_member
-from annotation.selectors.evaluation_sets import evaluation_set_list
-from annotation.services.evaluation_sets import (
+from annotation.datasets.evaluation_set_reads import evaluation_set_list
+from annotation.datasets.evaluation_sets import (
     NAME_MAX,
     evaluation_set_mark,
     evaluation_set_mark_chains,
     evaluation_set_unmark,
 )
+from annotation.models import EvaluationSet, ImportBatch, Role
+from annotation.selectors.access import project_get_for_member
 
 LEADS_AND_ML = (Role.LEAD, Role.ML)
 NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is not a member.")

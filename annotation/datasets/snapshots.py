@@ -45,7 +45,7 @@ What a snapshot holds is the lead's choice, recorded in ``meta["options"]``:
 - ``heldout_fraction`` and ``seed``: the split by problem (``problem_split``).
 
 A snapshot is written once, here, and never updated: there is no update service, and
-exports and training read it only through ``annotation.selectors.datasets``. Asking for
+exports and training read it only through ``annotation.datasets.snapshot_reads``. Asking for
 a snapshot when nothing changed still makes a new version (numbers are cheap, and a
 version then also records who froze the data and when); its ``content_hash`` equals the
 previous one's, which is how a lead or a training run tells that nothing changed.

@@ -1,5 +1,5 @@
 """Exports: a snapshot's consensus labels as a file, through the writers in
-``annotation.exporters`` (``exporters.formats`` says what each format holds).
+``annotation.datasets.exporters`` (``exporters.formats`` says what each format holds).
 
 Every export streams: it reads the snapshot through ``snapshot_examples_streamed`` (one
 ``COPY (query) TO STDOUT`` on PostgreSQL, which the server computes while we write;
@@ -18,23 +18,23 @@ from typing import BinaryIO
 from django.core.exceptions import ValidationError
 from django.utils.text import slugify
 
-from annotation.exporters.formats import (
+from annotation.datasets.exporters.formats import (
     EXPORT_FORMATS,
     EXTENSIONS,
     MONTE_CARLO_FORMATS,
     PREFIX_LABELS,
     SOFT_LABEL_SOURCES,
 )
-from annotation.exporters.records import MONTE_CARLO, json_record_builder, shepherd_steps
-from annotation.exporters.streams import (
+from annotation.datasets.exporters.records import MONTE_CARLO, json_record_builder, shepherd_steps
+from annotation.datasets.exporters.streams import (
     ExportStats,
     csv_pieces,
     json_lines_pieces,
     parquet_write,
 )
+from annotation.datasets.snapshot_reads import snapshot_examples_streamed, snapshot_options
+from annotation.datasets.snapshots import AMBIGUOUS_CHOICES, DEFAULT_AMBIGUOUS
 from annotation.models import Project, Snapshot, SnapshotSplit
-from annotation.selectors.datasets import snapshot_examples_streamed, snapshot_options
-from annotation.services.snapshots import AMBIGUOUS_CHOICES, DEFAULT_AMBIGUOUS
 
 
 @dataclass(frozen=True)

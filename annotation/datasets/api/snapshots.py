@@ -33,14 +33,19 @@ from rest_framework.response import Response
 from annotation.api.fields import INT32_MAX
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, LEADS_AND_ML, project_for_request, request_user
-from annotation.exporters.formats import (
+from annotation.datasets.exporters.formats import (
     CONTENT_TYPES,
     EXPORT_DESCRIPTIONS,
     EXPORT_FORMATS,
     SOFT_LABEL_SOURCES,
 )
-from annotation.models import MachineSource, Snapshot, SnapshotKind, SnapshotSplit
-from annotation.selectors.datasets import (
+from annotation.datasets.exports import (
+    export_bytes,
+    export_filename,
+    export_options_check,
+    export_parquet,
+)
+from annotation.datasets.snapshot_reads import (
     DIFF_CHANGES,
     DIFF_PAGE_MAX,
     SNAPSHOT_KINDS,
@@ -50,13 +55,7 @@ from annotation.selectors.datasets import (
     snapshot_list,
     snapshot_options,
 )
-from annotation.services.exports import (
-    export_bytes,
-    export_filename,
-    export_options_check,
-    export_parquet,
-)
-from annotation.services.snapshots import (
+from annotation.datasets.snapshots import (
     AMBIGUOUS_CHOICES,
     DEFAULT_AMBIGUOUS,
     DEFAULT_TIES,
@@ -64,6 +63,7 @@ from annotation.services.snapshots import (
     TIE_POLICIES,
     snapshot_create,
 )
+from annotation.models import MachineSource, Snapshot, SnapshotKind, SnapshotSplit
 
 NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is not a member.")
 WRONG_ROLE = OpenApiResponse(description="A member whose role does not allow this.")

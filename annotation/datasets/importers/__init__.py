@@ -2,7 +2,7 @@
 and generic files. Pure Python (no Django), so they are unit-tested and benchmarked alone;
 the import service turns their output into rows."""
 
-from annotation.importers.formats import (
+from annotation.datasets.importers.formats import (
     FORMATS,
     MAX_JSON_DEPTH,
     MAX_JSON_VALUES,
@@ -12,7 +12,12 @@ from annotation.importers.formats import (
     detect_format,
     iter_chains,
 )
-from annotation.importers.records import LineError, ParsedChain, ParsedProblem, content_hash
+from annotation.datasets.importers.records import (
+    LineError,
+    ParsedChain,
+    ParsedProblem,
+    content_hash,
+)
 
 __all__ = [
     "FORMATS",

@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from annotation.selectors.datasets import SnapshotExample
+    from annotation.datasets.snapshot_reads import SnapshotExample
 
 CSV_HEADER = (
     "snapshot_version",

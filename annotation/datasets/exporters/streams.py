@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 
-from annotation.exporters.csv_lines import CSV_HEADER, csv_text
-from annotation.exporters.records import step_provenance, trl_record
+from annotation.datasets.exporters.csv_lines import CSV_HEADER, csv_text
+from annotation.datasets.exporters.records import step_provenance, trl_record
 
 if TYPE_CHECKING:
-    from annotation.selectors.datasets import SnapshotExample
+    from annotation.datasets.snapshot_reads import SnapshotExample
 
 PARQUET_ROWS_PER_GROUP = 10_000
 PIECE_BYTES = 256 * 1024

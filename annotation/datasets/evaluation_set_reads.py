@@ -1,4 +1,4 @@
-"""Read path of evaluation sets (``annotation.services.evaluation_sets``)."""
+"""Read path of evaluation sets (``annotation.datasets.evaluation_sets``)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from annotation.importers.fields import (
+from annotation.datasets.importers.fields import (
     JsonObject,
     RecordError,
     build_chain,
@@ -20,7 +20,7 @@ from annotation.importers.fields import (
     field,
     mismatch,
 )
-from annotation.importers.records import ParsedChain, RecordAt
+from annotation.datasets.importers.records import ParsedChain, RecordAt
 
 LABEL_SOURCE = "math_shepherd"
 STEP_TAG = "ки"

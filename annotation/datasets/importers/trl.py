@@ -8,7 +8,7 @@ refused: 0 would be ambiguous between TRL's false and Steplab's neutral rating.
 
 from __future__ import annotations
 
-from annotation.importers.fields import (
+from annotation.datasets.importers.fields import (
     JsonObject,
     RecordError,
     build_chain,
@@ -20,7 +20,7 @@ from annotation.importers.fields import (
     shown_value,
     step_texts,
 )
-from annotation.importers.records import ParsedChain, RecordAt
+from annotation.datasets.importers.records import ParsedChain, RecordAt
 
 LABEL_SOURCE = "trl"
 

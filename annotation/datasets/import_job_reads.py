@@ -1,4 +1,4 @@
-"""Read paths of import jobs (``services.import_jobs`` writes them)."""
+"""Read paths of import jobs (``datasets.import_jobs`` writes them)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 
 import ijson
 
-from annotation.importers.records import LineError, RecordAt
+from annotation.datasets.importers.records import LineError, RecordAt
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
 # Levels of arrays and objects a record may hold, itself included: PRM800K's lines need

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from annotation.importers.fields import (
+from annotation.datasets.importers.fields import (
     JsonObject,
     RecordError,
     build_chain,
@@ -23,7 +23,7 @@ from annotation.importers.fields import (
     require_text,
     step_texts,
 )
-from annotation.importers.records import ParsedChain, RecordAt
+from annotation.datasets.importers.records import ParsedChain, RecordAt
 
 LABEL_SOURCE = "generic"
 STEP_SPLITS = ("newline", "double_newline")

@@ -31,8 +31,18 @@ from django.db import connection, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from annotation.importers.formats import DETECT_HEAD_BYTES, FORMATS, detect_format, iter_chains
-from annotation.importers.records import LineError, ParsedChain, ParsedProblem, content_hash
+from annotation.datasets.importers.formats import (
+    DETECT_HEAD_BYTES,
+    FORMATS,
+    detect_format,
+    iter_chains,
+)
+from annotation.datasets.importers.records import (
+    LineError,
+    ParsedChain,
+    ParsedProblem,
+    content_hash,
+)
 from annotation.models import (
     Annotation,
     AnnotationSource,

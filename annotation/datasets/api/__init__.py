@@ -1,0 +1,1 @@
+"""HTTP doors of the datasets slice: imports, snapshots and exports, evaluation sets."""
