@@ -1,222 +1,287 @@
-// Shared helpers for the pages. The pages call the REST API with the session cookie;
-// DRF's SessionAuthentication then requires the CSRF token on every unsafe request,
-// which Django keeps in the "csrftoken" cookie.
-"use strict";
+// The one shared module of the pages (an ES module: each page script imports what it
+// uses from "./steplab.js"; base.html loads it on every page for the guidelines and the
+// stacked tables). The pages call the REST API with the session cookie; DRF's
+// SessionAuthentication then requires the CSRF token on every unsafe request, which
+// Django keeps in the "csrftoken" cookie.
 
-(function () {
-  // The rating keys of the workspace and the review page: 1/+ correct, 2/0 ambiguous,
-  // 3/- incorrect.
-  const RATING_KEYS = Object.freeze({ "1": 1, "+": 1, "2": 0, "0": 0, "3": -1, "-": -1 });
-  const KATEX_OPTIONS = {
-    delimiters: [
-      { left: "$$", right: "$$", display: true },
-      { left: "\\[", right: "\\]", display: true },
-      { left: "\\(", right: "\\)", display: false },
-      { left: "$", right: "$", display: false },
-    ],
-    throwOnError: false,
-    trust: false,
-    strict: "ignore",
-  };
+// What a page shows where there is no value: one character on every page.
+export const NONE = "—";
 
-  // Put ``text`` in ``element`` as text, then let KaTeX (trust off) turn $...$ into math;
-  // a formula it cannot parse stays as source. ``raw``: leave the source as it is. KaTeX's
-  // auto-render is loaded (deferred) by the pages that show math, after this file.
-  function renderMath(element, text, raw = false) {
-    const typeset = !raw && typeof window.renderMathInElement === "function";
-    element.textContent = typeset ? boxedAsMath(text) : text;
-    if (typeset) window.renderMathInElement(element, KATEX_OPTIONS);
+// document.getElementById, the pages' only way to find their elements by id.
+export const $ = (id) => document.getElementById(id);
+
+// A new element: el("td", {text: 3, cls: "num", title: "...", data: {step: 1}}, child...).
+// text is set with textContent (never as markup); null or undefined sets none.
+export function el(tag, { text, cls, title, data } = {}, ...children) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (title) node.title = title;
+  if (data) Object.assign(node.dataset, data);
+  if (children.length) node.append(...children);
+  return node;
+}
+
+// A status box (a <p role="status"> of the page): its kind is one class of MESSAGE_KINDS
+// beside the box's own; empty text hides it. A box marked data-fade in its template hides
+// again MESSAGE_MS after a message unless told {sticky: true}; an error never fades.
+export const MESSAGE_MS = 6000;
+const MESSAGE_KINDS = ["info", "ok", "warn", "error"];
+const fadeTimers = new WeakMap();
+
+export function showMessage(box, text, kind = "info", { sticky = false } = {}) {
+  box.textContent = text;
+  box.classList.remove(...MESSAGE_KINDS);
+  box.classList.add(kind);
+  box.hidden = !text;
+  clearTimeout(fadeTimers.get(box));
+  if (text && "fade" in box.dataset && !sticky && kind !== "error") {
+    fadeTimers.set(box, setTimeout(() => (box.hidden = true), MESSAGE_MS));
   }
+}
 
-  // Model answers often write \boxed{42} outside any $...$; KaTeX's auto-render only reads
-  // delimited math, so such a box (up to its matching brace, however nested) is wrapped in
-  // \( \). Text already inside $...$, \(...\) or \[...\] is left alone.
-  function boxedAsMath(text) {
-    if (!text.includes("\\boxed{")) return text;
-    const math = /\$\$[\s\S]*?\$\$|\$[^$]*\$|\\\([\s\S]*?\\\)|\\\[[\s\S]*?\\\]/g;
-    let out = "";
-    let last = 0;
-    for (const match of text.matchAll(math)) {
-      out += wrapBoxes(text.slice(last, match.index)) + match[0];
-      last = match.index + match[0].length;
+// An API error in words, nested errors kept: DRF's {"detail": "..."} is the detail;
+// {"name": ["..."]} is "name: ..."; a list serializer's {"ratings": [{}, {"rating":
+// ["..."]}]} is "ratings[1].rating: ..."; {"steps": {"3": ["..."]}} is "steps[3]: ...".
+// An error without a body (the network, a bug) is its message.
+export function errorText(error) {
+  const body = error && error.body;
+  if (body === undefined || body === null) return (error && error.message) || String(error);
+  const parts = [];
+  collectErrors(body, "", parts);
+  return parts.join("; ") || "unknown error";
+}
+
+function collectErrors(value, where, parts) {
+  if (value === null || value === undefined) return;
+  if (typeof value !== "object") {
+    parts.push(where ? `${where}: ${value}` : String(value));
+  } else if (Array.isArray(value)) {
+    value.forEach((item, i) => {
+      const nested = item !== null && typeof item === "object";
+      collectErrors(item, nested ? `${where}[${i}]` : where, parts);
+    });
+  } else {
+    for (const [key, item] of Object.entries(value)) {
+      let name = `${where}.${key}`;
+      if (key === "detail" || key === "non_field_errors") name = where;
+      else if (/^\d+$/.test(key)) name = `${where}[${key}]`;
+      else if (!where) name = key;
+      collectErrors(item, name, parts);
     }
-    return out + wrapBoxes(text.slice(last));
   }
+}
 
-  function wrapBoxes(plain) {
-    let out = "";
-    let at = 0;
-    for (let start = plain.indexOf("\\boxed{"); start >= 0; start = plain.indexOf("\\boxed{", at)) {
-      let depth = 0;
-      let end = -1;
-      for (let i = start + "\\boxed".length; i < plain.length; i += 1) {
-        if (plain[i] === "{") depth += 1;
-        else if (plain[i] === "}" && --depth === 0) {
-          end = i + 1;
-          break;
-        }
+// Numbers: a count with thousands separators (1,000), a fixed number of digits, a share as
+// a percentage; NONE where there is no number.
+export function formatCount(n) {
+  return Number(n || 0).toLocaleString("en-US");
+}
+
+export function formatFixed(value, digits = 2) {
+  return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : NONE;
+}
+
+export function formatPercent(value, digits = 0) {
+  if (typeof value !== "number" || !Number.isFinite(value)) return NONE;
+  return `${(value * 100).toFixed(digits)} %`;
+}
+// The rating keys of the workspace and the review page: 1/+ correct, 2/0 ambiguous,
+// 3/- incorrect.
+export const RATING_KEYS = Object.freeze({ "1": 1, "+": 1, "2": 0, "0": 0, "3": -1, "-": -1 });
+const KATEX_OPTIONS = {
+  delimiters: [
+    { left: "$$", right: "$$", display: true },
+    { left: "\\[", right: "\\]", display: true },
+    { left: "\\(", right: "\\)", display: false },
+    { left: "$", right: "$", display: false },
+  ],
+  throwOnError: false,
+  trust: false,
+  strict: "ignore",
+};
+
+// Put ``text`` in ``element`` as text, then let KaTeX (trust off) turn $...$ into math;
+// a formula it cannot parse stays as source. ``raw``: leave the source as it is. KaTeX's
+// auto-render is loaded (deferred) by the pages that show math, after this file.
+export function renderMath(element, text, raw = false) {
+  const typeset = !raw && typeof window.renderMathInElement === "function";
+  element.textContent = typeset ? boxedAsMath(text) : text;
+  if (typeset) window.renderMathInElement(element, KATEX_OPTIONS);
+}
+
+// Model answers often write \boxed{42} outside any $...$; KaTeX's auto-render only reads
+// delimited math, so such a box (up to its matching brace, however nested) is wrapped in
+// \( \). Text already inside $...$, \(...\) or \[...\] is left alone.
+function boxedAsMath(text) {
+  if (!text.includes("\\boxed{")) return text;
+  const math = /\$\$[\s\S]*?\$\$|\$[^$]*\$|\\\([\s\S]*?\\\)|\\\[[\s\S]*?\\\]/g;
+  let out = "";
+  let last = 0;
+  for (const match of text.matchAll(math)) {
+    out += wrapBoxes(text.slice(last, match.index)) + match[0];
+    last = match.index + match[0].length;
+  }
+  return out + wrapBoxes(text.slice(last));
+}
+
+function wrapBoxes(plain) {
+  let out = "";
+  let at = 0;
+  for (let start = plain.indexOf("\\boxed{"); start >= 0; start = plain.indexOf("\\boxed{", at)) {
+    let depth = 0;
+    let end = -1;
+    for (let i = start + "\\boxed".length; i < plain.length; i += 1) {
+      if (plain[i] === "{") depth += 1;
+      else if (plain[i] === "}" && --depth === 0) {
+        end = i + 1;
+        break;
       }
-      if (end < 0) break; // unbalanced: leave the rest as it is
-      out += plain.slice(at, start) + "\\(" + plain.slice(start, end) + "\\)";
-      at = end;
     }
-    return out + plain.slice(at);
+    if (end < 0) break; // unbalanced: leave the rest as it is
+    out += plain.slice(at, start) + "\\(" + plain.slice(start, end) + "\\)";
+    at = end;
   }
+  return out + plain.slice(at);
+}
 
-  // Guidelines (annotation/guidelines.py) come as the server's HTML with each formula as
-  // escaped text in a .math-tex box; KaTeX (trust off) typesets that text in place, so
-  // no markup is ever built from what a lead wrote. A formula KaTeX cannot parse is shown
-  // as KaTeX's error text. Needs katex.min.js on the page; without it the source stays.
-  function typesetGuidelines(root) {
-    if (typeof window.katex === "undefined" || !root) return;
-    for (const box of root.querySelectorAll(".math-tex:not([data-typeset])")) {
-      window.katex.render(box.textContent, box, {
-        displayMode: box.classList.contains("math-display"),
-        throwOnError: false,
-        trust: false,
-        strict: "ignore",
-      });
-      box.dataset.typeset = "true";
-    }
+// Guidelines (annotation/guidelines.py) come as the server's HTML with each formula as
+// escaped text in a .math-tex box; KaTeX (trust off) typesets that text in place, so
+// no markup is ever built from what a lead wrote. A formula KaTeX cannot parse is shown
+// as KaTeX's error text. Needs katex.min.js on the page; without it the source stays.
+export function typesetGuidelines(root) {
+  if (typeof window.katex === "undefined" || !root) return;
+  for (const box of root.querySelectorAll(".math-tex:not([data-typeset])")) {
+    window.katex.render(box.textContent, box, {
+      displayMode: box.classList.contains("math-display"),
+      throwOnError: false,
+      trust: false,
+      strict: "ignore",
+    });
+    box.dataset.typeset = "true";
   }
+}
 
-  // A .table-stack turns into one block a row on a phone (steplab.css); each cell is named
-  // by its column's header (data-label), kept up when a script refills the table.
-  function labelCells(table) {
-    const heads = [...table.querySelectorAll("thead th")].map((th) => th.textContent.trim());
-    for (const row of table.querySelectorAll("tbody tr")) {
-      let column = 0;
-      for (const cell of row.children) {
-        const label = heads[column];
-        if (label && !cell.dataset.label) cell.dataset.label = label;
-        column += cell.colSpan || 1;
-      }
-    }
-  }
-
-  function watchStackedTables() {
-    for (const table of document.querySelectorAll("table.table-stack")) {
-      labelCells(table);
-      new MutationObserver(() => labelCells(table)).observe(table, {
-        childList: true,
-        subtree: true,
-      });
+// A .table-stack turns into one block a row on a phone (steplab.css); each cell is named
+// by its column's header (data-label), kept up when a script refills the table.
+export function labelCells(table) {
+  const heads = [...table.querySelectorAll("thead th")].map((th) => th.textContent.trim());
+  for (const row of table.querySelectorAll("tbody tr")) {
+    let column = 0;
+    for (const cell of row.children) {
+      const label = heads[column];
+      if (label && !cell.dataset.label) cell.dataset.label = label;
+      column += cell.colSpan || 1;
     }
   }
+}
 
-  // Deferred scripts (KaTeX among them) have run by DOMContentLoaded.
-  document.addEventListener("DOMContentLoaded", () => {
-    document.querySelectorAll(".guidelines").forEach(typesetGuidelines);
-    watchStackedTables();
-  });
-
-  // One date format on every page, as the server's templates write it ("Y-m-d H:i"):
-  // 2026-11-25 08:33, in the browser's time zone. Unparseable input comes back as it is.
-  function formatWhen(iso) {
-    if (!iso) return "—";
-    const date = new Date(iso);
-    if (Number.isNaN(date.getTime())) return String(iso);
-    const two = (n) => String(n).padStart(2, "0");
-    return `${date.getFullYear()}-${two(date.getMonth() + 1)}-${two(date.getDate())} ` +
-      `${two(date.getHours())}:${two(date.getMinutes())}`;
+function watchStackedTables() {
+  for (const table of document.querySelectorAll("table.table-stack")) {
+    labelCells(table);
+    new MutationObserver(() => labelCells(table)).observe(table, {
+      childList: true,
+      subtree: true,
+    });
   }
+}
 
-  function csrfToken() {
-    const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
-    return match ? decodeURIComponent(match[1]) : "";
+// Deferred scripts (KaTeX among them) have run by DOMContentLoaded.
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll(".guidelines").forEach(typesetGuidelines);
+  watchStackedTables();
+});
+
+// One date format on every page, as the server's templates write it ("Y-m-d H:i"):
+// 2026-11-25 08:33, in the browser's time zone. Unparseable input comes back as it is.
+export function formatWhen(iso) {
+  if (!iso) return NONE;
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return String(iso);
+  const two = (n) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${two(date.getMonth() + 1)}-${two(date.getDate())} ` +
+    `${two(date.getHours())}:${two(date.getMinutes())}`;
+}
+
+export function csrfToken() {
+  const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+  return match ? decodeURIComponent(match[1]) : "";
+}
+
+// api("/api/v1/projects/", {method: "POST", body: {...}}) -> parsed JSON (or null on 204).
+// Rejects with an Error carrying .status and .body for any non-2xx answer.
+export async function api(path, options = {}) {
+  const method = (options.method || "GET").toUpperCase();
+  const headers = { Accept: "application/json" };
+  let body;
+  if (options.body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    body = JSON.stringify(options.body);
   }
-
-  // api("/api/v1/projects/", {method: "POST", body: {...}}) -> parsed JSON (or null on 204).
-  // Rejects with an Error carrying .status and .body for any non-2xx answer.
-  async function api(path, options = {}) {
-    const method = (options.method || "GET").toUpperCase();
-    const headers = { Accept: "application/json" };
-    let body;
-    if (options.body !== undefined) {
-      headers["Content-Type"] = "application/json";
-      body = JSON.stringify(options.body);
-    }
-    if (!["GET", "HEAD", "OPTIONS"].includes(method)) {
-      headers["X-CSRFToken"] = csrfToken();
-    }
-    const response = await fetch(path, { method, headers, body, credentials: "same-origin" });
-    const text = await response.text();
-    const data = text ? JSON.parse(text) : null;
-    if (!response.ok) {
-      const error = new Error(`${method} ${path}: ${response.status}`);
-      error.status = response.status;
-      error.body = data;
-      throw error;
-    }
-    return data;
+  if (!["GET", "HEAD", "OPTIONS"].includes(method)) {
+    headers["X-CSRFToken"] = csrfToken();
   }
-
-  // Machine labels (Monte-Carlo rollouts, a judge, the PRM, an import's), shown beside the
-  // votes on the review and data manager pages and never counted among them. A verdict is
-  // {rating, value, hard, detail, model, run_kind, run_id} as the labels API sends it.
-  const MACHINE_SHORT = Object.freeze({ monte_carlo: "MC", judge: "Judge", prm: "PRM", import: "Import" });
-  const SIGNED = { 1: "+1", 0: "0", "-1": "−1" };
-
-  function machineText(verdict) {
-    if (!verdict) return "·";
-    const parts = [];
-    if (verdict.rating !== null) parts.push(SIGNED[verdict.rating]);
-    if (verdict.value !== null) parts.push(verdict.value.toFixed(2));
-    return parts.join(" · ") || "·";
+  const response = await fetch(path, { method, headers, body, credentials: "same-origin" });
+  const text = await response.text();
+  const data = text ? JSON.parse(text) : null;
+  if (!response.ok) {
+    const error = new Error(`${method} ${path}: ${response.status}`);
+    error.status = response.status;
+    error.body = data;
+    throw error;
   }
+  return data;
+}
 
-  function machineTitle(column, verdict) {
-    if (!verdict) return `${column.name}: no label on this step`;
-    const parts = [column.name];
-    if (verdict.value !== null) parts.push(`P(correct) ${verdict.value.toFixed(2)}`);
-    const detail = verdict.detail || {};
-    if (typeof detail.rollouts === "number" && typeof detail.reached === "number") {
-      parts.push(`${detail.reached} of ${detail.rollouts} rollouts reached the answer`);
-    }
-    if (verdict.confidence !== null) parts.push(`confidence ${verdict.confidence.toFixed(2)}`);
-    if (verdict.model) parts.push(verdict.model);
-    parts.push(`${verdict.run_kind} run ${verdict.run_id}`);
-    return parts.join(" · ");
+// Machine labels (Monte-Carlo rollouts, a judge, the PRM, an import's), shown beside the
+// votes on the review and data manager pages and never counted among them. A verdict is
+// {rating, value, hard, detail, model, run_kind, run_id} as the labels API sends it.
+export const MACHINE_SHORT = Object.freeze({ monte_carlo: "MC", judge: "Judge", prm: "PRM", import: "Import" });
+const SIGNED = { 1: "+1", 0: "0", "-1": "−1" };
+
+export function machineText(verdict) {
+  if (!verdict) return "·";
+  const parts = [];
+  if (verdict.rating !== null) parts.push(SIGNED[verdict.rating]);
+  if (verdict.value !== null) parts.push(verdict.value.toFixed(2));
+  return parts.join(" · ") || "·";
+}
+
+export function machineTitle(column, verdict) {
+  if (!verdict) return `${column.name}: no label on this step`;
+  const parts = [column.name];
+  if (verdict.value !== null) parts.push(`P(correct) ${verdict.value.toFixed(2)}`);
+  const detail = verdict.detail || {};
+  if (typeof detail.rollouts === "number" && typeof detail.reached === "number") {
+    parts.push(`${detail.reached} of ${detail.rollouts} rollouts reached the answer`);
   }
+  if (verdict.confidence !== null) parts.push(`confidence ${verdict.confidence.toFixed(2)}`);
+  if (verdict.model) parts.push(verdict.model);
+  parts.push(`${verdict.run_kind} run ${verdict.run_id}`);
+  return parts.join(" · ");
+}
 
-  // A source's first error in words: "step 3", "none", or "—" with no verdict.
-  function machineFirstError(index) {
-    if (index === null || index === undefined) return "—";
-    return index === -1 ? "none" : `step ${index + 1}`;
-  }
+// A source's first error in words: "step 3", "none", or "—" with no verdict.
+export function machineFirstError(index) {
+  if (index === null || index === undefined) return NONE;
+  return index === -1 ? "none" : `step ${index + 1}`;
+}
 
-  // Where routing sent a chain (issue 23), as the lead's pages name it; "" is none. Only
-  // lead pages show it: to an annotator a spot check is a chain like any other.
-  const ROUTING_NAMES = Object.freeze({
-    agreed: "machine-agreed",
-    spot_check: "spot check",
-    disagreed: "machines disagree",
-    second_look: "second look",
-  });
+// Where routing sent a chain (issue 23), as the lead's pages name it; "" is none. Only
+// lead pages show it: to an annotator a spot check is a chain like any other.
+export const ROUTING_NAMES = Object.freeze({
+  agreed: "machine-agreed",
+  spot_check: "spot check",
+  disagreed: "machines disagree",
+  second_look: "second look",
+});
 
-  // A badge of a chain's routing, or null when routing left it alone.
-  function routingBadge(routing) {
-    if (!routing) return null;
-    const badge = document.createElement("span");
-    badge.className = `badge routing-badge routing-${routing}`;
-    badge.dataset.routing = routing;
-    badge.textContent = ROUTING_NAMES[routing] || routing;
-    return badge;
-  }
-
-  window.Steplab = Object.freeze({
-    api,
-    machineFirstError,
-    machineText,
-    machineTitle,
-    MACHINE_SHORT,
-    csrfToken,
-    formatWhen,
-    labelCells,
-    renderMath,
-    typesetGuidelines,
-    RATING_KEYS,
-    ROUTING_NAMES,
-    routingBadge,
-  });
-})();
+// A badge of a chain's routing, or null when routing left it alone.
+export function routingBadge(routing) {
+  if (!routing) return null;
+  const badge = document.createElement("span");
+  badge.className = `badge routing-badge routing-${routing}`;
+  badge.dataset.routing = routing;
+  badge.textContent = ROUTING_NAMES[routing] || routing;
+  return badge;
+}

@@ -38,7 +38,7 @@ def test_the_lead_reads_the_pre_label_figures(
         assert cells[1][1].startswith("89 % [") and cells[1][1].endswith("of 9 steps")
         assert cells[1][2].startswith("83 % [") and cells[1][2].endswith("of 6 steps")
         assert cells[2][1].startswith("20.0 s [0.0, ") and cells[2][1].endswith("over 3 chains")
-        assert cells[3][1].startswith("67 % [") and cells[3][2] == "–"
+        assert cells[3][1].startswith("67 % [") and cells[3][2] == "—"
         card.scroll_into_view_if_needed()
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"dashboard-prelabels-{width}.png"), full_page=True)
