@@ -90,12 +90,14 @@ gpu-worker: install
 compose-check: /usr/bin/docker-compose
 	docker-compose --env-file .env.example -f docker-compose.yml config --quiet
 
-# Style and types, run before the suite (CI runs `make test`).
+# Style and types, run before the suite (CI runs `make test`); ESLint (eslint.config.js)
+# for the pages' ES modules in static/js.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	node_modules/.bin/eslint .
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles db.sqlite3 var/broker
