@@ -167,7 +167,8 @@ function renderDone(job) {
     ? `${formatCount(result.problems_created)} problems (${formatCount(result.problems_duplicate)} ` +
       "already here)"
     : `${formatCount(result.chains_created)} chains`;
-  showMessage($("im-message"), 
+  showMessage(
+    $("im-message"),
     result.already_imported
       ? `${job.filename} was imported into this project before; nothing was added.`
       : `${job.filename} was imported: ${added}.`,

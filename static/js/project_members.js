@@ -179,7 +179,8 @@ async function add(event) {
     });
     username.value = "";
     await reload();
-    showMessage(message, 
+    showMessage(
+      message,
       known
         ? `${member.username} was already a member; their role is now ${roleName(member.role)}.`
         : `${member.username} was added as ${roleName(member.role)}.`,

@@ -132,7 +132,7 @@ async function loadChain(chainId) {
   try {
     loaded = await api(`${config.api.chain}${chainId}/labels/`);
   } catch {
-    if (ticket === chainRequest) showMessage(els.message, `Could not load chain ${chainId}.`, "error", true);
+    if (ticket === chainRequest) showMessage(els.message, `Could not load chain ${chainId}.`, "error");
     return;
   }
   if (ticket !== chainRequest) return;
@@ -453,7 +453,7 @@ async function save() {
     busy = false;
     const detail =
       error.body && (error.body.detail || JSON.stringify(error.body).slice(0, 300));
-    showMessage(els.message, `Could not save the adjudication${detail ? `: ${detail}` : "."}`, "error", true);
+    showMessage(els.message, `Could not save the adjudication${detail ? `: ${detail}` : "."}`, "error");
     refresh();
   }
 }
@@ -515,7 +515,7 @@ async function start() {
     await loadList();
   } catch {
     root.dataset.state = "error";
-    showMessage(els.message, "Could not load the disagreements; reload to try again.", "error", true);
+    showMessage(els.message, "Could not load the disagreements; reload to try again.", "error");
     return;
   }
   const linked = /chain=(\d+)/.exec(window.location.hash);

@@ -175,7 +175,7 @@ const training = makeList("training", {
 });
 
 function loadFailed(error) {
-  showMessage($("sn-message"), `Could not load the snapshots: ${errorText(error)}`, "error", true);
+  showMessage($("sn-message"), `Could not load the snapshots: ${errorText(error)}`, "error");
 }
 
 // A picker's value: the kind and the version ("dataset:3"), as the two kinds number apart.
@@ -233,12 +233,13 @@ async function takeSnapshot(event) {
   };
   busy = true;
   $("sn-take").disabled = true;
-  showMessage($("sn-message"), "Taking the snapshot…", "info", true);
+  showMessage($("sn-message"), "Taking the snapshot…", "info", { sticky: true });
   try {
     const snapshot = await api(config.api.snapshots, { method: "POST", body });
     await loadLists();
     const counts = snapshot.counts;
-    showMessage($("sn-message"), 
+    showMessage(
+      $("sn-message"),
       `Snapshot ${snapshot.label} taken: ${plural(counts.chains, "chain")}, ` +
         `${plural(counts.steps_labeled, "labeled step")}` +
         (counts.sources && counts.sources.import
@@ -258,11 +259,11 @@ async function takeSnapshot(event) {
           ? `, ${plural(counts.steps_below_support, "step")} below the minimum votes` : "") +
         ".",
       "ok",
-      true,
+      { sticky: true },
     );
     root.dataset.taken = String(snapshot.version);
   } catch (error) {
-    showMessage($("sn-message"), `Could not take a snapshot: ${errorText(error)}`, "error", true);
+    showMessage($("sn-message"), `Could not take a snapshot: ${errorText(error)}`, "error");
   } finally {
     busy = false;
     $("sn-take").disabled = false;
@@ -355,7 +356,7 @@ async function loadDiff(append) {
   } catch (error) {
     if (ticket !== diff.ticket) return;
     root.dataset.diff = "error";
-    showMessage($("sn-message"), `Could not compare: ${errorText(error)}`, "error", true);
+    showMessage($("sn-message"), `Could not compare: ${errorText(error)}`, "error");
   }
 }
 

@@ -687,11 +687,11 @@ function markLeaseLost(error) {
   stopRenewing();
   root.dataset.lease = "lost";
   const detail = error && error.body && error.body.detail ? ` (${error.body.detail})` : "";
-  showMessage(els.message, 
+  showMessage(
+    els.message,
     `Your lease on this chain was lost${detail}. Your ratings stay on screen; ` +
       "press n for the next chain.",
     "error",
-    true,
   );
   refresh();
 }
@@ -766,7 +766,7 @@ async function loadNext() {
   } catch (error) {
     setView(chain ? "ready" : "loading");
     const why = error.status === 503 ? "The queue is busy" : "Could not reach the server";
-    showMessage(els.message, `${why}; trying again in a few seconds.`, "warn", true);
+    showMessage(els.message, `${why}; trying again in a few seconds.`, "warn", { sticky: true });
     setTimeout(loadNext, 3000);
     return;
   }
@@ -818,7 +818,7 @@ function showLease(data, view = null) {
 async function submit() {
   if (!chain || busy) return;
   if (leaseLost) {
-    showMessage(els.message, "This lease is lost; press n for the next chain.", "error", true);
+    showMessage(els.message, "This lease is lost; press n for the next chain.", "error");
     return;
   }
   if (!isComplete()) {
@@ -871,13 +871,13 @@ async function submit() {
       return;
     }
     if (error.status === 400) {
-      showMessage(els.message, `The server refused the ratings: ${errorText(error)}`, "error", true);
+      showMessage(els.message, `The server refused the ratings: ${errorText(error)}`, "error");
     } else {
-      showMessage(els.message, 
+      showMessage(
+        els.message,
         "Could not reach the server. Your ratings are kept in this browser; " +
           "press Enter to try again.",
         "error",
-        true,
       );
     }
     refresh();
@@ -956,7 +956,7 @@ async function giveBack(action, reason) {
   } catch (error) {
     busy = false;
     if (error.status === 409 || error.status === 404) markLeaseLost(error);
-    else showMessage(els.message, `Could not ${action} this chain; try again.`, "error", true);
+    else showMessage(els.message, `Could not ${action} this chain; try again.`, "error");
     return;
   }
   busy = false;
