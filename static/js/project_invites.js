@@ -93,7 +93,7 @@ async function revokeInvite(invite, button) {
     await reloadPending();
   } catch (error) {
     button.disabled = false;
-    showMessage(message, `The invitation was not revoked: ${errorText(error)}`, "error");
+    showMessage(message, `The invitation was not revoked: ${errorText(error, { fields: false })}`, "error");
   }
 }
 
@@ -196,7 +196,7 @@ async function inviteOne(event) {
       fieldError(Object.values(error.body).flat().join(" "));
       showMessage(message, "Nobody was invited.", "error");
     } else {
-      showMessage(message, `Nobody was invited: ${errorText(error)}`, "error");
+      showMessage(message, `Nobody was invited: ${errorText(error, { fields: false })}`, "error");
     }
   } finally {
     one.button.disabled = false;
@@ -240,7 +240,7 @@ async function inviteMany(event) {
     } else if (error.status === 400 && error.body && typeof error.body === "object") {
       listErrors({ detail: Object.values(error.body).flat().join(" ") });
     } else {
-      listErrors({ detail: `Nobody was invited: ${errorText(error)}` });
+      listErrors({ detail: `Nobody was invited: ${errorText(error, { fields: false })}` });
     }
     showMessage(message, "Nobody was invited.", "error");
   } finally {

@@ -120,8 +120,8 @@ async function changeRole(member, select) {
     showMessage(message, `${member.username} is now ${roleName(updated.role)}.`, "ok");
   } catch (error) {
     select.value = member.role; // nothing changed
-    showMessage(message, `${member.username}'s role was not changed: ${errorText(error)}`, "error");
-    rowError(member, errorText(error));
+    showMessage(message, `${member.username}'s role was not changed: ${errorText(error, { fields: false })}`, "error");
+    rowError(member, errorText(error, { fields: false }));
   } finally {
     select.disabled = false;
   }
@@ -146,8 +146,8 @@ async function removeMember(member, button) {
     showMessage(message, `${member.username} was removed.`, "ok");
   } catch (error) {
     button.disabled = false;
-    showMessage(message, `${member.username} was not removed: ${errorText(error)}`, "error");
-    rowError(member, errorText(error));
+    showMessage(message, `${member.username} was not removed: ${errorText(error, { fields: false })}`, "error");
+    rowError(member, errorText(error, { fields: false }));
   }
 }
 
@@ -195,7 +195,7 @@ async function add(event) {
       username.focus();
       showMessage(message, "Nobody was added.", "error");
     } else {
-      showMessage(message, `Nobody was added: ${errorText(error)}`, "error");
+      showMessage(message, `Nobody was added: ${errorText(error, { fields: false })}`, "error");
     }
   } finally {
     addButton.disabled = false;

@@ -43,19 +43,21 @@ export function showMessage(box, text, kind = "info", { sticky = false } = {}) {
 // An API error in words, nested errors kept: DRF's {"detail": "..."} is the detail;
 // {"name": ["..."]} is "name: ..."; a list serializer's {"ratings": [{}, {"rating":
 // ["..."]}]} is "ratings[1].rating: ..."; {"steps": {"3": ["..."]}} is "steps[3]: ...".
-// An error without a body (the network, a bug) is its message.
-export function errorText(error) {
+// An error without a body (the network, a bug) is its message. {fields: false}: the
+// messages alone, for a form whose fields already stand beside the message box.
+export function errorText(error, { fields = true } = {}) {
   const body = error && error.body;
   if (body === undefined || body === null) return (error && error.message) || String(error);
   const parts = [];
   collectErrors(body, "", parts);
-  return parts.join("; ") || "unknown error";
+  const texts = fields ? parts.map((part) => part.text) : parts.map((part) => part.message);
+  return texts.join(fields ? "; " : " ") || "unknown error";
 }
 
 function collectErrors(value, where, parts) {
   if (value === null || value === undefined) return;
   if (typeof value !== "object") {
-    parts.push(where ? `${where}: ${value}` : String(value));
+    parts.push({ text: where ? `${where}: ${value}` : String(value), message: String(value) });
   } else if (Array.isArray(value)) {
     value.forEach((item, i) => {
       const nested = item !== null && typeof item === "object";

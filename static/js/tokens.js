@@ -55,7 +55,7 @@ async function reload() {
     await load();
     root.dataset.state = "ready";
   } catch (error) {
-    showMessage(message, `Your tokens could not be loaded: ${errorText(error)}.`, "error");
+    showMessage(message, `Your tokens could not be loaded: ${errorText(error, { fields: false })}.`, "error");
     root.dataset.state = "error";
   }
 }
@@ -69,7 +69,7 @@ async function revokeToken(token, control) {
     await api(`${config.api.token}${token.id}/`, { method: "DELETE" });
     showMessage(message, `Revoked "${token.name}".`, "ok");
   } catch (error) {
-    showMessage(message, `"${token.name}" was not revoked: ${errorText(error)}.`, "error");
+    showMessage(message, `"${token.name}" was not revoked: ${errorText(error, { fields: false })}.`, "error");
   }
   await reload();
 }
@@ -94,7 +94,7 @@ form.addEventListener("submit", async (event) => {
       nameError.textContent = [].concat(fieldErrors).join(" ");
       nameError.hidden = false;
     } else {
-      showMessage(message, `No token was made: ${errorText(error)}.`, "error");
+      showMessage(message, `No token was made: ${errorText(error, { fields: false })}.`, "error");
     }
   } finally {
     button.disabled = false;
