@@ -32,7 +32,17 @@ COPY pyproject.toml README.md ./
 COPY config ./config
 COPY annotation ./annotation
 COPY prm_training ./prm_training
-RUN pip install ".[ml]"
+# python-ldap (django-auth-ldap, LDAP sign-in) builds against OpenLDAP's and SASL's
+# headers with gcc; the build tools go again in the same layer, the libraries it links
+# (libldap, libsasl2) stay for the running image.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev libldap2-dev libsasl2-dev \
+    && pip install ".[ml]" \
+    && apt-mark manual $(dpkg-query -W -f '${db:Status-Abbrev} ${Package}\n' 'libldap*' 'libsasl2*' \
+        | awk '/^ii/ && $2 !~ /-dev$/ {print $2}') \
+    && apt-get purge -y --auto-remove gcc libc6-dev libldap2-dev libsasl2-dev \
+    && rm -rf /var/lib/apt/lists/* \
+    && python -c "import ldap, django_auth_ldap"
 
 COPY manage.py ./
 COPY templates ./templates

@@ -11,10 +11,12 @@ TEST_DB_URL ?= postgres://postgres@127.0.0.1:5432/steplab
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 TORCH_VERSION ?= 2.13.0
 CHROMIUM ?= /usr/bin/chromium
+LDAP_HEADERS ?= /usr/include/ldap.h
+SLAPD ?= /usr/sbin/slapd
 
 .PHONY: install demo test lint serve bench clean web worker gpu-worker compose-check
 
-$(STAMP): pyproject.toml client/pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml | $(LDAP_HEADERS)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# The CPU build of torch first, so the `ml` extra's range is already satisfied.
@@ -28,6 +30,18 @@ $(STAMP): pyproject.toml client/pyproject.toml
 $(CHROMIUM):
 	command -v apt-get >/dev/null || { echo "need $(CHROMIUM): install Debian's chromium package"; exit 1; }
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
+# python-ldap (under django-auth-ldap, annotation/sso_ldap.py) builds from source against
+# OpenLDAP's and Cyrus SASL's headers, from Debian's packages.
+$(LDAP_HEADERS):
+	command -v apt-get >/dev/null || { echo "need $(LDAP_HEADERS): install Debian's libldap2-dev and libsasl2-dev"; exit 1; }
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libldap2-dev libsasl2-dev >/dev/null
+
+# The LDAP tests run Debian's slapd with ldapadd (tests/ldap_server.py); a Debian
+# package's own start of the system's directory is not wanted, so it is held off.
+$(SLAPD):
+	command -v apt-get >/dev/null || { echo "need $(SLAPD): install Debian's slapd and ldap-utils"; exit 1; }
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq slapd ldap-utils >/dev/null
 
 $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -58,7 +72,7 @@ serve: install
 	exec $(PY) -m config.demo -- $(PY) manage.py runserver $(HOST):$(PORT)
 
 # The whole suite against PostgreSQL and Redis.
-test: install lint $(CHROMIUM) /usr/bin/docker-compose
+test: install lint $(CHROMIUM) $(SLAPD) /usr/bin/docker-compose
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DB_URL)} CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 		$(PY) -m pytest $(PYTEST_ARGS)
 
