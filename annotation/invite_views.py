@@ -37,6 +37,7 @@ from annotation.models import Invite, InviteState, Membership, Role
 from annotation.selectors.invites import invite_find, invite_state, invite_token_read
 from annotation.services.invites import InviteUnusable, invite_accept
 from annotation.sso import sso_providers
+from annotation.sso_ldap import ldap_sign_in_name
 
 SESSION_KEY = "steplab_invite"
 # The backend a new account is signed in with (axes' own backend only refuses).
@@ -76,6 +77,7 @@ def _page(
         "invite": invite,
         "local_passwords": settings.STEPLAB_LOCAL_PASSWORDS,
         "sso_providers": sso_providers(),
+        "ldap_name": ldap_sign_in_name(),
         **extra,
     }
     if invite is not None:

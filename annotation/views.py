@@ -48,6 +48,7 @@ from annotation.selectors.projects import (
 )
 from annotation.services.chains import EXTRA_LABELS_MAX
 from annotation.sso import sso_providers
+from annotation.sso_ldap import ldap_sign_in_name, password_form_shown
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -57,19 +58,22 @@ class LoginView(auth_views.LoginView):
     """Failed sign-ins are counted and locked out by django-axes (settings, "Sign-in").
     A "Sign in with <name>" button per configured identity provider (annotation/sso.py);
     with STEPLAB_LOCAL_PASSWORDS off the password form is gone and a password posted
-    here is refused (superusers' break-glass door is /admin/login/)."""
+    here is refused (superusers' break-glass door is /admin/login/), unless LDAP is on
+    (annotation/sso_ldap.py): then the form takes directory accounts only."""
 
     redirect_authenticated_user = True
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not settings.STEPLAB_LOCAL_PASSWORDS:
+        if not password_form_shown():
             raise PermissionDenied("Password sign-in is off; use single sign-on.")
         return super().post(request, *args, **kwargs)
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context["sso_providers"] = sso_providers()
-        context["local_passwords"] = settings.STEPLAB_LOCAL_PASSWORDS
+        # The form is kept for directory (LDAP) accounts when local passwords are off.
+        context["password_form"] = password_form_shown()
+        context["ldap_name"] = ldap_sign_in_name()
         return context
 
 

@@ -1,4 +1,4 @@
-"""Single sign-on read from the environment (settings, "Single sign-on"; README).
+"""Single sign-on read from the environment (settings, "Single sign-on" and "LDAP"; README).
 
 Plain Python, no Django app code: the settings module calls these while it is being
 imported, and a mistake in the JSON stops the process at start-up with the variable
@@ -96,29 +96,177 @@ def provider_origins(providers: list[dict[str, str]]) -> list[str]:
     return origins
 
 
-def role_map(raw: str) -> dict[str, list[tuple[str, str]]]:
-    """STEPLAB_OIDC_ROLE_MAP: JSON object from a claim value (a group) to one grant
-    ``{"project": NAME, "role": ROLE}`` or a list of them. Returns group -> [(project,
-    role)]. A role outside ``ROLES`` stops start-up: a typo must not grant nothing
-    silently."""
+def role_map(raw: str, name: str = "STEPLAB_OIDC_ROLE_MAP") -> dict[str, list[tuple[str, str]]]:
+    """STEPLAB_OIDC_ROLE_MAP (or STEPLAB_LDAP_ROLE_MAP, ``name``): JSON object from a
+    claim value (a group) to one grant ``{"project": NAME, "role": ROLE}`` or a list of
+    them. Returns group -> [(project, role)]. A role outside ``ROLES`` stops start-up: a
+    typo must not grant nothing silently."""
     if not raw.strip():
         return {}
-    data = _json("STEPLAB_OIDC_ROLE_MAP", raw)
+    data = _json(name, raw)
     if not isinstance(data, dict):
-        raise ImproperlyConfigured("STEPLAB_OIDC_ROLE_MAP must be a JSON object.")
+        raise ImproperlyConfigured(f"{name} must be a JSON object.")
     mapped: dict[str, list[tuple[str, str]]] = {}
     for group, grants in data.items():
         grants = grants if isinstance(grants, list) else [grants]
         for grant in grants:
             if not isinstance(grant, dict) or not grant.get("project"):
                 raise ImproperlyConfigured(
-                    f"STEPLAB_OIDC_ROLE_MAP[{group!r}]: each grant is "
-                    '{"project": "<name>", "role": "<role>"}.'
+                    f'{name}[{group!r}]: each grant is {{"project": "<name>", "role": "<role>"}}.'
                 )
             role = grant.get("role", "annotator")
             if role not in ROLES:
                 raise ImproperlyConfigured(
-                    f"STEPLAB_OIDC_ROLE_MAP[{group!r}]: role {role!r} is not one of {ROLES}."
+                    f"{name}[{group!r}]: role {role!r} is not one of {ROLES}."
                 )
             mapped.setdefault(str(group), []).append((str(grant["project"]), role))
     return mapped
+
+
+# LDAP (annotation/sso_ldap.py): STEPLAB_LDAP_GROUP_TYPE -> django-auth-ldap's group type
+# and the filter that finds such groups.
+_LDAP_GROUP_TYPES = {
+    "groupOfNames": ("GroupOfNamesType", "(objectClass=groupOfNames)"),
+    "groupOfUniqueNames": ("GroupOfUniqueNamesType", "(objectClass=groupOfUniqueNames)"),
+    "posixGroup": ("PosixGroupType", "(objectClass=posixGroup)"),
+}
+_LDAP_ATTRS = {"first_name": "givenName", "last_name": "sn", "email": "mail"}
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _ldap_scope(name: str, base: str, filterstr: str) -> Any:
+    from django_auth_ldap.config import LDAPSearch
+    from ldap import SCOPE_SUBTREE, dn
+
+    if not dn.is_dn(base):
+        raise ImproperlyConfigured(f"{name}: {base!r} is not a DN (e.g. ou=people,dc=lab,dc=org).")
+    return LDAPSearch(base, SCOPE_SUBTREE, filterstr)
+
+
+def _env_reader(env: Any) -> Any:
+    def get(name: str, default: str = "") -> str:
+        return str(env.get(name) or default).strip()
+
+    return get
+
+
+def _ldap_user_lookup(get: Any) -> dict[str, Any]:
+    """How a person is found: a DN template to bind as, or a search under a base DN."""
+    template = get("STEPLAB_LDAP_USER_DN_TEMPLATE")
+    search_base = get("STEPLAB_LDAP_USER_SEARCH")
+    user_filter = get("STEPLAB_LDAP_USER_FILTER", "(uid=%(user)s)")
+    if bool(template) == bool(search_base):
+        raise ImproperlyConfigured(
+            "STEPLAB_LDAP_URI is set: set one of STEPLAB_LDAP_USER_DN_TEMPLATE (bind as "
+            "uid=%(user)s,ou=people,...) or STEPLAB_LDAP_USER_SEARCH (a base DN to search)."
+        )
+    for name, value in (
+        ("STEPLAB_LDAP_USER_DN_TEMPLATE", template),
+        ("STEPLAB_LDAP_USER_FILTER", user_filter),
+    ):
+        if value and "%(user)s" not in value:
+            raise ImproperlyConfigured(f"{name} must contain %(user)s (the username).")
+    return {
+        "AUTH_LDAP_USER_DN_TEMPLATE": template or None,
+        "AUTH_LDAP_USER_SEARCH": (
+            _ldap_scope("STEPLAB_LDAP_USER_SEARCH", search_base, user_filter)
+            if search_base
+            else None
+        ),
+    }
+
+
+def _ldap_groups(get: Any) -> dict[str, Any]:
+    """Where the groups are, of which type, and the role map (keys in lower case: a
+    group's cn or its DN, which LDAP compares without case, and so does Steplab)."""
+    from django_auth_ldap import config as ldap_config
+
+    group_base = get("STEPLAB_LDAP_GROUP_SEARCH")
+    group_type = get("STEPLAB_LDAP_GROUP_TYPE", "groupOfNames")
+    if group_type not in _LDAP_GROUP_TYPES:
+        raise ImproperlyConfigured(
+            f"STEPLAB_LDAP_GROUP_TYPE: {group_type!r} is not one of {list(_LDAP_GROUP_TYPES)}."
+        )
+    mapped: dict[str, list[tuple[str, str]]] = {}
+    for group, grants in role_map(get("STEPLAB_LDAP_ROLE_MAP"), "STEPLAB_LDAP_ROLE_MAP").items():
+        mapped.setdefault(group.lower(), []).extend(grants)
+    if mapped and not group_base:
+        raise ImproperlyConfigured(
+            "STEPLAB_LDAP_ROLE_MAP needs STEPLAB_LDAP_GROUP_SEARCH (where the groups are)."
+        )
+    type_class, group_filter = _LDAP_GROUP_TYPES[group_type]
+    return {
+        "STEPLAB_LDAP_ROLE_MAP": mapped,
+        "AUTH_LDAP_GROUP_SEARCH": (
+            _ldap_scope("STEPLAB_LDAP_GROUP_SEARCH", group_base, group_filter)
+            if group_base
+            else None
+        ),
+        "AUTH_LDAP_GROUP_TYPE": getattr(ldap_config, type_class)(),
+    }
+
+
+def _ldap_connection(get: Any) -> dict[str, Any]:
+    """Timeouts, STARTTLS and the CA the directory's certificate is checked against."""
+    import ldap
+
+    # A directory that does not answer holds a sign-in for seconds, not minutes.
+    options: dict[int, Any] = {ldap.OPT_NETWORK_TIMEOUT: 5, ldap.OPT_TIMEOUT: 10}
+    ca_file = get("STEPLAB_LDAP_CA_FILE")
+    if ca_file:
+        options[ldap.OPT_X_TLS_CACERTFILE] = ca_file
+        options[ldap.OPT_X_TLS_REQUIRE_CERT] = ldap.OPT_X_TLS_DEMAND
+        # Last: a new TLS context with the options above (python-ldap's rule).
+        options[ldap.OPT_X_TLS_NEWCTX] = 0
+    return {
+        "AUTH_LDAP_START_TLS": get("STEPLAB_LDAP_START_TLS").lower() in _TRUE,
+        "AUTH_LDAP_CONNECTION_OPTIONS": options,
+    }
+
+
+def ldap_settings(env: Any) -> dict[str, Any]:
+    """STEPLAB_LDAP_* (README, "LDAP") as settings: Steplab's own (STEPLAB_LDAP_URI,
+    STEPLAB_LDAP_NAME, STEPLAB_LDAP_ROLE_MAP) and django-auth-ldap's AUTH_LDAP_*. No
+    STEPLAB_LDAP_URI: LDAP is off, and the backend signs no one in. ``env`` is a mapping
+    (os.environ); a mistake stops start-up with the variable named."""
+    get = _env_reader(env)
+    uri = get("STEPLAB_LDAP_URI")
+    if not uri:
+        return {
+            "STEPLAB_LDAP_URI": "",
+            "STEPLAB_LDAP_NAME": "",
+            "STEPLAB_LDAP_ROLE_MAP": {},
+            "AUTH_LDAP_SERVER_URI": "",
+        }
+    for one in uri.split():
+        if not one.lower().startswith(("ldap://", "ldaps://")):
+            raise ImproperlyConfigured(
+                f"STEPLAB_LDAP_URI: {one!r} must start with ldap:// or ldaps://."
+            )
+    attrs = dict(_LDAP_ATTRS)
+    if get("STEPLAB_LDAP_ATTR_MAP"):
+        extra = _json("STEPLAB_LDAP_ATTR_MAP", get("STEPLAB_LDAP_ATTR_MAP"))
+        if not isinstance(extra, dict) or set(extra) - set(_LDAP_ATTRS):
+            raise ImproperlyConfigured(
+                f"STEPLAB_LDAP_ATTR_MAP: a JSON object with keys among {list(_LDAP_ATTRS)}."
+            )
+        attrs.update({str(k): str(v) for k, v in extra.items()})
+    bind_dn = get("STEPLAB_LDAP_BIND_DN")
+    return {
+        "STEPLAB_LDAP_URI": uri,
+        "STEPLAB_LDAP_NAME": get("STEPLAB_LDAP_NAME", "directory"),
+        "AUTH_LDAP_SERVER_URI": uri,
+        "AUTH_LDAP_BIND_DN": bind_dn,
+        "AUTH_LDAP_BIND_PASSWORD": str(env.get("STEPLAB_LDAP_BIND_PASSWORD") or ""),
+        # Without a bind account, the person's own bind reads their entry and groups
+        # (directories rarely let anonymous clients read them).
+        "AUTH_LDAP_BIND_AS_AUTHENTICATING_USER": not bind_dn,
+        **_ldap_user_lookup(get),
+        **_ldap_groups(get),
+        **_ldap_connection(get),
+        "AUTH_LDAP_USER_ATTR_MAP": attrs,
+        # Names and e-mail follow the directory at every sign-in.
+        "AUTH_LDAP_ALWAYS_UPDATE_USER": True,
+        # Group memberships are read fresh at every sign-in (no cache to go stale).
+        "AUTH_LDAP_CACHE_TIMEOUT": 0,
+    }

@@ -50,18 +50,28 @@ def mapped_roles(groups: list[str], role_map: dict[str, list[tuple[str, str]]]) 
 
 
 def sso_roles_apply(*, user: User, claims: dict[str, Any]) -> dict[str, str]:
-    """Set ``user``'s role in every project their claim maps to; returns project name ->
-    role as applied. A project named in the map that does not exist, or a change that
-    would leave a project without its last lead, is logged and skipped: a sign-in never
-    fails for it."""
+    """Set ``user``'s role in every project their claim maps to (STEPLAB_OIDC_ROLE_MAP)."""
     groups = claim_groups(claims, settings.STEPLAB_OIDC_ROLE_CLAIM)
-    wanted = mapped_roles(groups, settings.STEPLAB_OIDC_ROLE_MAP)
+    return group_roles_apply(
+        user=user, groups=groups, role_map=settings.STEPLAB_OIDC_ROLE_MAP, source="OIDC"
+    )
+
+
+def group_roles_apply(
+    *, user: User, groups: list[str], role_map: dict[str, list[tuple[str, str]]], source: str
+) -> dict[str, str]:
+    """Set ``user``'s role in every project their ``groups`` map to (an OIDC claim's
+    values, or LDAP groups: annotation/sso_ldap.py); returns project name -> role as
+    applied. A project named in the map that does not exist, or a change that would leave
+    a project without its last lead, is logged and skipped: a sign-in never fails for
+    it."""
+    wanted = mapped_roles(groups, role_map)
     projects = {p.name: p for p in Project.objects.filter(name__in=list(wanted))}
     applied: dict[str, str] = {}
     for name, role in wanted.items():
         project = projects.get(name)
         if project is None:
-            logger.warning("STEPLAB_OIDC_ROLE_MAP names project %r, which does not exist.", name)
+            logger.warning("The %s role map names project %r, which does not exist.", source, name)
             continue
         try:
             membership_add(project=project, user=user, role=role)

@@ -195,6 +195,9 @@ REST_FRAMEWORK = {
 # A lock lifts after the cool-off, counted from the last failure.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
+    # LDAP (annotation/sso_ldap.py), before the gate below: a directory account's password
+    # is not a local password. Signs no one in while STEPLAB_LDAP_URI is unset.
+    "annotation.sso_ldap.LdapBackend",
     # Refuses the passwords of everyone but superusers when STEPLAB_LOCAL_PASSWORDS is
     # off (annotation/sso.py); passes every other attempt on to ModelBackend.
     "annotation.sso.LocalPasswordGate",
@@ -289,7 +292,24 @@ STEPLAB_WEBHOOK_LOG_DAYS = int(os.environ.get("STEPLAB_WEBHOOK_LOG_DAYS", "30"))
 STEPLAB_OIDC_PROVIDERS = sso.oidc_providers(os.environ.get("STEPLAB_OIDC_PROVIDERS", ""))
 STEPLAB_OIDC_ROLE_CLAIM = os.environ.get("STEPLAB_OIDC_ROLE_CLAIM") or "groups"
 STEPLAB_OIDC_ROLE_MAP = sso.role_map(os.environ.get("STEPLAB_OIDC_ROLE_MAP", ""))
-STEPLAB_LOCAL_PASSWORDS = env_bool("STEPLAB_LOCAL_PASSWORDS", True) or not STEPLAB_OIDC_PROVIDERS
+# LDAP (annotation/sso_ldap.py; README, "LDAP"): with STEPLAB_LDAP_URI set, the login
+# form's username and password are tried against the directory first (django-auth-ldap):
+# the user is found by STEPLAB_LDAP_USER_DN_TEMPLATE or searched under
+# STEPLAB_LDAP_USER_SEARCH (STEPLAB_LDAP_USER_FILTER, bound as STEPLAB_LDAP_BIND_DN),
+# their groups under STEPLAB_LDAP_GROUP_SEARCH are mapped to project roles by
+# STEPLAB_LDAP_ROLE_MAP at every sign-in, as with OIDC. STEPLAB_LDAP_START_TLS=1 and
+# STEPLAB_LDAP_CA_FILE secure an ldap:// connection. Failed attempts count for django-axes
+# like any password's. With LDAP on, STEPLAB_LOCAL_PASSWORDS=0 keeps the form for
+# directory accounts and refuses local ones (superusers excepted).
+_LDAP = sso.ldap_settings(os.environ)
+STEPLAB_LDAP_URI: str = _LDAP.pop("STEPLAB_LDAP_URI")
+STEPLAB_LDAP_NAME: str = _LDAP.pop("STEPLAB_LDAP_NAME")
+STEPLAB_LDAP_ROLE_MAP: dict[str, list[tuple[str, str]]] = _LDAP.pop("STEPLAB_LDAP_ROLE_MAP")
+# django-auth-ldap's own settings (AUTH_LDAP_SERVER_URI, AUTH_LDAP_USER_SEARCH, ...).
+globals().update(_LDAP)
+STEPLAB_LOCAL_PASSWORDS = env_bool("STEPLAB_LOCAL_PASSWORDS", True) or not (
+    STEPLAB_OIDC_PROVIDERS or STEPLAB_LDAP_URI
+)
 SOCIALACCOUNT_PROVIDERS = sso.allauth_providers(STEPLAB_OIDC_PROVIDERS)
 SOCIALACCOUNT_ADAPTER = "annotation.sso.SocialAccountAdapter"
 ACCOUNT_ADAPTER = "annotation.sso.AccountAdapter"
