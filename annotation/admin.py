@@ -28,7 +28,7 @@ from annotation.models import (
     Step,
     StepRating,
 )
-from annotation.services.gold import gold_mark, gold_unmark
+from annotation.quality.gold import gold_mark, gold_unmark
 from annotation.services.projects import chain_finished_recompute
 from annotation.services.workspace import chain_flag_by_lead, chain_flag_clear
 
@@ -223,7 +223,7 @@ class ChainAdmin(admin.ModelAdmin):
         "step_count",
         "finished_count",
         "is_finished",
-        # Gold goes through the actions below (annotation/services/gold.py), which set
+        # Gold goes through the actions below (annotation/quality/gold.py), which set
         # the answer key and keep the finished counts right.
         "is_gold",
         "gold_annotation",

@@ -43,7 +43,7 @@ class ImportLabels(models.TextChoices):
 
 
 class ConsensusMethod(models.TextChoices):
-    """How a step's votes become the label training uses (annotation/services/consensus.py)."""
+    """How a step's votes become the label training uses (annotation/quality/consensus.py)."""
 
     MAJORITY = "majority", "Majority vote"
     DAWID_SKENE = "dawid_skene", "Dawid-Skene (annotator reliability learned from the labels)"
@@ -137,7 +137,7 @@ class Project(models.Model):
         "learns each annotator's reliability from all the project's labels and its gold "
         "chains and weighs their votes by it. Snapshots use the chosen one; review shows both.",
     )
-    # Gold chains and screening (annotation/services/gold.py).
+    # Gold chains and screening (annotation/quality/gold.py).
     gold_rate = models.FloatField(
         default=0.0,
         validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
@@ -537,7 +537,7 @@ class Chain(models.Model):
     flag_cleared_at = models.DateTimeField(null=True, blank=True)
     # A gold chain has known labels: ``gold_annotation`` (a lead's adjudication or an
     # import's labels) is its answer key. It stays out of the normal queue and is offered
-    # to every annotator once (annotation/services/gold.py); its annotations do not count
+    # to every annotator once (annotation/quality/gold.py); its annotations do not count
     # toward ``finished_count``. Never shown to annotators.
     is_gold = models.BooleanField(default=False)
     gold_annotation = models.ForeignKey(
@@ -945,7 +945,7 @@ class ScreeningStatus(models.TextChoices):
 
 
 class Screening(models.Model):
-    """An annotator's screening decision in a project (annotation/services/gold.py).
+    """An annotator's screening decision in a project (annotation/quality/gold.py).
 
     No row means pending since the annotator joined. The row is written when the
     annotator's screening gold chains are scored (PASSED or FAILED, frozen from then on so
@@ -1241,7 +1241,7 @@ class ChainEvent(models.Model):
 
 class ConsensusFit(models.Model):
     """A project's last Dawid-Skene fit, shared by every web process and worker
-    (``annotation.services.consensus.dawid_skene_fit``): the fitted arrays, and the stamp
+    (``annotation.quality.consensus.dawid_skene_fit``): the fitted arrays, and the stamp
     of the label state they were fitted on. A reader uses it only while the project's
     stamp is still the same, so a stale fit is never served as current; one row per
     project and import-labels rule, replaced by each refit."""

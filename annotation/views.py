@@ -255,7 +255,7 @@ def review_page(request: HttpRequest, project_id: int) -> HttpResponse:
     """``/projects/{id}/review/`` (leads only: 403 for other members, 404 for
     non-members): disputed chains, worst first, every annotator's ratings side by side and
     the adjudication form. Everything moves through the review API
-    (``annotation.api.review``); the page carries only the endpoints."""
+    (``annotation.quality.api.review``); the page carries only the endpoints."""
     project = project_get_for_member(
         user=request.user, project_id=project_id, roles=page_roles("review-page")
     )

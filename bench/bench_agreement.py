@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from annotation.agreement_math import (  # noqa: E402
+from annotation.quality.agreement_math import (  # noqa: E402
     first_error_agreement,
     krippendorff_alpha_ordinal,
 )

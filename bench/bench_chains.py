@@ -104,7 +104,7 @@ def fill(*, chains: int) -> int:
         Step,
         StepRating,
     )
-    from annotation.services.gold import gold_mark
+    from annotation.quality.gold import gold_mark
     from tests.factories import MembershipFactory
 
     project = Project.objects.create(name="chains bench", overlap=2)
@@ -167,7 +167,7 @@ def _scores_fill(*, project: Any) -> None:
     from django.utils import timezone
 
     from annotation.models import Chain
-    from annotation.services.chain_agreement import chains_agreement_refresh
+    from annotation.quality.chain_agreement import chains_agreement_refresh
     from prm_training.models import RunStatus
     from tests.factories import scoring_run_with_model_version
 
@@ -262,8 +262,8 @@ def _naive_sorts(*, project: Any, rounds: int) -> list[tuple[str, float, float, 
     from django.db.models import F
 
     from annotation.models import Chain
+    from annotation.quality.chain_agreement import agreement_expression
     from annotation.selectors.chain_scores import chains_with_scores
-    from annotation.services.chain_agreement import agreement_expression
 
     def by_agreement() -> int:
         chains = Chain.objects.filter(project=project).annotate(computed=agreement_expression())

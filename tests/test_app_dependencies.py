@@ -26,7 +26,7 @@ def test_the_training_app_registers_its_hook_on_finished_chains() -> None:
 SQL_ALLOWED = {
     "annotation/datasets/imports.py",
     "annotation/services/progress.py",
-    "annotation/services/consensus.py",
+    "annotation/quality/consensus.py",
     "annotation/datasets/snapshot_reads.py",
     "annotation/datasets/snapshots.py",
     "config/health.py",

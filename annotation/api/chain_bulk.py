@@ -25,8 +25,8 @@ from annotation.api.chains import ChainFilterSerializer, chain_filters_from
 from annotation.api.fields import INT32_MAX, IdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
-from annotation.api.review import NOT_A_MEMBER, WRONG_ROLE
 from annotation.models import BulkAction, BulkActionKind, BulkActionStatus, Chain, Project
+from annotation.quality.api.review import NOT_A_MEMBER, WRONG_ROLE
 from annotation.services.bulk_actions import (
     SELECTION_MAX,
     Selection,

@@ -27,8 +27,8 @@ from rest_framework.response import Response
 from annotation.api.fields import CursorField, IdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
-from annotation.api.review import NOT_A_MEMBER, WRONG_ROLE, chain_for_lead
 from annotation.models import Chain, ChainEventKind, ChainRouting, Membership, Project
+from annotation.quality.api.review import NOT_A_MEMBER, WRONG_ROLE, chain_for_lead
 from annotation.selectors.chain_order import SORTS, ChainCursor, ChainOrder
 from annotation.selectors.chains import (
     EVENTS_SHOWN,

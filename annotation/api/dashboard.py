@@ -14,8 +14,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from annotation.api.permissions import LEADS, project_for_request
-from annotation.api.review import AgreementOutputSerializer
 from annotation.models import Project
+from annotation.quality.api.review import AgreementOutputSerializer
 from annotation.selectors.dashboard import Dashboard, project_dashboard
 
 

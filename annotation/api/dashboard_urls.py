@@ -3,7 +3,6 @@
 from django.urls import path
 
 from annotation.api.dashboard import DashboardApi
-from annotation.api.machine_quality import MachineQualityApi
 from annotation.api.routing import RoutingApi, RoutingRunApi
 
 urlpatterns = [
@@ -11,11 +10,6 @@ urlpatterns = [
         "projects/<id:project_id>/dashboard/",
         DashboardApi.as_view(),
         name="api-project-dashboard",
-    ),
-    path(
-        "projects/<id:project_id>/machine-quality/",
-        MachineQualityApi.as_view(),
-        name="api-project-machine-quality",
     ),
     path("projects/<id:project_id>/routing/", RoutingApi.as_view(), name="api-project-routing"),
     path(

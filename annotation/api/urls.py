@@ -11,9 +11,8 @@ urlpatterns = [
     path("", include("annotation.datasets.urls")),
     path("", include("annotation.api.workspace_urls")),
     path("", include("annotation.api.history_urls")),
-    path("", include("annotation.api.review_urls")),
+    path("", include("annotation.quality.urls")),
     path("", include("annotation.api.chain_urls")),
-    path("", include("annotation.api.gold_urls")),
     path("", include("annotation.api.dashboard_urls")),
     path("", include("annotation.webhooks.urls")),
 ]

@@ -77,13 +77,13 @@ from annotation.models import (
     SnapshotKind,
     SnapshotSplit,
 )
-from annotation.selectors.machine_labels import hard_label
-from annotation.services.consensus import (
+from annotation.quality.consensus import (
     ChainConsensus,
     DawidSkeneFit,
     consensus_for_chains,
     dawid_skene_fit,
 )
+from annotation.selectors.machine_labels import hard_label
 from annotation.services.routing import routing_verdict
 from annotation.webhooks.events import webhook_snapshot_created
 

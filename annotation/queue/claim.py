@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
 from annotation.models import Assignment, AssignmentStatus, Project
+from annotation.quality.gold import gold_candidate, gold_lease
 from annotation.queue.errors import QueueBusy
 from annotation.queue.leases import (
     Lease,
@@ -28,7 +29,6 @@ from annotation.queue.sql import (
     RECHECK_SQL,
     lease_sql,
 )
-from annotation.services.gold import gold_candidate, gold_lease
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -164,7 +164,7 @@ def _claim_once(
     mine = {lease.chain_id for lease in live}
     skip |= mine
 
-    # Gold chains and screening (annotation/services/gold.py); no query unless used.
+    # Gold chains and screening (annotation/quality/gold.py); no query unless used.
     if project.gold_rate or project.screening_chains:
         pick = gold_candidate(project=project, user=user, now=now)
         if pick.blocked:

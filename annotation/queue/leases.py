@@ -13,6 +13,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from annotation.models import Assignment, AssignmentStatus, Chain, Project
+from annotation.quality.gold import gold_place_is_free
 from annotation.queue.errors import LeaseClosed, LeaseLost
 from annotation.queue.rows import model_from_row, model_width
 from annotation.queue.sql import (
@@ -22,7 +23,6 @@ from annotation.queue.sql import (
     MEMBER_SQL,
     PLACE_SQL,
 )
-from annotation.services.gold import gold_place_is_free
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -68,7 +68,7 @@ def _place_is_free(*, chain: Chain, user: User, now: datetime) -> bool:
     leases: the chain is not full and the user has not finished it already.
 
     Precondition: the chain's row lock is held (so this fresh read is current)."""
-    if chain.is_gold:  # no overlap on gold chains: annotation/services/gold.py
+    if chain.is_gold:  # no overlap on gold chains: annotation/quality/gold.py
         return gold_place_is_free(chain=chain, user=user)
     params = sql_params(project=chain.project, user=user, now=now, chain=chain.pk)
     with connection.cursor() as cursor:

@@ -14,7 +14,7 @@ annotator confirms or overrides, and each rating records which it was.
   way and show their verdicts the same way: nothing an annotator reads tells them apart.
 - The stored verdicts of a held-out lease stay on the lease, never shown, so the
   dashboard can set the agreement of unassisted ratings with the machine beside the
-  acceptance of shown verdicts (``selectors.prelabels``)."""
+  acceptance of shown verdicts (``quality.prelabel_effects``)."""
 
 from __future__ import annotations
 

@@ -140,7 +140,7 @@ def prelabels_sql(vendor: str) -> str:
 
 
 # The pre-labels of chain ``%(chain)s`` by themselves: the gold claim's lease, which the
-# ORM writes (``services.gold.gold_lease``), stores what ``LEASE_IF_FREE_SQL`` would.
+# ORM writes (``quality.gold.gold_lease``), stores what ``LEASE_IF_FREE_SQL`` would.
 CHAIN_PRELABELS_SQL = f"SELECT {{prelabels}} FROM {Chain._meta.db_table} c WHERE c.id = %(chain)s"
 
 # The lease itself, taken only if the re-check under the lock passes, in one statement: it

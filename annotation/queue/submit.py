@@ -21,6 +21,7 @@ from annotation.models import (
     Rating,
 )
 from annotation.public_ids import STEP_IDS
+from annotation.quality.chain_agreement import chains_agreement_refresh
 from annotation.queue.errors import LeaseClosed, LeaseConflict
 from annotation.queue.leases import (
     lease_with_steps,
@@ -37,7 +38,6 @@ from annotation.queue.sql import (
     SUBMIT_WRITE_SQL,
     insert_statement,
 )
-from annotation.services.chain_agreement import chains_agreement_refresh
 from annotation.webhooks.events import webhook_chain_finished
 
 if TYPE_CHECKING:
@@ -434,7 +434,7 @@ def _submit_new(
     close the lease and count the annotation on the chain. Precondition: the chain's
     row lock is held and the submit was validated under it."""
     # finished_count was read under the lock, so it is current. A pass over a gold
-    # chain is a test, not real work: it does not count (annotation/services/gold.py).
+    # chain is a test, not real work: it does not count (annotation/quality/gold.py).
     counted = None
     if not chain.is_gold:
         finished = chain.finished_count + 1

@@ -5,7 +5,7 @@ and as a series per day.
 Everything is computed with a fixed number of aggregate queries, whatever the size of the
 project (pinned in tests/annotation/api/test_dashboard_api.py): the rows that come back are one
 per (annotator, day), (day, rating) or day, never one per annotation or rating, except for
-the agreement, which ``annotation.services.agreement`` computes from the ratings themselves.
+the agreement, which ``annotation.quality.agreement`` computes from the ratings themselves.
 Access checks stay in ``annotation.selectors.access``.
 """
 
@@ -22,23 +22,23 @@ from django.db.models import Aggregate, Count, FloatField
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from annotation.agreement_math import CATEGORIES, alpha_from_coincidences
 from annotation.models import Annotation, AnnotationSource, Project, StepRating
-from annotation.selectors.prelabels import PrelabelEffect, prelabel_effect
-from annotation.selectors.projects import (
-    annotations_needed,
-    chains_imported_count,
-    progress_annotations,
-)
-from annotation.services.agreement import (
+from annotation.quality.agreement import (
     CurrentRatings,
     ProjectAgreement,
     agreement_compute,
     current_human_ratings,
 )
+from annotation.quality.agreement_math import CATEGORIES, alpha_from_coincidences
+from annotation.quality.prelabel_effects import PrelabelEffect, prelabel_effect
+from annotation.selectors.projects import (
+    annotations_needed,
+    chains_imported_count,
+    progress_annotations,
+)
 
-try:  # the gold chains feature (annotation.selectors.gold), when installed
-    from annotation.selectors.gold import gold_passes
+try:  # the gold chains feature (annotation.quality.gold_reads), when installed
+    from annotation.quality.gold_reads import gold_passes
 except ImportError:  # pragma: no cover - only before that feature lands
     gold_passes = None  # type: ignore[assignment]
 
@@ -328,7 +328,7 @@ def project_dashboard(*, project: Project, now: datetime | None = None) -> Dashb
     (day, rating), the current ratings (read once, for the agreement and its series), the
     agreement's usernames, the annotation days of the series, the gold chains (three
     more once gold passes exist), and whether a pass was leased with machine verdicts
-    (about ten more once one was: ``selectors.prelabels``)."""
+    (about ten more once one was: ``quality.prelabel_effects``)."""
     today = timezone.localdate(now) if now is not None else timezone.localdate()
     # Passes as submitted: an annotator's revision of one is no new work.
     human = Annotation.objects.filter(

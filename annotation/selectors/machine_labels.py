@@ -8,7 +8,7 @@ was stored. A verdict is the row's ``rating``; a row with only a ``value`` (P(co
 gives no verdict, so a source's first error is read from ratings alone.
 
 These are never votes: nothing here reaches consensus, agreement, overlap or the
-finished count (``services.consensus`` and ``services.agreement`` read ``Annotation``
+finished count (``quality.consensus`` and ``quality.agreement`` read ``Annotation``
 rows only)."""
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from annotation.models import Chain, ChainRouting, Project
-from annotation.selectors.machine_quality import first_error, human_consensus_labels
-from annotation.selectors.prelabels import Proportion, wilson
+from annotation.quality.machine_quality import first_error, human_consensus_labels
+from annotation.quality.prelabel_effects import Proportion, wilson
 
 
 @dataclass(frozen=True, slots=True)

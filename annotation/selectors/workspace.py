@@ -19,12 +19,12 @@ from annotation.models import (
     Project,
     ScreeningStatus,
 )
-from annotation.selectors.access import membership_role
-from annotation.selectors.gold import (
+from annotation.quality.gold_reads import (
     gold_score_for_annotator,
     screening_applies,
     screening_state_get,
 )
+from annotation.selectors.access import membership_role
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -41,7 +41,7 @@ class GoldSummary:
 
 @dataclass(frozen=True)
 class ScreeningSummary:
-    """Where the caller stands in the project's screening (see services/gold.py)."""
+    """Where the caller stands in the project's screening (see quality/gold.py)."""
 
     status: str
     required: int

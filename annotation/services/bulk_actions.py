@@ -43,6 +43,12 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from annotation.models import BulkAction, BulkActionKind, BulkActionStatus, Chain, Project
+from annotation.quality.gold import (
+    chains_gold_mark,
+    chains_gold_unmark,
+    gold_mark_reasons,
+    gold_unmark_reasons,
+)
 from annotation.selectors.chains import ChainFilters, chains_matching
 from annotation.services.chain_changes import Changed
 from annotation.services.chains import (
@@ -52,12 +58,6 @@ from annotation.services.chains import (
     requeue_reasons,
     reviewer_check,
     reviewer_reasons,
-)
-from annotation.services.gold import (
-    chains_gold_mark,
-    chains_gold_unmark,
-    gold_mark_reasons,
-    gold_unmark_reasons,
 )
 from annotation.services.progress import RowProgress
 from annotation.services.workspace import chains_flag_clear, flag_clear_reasons

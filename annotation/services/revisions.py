@@ -2,10 +2,10 @@
 
 A revision is a new human Annotation whose ``supersedes`` points at the pass it replaces
 (invariant 1): the old ratings stay, listed in the chain's label history for the lead
-(``selectors.review.chain_label_history``), and consensus, agreement and Dawid-Skene
+(``quality.review_reads.chain_label_history``), and consensus, agreement and Dawid-Skene
 count the newest (``consensus.current_votes``; the fit's stamp moves with the new row).
 It takes no lease and is no new pass: ``finished_count`` and the queue do not move. Gold
-scores count the pass as submitted (``selectors.gold``), so a revision never moves one.
+scores count the pass as submitted (``quality.gold_reads``), so a revision never moves one.
 
 Open to change (``selectors.history.revision_closed_reason``) while:
 
@@ -35,6 +35,7 @@ from django.db import transaction
 
 from annotation.datasets.snapshots import snapshots_hold_off
 from annotation.models import Annotation, AnnotationSource, Chain, Project, Step, StepRating
+from annotation.quality.chain_agreement import chains_agreement_refresh
 from annotation.queue.errors import RevisionClosed
 from annotation.queue.submit import (
     RatingInput,
@@ -43,7 +44,6 @@ from annotation.queue.submit import (
     submission_validate,
 )
 from annotation.selectors.history import own_pass_chain_id, revision_closed_reason
-from annotation.services.chain_agreement import chains_agreement_refresh
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -2,7 +2,7 @@
 to people first.
 
 - The lead picks ``Project.routing_sources``. A source whose Cohen's kappa against
-  people's consensus (``selectors.machine_quality``) is below ``routing_min_kappa``, or
+  people's consensus (``quality.machine_quality``) is below ``routing_min_kappa``, or
   not measured yet, routes nothing: the page says which and why.
 - Each usable source's verdict on a chain is its first error (``routing_verdict``).
   Where two or more usable sources give a verdict and they differ, the chain is
@@ -53,8 +53,8 @@ from annotation.models import (
     Project,
 )
 from annotation.public_ids import purpose_key
+from annotation.quality.machine_quality import machine_source_quality
 from annotation.selectors.machine_labels import machine_chain_labels
-from annotation.selectors.machine_quality import machine_source_quality
 from annotation.services.chain_changes import chain_events_record, chains_lock_sorted
 from annotation.services.chains import chains_requeue
 

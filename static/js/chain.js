@@ -174,7 +174,7 @@ function show(chain, labels) {
         .join(" · ")
     : "";
   $("cp-unflag").hidden = !chain.is_flagged;
-  // Gold needs an answer key (annotation.services.gold): a current adjudication or
+  // Gold needs an answer key (annotation.quality.gold): a current adjudication or
   // imported labels. Without one the button would only fail, so it is not offered.
   const keyed = labels.history.some(
     (revision) => revision.current && (revision.source === "adjudication" || revision.source === "import"),

@@ -8,7 +8,7 @@ from typing import Any
 from rest_framework.test import APIClient
 
 from annotation.models import Role
-from annotation.services.gold import gold_mark
+from annotation.quality.gold import gold_mark
 from tests.factories import (
     ChainFactory,
     MembershipFactory,

@@ -22,8 +22,8 @@ from rest_framework.test import APIClient
 
 from annotation.models import Annotation, AnnotationSource, Chain, Rating, StepRating
 from annotation.public_ids import CHAIN_IDS
-from annotation.services.gold import gold_mark
-from annotation.services.review import AdjudicatedRating, adjudication_create
+from annotation.quality.gold import gold_mark
+from annotation.quality.review import AdjudicatedRating, adjudication_create
 from tests.factories import ChainFactory, ProjectFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db

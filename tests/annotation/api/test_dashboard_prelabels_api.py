@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from annotation.models import Role
-from annotation.selectors.prelabels import mean_interval, wilson
+from annotation.quality.prelabel_effects import mean_interval, wilson
 from tests.annotation.prelabel_lab import verified_project
 from tests.factories import ChainFactory
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from annotation.models import Annotation, AnnotationSource, Chain
-from annotation.services.chain_agreement import chains_agreement_refresh
+from annotation.quality.chain_agreement import chains_agreement_refresh
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db

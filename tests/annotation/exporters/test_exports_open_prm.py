@@ -30,7 +30,7 @@ from annotation.datasets.snapshot_reads import SnapshotExample
 from annotation.datasets.snapshots import snapshot_create
 from annotation.management.commands.export_dataset import Command as ExportCommand
 from annotation.models import Chain, LabelingMode, Role
-from annotation.services.review import AdjudicatedRating, adjudication_create
+from annotation.quality.review import AdjudicatedRating, adjudication_create
 from tests.annotation.services.test_exports import rate, reimport
 from tests.factories import (
     ChainFactory,

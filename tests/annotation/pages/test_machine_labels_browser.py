@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from annotation.models import Chain, Role
-from annotation.services.chain_agreement import chains_agreement_refresh
+from annotation.quality.chain_agreement import chains_agreement_refresh
 from tests.browser import ARTIFACTS, page_overflow, page_signed_in, page_watched
 from tests.factories import (
     ChainFactory,

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import Annotation, AnnotationSource, Chain, Role
-from annotation.services.chain_agreement import chains_agreement_refresh
+from annotation.quality.chain_agreement import chains_agreement_refresh
 from tests.browser import ARTIFACTS, page_login, page_watched
 from tests.factories import (
     ChainFactory,

@@ -18,8 +18,8 @@ from annotation.models import (
     StepRating,
 )
 from annotation.public_ids import CHAIN_IDS
+from annotation.quality.gold import gold_mark
 from annotation.queue.prelabels import prelabel_held_out
-from annotation.services.gold import gold_mark
 from prm_training.services import training
 from tests import factories
 from tests.factories import ChainFactory, annotation_with_ratings

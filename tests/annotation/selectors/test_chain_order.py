@@ -15,6 +15,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from annotation.models import Assignment, AssignmentStatus, Chain, Role
+from annotation.quality.chain_agreement import chains_agreement_refresh
+from annotation.quality.gold import gold_mark, gold_unmark
+from annotation.quality.review import AdjudicatedRating, adjudication_create
 from annotation.queue.claim import lease_next
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.selectors.chain_order import SORT_KEYS, ChainCursor, ChainOrder
@@ -24,9 +27,6 @@ from annotation.selectors.chains import (
     chain_list,
     chain_order_phases,
 )
-from annotation.services.chain_agreement import chains_agreement_refresh
-from annotation.services.gold import gold_mark, gold_unmark
-from annotation.services.review import AdjudicatedRating, adjudication_create
 from prm_training.models import ChainScore, RunStatus
 from tests.factories import (
     ChainFactory,

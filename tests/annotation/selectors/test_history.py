@@ -12,12 +12,12 @@ from django.test import Client
 
 from annotation.models import Annotation, Project, StepRating
 from annotation.public_ids import CHAIN_IDS
+from annotation.quality.review import AdjudicatedRating, adjudication_create
 from annotation.selectors.history import (
     annotator_history_chain,
     annotator_history_page,
     history_annotator_resolve,
 )
-from annotation.services.review import AdjudicatedRating, adjudication_create
 from tests.factories import ChainFactory, ProblemFactory, ProjectFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db

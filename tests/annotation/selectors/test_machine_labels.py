@@ -10,6 +10,9 @@ import pytest
 from django.utils import timezone
 
 from annotation.models import Chain, MachineLabel, Role
+from annotation.quality.agreement import agreement_compute
+from annotation.quality.consensus import consensus_for_chains
+from annotation.quality.review_reads import chain_disagreements, chain_labels
 from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.selectors.chains import ChainFilters, chain_list
 from annotation.selectors.dashboard import project_dashboard
@@ -18,9 +21,6 @@ from annotation.selectors.machine_labels import (
     machine_chain_labels,
     machine_first_errors,
 )
-from annotation.selectors.review import chain_disagreements, chain_labels
-from annotation.services.agreement import agreement_compute
-from annotation.services.consensus import consensus_for_chains
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
 

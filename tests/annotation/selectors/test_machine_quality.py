@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from annotation.models import Chain, Role
-from annotation.selectors.machine_quality import cohen_kappa, machine_source_quality
+from annotation.quality.machine_quality import cohen_kappa, machine_source_quality
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
 
 pytestmark = pytest.mark.django_db

@@ -8,14 +8,14 @@ import krippendorff
 import numpy as np
 import pytest
 
-from annotation.agreement_math import (
+from annotation.models import LabelingMode
+from annotation.quality.agreement import agreement_compute, current_human_ratings
+from annotation.quality.agreement_math import (
     first_error_agreement,
     krippendorff_alpha_ordinal,
     ordinal_delta,
 )
-from annotation.models import LabelingMode
-from annotation.services.agreement import agreement_compute, current_human_ratings
-from annotation.services.review import AdjudicatedRating, adjudication_create
+from annotation.quality.review import AdjudicatedRating, adjudication_create
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
 
 A, B, C = 1, 2, 3

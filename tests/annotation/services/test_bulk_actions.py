@@ -19,6 +19,7 @@ from annotation.models import (
     ChainEventKind,
     Role,
 )
+from annotation.quality.gold import gold_mark
 from annotation.selectors.chains import ChainFilters, ChainStatus, chain_list
 from annotation.services import bulk_actions, progress
 from annotation.services.bulk_actions import (
@@ -28,7 +29,6 @@ from annotation.services.bulk_actions import (
     bulk_action_preview,
 )
 from annotation.services.chains import chain_requeue, chains_reviewer_set
-from annotation.services.gold import gold_mark
 from annotation.services.workspace import chain_flag_clear
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, annotation_with_ratings
 

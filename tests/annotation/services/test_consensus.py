@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from annotation.models import ImportLabels
-from annotation.services.consensus import (
+from annotation.quality.consensus import (
     Vote,
     chain_consensus,
     consensus_for_chains,

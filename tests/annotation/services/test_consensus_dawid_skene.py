@@ -12,10 +12,10 @@ import pytest
 
 from annotation.datasets.snapshots import snapshot_create
 from annotation.models import ConsensusFit, ConsensusMethod, ImportLabels, Snapshot
-from annotation.selectors.review import chain_labels
-from annotation.services.consensus import consensus_for_chains, dawid_skene_fit
-from annotation.services.dawid_skene import dawid_skene_posteriors
-from annotation.services.gold import gold_mark
+from annotation.quality.consensus import consensus_for_chains, dawid_skene_fit
+from annotation.quality.dawid_skene import dawid_skene_posteriors
+from annotation.quality.gold import gold_mark
+from annotation.quality.review_reads import chain_labels
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
 
 # 30 steps whose truth three careful annotators agree on.
@@ -208,7 +208,7 @@ def test_consensus_for_chains_honours_the_projects_method(project, django_assert
 
 @pytest.mark.django_db
 def test_an_adjudication_still_wins_under_dawid_skene(project, make_member):
-    from annotation.services.review import AdjudicatedRating, adjudication_create
+    from annotation.quality.review import AdjudicatedRating, adjudication_create
 
     project.consensus = ConsensusMethod.DAWID_SKENE
     project.save(update_fields=["consensus"])
@@ -237,7 +237,7 @@ def test_a_new_vote_refits(project, make_member):
     assert after.votes == before.votes + 2
     assert dawid_skene_fit(project=project) is after  # the same fit, from this process
     # A lead's ruling is no vote: the fit stands
-    from annotation.services.review import AdjudicatedRating, adjudication_create
+    from annotation.quality.review import AdjudicatedRating, adjudication_create
 
     adjudication_create(
         chain=target,
@@ -313,7 +313,7 @@ def test_snapshots_use_the_projects_method(project):
 @pytest.mark.django_db
 def test_a_snapshot_fits_once_though_votes_arrive_between_its_chunks(project, monkeypatch):
     from annotation.datasets import snapshots
-    from annotation.services import consensus
+    from annotation.quality import consensus
 
     # Given a Dawid-Skene project of finished chains, read one chunk (chain) at a time
     people, calibration, target = calibrated_project(project)
@@ -384,7 +384,7 @@ def test_chain_labels_show_both_methods_side_by_side(project):
 PROBE = r"""
 import sys
 import numpy as np
-import annotation.services.dawid_skene as ds
+import annotation.quality.dawid_skene as ds
 loaded_early = "crowdkit" in sys.modules
 ds.dawid_skene_posteriors(
     steps=np.array([1, 1]), workers=np.array([0, 1]), ratings=np.array([1, -1]), worker_count=2

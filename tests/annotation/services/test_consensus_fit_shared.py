@@ -15,8 +15,8 @@ import pytest
 from django.db import connection
 
 from annotation.models import ConsensusFit, ConsensusMethod, Project
-from annotation.services import consensus
-from annotation.services.consensus import dawid_skene_fit
+from annotation.quality import consensus
+from annotation.quality.consensus import dawid_skene_fit
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db(transaction=True)

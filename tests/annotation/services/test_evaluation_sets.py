@@ -82,7 +82,7 @@ def test_marking_refuses_twice_a_taken_name_and_an_import_of_gold_only(project):
         evaluation_set_mark(
             project=project, import_batch_id=second[0].import_batch_id, name="a.jsonl"
         )
-    from annotation.services.gold import gold_mark_from_import
+    from annotation.quality.gold import gold_mark_from_import
 
     gold_mark_from_import(project=project, import_batch_id=second[0].import_batch_id)
     with pytest.raises(ValidationError, match="no chain to hold out"):
@@ -111,7 +111,7 @@ def test_progress_leaves_the_chains_of_an_evaluation_set_out(project):
 
 
 def test_a_chain_of_an_evaluation_set_cannot_be_made_gold(project):
-    from annotation.services.gold import gold_mark, gold_mark_from_import
+    from annotation.quality.gold import gold_mark, gold_mark_from_import
 
     held = _imported(project, ImportBatchFactory(project=project), 2)
     evaluation_set_mark(project=project, import_batch_id=held[0].import_batch_id)

@@ -1,5 +1,5 @@
 """Gold chains: marking, the queue mix-in, the overlap, screening and gold scores
-(annotation/services/gold.py, annotation/selectors/gold.py)."""
+(annotation/quality/gold.py, annotation/quality/gold_reads.py)."""
 
 from __future__ import annotations
 
@@ -19,15 +19,7 @@ from annotation.models import (
     Screening,
     ScreeningStatus,
 )
-from annotation.queue.leases import assignment_skip
-from annotation.queue.submit import RatingInput, assignment_submit
-from annotation.selectors.gold import (
-    compare_to_gold,
-    gold_order,
-    gold_scores,
-    screening_state_get,
-)
-from annotation.services.gold import (
+from annotation.quality.gold import (
     BLOCKED,
     NORMAL,
     gold_candidate,
@@ -36,7 +28,15 @@ from annotation.services.gold import (
     gold_unmark,
     screening_reset,
 )
-from annotation.services.review import AdjudicatedRating, adjudication_create
+from annotation.quality.gold_reads import (
+    compare_to_gold,
+    gold_order,
+    gold_scores,
+    screening_state_get,
+)
+from annotation.quality.review import AdjudicatedRating, adjudication_create
+from annotation.queue.leases import assignment_skip
+from annotation.queue.submit import RatingInput, assignment_submit
 from tests.annotation.queue.claiming import assignment_claim_next, assignment_prefetch
 from tests.factories import ChainFactory, ProjectFactory, UserFactory, annotation_with_ratings
 

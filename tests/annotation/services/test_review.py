@@ -8,9 +8,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 
 from annotation.models import Annotation, AnnotationSource, ImportBatch
-from annotation.selectors.review import chain_disagreements, chain_label_history, chain_labels
-from annotation.services.consensus import Vote, chain_consensus, consensus_for_chains
-from annotation.services.review import AdjudicatedRating, adjudication_create
+from annotation.quality.consensus import Vote, chain_consensus, consensus_for_chains
+from annotation.quality.review import AdjudicatedRating, adjudication_create
+from annotation.quality.review_reads import chain_disagreements, chain_label_history, chain_labels
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
 
 

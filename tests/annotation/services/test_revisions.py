@@ -17,9 +17,13 @@ from django.http import Http404
 from annotation.datasets.evaluation_sets import evaluation_set_mark
 from annotation.datasets.snapshots import _snapshots_lock, snapshot_create
 from annotation.models import Annotation, Chain, LabelingMode, StepRating
+from annotation.quality.consensus import consensus_for_chains
+from annotation.quality.gold import gold_mark
+from annotation.quality.gold_reads import gold_score_for_annotator
+from annotation.quality.review import AdjudicatedRating, adjudication_create
+from annotation.quality.review_reads import chain_label_history
 from annotation.queue.errors import RevisionClosed
 from annotation.queue.submit import RatingInput, assignment_submit
-from annotation.selectors.gold import gold_score_for_annotator
 from annotation.selectors.history import (
     CLOSED_EVALUATION,
     CLOSED_REPLACED,
@@ -29,10 +33,6 @@ from annotation.selectors.history import (
     annotator_history_page,
     revision_closed_reason,
 )
-from annotation.selectors.review import chain_label_history
-from annotation.services.consensus import consensus_for_chains
-from annotation.services.gold import gold_mark
-from annotation.services.review import AdjudicatedRating, adjudication_create
 from annotation.services.revisions import annotation_revise
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, ProjectFactory, annotation_with_ratings

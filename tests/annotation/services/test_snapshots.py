@@ -15,8 +15,8 @@ from annotation.datasets.snapshot_reads import (
 )
 from annotation.datasets.snapshots import problem_split, snapshot_create
 from annotation.models import ImportLabels, Snapshot, SnapshotChain
-from annotation.services.gold import gold_mark
-from annotation.services.review import AdjudicatedRating, adjudication_create
+from annotation.quality.gold import gold_mark
+from annotation.quality.review import AdjudicatedRating, adjudication_create
 from tests.factories import (
     ChainFactory,
     ProblemFactory,

@@ -22,8 +22,8 @@ from annotation.models import (
     WebhookEvent,
 )
 from annotation.public_ids import CHAIN_IDS
+from annotation.quality.gold import gold_mark
 from annotation.queue.submit import RatingInput, assignment_submit
-from annotation.services.gold import gold_mark
 from annotation.webhooks.delivery import webhook_deliveries_prune, webhook_delivery_attempt
 from annotation.webhooks.services import (
     webhook_create,

@@ -1,6 +1,6 @@
 """Krippendorff's alpha (ordinal) and first-error agreement on numpy arrays.
 
-Pure numpy, no Django: ``annotation.services.agreement`` loads the ratings and calls in.
+Pure numpy, no Django: ``annotation.quality.agreement`` loads the ratings and calls in.
 The input is long-format reliability data, one entry per rating:
 
 - ``unit``: the rated unit (a step id), any integers;

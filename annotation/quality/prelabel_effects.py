@@ -30,7 +30,7 @@ from annotation.models import (
     Project,
     StepRating,
 )
-from annotation.selectors.gold import compare_to_gold
+from annotation.quality.gold_reads import compare_to_gold
 
 CONFIDENCE = 0.95
 

@@ -61,7 +61,7 @@ from annotation.models import (
     Project,
     StepRating,
 )
-from annotation.services.dawid_skene import dawid_skene_posteriors
+from annotation.quality.dawid_skene import dawid_skene_posteriors
 
 logger = logging.getLogger(__name__)
 

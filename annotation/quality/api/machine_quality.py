@@ -1,6 +1,6 @@
 """How good each machine source is, over HTTP: `GET /api/v1/projects/{id}/machine-quality/`
 (leads and ML staff; annotators 403, non-members 404). Thin: check access, call
-``annotation.selectors.machine_quality.machine_source_quality``, serialize."""
+``annotation.quality.machine_quality.machine_source_quality``, serialize."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from annotation.api.dashboard import ProportionOutputSerializer
 from annotation.api.permissions import LEADS_AND_ML, project_for_request
-from annotation.selectors.machine_quality import RATINGS, REFERENCES, machine_source_quality
+from annotation.quality.machine_quality import RATINGS, REFERENCES, machine_source_quality
 
 
 class SourceAgreementOutputSerializer(serializers.Serializer):

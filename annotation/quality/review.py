@@ -3,7 +3,7 @@
 An adjudication is an Annotation with source "adjudication" (annotator = the lead, a
 ``note``), never an edit (invariant 1): a later adjudication of the same chain is a new
 row whose ``supersedes`` points at the previous one. Consensus takes the current
-adjudication's rating on every step it rates (``annotation.services.consensus``). It is
+adjudication's rating on every step it rates (``annotation.quality.consensus``). It is
 not an annotator's pass: it does not count toward the overlap, the queue or agreement.
 """
 

@@ -22,13 +22,13 @@ from annotation.api.fields import IdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.models import Chain, ImportBatch, Membership, Screening, ScreeningStatus
-from annotation.selectors.gold import gold_scores, screening_list
-from annotation.services.gold import (
+from annotation.quality.gold import (
     gold_mark,
     gold_mark_from_import,
     gold_unmark,
     screening_reset,
 )
+from annotation.quality.gold_reads import gold_scores, screening_list
 
 NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is not a member.")
 NOT_A_LEAD = OpenApiResponse(description="A member who is not a lead of the project.")

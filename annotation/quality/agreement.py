@@ -1,6 +1,6 @@
 """Inter-annotator agreement of a project: Krippendorff's alpha (ordinal, over -1/0/+1)
 per project, per annotator and per annotator pair, and agreement on the first-error
-position. The math is in ``annotation.agreement_math``; this module loads the ratings.
+position. The math is in ``annotation.quality.agreement_math``; this module loads the ratings.
 
 What counts (issue 5, point 2):
 
@@ -23,11 +23,11 @@ import numpy as np
 import numpy.typing as npt
 from django.contrib.auth import get_user_model
 
-from annotation.agreement_math import (
+from annotation.models import AnnotationSource, Project, StepRating
+from annotation.quality.agreement_math import (
     first_error_agreement,
     krippendorff_alpha_ordinal,
 )
-from annotation.models import AnnotationSource, Project, StepRating
 
 IntArray = npt.NDArray[np.int64]
 

@@ -22,9 +22,9 @@ import numpy as np
 from django.db.models import F
 
 from annotation.models import Chain, ImportLabels, MachineLabel, MachineSource, Project, StepRating
+from annotation.quality.consensus import consensus_for_chains
+from annotation.quality.prelabel_effects import Proportion, wilson
 from annotation.selectors.machine_labels import machine_chain_labels
-from annotation.selectors.prelabels import Proportion, wilson
-from annotation.services.consensus import consensus_for_chains
 
 RATINGS = (-1, 0, 1)
 BOOTSTRAP_RESAMPLES = 1000

@@ -1,6 +1,6 @@
 """Read paths of gold chains: each annotator's score against the answer keys, and where an
 annotator stands in screening. The writes (marking, the queue mix-in, screening
-decisions) are in ``annotation.services.gold``.
+decisions) are in ``annotation.quality.gold``.
 
 Scoring rules, per (annotator, gold chain), from the annotator's pass as they submitted it
 (a later revision of it does not count: a gold chain measures the pass as submitted, and
@@ -279,7 +279,7 @@ class ScreeningState:
     ``status`` is pending, passed or failed. ``done`` counts the gold chains of the
     current attempt (at most ``required``); ``step_accuracy`` is set once decided.
     ``decide`` is True when the state was just computed to passed or failed and not yet
-    stored (``annotation.services.gold.screening_refresh`` stores it). While pending,
+    stored (``annotation.quality.gold.screening_refresh`` stores it). While pending,
     ``next_chain`` is the gold chain to offer next: None when the annotator already holds
     leases on the rest of their screening chains, or when no gold chain is left
     (``waiting_for_gold``: the lead must add some)."""

@@ -15,7 +15,7 @@ its normal candidate query, and the normal query never returns a gold chain:
   run is reproducible, two annotators do not get gold on the same beat, and no annotator
   can work out which of their claims will be gold (they know all three, not the key);
 * the gold chain drawn is the next of the annotator's own order of the project's gold
-  chains, a keyed shuffle (``annotation.selectors.gold.unseen_gold_chain``): never id
+  chains, a keyed shuffle (``annotation.quality.gold_reads.unseen_gold_chain``): never id
   order, which put gold imported after the real work in a sequence of its own;
 * with ``Project.screening_chains`` N > 0, an annotator (role "annotator") who has not
   passed gets only gold chains, N of them (the first N of the project's keyed shuffle, the
@@ -56,14 +56,14 @@ from annotation.models import (
     ScreeningStatus,
 )
 from annotation.public_ids import purpose_key
-from annotation.queue.closed_leases import closed_leases_sync
-from annotation.selectors.gold import (
+from annotation.quality.chain_agreement import chains_agreement_refresh
+from annotation.quality.gold_reads import (
     ScreeningState,
     screening_applies,
     screening_state_get,
     unseen_gold_chain,
 )
-from annotation.services.chain_agreement import chains_agreement_refresh
+from annotation.queue.closed_leases import closed_leases_sync
 from annotation.services.chain_changes import (
     NOT_IN_PROJECT,
     Changed,

@@ -20,19 +20,19 @@ from annotation.models import (
     Step,
     StepRating,
 )
-from annotation.selectors.machine_labels import (
-    MachineColumn,
-    chain_machine_labels,
-    with_consensus,
-)
-from annotation.services.agreement import CurrentRatings, current_human_ratings
-from annotation.services.consensus import (
+from annotation.quality.agreement import CurrentRatings, current_human_ratings
+from annotation.quality.consensus import (
     StepPosterior,
     chain_consensus,
     counted_votes,
     dawid_skene_fit,
     dawid_skene_fit_current,
     votes_for_chains,
+)
+from annotation.selectors.machine_labels import (
+    MachineColumn,
+    chain_machine_labels,
+    with_consensus,
 )
 
 

@@ -1,0 +1,1 @@
+"""HTTP doors of the quality slice: review, gold, machine quality."""
