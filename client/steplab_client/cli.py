@@ -35,6 +35,15 @@ EXPORT_FORMATS = (
 MACHINE_SOURCES = ("monte_carlo", "judge", "prm", "import")
 IMPORT_FORMATS = ("auto", "prm800k", "processbench", "trl", "math_shepherd", "generic", "problems")
 SPLITS = ("train", "heldout")
+WEBHOOK_EVENTS = (
+    "chain.finished",
+    "snapshot.created",
+    "import.finished",
+    "import.failed",
+    "training_run.finished",
+    "model_version.activated",
+    "scoring_run.finished",
+)
 
 Handler = Callable[[Client, argparse.Namespace], Any]
 
@@ -485,6 +494,65 @@ def _training_settings(client: Client, args: argparse.Namespace) -> Any:
     return client.training_settings.update(args.project, **settings)
 
 
+_WEBHOOK_COLUMNS = ["id", "url", "events", "active", "description", "created_at"]
+_DELIVERY_COLUMNS = [
+    "id",
+    "event",
+    "status",
+    "attempts",
+    "last_status_code",
+    "replay_of",
+    "created_at",
+    "delivered_at",
+]
+
+
+def _webhook_changes(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "url": args.url_to,
+        "events": args.event,
+        "description": args.description,
+        "active": args.active,
+    }
+
+
+def _webhooks_create(client: Client, args: argparse.Namespace) -> Any:
+    changes = _webhook_changes(args)
+    changes["url"] = args.target
+    return client.webhooks.create(args.project, **changes)
+
+
+def _webhooks_update(client: Client, args: argparse.Namespace) -> Any:
+    return client.webhooks.update(
+        args.project,
+        args.webhook_id,
+        rotate_secret=True if args.rotate_secret else None,
+        **_webhook_changes(args),
+    )
+
+
+def _webhooks_delete(client: Client, args: argparse.Namespace) -> Any:
+    client.webhooks.delete(args.project, args.webhook_id)
+    return {"deleted": args.webhook_id}
+
+
+_WEBHOOK_HANDLERS: dict[str, Handler] = {
+    "list": lambda client, args: (client.webhooks.list(args.project), _WEBHOOK_COLUMNS),
+    "show": lambda client, args: client.webhooks.show(args.project, args.webhook_id),
+    "create": _webhooks_create,
+    "update": _webhooks_update,
+    "delete": _webhooks_delete,
+    "test": lambda client, args: client.webhooks.test(args.project, args.webhook_id),
+    "deliveries": lambda client, args: (
+        client.webhooks.deliveries(args.project, args.webhook_id),
+        _DELIVERY_COLUMNS,
+    ),
+    "replay": lambda client, args: client.webhooks.replay(
+        args.project, args.webhook_id, args.delivery_id
+    ),
+}
+
+
 # --- the parser --------------------------------------------------------------------------
 
 
@@ -769,7 +837,59 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _project(training)
     _set_option(training, "a setting to change")
+    _webhook_group(commands)
     return parser
+
+
+def _webhook_options(parser: argparse.ArgumentParser, *, create: bool) -> None:
+    parser.add_argument(
+        "--event",
+        action="append",
+        choices=WEBHOOK_EVENTS,
+        required=create,
+        help="an event to send (repeat for several)" + ("" if create else "; replaces the list"),
+    )
+    parser.add_argument("--description")
+    active = parser.add_mutually_exclusive_group()
+    active.add_argument("--active", dest="active", action="store_const", const=True)
+    active.add_argument(
+        "--paused", dest="active", action="store_const", const=False, help="send nothing"
+    )
+
+
+def _webhook_group(commands: _Commands) -> None:
+    group = commands.group(
+        "webhooks",
+        "a project's webhooks (leads): list, show, create, update, delete, test, "
+        "deliveries, replay",
+    )
+    handlers = _WEBHOOK_HANDLERS
+    _project(commands.add("list", handlers["list"], "the project's webhooks", group))
+    create = commands.add("create", handlers["create"], "a new webhook (its secret shown)", group)
+    _project(create)
+    create.add_argument("target", metavar="URL", help="where messages are posted")
+    create.set_defaults(url_to=None)
+    _webhook_options(create, create=True)
+    update = commands.add("update", handlers["update"], "change, pause or rotate a webhook", group)
+    for action, help in (
+        ("show", "one webhook, with its secret"),
+        ("delete", "delete a webhook and its delivery log"),
+        ("test", "send a webhook.test message (a worker sends it)"),
+        ("deliveries", "a webhook's delivery log, newest first"),
+        ("replay", "send a delivery's message again"),
+    ):
+        command = commands.add(action, handlers[action], help, group)
+        _project(command)
+        command.add_argument("webhook_id", type=int)
+        if action == "replay":
+            command.add_argument("delivery_id", type=int)
+    _project(update)
+    update.add_argument("webhook_id", type=int)
+    update.add_argument("--to", dest="url_to", metavar="URL", help="a new URL")
+    update.add_argument(
+        "--rotate-secret", action="store_true", help="a new secret; the old one stops verifying"
+    )
+    _webhook_options(update, create=False)
 
 
 def _login(client: Client | None, args: argparse.Namespace) -> Any:

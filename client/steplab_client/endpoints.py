@@ -35,6 +35,7 @@ def _delete(path: str) -> Endpoint:
 
 _V1 = "/api/v1"
 _PROJECT = f"{_V1}/projects/{{project_id}}"
+_WEBHOOK = f"{_PROJECT}/webhooks/{{webhook_id}}"
 
 ENDPOINTS: dict[str, Endpoint] = {
     "auth.token": _post(f"{_V1}/auth/token/"),
@@ -87,4 +88,12 @@ ENDPOINTS: dict[str, Endpoint] = {
         f"{_V1}/machine-label-runs/{{machine_label_run_id}}/cancel/"
     ),
     "machine_label_runs.retry": _post(f"{_V1}/machine-label-runs/{{machine_label_run_id}}/retry/"),
+    "webhooks.list": _get(f"{_PROJECT}/webhooks/"),
+    "webhooks.create": _post(f"{_PROJECT}/webhooks/"),
+    "webhooks.show": _get(f"{_WEBHOOK}/"),
+    "webhooks.update": _patch(f"{_WEBHOOK}/"),
+    "webhooks.delete": _delete(f"{_WEBHOOK}/"),
+    "webhooks.test": _post(f"{_WEBHOOK}/test/"),
+    "webhooks.deliveries": _get(f"{_WEBHOOK}/deliveries/"),
+    "webhooks.replay": _post(f"{_WEBHOOK}/deliveries/{{delivery_id}}/replay/"),
 }

@@ -65,3 +65,12 @@ def test_the_command_lines_choices_are_the_apis(live_server: Any) -> None:
     assert set(cli.EXPORT_FORMATS) == set(parameters["format"]["enum"])
     assert set(cli.SPLITS) == set(parameters["split"]["enum"])
     assert set(cli.IMPORT_FORMATS) == set(_resolved(schema, form["properties"]["format"])["enum"])
+
+
+def test_the_webhook_events_are_the_apis(live_server: Any) -> None:
+    # `steplab webhooks create --event` offers exactly the events the API takes
+    schema = _served_schema(live_server.url)
+    create = schema["paths"][ENDPOINTS["webhooks.create"].path]["post"]
+    body = _resolved(schema, create["requestBody"]["content"]["application/json"]["schema"])
+    events = _resolved(schema, body["properties"]["events"]["items"])
+    assert set(cli.WEBHOOK_EVENTS) == set(events["enum"])
