@@ -1126,6 +1126,8 @@ class BulkActionKind(models.TextChoices):
     GOLD_UNMARK = "gold_unmark", "Unmark gold"
     UNFLAG = "unflag", "Clear the flag"
     REVIEWER = "reviewer", "Assign a reviewer"
+    EVALUATION_ADD = "evaluation_add", "Put into an evaluation set"
+    EVALUATION_REMOVE = "evaluation_remove", "Take out of an evaluation set"
 
 
 class BulkActionStatus(models.TextChoices):
@@ -1148,7 +1150,8 @@ class BulkAction(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     kind = models.CharField(max_length=20, choices=BulkActionKind.choices)
-    # The action's own inputs: {"more": n} to requeue, {"reviewer": user id or null}.
+    # The action's own inputs: {"more": n} to requeue, {"reviewer": user id or null},
+    # {"evaluation_set": id} to put chains into a set or take them out of it.
     params = models.JSONField(default=dict, blank=True)
     chain_ids = models.JSONField(null=True, blank=True)
     filters = models.JSONField(null=True, blank=True)
@@ -1195,6 +1198,8 @@ class ChainEventKind(models.TextChoices):
     REVIEWER = "reviewer", "Reviewer set"
     ROUTED = "routed", "Routed by machine labels"
     SECOND_LOOK = "second_look", "Second look: the PRM contradicts a label"
+    EVALUATION_ADDED = "evaluation_added", "Put into an evaluation set"
+    EVALUATION_REMOVED = "evaluation_removed", "Taken out of an evaluation set"
 
 
 class ChainEvent(models.Model):

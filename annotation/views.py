@@ -28,6 +28,7 @@ from annotation.datasets.snapshots import MIN_SUPPORT_MAX, SEED_MAX
 from annotation.invite_lists import MAX_LIST_CHARS
 from annotation.models import (
     BulkActionKind,
+    EvaluationSet,
     ImportBatch,
     ImportLabels,
     LabelingMode,
@@ -303,6 +304,7 @@ def chains_page(request: HttpRequest, project_id: int) -> HttpResponse:
         "config": config,
         "members": members,
         "bulk_actions": BulkActionKind.choices,
+        "evaluation_sets": EvaluationSet.objects.filter(project=project).order_by("name"),
         "sorts": CHAIN_SORT_CHOICES,
         "extra_labels_max": EXTRA_LABELS_MAX,
     }

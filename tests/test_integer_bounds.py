@@ -96,7 +96,9 @@ def _base_body(name: str, where: str, ids: dict[str, int]) -> dict[str, Any]:
         return {"kind": "sample" if "problems" in where else "judge", "model": "lm"}
     if name not in ("api-chains-bulk", "api-chains-bulk-preview"):
         return {}
-    base: dict[str, Any] = {"action": "unflag"}
+    # An evaluation set is read by the actions that take one.
+    action = "evaluation_add" if where == "body.evaluation_set" else "unflag"
+    base: dict[str, Any] = {"action": action}
     if name == "api-chains-bulk":
         base["expected"] = 0  # the confirmed count; the preview takes none (unknown: a 400)
     if not where.startswith("body.filters"):

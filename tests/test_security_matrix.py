@@ -343,6 +343,15 @@ def _body(name: str, ids: dict[str, int]) -> dict[str, Any]:
         return {"ratings": [{"step": STEP_IDS.of(step), "rating": 1} for step in steps]}
     if name in ("assignment-skip", "assignment-flag"):
         return {"reason": "security matrix"}
+    if name == "api-chains-bulk-preview":
+        # A whole action (into the project's evaluation set): a lead's is counted (200),
+        # everyone else's refused before it is read. (The create's is left empty: a
+        # well-formed one would send a task.)
+        return {
+            "action": "evaluation_add",
+            "evaluation_set": ids["evaluation_set_id"],
+            "chain_ids": [ids["chain_id"]],
+        }
     return {}
 
 

@@ -38,8 +38,8 @@ from annotation.services.chains import EXTRA_LABELS_MAX
 
 BAD_ACTION = OpenApiResponse(
     description="An unknown action, both or neither of `chain_ids` and `filters`, a chain "
-    "of another project, a bad filter, `more` out of range, or a reviewer who does not "
-    "lead the project."
+    "of another project, a bad filter, `more` out of range, a reviewer who does not "
+    "lead the project, or an evaluation set of another project."
 )
 
 
@@ -67,6 +67,11 @@ class BulkInputSerializer(InputSerializer):
         allow_null=True,
         help_text="reviewer: the lead (user id) who is to review the chains; null for nobody.",
     )
+    evaluation_set = IdField(
+        required=False,
+        help_text="evaluation_add, evaluation_remove: the project's evaluation set the chains "
+        "go into or come out of.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("chain_ids" in attrs) == ("filters" in attrs):
@@ -85,7 +90,7 @@ class BulkCreateInputSerializer(BulkInputSerializer):
 
 
 def _params(data: dict[str, Any]) -> dict[str, Any]:
-    return {key: data[key] for key in ("more", "reviewer") if key in data}
+    return {key: data[key] for key in ("more", "reviewer", "evaluation_set") if key in data}
 
 
 def _selection(*, project: Project, data: dict[str, Any]) -> Selection:
@@ -195,8 +200,8 @@ class BulkActionListApi(GenericAPIView):
     @extend_schema(
         tags=["chains"],
         operation_id="chains_bulk_create",
-        summary="Requeue, mark or unmark gold, unflag or set a reviewer on many chains "
-        "(leads only)",
+        summary="Requeue, mark or unmark gold, unflag, set a reviewer, or put into or take "
+        "out of an evaluation set, many chains (leads only)",
         description="Runs in the background, in one transaction: every chain or none. Each "
         "changed chain's history records it.",
         request=BulkCreateInputSerializer,

@@ -278,7 +278,8 @@ class ChainEventOutputSerializer(serializers.Serializer):
     actor = serializers.CharField(allow_null=True, help_text="The lead who did it.")
     detail = serializers.DictField(
         help_text="Its inputs and outcome: requeued {more, needed}; marked gold "
-        "{answer_key}; flag cleared {flag_reason}; reviewer set {reviewer}."
+        "{answer_key}; flag cleared {flag_reason}; reviewer set {reviewer}; put into or "
+        "taken out of an evaluation set {evaluation_set, name}."
     )
     bulk_action = serializers.IntegerField(
         source="bulk_action_id", allow_null=True, help_text="The bulk action it was part of."

@@ -14,19 +14,40 @@ of the project: ``evaluation_set_mark_chains``). From then on its chains:
 * are scored by every model version trained afterwards, in its training task
   (``prm_training.services.evaluation``).
 
+A lead also puts chains into an existing set, or takes them out of it, from the data
+manager (``chains_evaluation_set_add`` and ``chains_evaluation_set_remove``, a bulk
+action's batch at a time): the same rules hold (``hold_out_reasons``), each changed chain's
+history records it, and the figures measured on a set whose chains changed describe other
+chains, so they are dropped (``evaluation_set_changed_register``: the training app deletes
+them and measures its versions again). A chain leased when it is put into a set keeps its
+lease until it is submitted or expires; the queue offers it to nobody after that.
+
 Gold chains stay gold (they measure annotators and are leased as such): a set takes the
 import's other chains. A chain first imported by another file (deduplicated by content)
 belongs to that file's import, not this one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import operator
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from functools import reduce
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 
-from annotation.models import Chain, EvaluationSet, ImportBatch, Project
+from annotation.models import (
+    BulkAction,
+    Chain,
+    ChainEventKind,
+    EvaluationSet,
+    ImportBatch,
+    Project,
+)
+from annotation.services.chain_changes import Changed, chain_events_record, chains_lock_sorted
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -34,6 +55,47 @@ if TYPE_CHECKING:
 NAME_MAX = 200
 # Chains updated per statement when a lead names them.
 CHAIN_CHUNK = 10_000
+
+# Why a chain is not put into a set.
+IN_THIS_SET = "in this evaluation set already"
+IN_ANOTHER_SET = "in another evaluation set"
+GOLD = "gold (gold chains measure annotators and are leased)"
+# Why a chain is not taken out of a set.
+NOT_IN_THIS_SET = "not in this evaluation set"
+
+# Called as hook(project_id=, evaluation_set_ids=) in the transaction that changed the
+# chains of those sets (not when a set is marked or unmarked whole).
+EvaluationSetChangedHook = Callable[..., object]
+_CHANGED_HOOKS: list[EvaluationSetChangedHook] = []
+
+
+def evaluation_set_changed_register(hook: EvaluationSetChangedHook) -> None:
+    """Adds ``hook`` once (``ready()`` may run more than once in tests). The annotation
+    app never imports the training app, whose figures on a set go stale when its chains
+    change: it registers here."""
+    if hook not in _CHANGED_HOOKS:
+        _CHANGED_HOOKS.append(hook)
+
+
+def _changed_notify(*, project_id: int, evaluation_set_ids: list[int]) -> None:
+    for hook in _CHANGED_HOOKS:
+        hook(project_id=project_id, evaluation_set_ids=evaluation_set_ids)
+
+
+def hold_out_reasons(*, evaluation_set: EvaluationSet | None = None) -> dict[str, Q]:
+    """Why a chain cannot be held out (in ``evaluation_set``, when given): in it already,
+    in another set (a chain belongs to one set at most), or gold. Every way in (an import,
+    chains named, the data manager) refuses or leaves these."""
+    reasons: dict[str, Q] = {}
+    if evaluation_set is not None:
+        reasons[IN_THIS_SET] = Q(evaluation_set=evaluation_set)
+    reasons[IN_ANOTHER_SET] = Q(evaluation_set__isnull=False)
+    reasons[GOLD] = Q(is_gold=True)
+    return reasons
+
+
+def _held(reasons: dict[str, Q]) -> Q:
+    return reduce(operator.or_, reasons.values())
 
 
 def evaluation_set_mark(
@@ -53,8 +115,8 @@ def evaluation_set_mark(
             raise ValidationError({"import_batch": "This import is already an evaluation set."})
         if EvaluationSet.objects.filter(project=project, name=name).exists():
             raise ValidationError({"name": "The project has an evaluation set of this name."})
-        chains = Chain.objects.filter(
-            project=project, import_batch=batch, is_gold=False, evaluation_set__isnull=True
+        chains = Chain.objects.filter(project=project, import_batch=batch).exclude(
+            _held(hold_out_reasons())
         )
         if not chains.exists():
             raise ValidationError({"import_batch": "This import has no chain to hold out."})
@@ -81,9 +143,7 @@ def evaluation_set_mark_chains(
     with transaction.atomic():
         Project.objects.select_for_update().get(pk=project.pk)
         chains = Chain.objects.filter(project=project, pk__in=wanted)
-        free = set(
-            chains.filter(is_gold=False, evaluation_set__isnull=True).values_list("pk", flat=True)
-        )
+        free = set(chains.exclude(_held(hold_out_reasons())).values_list("pk", flat=True))
         refused = [chain_id for chain_id in wanted if chain_id not in free]
         if refused:
             shown = ", ".join(map(str, refused[:20])) + (" ..." if len(refused) > 20 else "")
@@ -114,3 +174,84 @@ def evaluation_set_unmark(*, evaluation_set: EvaluationSet) -> int:
         returned = Chain.objects.filter(evaluation_set=evaluation_set).update(evaluation_set=None)
         evaluation_set.delete()
     return returned
+
+
+def _set_locked(*, project: Project, evaluation_set: EvaluationSet) -> None:
+    """Lock the project row (as marking and unmarking do, so a set cannot be unmarked
+    while chains go in) and check that the set is still one of the project's."""
+    Project.objects.select_for_update().get(pk=project.pk)
+    if not EvaluationSet.objects.filter(pk=evaluation_set.pk, project=project).exists():
+        raise ValidationError({"evaluation_set": "Not an evaluation set of this project."})
+
+
+def chains_evaluation_set_add(
+    *,
+    project: Project,
+    chain_ids: Iterable[int],
+    evaluation_set: EvaluationSet,
+    actor: User | None = None,
+    bulk_action: BulkAction | None = None,
+    now: datetime | None = None,
+) -> Changed:
+    """Put the chains ``chain_ids`` of ``project`` into ``evaluation_set``: from then on
+    never trained on and never leased (the module docstring). Chains that cannot be held
+    out are left (``hold_out_reasons``). ValidationError for a set of another project or
+    one unmarked meanwhile. Precondition: the caller checks that the user leads the
+    project. Lock order: the project row, then the chains in id order."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        _set_locked(project=project, evaluation_set=evaluation_set)
+        outcome = chains_lock_sorted(
+            project=project,
+            chain_ids=chain_ids,
+            reasons=hold_out_reasons(evaluation_set=evaluation_set),
+        )
+        Chain.objects.filter(pk__in=outcome.changed).update(evaluation_set=evaluation_set)
+        named = {"evaluation_set": evaluation_set.pk, "name": evaluation_set.name}
+        chain_events_record(
+            chain_ids=outcome.changed,
+            kind=ChainEventKind.EVALUATION_ADDED,
+            actor=actor,
+            now=now,
+            detail=lambda _chain_id: named,
+            bulk_action=bulk_action,
+        )
+        if outcome.changed:
+            _changed_notify(project_id=project.pk, evaluation_set_ids=[evaluation_set.pk])
+    return outcome
+
+
+def chains_evaluation_set_remove(
+    *,
+    project: Project,
+    chain_ids: Iterable[int],
+    evaluation_set: EvaluationSet,
+    actor: User | None = None,
+    bulk_action: BulkAction | None = None,
+    now: datetime | None = None,
+) -> Changed:
+    """Take the chains ``chain_ids`` of ``project`` out of ``evaluation_set``, back to
+    the queue and to training; chains not in it are left. The set stays (an empty set
+    measures nothing; unmark it to drop it). ValidationError for a set of another project
+    or one unmarked meanwhile. Precondition and lock order as ``chains_evaluation_set_add``."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        _set_locked(project=project, evaluation_set=evaluation_set)
+        outcome = chains_lock_sorted(
+            project=project,
+            chain_ids=chain_ids,
+            reasons={NOT_IN_THIS_SET: ~Q(evaluation_set=evaluation_set)},
+        )
+        Chain.objects.filter(pk__in=outcome.changed).update(evaluation_set=None)
+        named = {"evaluation_set": evaluation_set.pk, "name": evaluation_set.name}
+        chain_events_record(
+            chain_ids=outcome.changed,
+            kind=ChainEventKind.EVALUATION_REMOVED,
+            actor=actor,
+            now=now,
+            detail=lambda _chain_id: named,
+            bulk_action=bulk_action,
+        )
+        if outcome.changed:
+            _changed_notify(project_id=project.pk, evaluation_set_ids=[evaluation_set.pk])
+    return outcome

@@ -1,9 +1,11 @@
-"""The data manager's bulk actions: requeue, mark or unmark gold, clear flags, or set a
-reviewer, on a selection of chains or on every chain a filter of the list matches.
+"""The data manager's bulk actions: requeue, mark or unmark gold, clear flags, set a
+reviewer, or put chains into an evaluation set or take them out of it, on a selection of
+chains or on every chain a filter of the list matches.
 
 Each action is the service that does it to one chain (``chains_requeue``,
 ``chains_gold_mark``, ``chains_gold_unmark``, ``chains_flag_clear``,
-``chains_reviewer_set``), called a batch of BATCH_CHAINS ids at a time: per batch one
+``chains_reviewer_set``, ``chains_evaluation_set_add``, ``chains_evaluation_set_remove``),
+called a batch of BATCH_CHAINS ids at a time: per batch one
 query for the next ids (the filter's own query, by id from the last batch's end), the
 row locks, a query per reason a chain is left, set-based writes and one insert of the
 batch's history rows. Memory is bounded by the batch, whatever the selection holds.
@@ -42,7 +44,20 @@ from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from annotation.models import BulkAction, BulkActionKind, BulkActionStatus, Chain, Project
+from annotation.datasets.evaluation_sets import (
+    NOT_IN_THIS_SET,
+    chains_evaluation_set_add,
+    chains_evaluation_set_remove,
+    hold_out_reasons,
+)
+from annotation.models import (
+    BulkAction,
+    BulkActionKind,
+    BulkActionStatus,
+    Chain,
+    EvaluationSet,
+    Project,
+)
 from annotation.quality.gold import (
     chains_gold_mark,
     chains_gold_unmark,
@@ -100,6 +115,10 @@ def _reviewer(params: dict[str, Any]) -> User | None:
     return None if reviewer_id is None else get_user_model().objects.get(pk=reviewer_id)
 
 
+def _evaluation_set(project: Project, params: dict[str, Any]) -> EvaluationSet:
+    return EvaluationSet.objects.get(pk=params["evaluation_set"], project=project)
+
+
 ACTIONS: dict[str, _Action] = {
     BulkActionKind.REQUEUE: _Action(
         reasons=lambda project, params: requeue_reasons(project=project, more=params["more"]),
@@ -131,19 +150,46 @@ ACTIONS: dict[str, _Action] = {
             reviewer=_reviewer(params), actor=actor, bulk_action=job, **kw
         ),
     ),
+    BulkActionKind.EVALUATION_ADD: _Action(
+        reasons=lambda project, params: hold_out_reasons(
+            evaluation_set=_evaluation_set(project, params)
+        ),
+        apply=lambda *, project, params, actor, job, **kw: chains_evaluation_set_add(
+            project=project,
+            evaluation_set=_evaluation_set(project, params),
+            actor=actor,
+            bulk_action=job,
+            **kw,
+        ),
+    ),
+    BulkActionKind.EVALUATION_REMOVE: _Action(
+        reasons=lambda project, params: {
+            NOT_IN_THIS_SET: ~Q(evaluation_set=_evaluation_set(project, params))
+        },
+        apply=lambda *, project, params, actor, job, **kw: chains_evaluation_set_remove(
+            project=project,
+            evaluation_set=_evaluation_set(project, params),
+            actor=actor,
+            bulk_action=job,
+            **kw,
+        ),
+    ),
 }
 
 
 def bulk_params_check(*, project: Project, kind: str, params: dict[str, Any]) -> dict[str, Any]:
     """The action's own inputs, checked: ``more`` (1 .. EXTRA_LABELS_MAX, default 1) to
-    requeue; ``reviewer`` (a lead's user id, or None for nobody) to set a reviewer; no
-    other (an input the action does not take is refused, not ignored). ValidationError
-    naming the field."""
+    requeue; ``reviewer`` (a lead's user id, or None for nobody) to set a reviewer;
+    ``evaluation_set`` (an evaluation set of the project) to put chains into it or take
+    them out; no other (an input the action does not take is refused, not ignored).
+    ValidationError naming the field."""
     if kind not in ACTIONS:
         raise ValidationError({"action": f"Not an action: {kind!r}."})
     takes: dict[str, set[str]] = {
         BulkActionKind.REQUEUE: {"more"},
         BulkActionKind.REVIEWER: {"reviewer"},
+        BulkActionKind.EVALUATION_ADD: {"evaluation_set"},
+        BulkActionKind.EVALUATION_REMOVE: {"evaluation_set"},
     }
     for name in sorted(set(params) - takes.get(kind, set())):
         raise ValidationError({name: f"The action {kind!r} takes no {name!r}."})
@@ -160,6 +206,14 @@ def bulk_params_check(*, project: Project, kind: str, params: dict[str, Any]) ->
             raise ValidationError({"reviewer": "A reviewer is a lead of this project."})
         reviewer_check(project=project, reviewer=reviewer)
         return {"reviewer": params["reviewer"]}
+    if kind in (BulkActionKind.EVALUATION_ADD, BulkActionKind.EVALUATION_REMOVE):
+        set_id = params.get("evaluation_set")
+        if (
+            type(set_id) is not int
+            or not EvaluationSet.objects.filter(pk=set_id, project=project).exists()
+        ):
+            raise ValidationError({"evaluation_set": "Name an evaluation set of this project."})
+        return {"evaluation_set": set_id}
     return {}
 
 

@@ -179,6 +179,10 @@ function bulkBody() {
     const reviewer = $("ch-bulk-reviewer").value;
     body.reviewer = reviewer === "" ? null : Number(reviewer);
   }
+  if (action === "evaluation_add" || action === "evaluation_remove") {
+    const set = $("ch-bulk-set").value;
+    if (set !== "") body.evaluation_set = Number(set);
+  }
   return body;
 }
 
@@ -186,6 +190,7 @@ function actionChanged() {
   const action = $("ch-bulk-action").value;
   $("ch-bulk-more-label").hidden = action !== "requeue";
   $("ch-bulk-reviewer-label").hidden = action !== "reviewer";
+  $("ch-bulk-set-label").hidden = action !== "evaluation_add" && action !== "evaluation_remove";
   closeConfirm();
 }
 
@@ -280,7 +285,7 @@ $("ch-tick-page").addEventListener("change", (event) => {
   selectionChanged();
 });
 $("ch-bulk").addEventListener("submit", count);
-for (const id of ["ch-bulk-scope", "ch-bulk-more", "ch-bulk-reviewer"]) {
+for (const id of ["ch-bulk-scope", "ch-bulk-more", "ch-bulk-reviewer", "ch-bulk-set"]) {
   $(id).addEventListener("change", closeConfirm);
 }
 $("ch-bulk-action").addEventListener("change", actionChanged);
