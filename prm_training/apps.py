@@ -13,6 +13,11 @@ class PrmTrainingConfig(AppConfig):
         from prm_training.services.training import training_autostart_enqueue
 
         chain_finished_register(training_autostart_enqueue)
+        # Figures on an evaluation set whose chains a lead changed are dropped with them.
+        from annotation.datasets.evaluation_sets import evaluation_set_changed_register
+        from prm_training.services.evaluation import evaluation_results_stale_drop
+
+        evaluation_set_changed_register(evaluation_results_stale_drop)
         # The data manager's PRM score and uncertainty columns, read through the ORM.
         from annotation.selectors.chain_scores import chain_score_source_register
         from prm_training.chain_scores import SOURCE

@@ -225,6 +225,18 @@ def evaluation_sets_fill(
     return len(figures)
 
 
+def evaluation_results_stale_drop(*, project_id: int, evaluation_set_ids: Sequence[int]) -> int:
+    """Drop every version's figures on ``evaluation_set_ids``, whose chains a lead just
+    changed (the data manager's bulk action: the annotation app's
+    ``evaluation_set_changed_register`` hook, in the transaction that changed them):
+    they describe chains the set no longer holds. A version measured again fills them.
+    How many were dropped."""
+    deleted, _ = EvaluationResult.objects.filter(
+        evaluation_set_id__in=evaluation_set_ids, evaluation_set__project_id=project_id
+    ).delete()
+    return deleted
+
+
 def promotion_refusal(
     *, project_id: int, measured: Mapping[int, bool | None], version: str
 ) -> str | None:

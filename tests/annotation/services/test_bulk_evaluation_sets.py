@@ -38,6 +38,7 @@ from annotation.services.bulk_actions import (
     bulk_action_execute,
     bulk_action_preview,
 )
+from prm_training.models import EvaluationResult
 from prm_training.services.examples import snapshot_chain_examples
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import (
@@ -45,6 +46,7 @@ from tests.factories import (
     MembershipFactory,
     ProjectFactory,
     annotation_with_ratings,
+    scoring_run_with_model_version,
 )
 
 pytestmark = pytest.mark.django_db
@@ -207,3 +209,22 @@ def test_the_set_is_checked_refused_from_another_project_and_when_unmarked(
     assert "evaluation set" in job.detail
     assert not Chain.objects.filter(pk__in=lab["ids"][5:], evaluation_set__isnull=False).exists()
     assert not ChainEvent.objects.exists()
+
+
+def test_figures_on_a_set_whose_chains_changed_are_dropped(lab: dict[str, Any]) -> None:
+    # Given: a version with figures on both sets
+    version = scoring_run_with_model_version(project=lab["project"], content_hash="v").model_version
+    for evaluation_set in (lab["held"], lab["other"]):
+        EvaluationResult.objects.create(model_version=version, evaluation_set=evaluation_set)
+    selection = Selection(chain_ids=tuple(lab["ids"][5:]))
+
+    # When: chains go into "held"; Then: its figures describe other chains, and go
+    _run(lab, ADD, selection, evaluation_set=lab["held"].pk)
+    assert list(EvaluationResult.objects.values_list("evaluation_set_id", flat=True)) == [
+        lab["other"].pk
+    ]
+    # A run that changes nothing keeps the figures; one that takes chains out drops them
+    _run(lab, REMOVE, selection, evaluation_set=lab["other"].pk)
+    assert EvaluationResult.objects.count() == 1
+    _run(lab, REMOVE, Selection(chain_ids=tuple(lab["ids"][2:3])), evaluation_set=lab["other"].pk)
+    assert not EvaluationResult.objects.exists()
