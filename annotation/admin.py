@@ -28,8 +28,8 @@ from annotation.models import (
     Step,
     StepRating,
 )
+from annotation.projects.services import chain_finished_recompute
 from annotation.quality.gold import gold_mark, gold_unmark
-from annotation.services.projects import chain_finished_recompute
 from annotation.services.workspace import chain_flag_by_lead, chain_flag_clear
 
 

@@ -92,7 +92,7 @@ def lockout_response(
     cool_off = get_cool_off(request)
     retry_after = int(cool_off.total_seconds()) if cool_off else None
     minutes = max(1, (retry_after or 0) // 60)
-    # The invitation page counts links that open nothing (annotation/invite_views.py).
+    # The invitation page counts links that open nothing (annotation/projects/invite_views.py).
     invite_links = request.path == reverse("invite")
     what = (
         "invitation links that open nothing from this address"

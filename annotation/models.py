@@ -15,7 +15,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
 
-from annotation.guidelines import GUIDELINES_MAX_CHARS
+from annotation.projects.guidelines import GUIDELINES_MAX_CHARS
 
 
 class LabelingMode(models.TextChoices):
@@ -97,7 +97,7 @@ class Project(models.Model):
         blank=True, validators=[MaxLengthValidator(GUIDELINES_MAX_CHARS)], help_text="Markdown."
     )
     # The guidelines rendered once, when saved, for every page that shows them, and the
-    # digest of the Markdown it was rendered from (services.projects).
+    # digest of the Markdown it was rendered from (projects.services).
     guidelines_html = models.TextField(blank=True, editable=False)
     guidelines_html_digest = models.CharField(max_length=64, blank=True, editable=False)
     overlap = models.PositiveSmallIntegerField(
@@ -208,7 +208,7 @@ class Project(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
-    # The progress annotators see, frozen once a day (annotation.selectors.projects,
+    # The progress annotators see, frozen once a day (annotation.projects.selectors,
     # ``progress_as_annotators_see_it``): {"day": ISO date, "chains_total": ...}.
     annotator_progress = models.JSONField(default=dict, blank=True, editable=False)
 
@@ -283,7 +283,7 @@ class Membership(models.Model):
 
 
 class InviteState(models.TextChoices):
-    """Where an invitation stands (``annotation.selectors.invites.invite_state``): only a
+    """Where an invitation stands (``annotation.projects.invite_reads.invite_state``): only a
     pending one lets anyone in."""
 
     PENDING = "pending", "Pending"
@@ -301,7 +301,7 @@ class Invite(models.Model):
     The link carries ``<selector>-<secret>``. Only the selector, the public half that
     finds the row, and a SHA-256 hash of the secret are stored, so neither a copy of the
     database nor its logs can open an invitation; the secret is compared with the hash
-    in constant time (``annotation.selectors.invites``). Accepted and revoked invitations
+    in constant time (``annotation.projects.invite_reads``). Accepted and revoked invitations
     stay, as the record of who let whom in."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="invites")

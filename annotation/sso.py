@@ -18,7 +18,7 @@ from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
 from django.http import HttpRequest
 
-from annotation.services.sso_roles import sso_roles_apply
+from annotation.projects.sso_roles import sso_roles_apply
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def _roles_on_sign_in(
     sender: Any, request: HttpRequest, user: Any, sociallogin: SocialLogin | None = None, **_: Any
 ) -> None:
     """At every sign-in through a provider (the first included), the group claim's
-    mapped roles are applied (annotation/services/sso_roles.py)."""
+    mapped roles are applied (annotation/projects/sso_roles.py)."""
     if sociallogin is None:
         return
     sso_roles_apply(user=user, claims=provider_claims(sociallogin))

@@ -2,7 +2,7 @@
 the login form's username and password are checked by binding to the directory; an
 account is made at a person's first sign-in, names and e-mail follow the directory, and
 their LDAP groups set project roles at every sign-in (STEPLAB_LDAP_ROLE_MAP, the same
-rules as OIDC's: annotation/services/sso_roles.py).
+rules as OIDC's: annotation/projects/sso_roles.py).
 
 The backend stands in AUTHENTICATION_BACKENDS always, so a session it made keeps working,
 but it signs no one in while STEPLAB_LDAP_URI is unset. A wrong password is a plain
@@ -19,7 +19,7 @@ from django.contrib.auth.models import User
 from django.http import HttpRequest
 from django_auth_ldap.backend import LDAPBackend
 
-from annotation.services.sso_roles import group_roles_apply
+from annotation.projects.sso_roles import group_roles_apply
 
 
 def ldap_sign_in_name() -> str:

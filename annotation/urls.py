@@ -3,7 +3,8 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from annotation import invite_views, views
+from annotation import views
+from annotation.projects import invite_views
 from annotation.webhooks.views import webhooks_page
 
 urlpatterns = [

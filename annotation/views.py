@@ -25,7 +25,6 @@ from annotation.datasets.exporters.formats import (
 from annotation.datasets.importers.formats import FORMATS as IMPORT_FORMATS
 from annotation.datasets.snapshot_reads import snapshot_get, snapshot_options, training_snapshots
 from annotation.datasets.snapshots import MIN_SUPPORT_MAX, SEED_MAX
-from annotation.invite_lists import MAX_LIST_CHARS
 from annotation.models import (
     BulkActionKind,
     EvaluationSet,
@@ -38,15 +37,16 @@ from annotation.models import (
     StepSplit,
 )
 from annotation.navigation import page_roles, project_pages
-from annotation.selectors.access import project_create_allowed, project_get_for_member
-from annotation.selectors.history import history_annotator_resolve
-from annotation.selectors.projects import (
+from annotation.projects.invite_lists import MAX_LIST_CHARS
+from annotation.projects.selectors import (
     chains_imported_count,
     membership_list,
     progress_as_annotators_see_it,
     project_get_with_progress,
     project_list_with_progress,
 )
+from annotation.selectors.access import project_create_allowed, project_get_for_member
+from annotation.selectors.history import history_annotator_resolve
 from annotation.services.chains import EXTRA_LABELS_MAX
 from annotation.sso import sso_providers
 from annotation.sso_ldap import ldap_sign_in_name, password_form_shown

@@ -224,9 +224,9 @@ def world_create() -> World:
     so their rendering is stored) and their people with tokens."""
     from django.contrib.auth import get_user_model
 
+    from annotation.api.tokens import api_token_create
     from annotation.models import Membership, Role
-    from annotation.services.api_tokens import api_token_create
-    from annotation.services.projects import project_create, project_update
+    from annotation.projects.services import project_create, project_update
 
     tag = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     users = {}

@@ -44,7 +44,7 @@ SAMPLE_SECONDS = 0.25
 SETUP = """
 from django.contrib.auth import get_user_model
 from annotation.models import Project
-from annotation.services.api_tokens import api_token_create
+from annotation.api.tokens import api_token_create
 project = Project.objects.get(name="Demo: arithmetic word problems")
 project.overlap = 1
 project.save(update_fields=["overlap"])

@@ -244,8 +244,8 @@ def bench_fixture_create(*, annotators: int, overlap: int) -> BenchFixture:
     sixteen logins would measure the throttle, not the queue."""
     from django.contrib.auth import get_user_model
 
+    from annotation.api.tokens import api_token_create
     from annotation.models import Membership, Project, Role
-    from annotation.services.api_tokens import api_token_create
 
     tag = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
     user_model = get_user_model()

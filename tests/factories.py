@@ -131,7 +131,7 @@ def scoring_run_with_model_version(*, project: Project, content_hash: str, **fie
 
 def api_token_key(user: Any, *, scope: str = "full", name: str = "test") -> str:
     """The key of a new API token of ``user`` (made by the service the page calls)."""
-    from annotation.services.api_tokens import api_token_create
+    from annotation.api.tokens import api_token_create
 
     return api_token_create(user=user, name=name, scope=scope).key
 

@@ -79,7 +79,7 @@ def lab(transactional_db: Any) -> tuple[int, list[str]]:
     from annotation.datasets.imports import chain_import
     from annotation.demo_data import generate_chains, write_jsonl
     from annotation.models import Role
-    from annotation.services.projects import membership_add, project_create
+    from annotation.projects.services import membership_add, project_create
     from tests.factories import api_token_key
 
     User = get_user_model()
@@ -138,7 +138,7 @@ import os
 from django.contrib.auth import get_user_model
 from tests.factories import api_token_key
 from annotation.models import Project, Role
-from annotation.services.projects import membership_add
+from annotation.projects.services import membership_add
 ANNOTATORS = int(os.environ["LAB_ANNOTATORS"])
 project = Project.objects.get(name="Demo: arithmetic word problems")
 keys = []

@@ -26,10 +26,10 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from annotation.api.tokens import api_token_create
 from annotation.datasets.evaluation_sets import evaluation_set_mark
 from annotation.models import Assignment, BulkAction, ImportJob, Invite, Role, Step
 from annotation.public_ids import ASSIGNMENT_IDS, STEP_IDS
-from annotation.services.api_tokens import api_token_create
 from annotation.webhooks.services import webhook_create, webhook_test_send
 from prm_training.models import MachineLabelRun, RunStatus, SimulationRun, TrainingRun
 from tests.factories import (

@@ -18,9 +18,7 @@ from rest_framework.views import APIView
 
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import request_user
-from annotation.login_lockout import client_address, sign_in_record
-from annotation.models import ApiToken, ApiTokenScope
-from annotation.services.api_tokens import (
+from annotation.api.tokens import (
     API_TOKEN_STATES,
     SIGN_IN_TOKEN_NAME,
     api_token_create,
@@ -28,6 +26,8 @@ from annotation.services.api_tokens import (
     api_token_state,
     api_tokens_of,
 )
+from annotation.login_lockout import client_address, sign_in_record
+from annotation.models import ApiToken, ApiTokenScope
 
 
 class TokenCreateInputSerializer(InputSerializer):

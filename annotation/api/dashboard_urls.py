@@ -2,15 +2,9 @@
 
 from django.urls import path
 
-from annotation.api.dashboard import DashboardApi
 from annotation.api.routing import RoutingApi, RoutingRunApi
 
 urlpatterns = [
-    path(
-        "projects/<id:project_id>/dashboard/",
-        DashboardApi.as_view(),
-        name="api-project-dashboard",
-    ),
     path("projects/<id:project_id>/routing/", RoutingApi.as_view(), name="api-project-routing"),
     path(
         "projects/<id:project_id>/routing/run/",

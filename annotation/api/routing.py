@@ -14,10 +14,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api.dashboard import ProportionOutputSerializer
 from annotation.api.errors import ServiceUnavailable
 from annotation.api.permissions import LEADS, LEADS_AND_ML, project_for_request
 from annotation.models import ChainRouting
+from annotation.projects.api.dashboard import ProportionOutputSerializer
 from annotation.selectors.routing import routing_summary
 from annotation.services.routing import chains_route_enqueue, routing_sources
 

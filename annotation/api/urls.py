@@ -6,8 +6,7 @@ urlpatterns = [
     # First: Django tries routes in order, and next and submit are most of all requests.
     path("", include("annotation.api.assignment_urls")),
     path("", include("annotation.api.auth_urls")),
-    path("", include("annotation.api.project_urls")),
-    path("", include("annotation.api.invite_urls")),
+    path("", include("annotation.projects.urls")),
     path("", include("annotation.datasets.urls")),
     path("", include("annotation.api.workspace_urls")),
     path("", include("annotation.api.history_urls")),

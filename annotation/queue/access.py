@@ -12,6 +12,7 @@ from django.db import connection
 from django.http import Http404
 from django.utils import timezone
 
+from annotation.api.tokens import api_token_use
 from annotation.api_tokens import key_hash, token_read_only, token_refusal, token_use_due
 from annotation.models import ApiToken, Project
 from annotation.queue.rows import fetch_models, model_from_row, model_width
@@ -21,7 +22,6 @@ from annotation.queue.sql import (
     token_project_sql,
     token_user_sql,
 )
-from annotation.services.api_tokens import api_token_use
 
 
 def project_get_for_labeling(*, user: User | AnonymousUser, project_id: int | str) -> Project:

@@ -1,6 +1,6 @@
 """``{{ project|guidelines_html }}``: the project's guidelines as HTML, rendered the one
-way every page and the settings preview render them (``annotation.guidelines``), once
-when they are saved (``services.projects.project_guidelines_html``)."""
+way every page and the settings preview render them (``annotation.projects.guidelines``), once
+when they are saved (``projects.services.project_guidelines_html``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from django import template
 from django.utils.safestring import SafeString
 
 from annotation.models import Project
-from annotation.services.projects import project_guidelines_html
+from annotation.projects.services import project_guidelines_html
 
 register = template.Library()
 

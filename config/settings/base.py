@@ -227,10 +227,10 @@ STEPLAB_API_TOKEN_DAYS = int(os.environ.get("STEPLAB_API_TOKEN_DAYS", "30"))
 STEPLAB_API_TOKENS_PER_USER = int(os.environ.get("STEPLAB_API_TOKENS_PER_USER", "20"))
 AXES_RESET_ON_SUCCESS = False
 # Axes keeps a failed attempt's form fields; an invitation's secret and new passwords are
-# masked there like the password (annotation/invite_views.py counts invalid links).
+# masked there like the password (annotation/projects/invite_views.py counts invalid links).
 AXES_SENSITIVE_PARAMETERS = ["token", "password1", "password2"]
 
-# Invitations (annotation/services/invites.py): a lead invites people to a project with a
+# Invitations (annotation/projects/invites.py): a lead invites people to a project with a
 # one-time link. Links last STEPLAB_INVITE_DAYS unless the lead picks another span (at
 # most STEPLAB_INVITE_MAX_DAYS); a list or CSV invites at most STEPLAB_INVITE_MAX_ROWS
 # people at once. STEPLAB_SITE_URL, when set, is the start of every link (the address
@@ -365,7 +365,7 @@ SPECTACULAR_SETTINGS = {
         "ConsensusMethodEnum": "annotation.models.ConsensusMethod",
         "ChainStatusEnum": "annotation.selectors.chains.ChainStatus.ALL",
         "InviteStateEnum": "annotation.models.InviteState",
-        "ApiTokenStateEnum": "annotation.services.api_tokens.API_TOKEN_STATES",
+        "ApiTokenStateEnum": "annotation.api.tokens.API_TOKEN_STATES",
         "MachineSourceEnum": "annotation.models.MachineSource",
         # The names these had before machine-label runs brought a second kind and mode.
         "KindEnum": "annotation.models.ChainEventKind",

@@ -421,7 +421,7 @@ def test_annotators_see_the_day_s_first_reading_and_leads_the_live_figures(
 
     from django.utils import timezone
 
-    from annotation.selectors.projects import (
+    from annotation.projects.selectors import (
         progress_as_annotators_see_it,
         project_list_with_progress,
     )

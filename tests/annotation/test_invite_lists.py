@@ -1,4 +1,4 @@
-"""Reading a list of people to invite (annotation.invite_lists): pasted lines, a
+"""Reading a list of people to invite (annotation.projects.invite_lists): pasted lines, a
 spreadsheet's tabs, a CSV file with a header; every bad line named by its number, and
 nothing read past the bounds."""
 
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from annotation.invite_lists import (
+from annotation.models import Role
+from annotation.projects.invite_lists import (
     MAX_LIST_CHARS,
     InviteListInvalid,
     InviteRow,
     invite_rows_parse,
 )
-from annotation.models import Role
 
 
 def _parse(

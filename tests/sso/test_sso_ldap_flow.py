@@ -18,9 +18,9 @@ from axes.models import AccessAttempt
 from django.contrib.auth.models import User
 from django.test import Client
 
-from annotation.invite_lists import InviteRow
 from annotation.models import Membership, Role
-from annotation.services.invites import invites_create
+from annotation.projects.invite_lists import InviteRow
+from annotation.projects.invites import invites_create
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 from tests.ldap_server import LdapServer, password_of
 

@@ -20,9 +20,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from annotation.invite_lists import InviteRow
 from annotation.models import Membership, Role
-from annotation.services.invites import invites_create
+from annotation.projects.invite_lists import InviteRow
+from annotation.projects.invites import invites_create
 from config import sso
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 from tests.oidc_provider import OidcProvider

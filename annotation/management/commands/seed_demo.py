@@ -19,7 +19,7 @@ from django.db import transaction
 
 from annotation.demo_data import generate_chains, write_jsonl
 from annotation.models import LabelingMode, Project, Role
-from annotation.services.projects import membership_add, project_create
+from annotation.projects.services import membership_add, project_create
 
 
 @dataclass(frozen=True)

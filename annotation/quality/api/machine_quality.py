@@ -10,8 +10,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api.dashboard import ProportionOutputSerializer
 from annotation.api.permissions import LEADS_AND_ML, project_for_request
+from annotation.projects.api.dashboard import ProportionOutputSerializer
 from annotation.quality.machine_quality import RATINGS, REFERENCES, machine_source_quality
 
 

@@ -259,7 +259,7 @@ def test_lead_gets_the_dashboard_others_the_overview(
 def test_python_percentiles_match_percentile_cont() -> None:
     # The SQLite demo ranks durations in Python; it must agree with PostgreSQL's
     # percentile_cont (checked above on the same values: 2000 and 2800).
-    from annotation.selectors.dashboard import DurationStats, _python_percentiles
+    from annotation.projects.dashboard import DurationStats, _python_percentiles
 
     assert _python_percentiles([3000, 1000, 2000]) == DurationStats(3, 2000.0, 2800.0)
     assert _python_percentiles([]) == DurationStats(0, None, None)

@@ -15,10 +15,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from annotation.invite_lists import MAX_LIST_CHARS
 from annotation.models import Invite, InviteState, Membership, Role
-from annotation.selectors.invites import invite_find, invite_state
-from annotation.services.invites import invite_accept
+from annotation.projects.invite_lists import MAX_LIST_CHARS
+from annotation.projects.invite_reads import invite_find, invite_state
+from annotation.projects.invites import invite_accept
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -18,10 +18,10 @@ from django.contrib.sessions.models import Session
 from django.test import Client
 from django.utils import timezone
 
-from annotation.invite_lists import InviteRow
 from annotation.models import Invite, InviteState, Membership, Role
-from annotation.selectors.invites import invite_state
-from annotation.services.invites import InviteIssued, invite_revoke, invites_create
+from annotation.projects.invite_lists import InviteRow
+from annotation.projects.invite_reads import invite_state
+from annotation.projects.invites import InviteIssued, invite_revoke, invites_create
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

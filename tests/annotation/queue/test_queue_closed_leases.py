@@ -13,13 +13,13 @@ from django.utils import timezone
 from psycopg.sql import Literal
 
 from annotation.models import Assignment, AssignmentStatus, Chain
+from annotation.projects.services import project_update
 from annotation.quality.gold import gold_mark, gold_unmark
 from annotation.queue import leases
 from annotation.queue import sql as queue_sql
 from annotation.queue.leases import assignment_skip
 from annotation.queue.prelabels import PrelabelPlan
 from annotation.queue.submit import RatingInput, assignment_submit
-from annotation.services.projects import project_update
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, ProblemFactory, annotation_with_ratings
 

@@ -726,8 +726,8 @@ def test_the_candidate_scan_walks_the_queue_index(make_member) -> None:
 def test_a_requeued_chain_is_offered_again_until_its_extra_passes_come_in(
     make_member,
 ) -> None:
+    from annotation.projects.services import project_update
     from annotation.services.chains import chain_requeue
-    from annotation.services.projects import project_update
 
     # Given a finished chain (overlap 1) that a lead asks one more pass of
     project = ProjectFactory(overlap=1)

@@ -266,7 +266,7 @@ def test_requeue_asks_a_finished_chain_for_one_more_pass(world) -> None:
 
 
 def test_a_requeued_chain_counts_its_extra_pass_in_the_project_s_progress(world) -> None:
-    from annotation.selectors.dashboard import project_dashboard
+    from annotation.projects.dashboard import project_dashboard
 
     # Given the project's progress before a lead asks one chain for one more pass
     project = world["project"]

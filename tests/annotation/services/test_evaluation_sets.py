@@ -93,7 +93,7 @@ def test_marking_refuses_twice_a_taken_name_and_an_import_of_gold_only(project):
 
 
 def test_progress_leaves_the_chains_of_an_evaluation_set_out(project):
-    from annotation.selectors.projects import progress_annotations
+    from annotation.projects.selectors import progress_annotations
 
     held = _imported(project, ImportBatchFactory(project=project), 3)
     ChainFactory(project=project)

@@ -488,8 +488,8 @@ def test_scores_against_hand_computed_values_in_first_error_mode():
 def test_progress_leaves_gold_chains_out_so_a_finished_project_reads_100_percent():
     """Gold chains never finish (every annotator labels them); counting them kept a
     project's progress below 100 % for ever, on the project list and the dashboard."""
-    from annotation.selectors.dashboard import _progress
-    from annotation.selectors.projects import project_list_with_progress
+    from annotation.projects.dashboard import _progress
+    from annotation.projects.selectors import project_list_with_progress
 
     project = ProjectFactory(overlap=1)
     lead = UserFactory(is_superuser=True)

@@ -17,15 +17,15 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, connections, transaction
 from django.utils import timezone
 
-from annotation.invite_lists import InviteListInvalid, InviteRow
 from annotation.models import Invite, InviteState, Membership, Role
-from annotation.selectors.invites import (
+from annotation.projects.invite_lists import InviteListInvalid, InviteRow
+from annotation.projects.invite_reads import (
     invite_find,
     invite_list_open,
     invite_state,
     invite_token_hash,
 )
-from annotation.services.invites import (
+from annotation.projects.invites import (
     EMAIL_NOT_SET_UP,
     InviteIssued,
     InviteUnusable,

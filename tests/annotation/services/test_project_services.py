@@ -10,9 +10,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from annotation.api.project_serializers import ProjectUpdateInputSerializer
 from annotation.models import Assignment, AssignmentStatus, Chain, Membership, Project, Role
-from annotation.services.projects import (
+from annotation.projects.api.serializers import ProjectUpdateInputSerializer
+from annotation.projects.services import (
     PROJECT_UPDATABLE_FIELDS,
     membership_add,
     membership_remove,

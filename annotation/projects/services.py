@@ -13,7 +13,6 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from annotation.guidelines import GuidelinesTooSlow, guidelines_digest, guidelines_html
 from annotation.models import (
     Assignment,
     AssignmentStatus,
@@ -27,6 +26,7 @@ from annotation.models import (
     Role,
     StepSplit,
 )
+from annotation.projects.guidelines import GuidelinesTooSlow, guidelines_digest, guidelines_html
 from annotation.queue.closed_leases import closed_leases_sync
 from annotation.services.routing import ROUTING_FIELDS, chains_route_enqueue_on_commit
 
@@ -144,7 +144,7 @@ def project_update(*, project: Project, data: dict[str, Any]) -> Project:
 
 def _guidelines_rendered(text: str) -> str:
     """The guidelines as HTML, to store with them; a ValidationError naming the time
-    bound when they take too long to render (``annotation.guidelines``)."""
+    bound when they take too long to render (``annotation.projects.guidelines``)."""
     try:
         return str(guidelines_html(text=text))
     except GuidelinesTooSlow as exc:

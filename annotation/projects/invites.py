@@ -26,15 +26,15 @@ from django.db.models.functions import Lower
 from django.template.loader import render_to_string
 from django.utils import dateformat, timezone
 
-from annotation.invite_lists import InviteListInvalid, InviteRow, RowError
 from annotation.models import Invite, InviteState, Membership, Project, Role
-from annotation.selectors.invites import (
+from annotation.projects.invite_lists import InviteListInvalid, InviteRow, RowError
+from annotation.projects.invite_reads import (
     SECRET_HEX,
     SELECTOR_HEX,
     invite_state,
     invite_token_hash,
 )
-from annotation.services.projects import membership_add
+from annotation.projects.services import membership_add
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from annotation.api.permissions import LEADS, IsStaffUser, project_for_request, request_user
-from annotation.api.project_serializers import (
+from annotation.models import Membership, Project
+from annotation.projects.api.serializers import (
     GuidelinesPreviewInputSerializer,
     GuidelinesPreviewOutputSerializer,
     MemberAddInputSerializer,
@@ -25,15 +26,14 @@ from annotation.api.project_serializers import (
     ProjectOutputSerializer,
     ProjectUpdateInputSerializer,
 )
-from annotation.guidelines import GuidelinesTooSlow, guidelines_html
-from annotation.models import Membership, Project
-from annotation.selectors.projects import (
+from annotation.projects.guidelines import GuidelinesTooSlow, guidelines_html
+from annotation.projects.selectors import (
     membership_list,
     progress_as_annotators_see_it,
     project_get_with_progress,
     project_list_with_progress,
 )
-from annotation.services.projects import (
+from annotation.projects.services import (
     membership_add,
     membership_remove,
     membership_role_set,

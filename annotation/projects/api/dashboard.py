@@ -1,6 +1,6 @@
 """The lead dashboard's data over HTTP: `GET /api/v1/projects/{id}/dashboard/` (leads
 only; annotators and ML staff 403, non-members 404). Thin: check access, call
-``annotation.selectors.dashboard.project_dashboard``, serialize. The page at
+``annotation.projects.dashboard.project_dashboard``, serialize. The page at
 `/projects/{id}/` draws its charts from this, so any client sees the same numbers."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from rest_framework.response import Response
 
 from annotation.api.permissions import LEADS, project_for_request
 from annotation.models import Project
+from annotation.projects.dashboard import Dashboard, project_dashboard
 from annotation.quality.api.review import AgreementOutputSerializer
-from annotation.selectors.dashboard import Dashboard, project_dashboard
 
 
 class DashboardProjectOutputSerializer(serializers.Serializer):

@@ -23,6 +23,11 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from annotation.models import Annotation, AnnotationSource, Project, StepRating
+from annotation.projects.selectors import (
+    annotations_needed,
+    chains_imported_count,
+    progress_annotations,
+)
 from annotation.quality.agreement import (
     CurrentRatings,
     ProjectAgreement,
@@ -31,11 +36,6 @@ from annotation.quality.agreement import (
 )
 from annotation.quality.agreement_math import CATEGORIES, alpha_from_coincidences
 from annotation.quality.prelabel_effects import PrelabelEffect, prelabel_effect
-from annotation.selectors.projects import (
-    annotations_needed,
-    chains_imported_count,
-    progress_annotations,
-)
 
 try:  # the gold chains feature (annotation.quality.gold_reads), when installed
     from annotation.quality.gold_reads import gold_passes

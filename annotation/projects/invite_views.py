@@ -34,8 +34,8 @@ from django.views.decorators.http import require_http_methods
 
 from annotation.login_lockout import client_address, lockout_response
 from annotation.models import Invite, InviteState, Membership, Role
-from annotation.selectors.invites import invite_find, invite_state, invite_token_read
-from annotation.services.invites import InviteUnusable, invite_accept
+from annotation.projects.invite_reads import invite_find, invite_state, invite_token_read
+from annotation.projects.invites import InviteUnusable, invite_accept
 from annotation.sso import sso_providers
 from annotation.sso_ldap import ldap_sign_in_name
 

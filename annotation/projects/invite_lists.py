@@ -1,7 +1,7 @@
 """Reading a list of people to invite: text pasted on the members page, a CSV file's
 content, or one person typed in the single-invite form. Pure: no database; what needs
 one (does this username exist, is this person already a member) is the service's check
-(``annotation.services.invites``).
+(``annotation.projects.invites``).
 
 A list is CSV with a comma, a semicolon or a tab between cells (a spreadsheet's columns
 paste as tabs), one person a line:

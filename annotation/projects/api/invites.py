@@ -4,7 +4,7 @@ pasted list or a CSV file's text (``POST .../invites/bulk/``, whole or not at al
 revoking one (``POST .../invites/{invite_id}/revoke/``). Thin: check access, validate,
 call one service, serialize. A link is in the answer that creates it and nowhere else:
 only its secret's hash is stored. The person invited accepts at ``/invite/``
-(``annotation.invite_views``)."""
+(``annotation.projects.invite_views``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from rest_framework.response import Response
 
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
-from annotation.invite_lists import (
+from annotation.models import Invite, InviteState, Role
+from annotation.projects.invite_lists import (
     MAX_LIST_CHARS,
     NAME_MAX,
     USERNAME_MAX,
@@ -30,9 +31,8 @@ from annotation.invite_lists import (
     InviteRow,
     invite_rows_parse,
 )
-from annotation.models import Invite, InviteState, Role
-from annotation.selectors.invites import invite_get, invite_list_open, invite_state
-from annotation.services.invites import invite_revoke, invites_create
+from annotation.projects.invite_reads import invite_get, invite_list_open, invite_state
+from annotation.projects.invites import invite_revoke, invites_create
 
 NOT_A_LEAD = OpenApiResponse(description="A member who is not a lead of the project.")
 NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is not a member.")

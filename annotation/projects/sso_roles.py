@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
 from annotation.models import Project, Role
-from annotation.services.projects import membership_add
+from annotation.projects.services import membership_add
 
 logger = logging.getLogger(__name__)
 

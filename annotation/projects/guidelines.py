@@ -7,7 +7,7 @@ Bounded in size and in time: guidelines are at most GUIDELINES_MAX_CHARS charact
 a rendering that runs past RENDER_SECONDS stops (``GuidelinesTooSlow``): Markdown's link
 brackets cost time per bracket and per character after it (20,000 ``![`` took 1.6 s of
 CPU, 1,000 ``[`` before 24,000 short lines 2.6 s). A project stores its rendering when
-its guidelines are saved, so pages serve the stored HTML (``services.projects``)."""
+its guidelines are saved, so pages serve the stored HTML (``projects.services``)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""HTTP doors of the projects slice: projects, members, invitations, the dashboard."""
