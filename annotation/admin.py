@@ -14,6 +14,7 @@ from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
 from annotation.api.permissions import request_user
+from annotation.labeling.workspace import chain_flag_by_lead, chain_flag_clear
 from annotation.models import (
     Annotation,
     ApiToken,
@@ -30,7 +31,6 @@ from annotation.models import (
 )
 from annotation.projects.services import chain_finished_recompute
 from annotation.quality.gold import gold_mark, gold_unmark
-from annotation.services.workspace import chain_flag_by_lead, chain_flag_clear
 
 
 class ReadOnlyAdminMixin:
@@ -228,7 +228,7 @@ class ChainAdmin(admin.ModelAdmin):
         "is_gold",
         "gold_annotation",
         "created_at",
-        # Through the flag actions (annotation/services/workspace.py), which record who.
+        # Through the flag actions (annotation/labeling/workspace.py), which record who.
         "is_flagged",
         "flagged_by",
         "flag_reason",

@@ -154,7 +154,7 @@ class Project(models.Model):
         help_text="Step accuracy on the screening chains needed to pass.",
     )
     # Verification (issue 23): the workspace shows each step's machine verdict, which the
-    # annotator confirms or overrides (``annotation.queue.prelabels``).
+    # annotator confirms or overrides (``annotation.labeling.queue.prelabels``).
     prelabels = models.BooleanField(
         default=False,
         help_text="Show annotators each step's machine verdict to confirm or override.",
@@ -702,7 +702,7 @@ class Assignment(models.Model):
     # value costs a claim some speed, never a wrong lease, as the claim's per-chain checks
     # decide.
     chain_open = models.BooleanField(default=True, db_default=True)
-    # Verification (``annotation.queue.prelabels``), fixed when the lease is taken: the
+    # Verification (``annotation.labeling.queue.prelabels``), fixed when the lease is taken: the
     # machine source the project pre-labeled with ('' when pre-labels were off), its latest
     # verdict per step as of then ({"step index": rating}; null when off or the source had
     # none for this chain), and whether they were shown (False: the chain was held out
@@ -822,7 +822,7 @@ class Annotation(models.Model):
         ]
         indexes = [
             models.Index(fields=["chain", "source"], name="annotation_by_chain"),
-            # An annotator's history (selectors/history.py), newest first: one page of
+            # An annotator's history (labeling/history.py), newest first: one page of
             # entries read in order, however long the history.
             models.Index(
                 fields=["annotator", "id"],

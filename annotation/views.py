@@ -25,6 +25,7 @@ from annotation.datasets.exporters.formats import (
 from annotation.datasets.importers.formats import FORMATS as IMPORT_FORMATS
 from annotation.datasets.snapshot_reads import snapshot_get, snapshot_options, training_snapshots
 from annotation.datasets.snapshots import MIN_SUPPORT_MAX, SEED_MAX
+from annotation.labeling.history import history_annotator_resolve
 from annotation.models import (
     BulkActionKind,
     EvaluationSet,
@@ -46,7 +47,6 @@ from annotation.projects.selectors import (
     project_list_with_progress,
 )
 from annotation.selectors.access import project_create_allowed, project_get_for_member
-from annotation.selectors.history import history_annotator_resolve
 from annotation.services.chains import EXTRA_LABELS_MAX
 from annotation.sso import sso_providers
 from annotation.sso_ldap import ldap_sign_in_name, password_form_shown
@@ -386,7 +386,7 @@ def history_page(request: HttpRequest, project_id: int) -> HttpResponse:
     """``/projects/{id}/history/`` (members; 404 for non-members): the chains the caller
     submitted, newest first, each reopened read-only on the page. A lead reads a member's
     with ``?annotator=<user id>`` (anyone else naming another member: 403). Entries and
-    chains come from the history API (``annotation.api.history``); the page carries only
+    chains come from the history API (``annotation.labeling.api.history``); the page carries only
     the endpoints and whose history it is."""
     project = project_get_for_member(
         user=request.user, project_id=project_id, roles=page_roles("history-page")

@@ -483,7 +483,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             from django.db import connections
 
             from annotation.datasets.imports import chain_import
-            from annotation.queue.access import user_for_token
+            from annotation.labeling.queue.access import user_for_token
 
             fixture = bench_fixture_create(annotators=args.clients, overlap=args.overlap)
             source = workdir / "chains.jsonl"

@@ -215,8 +215,8 @@ def test_the_submit_refuses_unknown_keys_in_its_body_and_in_each_rating() -> Non
     """The submit's hand-run validation (the hot path) keeps the rule too."""
     from rest_framework.exceptions import ValidationError
 
-    from annotation.api.assignments import submit_input_validate
     from annotation.api.inputs import UNKNOWN_FIELD
+    from annotation.labeling.api.assignments import submit_input_validate
 
     body = {"ratings": [{"step": 1, "rating": 1}, {"step": 2, "rating": 1, "comentt": "x"}]}
     with pytest.raises(ValidationError) as caught:

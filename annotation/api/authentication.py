@@ -17,7 +17,7 @@ from rest_framework.request import Request
 
 from annotation.api.tokens import api_token_use
 from annotation.api_tokens import token_read_only, token_refusal, token_use_due
-from annotation.queue.access import user_for_token
+from annotation.labeling.queue.access import user_for_token
 from config.uploads import is_multipart
 
 

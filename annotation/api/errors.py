@@ -4,7 +4,7 @@ The data layer raises Django's and the queue's own errors (it does not depend on
 this turns them into DRF's before DRF's handler renders them, so no view wraps its
 service calls: Django's ValidationError is a 400 with field errors, a missing assignment
 a 404, a lost or closed lease a 409 whose ``code`` tells which, a busy queue a 503. The
-queue's token door (``api.assignments.QueueView``) answers its errors through this same
+queue's token door (``labeling.api.assignments.QueueView``) answers its errors through this same
 handler."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from annotation.labeling.queue.errors import LeaseConflict, QueueBusy, RevisionClosed
 from annotation.models import Assignment
-from annotation.queue.errors import LeaseConflict, QueueBusy, RevisionClosed
 
 
 class Conflict(APIException):

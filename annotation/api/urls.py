@@ -4,12 +4,10 @@ from django.urls import include, path
 
 urlpatterns = [
     # First: Django tries routes in order, and next and submit are most of all requests.
-    path("", include("annotation.api.assignment_urls")),
+    path("", include("annotation.labeling.urls")),
     path("", include("annotation.api.auth_urls")),
     path("", include("annotation.projects.urls")),
     path("", include("annotation.datasets.urls")),
-    path("", include("annotation.api.workspace_urls")),
-    path("", include("annotation.api.history_urls")),
     path("", include("annotation.quality.urls")),
     path("", include("annotation.api.chain_urls")),
     path("", include("annotation.api.dashboard_urls")),

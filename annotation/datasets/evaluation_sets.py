@@ -8,7 +8,7 @@ of the project: ``evaluation_set_mark_chains``). From then on its chains:
   without them (``prm_training.services.examples.snapshot_chain_examples`` with
   ``without_evaluation``), whenever the snapshot was taken, as the sets are now;
 * are never leased: the queue's candidate query and its index skip them
-  (``annotation.queue.sql``). They do not wait for human labels there: a chain chosen
+  (``annotation.labeling.queue.sql``). They do not wait for human labels there: a chain chosen
   to measure models on is labeled before it is marked, and is counted as unlabeled (not
   scored) until then; to label it, unmark the set, label, mark it again;
 * are scored by every model version trained afterwards, in its training task

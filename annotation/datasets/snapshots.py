@@ -366,7 +366,7 @@ def _snapshots_lock(*, project: Project) -> None:
 def snapshots_hold_off(*, project: Project) -> None:
     """Wait for a snapshot of ``project`` being taken, and keep new ones from starting,
     until the caller's transaction ends: the shared side of ``_snapshots_lock``. A
-    revision of a pass (``services.revisions``) takes it, so it either commits before a
+    revision of a pass (``labeling.revisions``) takes it, so it either commits before a
     snapshot reads anything or sees that snapshot and is refused."""
     if connection.vendor != "postgresql":
         return  # SQLite's BEGIN IMMEDIATE already serialises every writer

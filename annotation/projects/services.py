@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from annotation.labeling.queue.closed_leases import closed_leases_sync
 from annotation.models import (
     Assignment,
     AssignmentStatus,
@@ -27,7 +28,6 @@ from annotation.models import (
     StepSplit,
 )
 from annotation.projects.guidelines import GuidelinesTooSlow, guidelines_digest, guidelines_html
-from annotation.queue.closed_leases import closed_leases_sync
 from annotation.services.routing import ROUTING_FIELDS, chains_route_enqueue_on_commit
 
 # The settings a lead may change after creation. ``name`` is deliberately absent:

@@ -1,7 +1,7 @@
 """``Chain.agreement``: the share of a chain's steps that its current human passes do not
 rate differently, kept on the chain so the data manager filters and sorts on a column.
 
-One definition, in SQL, for every writer: a counted submit (``annotation.queue.submit``),
+One definition, in SQL, for every writer: a counted submit (``annotation.labeling.queue.submit``),
 unmarking gold (its passes count again), the bulk actions and the migration that filled
 the column. A step is disputed when two or more current human ratings of it (passes not
 superseded by a correction) differ; the agreement is null while fewer than two passes

@@ -4,7 +4,7 @@ A gold chain (``Chain.is_gold``) carries its answer key in ``Chain.gold_annotati
 chain's current adjudication if a lead ruled on it, else its import annotation (labels
 that came with an import). A chain with neither cannot be gold.
 
-The queue (``annotation.queue.claim._claim_once``) asks ``gold_candidate`` before
+The queue (``annotation.labeling.queue.claim._claim_once``) asks ``gold_candidate`` before
 its normal candidate query, and the normal query never returns a gold chain:
 
 * a gold chain is offered to every annotator once, whatever the overlap, and a pass over
@@ -41,6 +41,7 @@ from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
+from annotation.labeling.queue.closed_leases import closed_leases_sync
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -63,7 +64,6 @@ from annotation.quality.gold_reads import (
     screening_state_get,
     unseen_gold_chain,
 )
-from annotation.queue.closed_leases import closed_leases_sync
 from annotation.services.chain_changes import (
     NOT_IN_PROJECT,
     Changed,
@@ -419,7 +419,8 @@ def gold_lease(
     returns None (the caller answers nothing-left; asking again gets ordinary work).
     The user's own lease on it that ran out is expired first (one live lease per
     annotator and chain). ``prelabels`` gives the lease's pre-label fields, read once the
-    chain is locked, as the queue's own lease reads them (``annotation.queue.prelabels``)."""
+    chain is locked, as the queue's own lease reads them
+    (``annotation.labeling.queue.prelabels``)."""
     still_gold = (
         Chain.objects.filter(pk=chain.pk, is_gold=True)
         .select_for_update(no_key=True)

@@ -5,7 +5,7 @@ decisions) are in ``annotation.quality.gold``.
 Scoring rules, per (annotator, gold chain), from the annotator's pass as they submitted it
 (a later revision of it does not count: a gold chain measures the pass as submitted, and
 a score that moved when a pass is revised would tell a gold chain from another one, see
-``annotation.services.revisions``) against the ratings of the chain's ``gold_annotation``:
+``annotation.labeling.revisions``) against the ratings of the chain's ``gold_annotation``:
 
 * step accuracy: over the steps that both the answer key and the annotator rated. A step
   one of them did not rate (after a first error in first_error mode, or past the end of an
@@ -14,7 +14,7 @@ a score that moved when a pass is revised would tell a gold chain from another o
   The share of gold chains that match.
 
 Nothing here is ever sent to an annotator except the aggregates of
-``gold_score_for_annotator`` (see ``annotation.selectors.workspace``).
+``gold_score_for_annotator`` (see ``annotation.labeling.workspace_reads``).
 """
 
 from __future__ import annotations

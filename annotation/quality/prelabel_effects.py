@@ -1,6 +1,6 @@
 """What machine pre-labels do to people (issue 23, verification), for the lead's dashboard:
 chains labeled with the verdicts shown against chains held out from them
-(``annotation.queue.prelabels``), on three figures, each with a 95 % interval:
+(``annotation.labeling.queue.prelabels``), on three figures, each with a 95 % interval:
 
 * how often a rating agrees with the machine's verdict: with pre-labels, the share of
   shown verdicts confirmed (the acceptance rate); held out, the share of ratings that

@@ -50,6 +50,7 @@ from annotation.datasets.evaluation_sets import (
     chains_evaluation_set_remove,
     hold_out_reasons,
 )
+from annotation.labeling.workspace import chains_flag_clear, flag_clear_reasons
 from annotation.models import (
     BulkAction,
     BulkActionKind,
@@ -75,7 +76,6 @@ from annotation.services.chains import (
     reviewer_reasons,
 )
 from annotation.services.progress import RowProgress
-from annotation.services.workspace import chains_flag_clear, flag_clear_reasons
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from annotation.labeling.queue.closed_leases import closed_leases_sync
 from annotation.models import (
     Assignment,
     BulkAction,
@@ -25,7 +26,6 @@ from annotation.models import (
     Project,
     Role,
 )
-from annotation.queue.closed_leases import closed_leases_sync
 from annotation.services.chain_changes import Changed, chain_events_record, chains_lock_sorted
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ RUNNING under a row lock, scores are written with the unique key (scoring_run, c
 a redelivered task that takes over a dead worker's run (stale heartbeat) rewrites the
 same rows.
 
-Priorities are written by the queue (``annotation.queue.priorities``) a chunk of chains
+Priorities are written by the queue (``annotation.labeling.queue.priorities``) a chunk of chains
 per short transaction, so while they are written the queue mixes old and new priorities
 for a moment.
 
@@ -27,8 +27,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet, Sum
 
+from annotation.labeling.queue.priorities import PRIORITY_CHUNK, chain_priorities_write
 from annotation.models import Annotation, AnnotationSource, Chain, LabelingMode, Project
-from annotation.queue.priorities import PRIORITY_CHUNK, chain_priorities_write
 from prm_training.ml.progress import Phase, PhaseMeter, RunCancelled
 from prm_training.models import (
     AUTO_STRATEGY,

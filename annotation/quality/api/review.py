@@ -32,11 +32,11 @@ from rest_framework.response import Response
 from annotation.api.fields import IdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, LEADS_AND_ML, project_for_request, request_user
+from annotation.labeling.workspace import chain_flag_clear
 from annotation.models import Annotation, Chain, ConsensusMethod, MachineSource
 from annotation.quality.agreement import agreement_compute
 from annotation.quality.review import AdjudicatedRating, adjudication_create
 from annotation.quality.review_reads import chain_disagreements, chain_flags, chain_labels
-from annotation.services.workspace import chain_flag_clear
 
 NOT_A_MEMBER = OpenApiResponse(description="No such project or chain, or not a member.")
 WRONG_ROLE = OpenApiResponse(description="A member whose role does not allow this.")

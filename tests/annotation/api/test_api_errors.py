@@ -9,8 +9,8 @@ from django.test import RequestFactory
 from rest_framework.settings import api_settings
 
 from annotation.api.errors import api_exception_handler
+from annotation.labeling.queue.errors import LeaseClosed, LeaseLost, QueueBusy
 from annotation.models import Assignment
-from annotation.queue.errors import LeaseClosed, LeaseLost, QueueBusy
 
 
 def _answer(exc: Exception) -> tuple[int, object]:

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from annotation.labeling.workspace_reads import annotator_stats_get
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -18,7 +19,6 @@ from annotation.models import (
     Screening,
     ScreeningStatus,
 )
-from annotation.selectors.workspace import annotator_stats_get
 from tests.factories import (
     ChainFactory,
     ImportBatchFactory,

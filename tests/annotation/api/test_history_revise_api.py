@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from annotation.datasets.snapshots import snapshot_create
+from annotation.labeling.history import CLOSED_REPLACED, CLOSED_SNAPSHOT
 from annotation.models import Annotation, Chain
 from annotation.public_ids import STEP_IDS
-from annotation.selectors.history import CLOSED_REPLACED, CLOSED_SNAPSHOT
 from tests.factories import ChainFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db

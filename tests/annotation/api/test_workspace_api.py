@@ -13,6 +13,8 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from annotation.labeling.queue.submit import RatingInput, assignment_submit
+from annotation.labeling.workspace import FLAG_REASON_PREFIX
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -25,8 +27,6 @@ from annotation.models import (
     StepRating,
 )
 from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, STEP_IDS
-from annotation.queue.submit import RatingInput, assignment_submit
-from annotation.services.workspace import FLAG_REASON_PREFIX
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, UserFactory
 

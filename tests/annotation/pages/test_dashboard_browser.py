@@ -168,7 +168,7 @@ def _download(page: Page, fmt: str) -> list[dict[str, Any]]:
 
 def test_the_lead_sees_who_flagged_a_chain_and_puts_it_back(live_server: Any, page: Page) -> None:
     # Given: a chain an annotator flagged through their lease, with a reason
-    from annotation.services.workspace import chain_flag
+    from annotation.labeling.workspace import chain_flag
     from tests.annotation.queue.claiming import assignment_claim_next
 
     project = ProjectFactory()

@@ -14,8 +14,8 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from annotation.datasets.snapshots import snapshot_create
+from annotation.labeling.history import CLOSED_REPLACED, CLOSED_SNAPSHOT
 from annotation.models import Annotation, LabelingMode, Role
-from annotation.selectors.history import CLOSED_REPLACED, CLOSED_SNAPSHOT
 from tests.browser import ARTIFACTS, chromium_running, page_login, page_overflow, page_watched
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, annotation_with_ratings
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from annotation.labeling.workspace import FLAG_REASON_PREFIX
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -30,7 +31,6 @@ from annotation.models import (
     StepRating,
 )
 from annotation.public_ids import ASSIGNMENT_IDS
-from annotation.services.workspace import FLAG_REASON_PREFIX
 from tests.browser import (
     ARTIFACTS,
     page_login,

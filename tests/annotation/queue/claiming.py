@@ -6,8 +6,8 @@ from datetime import datetime
 
 from django.contrib.auth.models import User
 
+from annotation.labeling.queue.claim import lease_next, lease_prefetch
 from annotation.models import Assignment, Project
-from annotation.queue.claim import lease_next, lease_prefetch
 
 
 def assignment_claim_next(

@@ -9,15 +9,15 @@ import json
 import pytest
 from rest_framework import serializers
 
-from annotation.api.assignments import (
+from annotation.labeling.api.assignments import (
     NextOutputSerializer,
     SubmitInputSerializer,
     lease_payload,
     submit_input_validate,
 )
+from annotation.labeling.queue.claim import lease_next
+from annotation.labeling.queue.leases import leased_chain
 from annotation.models import Assignment, LabelingMode, Step
-from annotation.queue.claim import lease_next
-from annotation.queue.leases import leased_chain
 from tests.factories import ChainFactory, ProblemFactory
 
 pytestmark = pytest.mark.django_db
@@ -156,8 +156,12 @@ def test_a_bad_submit_body_gets_its_serializers_messages(body) -> None:
 def test_a_long_chain_stores_every_rating_in_step_order(project, make_member) -> None:
     # Given a long chain (on SQLite, more than two insert batches of ratings; on
     # PostgreSQL, still one statement)
+    from annotation.labeling.queue.submit import (
+        _RATINGS_PER_STATEMENT,
+        RatingInput,
+        assignment_submit,
+    )
     from annotation.models import StepRating
-    from annotation.queue.submit import _RATINGS_PER_STATEMENT, RatingInput, assignment_submit
     from tests.annotation.queue.claiming import assignment_claim_next
 
     steps = 2 * _RATINGS_PER_STATEMENT + 1

@@ -1,5 +1,5 @@
 """``Assignment.chain_open``: the claim's set of the annotator's closed leases on chains
-still in the queue (annotation/queue/closed_leases.py). It must follow the chains as
+still in the queue (annotation/labeling/queue/closed_leases.py). It must follow the chains as
 they finish, reopen and turn gold, and the claim must read only it, not the history."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.sql import Literal
 
+from annotation.labeling.queue import leases
+from annotation.labeling.queue import sql as queue_sql
+from annotation.labeling.queue.leases import assignment_skip
+from annotation.labeling.queue.prelabels import PrelabelPlan
+from annotation.labeling.queue.submit import RatingInput, assignment_submit
 from annotation.models import Assignment, AssignmentStatus, Chain
 from annotation.projects.services import project_update
 from annotation.quality.gold import gold_mark, gold_unmark
-from annotation.queue import leases
-from annotation.queue import sql as queue_sql
-from annotation.queue.leases import assignment_skip
-from annotation.queue.prelabels import PrelabelPlan
-from annotation.queue.submit import RatingInput, assignment_submit
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, ProblemFactory, annotation_with_ratings
 

@@ -19,6 +19,10 @@ from django.db import connection, connections
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from annotation.labeling.queue.errors import LeaseLost
+from annotation.labeling.queue.leases import assignment_skip
+from annotation.labeling.queue.submit import RatingInput, assignment_submit
+from annotation.labeling.workspace import FLAG_REASON_PREFIX
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -28,10 +32,6 @@ from annotation.models import (
     Project,
 )
 from annotation.public_ids import ASSIGNMENT_IDS, STEP_IDS
-from annotation.queue.errors import LeaseLost
-from annotation.queue.leases import assignment_skip
-from annotation.queue.submit import RatingInput, assignment_submit
-from annotation.services.workspace import FLAG_REASON_PREFIX
 from tests.annotation.queue.claiming import assignment_claim_next, assignment_prefetch
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, api_token_key
 

@@ -9,12 +9,12 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from annotation.api.assignments import AnnotationOutputSerializer, annotation_payload
+from annotation.labeling.api.assignments import AnnotationOutputSerializer, annotation_payload
+from annotation.labeling.queue.claim import MAX_LIVE_LEASES
+from annotation.labeling.queue.leases import assignment_renew
+from annotation.labeling.queue.submit import RatingInput, assignment_submit
 from annotation.models import Annotation, Assignment, AssignmentStatus, Chain, Project, Role
 from annotation.public_ids import CHAIN_IDS, STEP_IDS
-from annotation.queue.claim import MAX_LIVE_LEASES
-from annotation.queue.leases import assignment_renew
-from annotation.queue.submit import RatingInput, assignment_submit
 from tests.annotation.queue.claiming import assignment_claim_next, assignment_prefetch
 from tests.factories import ChainFactory, ProjectFactory, UserFactory
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from annotation.labeling.queue.prelabels import prelabel_held_out
 from annotation.models import (
     Annotation,
     Assignment,
@@ -19,7 +20,6 @@ from annotation.models import (
 )
 from annotation.public_ids import CHAIN_IDS
 from annotation.quality.gold import gold_mark
-from annotation.queue.prelabels import prelabel_held_out
 from prm_training.services import training
 from tests import factories
 from tests.factories import ChainFactory, annotation_with_ratings

@@ -8,6 +8,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from annotation.labeling.queue.claim import lease_next
+from annotation.labeling.queue.errors import LeaseClosed, LeaseConflict, LeaseLost
+from annotation.labeling.queue.leases import assignment_renew, assignment_skip
+from annotation.labeling.queue.submit import RatingInput, assignment_submit
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -20,10 +24,6 @@ from annotation.models import (
     Project,
     StepRating,
 )
-from annotation.queue.claim import lease_next
-from annotation.queue.errors import LeaseClosed, LeaseConflict, LeaseLost
-from annotation.queue.leases import assignment_renew, assignment_skip
-from annotation.queue.submit import RatingInput, assignment_submit
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, ProjectFactory
 
@@ -694,8 +694,8 @@ def test_the_candidate_scan_walks_the_queue_index(make_member) -> None:
     # Given a few thousand open chains in two projects, with fresh statistics
     from django.db import connection
 
-    from annotation.queue import leases
-    from annotation.queue import sql as queue_sql
+    from annotation.labeling.queue import leases
+    from annotation.labeling.queue import sql as queue_sql
     from tests.factories import ProblemFactory
 
     projects = [ProjectFactory(), ProjectFactory()]

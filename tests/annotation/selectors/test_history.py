@@ -10,14 +10,14 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.test import Client
 
-from annotation.models import Annotation, Project, StepRating
-from annotation.public_ids import CHAIN_IDS
-from annotation.quality.review import AdjudicatedRating, adjudication_create
-from annotation.selectors.history import (
+from annotation.labeling.history import (
     annotator_history_chain,
     annotator_history_page,
     history_annotator_resolve,
 )
+from annotation.models import Annotation, Project, StepRating
+from annotation.public_ids import CHAIN_IDS
+from annotation.quality.review import AdjudicatedRating, adjudication_create
 from tests.factories import ChainFactory, ProblemFactory, ProjectFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db

@@ -9,12 +9,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from annotation.labeling.queue.submit import RatingInput, assignment_submit
 from annotation.models import Chain, MachineLabel, Role
 from annotation.projects.dashboard import project_dashboard
 from annotation.quality.agreement import agreement_compute
 from annotation.quality.consensus import consensus_for_chains
 from annotation.quality.review_reads import chain_disagreements, chain_labels
-from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.selectors.chains import ChainFilters, chain_list
 from annotation.selectors.machine_labels import (
     chain_machine_labels,

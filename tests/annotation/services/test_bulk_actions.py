@@ -11,6 +11,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connections
 
+from annotation.labeling.workspace import chain_flag_clear
 from annotation.models import (
     BulkAction,
     BulkActionStatus,
@@ -29,7 +30,6 @@ from annotation.services.bulk_actions import (
     bulk_action_preview,
 )
 from annotation.services.chains import chain_requeue, chains_reviewer_set
-from annotation.services.workspace import chain_flag_clear
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db

@@ -18,8 +18,8 @@ from annotation.datasets.exporters.records import first_error_index, trl_labels
 from annotation.datasets.exports import export_write
 from annotation.datasets.imports import chain_import
 from annotation.datasets.snapshots import snapshot_create
+from annotation.labeling.queue.submit import RatingInput, assignment_submit
 from annotation.models import Annotation, Chain, LabelingMode, SnapshotChain
-from annotation.queue.submit import RatingInput, assignment_submit
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.conftest import require_shared_data
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory

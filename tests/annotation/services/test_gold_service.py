@@ -12,6 +12,8 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from annotation.datasets.imports import chain_import
+from annotation.labeling.queue.leases import assignment_skip
+from annotation.labeling.queue.submit import RatingInput, assignment_submit
 from annotation.models import (
     AssignmentStatus,
     Chain,
@@ -35,8 +37,6 @@ from annotation.quality.gold_reads import (
     screening_state_get,
 )
 from annotation.quality.review import AdjudicatedRating, adjudication_create
-from annotation.queue.leases import assignment_skip
-from annotation.queue.submit import RatingInput, assignment_submit
 from tests.annotation.queue.claiming import assignment_claim_next, assignment_prefetch
 from tests.factories import ChainFactory, ProjectFactory, UserFactory, annotation_with_ratings
 

@@ -1,4 +1,4 @@
-"""An annotator revises a submitted pass (``annotation.services.revisions``): a new
+"""An annotator revises a submitted pass (``annotation.labeling.revisions``): a new
 revision that supersedes the old one, counted by consensus and agreement, refused once
 the pass is no longer open to change, and serialised with everything else that writes a
 chain's passes (real PostgreSQL, real threads)."""
@@ -16,15 +16,7 @@ from django.http import Http404
 
 from annotation.datasets.evaluation_sets import evaluation_set_mark
 from annotation.datasets.snapshots import _snapshots_lock, snapshot_create
-from annotation.models import Annotation, Chain, LabelingMode, StepRating
-from annotation.quality.consensus import consensus_for_chains
-from annotation.quality.gold import gold_mark
-from annotation.quality.gold_reads import gold_score_for_annotator
-from annotation.quality.review import AdjudicatedRating, adjudication_create
-from annotation.quality.review_reads import chain_label_history
-from annotation.queue.errors import RevisionClosed
-from annotation.queue.submit import RatingInput, assignment_submit
-from annotation.selectors.history import (
+from annotation.labeling.history import (
     CLOSED_EVALUATION,
     CLOSED_REPLACED,
     CLOSED_RULED,
@@ -33,7 +25,15 @@ from annotation.selectors.history import (
     annotator_history_page,
     revision_closed_reason,
 )
-from annotation.services.revisions import annotation_revise
+from annotation.labeling.queue.errors import RevisionClosed
+from annotation.labeling.queue.submit import RatingInput, assignment_submit
+from annotation.labeling.revisions import annotation_revise
+from annotation.models import Annotation, Chain, LabelingMode, StepRating
+from annotation.quality.consensus import consensus_for_chains
+from annotation.quality.gold import gold_mark
+from annotation.quality.gold_reads import gold_score_for_annotator
+from annotation.quality.review import AdjudicatedRating, adjudication_create
+from annotation.quality.review_reads import chain_label_history
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, ProjectFactory, annotation_with_ratings
 

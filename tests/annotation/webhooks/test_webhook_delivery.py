@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from annotation.datasets.snapshots import snapshot_create
+from annotation.labeling.queue.submit import RatingInput, assignment_submit
 from annotation.models import (
     Role,
     Webhook,
@@ -23,7 +24,6 @@ from annotation.models import (
 )
 from annotation.public_ids import CHAIN_IDS
 from annotation.quality.gold import gold_mark
-from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.webhooks.delivery import webhook_deliveries_prune, webhook_delivery_attempt
 from annotation.webhooks.services import (
     webhook_create,

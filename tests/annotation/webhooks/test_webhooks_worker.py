@@ -16,6 +16,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from annotation.datasets.snapshots import snapshot_create
+from annotation.labeling.queue.submit import RatingInput, assignment_submit
 from annotation.models import (
     Role,
     Webhook,
@@ -23,7 +24,6 @@ from annotation.models import (
     WebhookDeliveryStatus,
     WebhookEvent,
 )
-from annotation.queue.submit import RatingInput, assignment_submit
 from annotation.webhooks.events import message_id_new, webhook_payload
 from annotation.webhooks.services import webhook_create, webhook_test_send
 from prm_training.models import ModelVersion, RunStatus, ScoringRun, TrainingRun

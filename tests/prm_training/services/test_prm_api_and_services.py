@@ -10,8 +10,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
+from annotation.labeling.queue.priorities import chain_priorities_write
 from annotation.models import Snapshot
-from annotation.queue.priorities import chain_priorities_write
 from prm_training.models import ModelVersion, RunStatus, TrainingRun
 from prm_training.services.scoring import mixed_priorities
 from prm_training.services.training import (

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from annotation.queue.submit import RatingInput, assignment_submit
+from annotation.labeling.queue.submit import RatingInput, assignment_submit
 from prm_training.services import training
 from prm_training.services.training import project_training_settings_update
 from tests.annotation.queue.claiming import assignment_claim_next

@@ -1,4 +1,4 @@
-"""Every SQL statement the labeling queue runs (``annotation.queue``'s header says why
+"""Every SQL statement the labeling queue runs (``annotation.labeling.queue``'s header says why
 the hot path is plain SQL). Each names its tables and columns from the models, so a
 renamed table or field shows here, and each runs on PostgreSQL and on SQLite unless its
 comment says otherwise."""
@@ -10,6 +10,7 @@ import functools
 from django.db import connection
 from django.db.models import Model
 
+from annotation.labeling.queue.rows import select_columns
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -25,7 +26,6 @@ from annotation.models import (
     Step,
     StepRating,
 )
-from annotation.queue.rows import select_columns
 
 # --- claim ---------------------------------------------------------------------------------
 
@@ -108,7 +108,7 @@ RECHECK_SQL = f"""
 
 PLACE_SQL = f"SELECT {PLACE_FREE_SQL} FROM {Chain._meta.db_table} c WHERE c.id = %(chain)s"
 
-# Verification (``annotation.queue.prelabels``): the pre-labels of chain ``c`` as one JSON
+# Verification (``annotation.labeling.queue.prelabels``): the pre-labels of chain ``c`` as one JSON
 # object {"step index": verdict}, the latest verdict of source ``%(prelabel_source)s`` on
 # each step (its newest row that gives one), NULL where the source has none on the chain.
 # A row with a value and no rating (a probability: the PRM, a Monte-Carlo soft value) is

@@ -7,7 +7,7 @@ count the newest (``consensus.current_votes``; the fit's stamp moves with the ne
 It takes no lease and is no new pass: ``finished_count`` and the queue do not move. Gold
 scores count the pass as submitted (``quality.gold_reads``), so a revision never moves one.
 
-Open to change (``selectors.history.revision_closed_reason``) while:
+Open to change (``labeling.history.revision_closed_reason``) while:
 
 * it is the annotator's newest revision of the chain (an earlier one stays as it was);
 * the chain is in no evaluation set (models were measured on its labels);
@@ -34,16 +34,16 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from annotation.datasets.snapshots import snapshots_hold_off
-from annotation.models import Annotation, AnnotationSource, Chain, Project, Step, StepRating
-from annotation.quality.chain_agreement import chains_agreement_refresh
-from annotation.queue.errors import RevisionClosed
-from annotation.queue.submit import (
+from annotation.labeling.history import own_pass_chain_id, revision_closed_reason
+from annotation.labeling.queue.errors import RevisionClosed
+from annotation.labeling.queue.submit import (
     RatingInput,
     ratings_in_step_order,
     steps_as_named,
     submission_validate,
 )
-from annotation.selectors.history import own_pass_chain_id, revision_closed_reason
+from annotation.models import Annotation, AnnotationSource, Chain, Project, Step, StepRating
+from annotation.quality.chain_agreement import chains_agreement_refresh
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

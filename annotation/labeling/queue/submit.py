@@ -11,6 +11,22 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
+from annotation.labeling.queue.errors import LeaseClosed, LeaseConflict
+from annotation.labeling.queue.leases import (
+    lease_with_steps,
+    lock_own_chain,
+    now_or_current,
+    take_back_expired,
+)
+from annotation.labeling.queue.prelabels import prelabel_outcomes
+from annotation.labeling.queue.sql import (
+    CHAIN_COUNTED_SQL,
+    CHAIN_SHUT_SQL,
+    LEASE_SUBMITTED_SQL,
+    RATINGS_INSERT,
+    SUBMIT_WRITE_SQL,
+    insert_statement,
+)
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -22,22 +38,6 @@ from annotation.models import (
 )
 from annotation.public_ids import STEP_IDS
 from annotation.quality.chain_agreement import chains_agreement_refresh
-from annotation.queue.errors import LeaseClosed, LeaseConflict
-from annotation.queue.leases import (
-    lease_with_steps,
-    lock_own_chain,
-    now_or_current,
-    take_back_expired,
-)
-from annotation.queue.prelabels import prelabel_outcomes
-from annotation.queue.sql import (
-    CHAIN_COUNTED_SQL,
-    CHAIN_SHUT_SQL,
-    LEASE_SUBMITTED_SQL,
-    RATINGS_INSERT,
-    SUBMIT_WRITE_SQL,
-    insert_statement,
-)
 from annotation.webhooks.events import webhook_chain_finished
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
-"""An annotator's own history over HTTP: thin views over ``annotation.selectors.history``
-and the one write, a revision (``annotation.services.revisions``).
+"""An annotator's own history over HTTP: thin views over ``annotation.labeling.history``
+and the one write, a revision (``annotation.labeling.revisions``).
 
 - `GET /api/v1/projects/{id}/history/` (members): the chains the caller submitted in the
   project, newest first, a keyset page at a time (``cursor``, ``next_cursor``);
@@ -7,7 +7,7 @@ and the one write, a revision (``annotation.services.revisions``).
   with the caller's own ratings, comments and rewrite, and whether it is still open to
   change (and why not);
 - `POST /api/v1/projects/{id}/history/{annotation_id}/revise/` (the annotation's own
-  annotator): a new revision of it (``annotation.services.revisions``), 201 with the
+  annotator): a new revision of it (``annotation.labeling.revisions``), 201 with the
   revision reopened; 409 once it is no longer open to change, with the reason.
 
 A lead may name any member with ``?annotator=<user id>`` and reopen any member's
@@ -24,14 +24,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api.assignments import RatingInputSerializer, ratings_from_payload
 from annotation.api.fields import INT32_MAX, CursorField, IdField, PublicIdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import project_for_request, request_user
-from annotation.models import Role
-from annotation.public_ids import CHAIN_IDS, PUBLIC_ID_MAX, STEP_IDS
-from annotation.selectors.access import membership_role
-from annotation.selectors.history import (
+from annotation.labeling.api.assignments import RatingInputSerializer, ratings_from_payload
+from annotation.labeling.history import (
     HISTORY_PAGE_SIZE,
     HISTORY_PAGE_SIZE_MAX,
     HistoryStep,
@@ -40,7 +37,10 @@ from annotation.selectors.history import (
     history_annotator_resolve,
     own_pass_chain_id,
 )
-from annotation.services.revisions import annotation_revise
+from annotation.labeling.revisions import annotation_revise
+from annotation.models import Role
+from annotation.public_ids import CHAIN_IDS, PUBLIC_ID_MAX, STEP_IDS
+from annotation.selectors.access import membership_role
 
 NOT_FOUND = OpenApiResponse(
     description="No such project, or not a member; for a lead's ?annotator=, not a member."

@@ -26,9 +26,9 @@ from typing import Any, Protocol
 
 from django.db import connection
 
+from annotation.labeling.queue.sql import CHAIN_PRELABELS_SQL, prelabels_sql
 from annotation.models import Assignment, PrelabelOutcome, Project
 from annotation.public_ids import purpose_key
-from annotation.queue.sql import CHAIN_PRELABELS_SQL, prelabels_sql
 
 
 class Rated(Protocol):

@@ -1,6 +1,6 @@
 """Write paths the annotator workspace needs beyond the queue itself: flagging a broken
 chain (and a lead clearing the flag), submit-and-next. Leasing, renewing, skipping and
-submitting live in ``annotation.queue``."""
+submitting live in ``annotation.labeling.queue``."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from annotation.labeling.queue.claim import lease_next
+from annotation.labeling.queue.errors import QueueBusy
+from annotation.labeling.queue.leases import Lease, assignment_lock_live, assignment_skip
+from annotation.labeling.queue.submit import RatingInput, Submitted, assignment_submit
 from annotation.models import Assignment, BulkAction, Chain, ChainEventKind, Project
-from annotation.queue.claim import lease_next
-from annotation.queue.errors import QueueBusy
-from annotation.queue.leases import Lease, assignment_lock_live, assignment_skip
-from annotation.queue.submit import RatingInput, Submitted, assignment_submit
 from annotation.services.chain_changes import Changed, chain_events_record, chains_lock_sorted
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def chain_flag(
     flagged chains) until a lead clears the flag (``chain_flag_clear``); the chain keeps
     who flagged it, why and when, and the caller's lease is closed as skipped with the
     reason, prefixed ``FLAG_REASON_PREFIX``. Under the chain's row lock, as every change of
-    a lease is (``annotation.queue``)."""
+    a lease is (``annotation.labeling.queue``)."""
     reason = reason.strip()
     if not reason:
         raise ValidationError({"reason": "Say what is broken in this chain."})

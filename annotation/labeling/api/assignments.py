@@ -1,6 +1,6 @@
 """The labeling queue over HTTP: next, prefetch, submit, renew, skip.
 
-Views are thin: check access, call one service from ``annotation.queue``,
+Views are thin: check access, call one service from ``annotation.labeling.queue``,
 serialize the result. Service errors map to status codes in ``api.errors``: ValidationError
 400, someone else's (or a missing) lease 404, a lost or closed lease 409, a busy queue 503."""
 
@@ -29,6 +29,20 @@ from annotation.api.errors import api_exception_handler
 from annotation.api.fields import INT32_MAX, IdField, PublicIdField, RatingField
 from annotation.api.inputs import InputSerializer, unknown_field_errors
 from annotation.api.permissions import request_user
+from annotation.labeling.queue.access import (
+    project_get_for_labeling,
+    user_and_project_for_labeling,
+    user_for_writing_token,
+)
+from annotation.labeling.queue.claim import lease_next, lease_prefetch
+from annotation.labeling.queue.leases import Lease, assignment_renew, assignment_skip
+from annotation.labeling.queue.prelabels import shown_verdicts
+from annotation.labeling.queue.submit import (
+    REQUEST_ID_MAX_LENGTH,
+    RatingInput,
+    Submitted,
+    assignment_submit,
+)
 from annotation.models import (
     Annotation,
     Assignment,
@@ -39,20 +53,6 @@ from annotation.models import (
     StepRating,
 )
 from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, PUBLIC_ID_MAX, STEP_IDS
-from annotation.queue.access import (
-    project_get_for_labeling,
-    user_and_project_for_labeling,
-    user_for_writing_token,
-)
-from annotation.queue.claim import lease_next, lease_prefetch
-from annotation.queue.leases import Lease, assignment_renew, assignment_skip
-from annotation.queue.prelabels import shown_verdicts
-from annotation.queue.submit import (
-    REQUEST_ID_MAX_LENGTH,
-    RatingInput,
-    Submitted,
-    assignment_submit,
-)
 from annotation.services.chain_events import chain_finished_notify
 
 ERROR_RESPONSE = inline_serializer(

@@ -14,14 +14,14 @@ from django.utils import timezone
 
 from annotation.api.tokens import api_token_use
 from annotation.api_tokens import key_hash, token_read_only, token_refusal, token_use_due
-from annotation.models import ApiToken, Project
-from annotation.queue.rows import fetch_models, model_from_row, model_width
-from annotation.queue.sql import (
+from annotation.labeling.queue.rows import fetch_models, model_from_row, model_width
+from annotation.labeling.queue.sql import (
     MEMBER_SQL,
     PROJECT_FOR_LABELING_SQL,
     token_project_sql,
     token_user_sql,
 )
+from annotation.models import ApiToken, Project
 
 
 def project_get_for_labeling(*, user: User | AnonymousUser, project_id: int | str) -> Project:

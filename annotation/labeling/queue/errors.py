@@ -40,7 +40,7 @@ class QueueBusy(QueueError):
 
 
 class RevisionClosed(QueueError):
-    """A submitted pass can no longer be revised (``annotation.services.revisions``): a
+    """A submitted pass can no longer be revised (``annotation.labeling.revisions``): a
     newer revision replaced it, or what it fed was settled since. The API answers 409."""
 
     code = "revision_closed"

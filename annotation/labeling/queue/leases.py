@@ -12,17 +12,17 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from annotation.models import Assignment, AssignmentStatus, Chain, Project
-from annotation.quality.gold import gold_place_is_free
-from annotation.queue.errors import LeaseClosed, LeaseLost
-from annotation.queue.rows import model_from_row, model_width
-from annotation.queue.sql import (
+from annotation.labeling.queue.errors import LeaseClosed, LeaseLost
+from annotation.labeling.queue.rows import model_from_row, model_width
+from annotation.labeling.queue.sql import (
     ASSIGNMENT_WITH_STEPS_SQL,
     LEASE_CHAIN_SQL,
     LOCK_OWN_CHAIN_SQL,
     MEMBER_SQL,
     PLACE_SQL,
 )
+from annotation.models import Assignment, AssignmentStatus, Chain, Project
+from annotation.quality.gold import gold_place_is_free
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -9,8 +9,8 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from annotation.labeling.queue.sql import PRIORITIES_FROM_VALUES_SQL, PRIORITY_SQL
 from annotation.models import Project
-from annotation.queue.sql import PRIORITIES_FROM_VALUES_SQL, PRIORITY_SQL
 
 # Chains per statement (and per transaction).
 PRIORITY_CHUNK = 1_000

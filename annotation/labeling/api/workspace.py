@@ -1,6 +1,6 @@
 """What the annotator workspace needs beyond the queue: flag a broken chain, and the
-caller's own counts. Thin views over ``annotation.services.workspace`` and
-``annotation.selectors.workspace``."""
+caller's own counts. Thin views over ``annotation.labeling.workspace`` and
+``annotation.labeling.workspace_reads``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api.assignments import (
+from annotation.api.inputs import InputSerializer
+from annotation.api.permissions import request_user
+from annotation.labeling.api.assignments import (
     ERROR_RESPONSE,
     AnnotationOutputSerializer,
     NextOutputSerializer,
@@ -23,16 +25,14 @@ from annotation.api.assignments import (
     ratings_from_payload,
     submit_input_validate,
 )
-from annotation.api.inputs import InputSerializer
-from annotation.api.permissions import request_user
-from annotation.models import Project, ScreeningStatus
-from annotation.selectors.access import project_get_for_member
-from annotation.selectors.workspace import annotator_stats_get
-from annotation.services.workspace import (
+from annotation.labeling.workspace import (
     FLAG_REASON_MAX_LENGTH,
     assignment_submit_and_claim_next,
     chain_flag,
 )
+from annotation.labeling.workspace_reads import annotator_stats_get
+from annotation.models import Project, ScreeningStatus
+from annotation.selectors.access import project_get_for_member
 
 
 class FlagInputSerializer(InputSerializer):

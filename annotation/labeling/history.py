@@ -131,7 +131,7 @@ CLOSED_EVALUATION = (
 
 def revision_closed_reason(*, annotation_id: int) -> str:
     """Why the human pass ``annotation_id`` can no longer be revised, or "" while it can
-    (``annotation.services.revisions`` has the rule and why it is the same for every
+    (``annotation.labeling.revisions`` has the rule and why it is the same for every
     chain, gold or not). One query."""
     later = OuterRef("created_at")
     row = (

@@ -9,10 +9,8 @@ from typing import TYPE_CHECKING, Any
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
-from annotation.models import Assignment, AssignmentStatus, Project
-from annotation.quality.gold import gold_candidate, gold_lease
-from annotation.queue.errors import QueueBusy
-from annotation.queue.leases import (
+from annotation.labeling.queue.errors import QueueBusy
+from annotation.labeling.queue.leases import (
     Lease,
     LeasedChain,
     leased_chain,
@@ -20,15 +18,21 @@ from annotation.queue.leases import (
     now_or_current,
     sql_params,
 )
-from annotation.queue.prelabels import lease_prelabel_fields, prelabel_plan, verdicts_from_db
-from annotation.queue.rows import fetch_models
-from annotation.queue.sql import (
+from annotation.labeling.queue.prelabels import (
+    lease_prelabel_fields,
+    prelabel_plan,
+    verdicts_from_db,
+)
+from annotation.labeling.queue.rows import fetch_models
+from annotation.labeling.queue.sql import (
     CANDIDATE_SQL,
     LIVE_LEASES_SQL,
     LOCK_USER_SQL,
     RECHECK_SQL,
     lease_sql,
 )
+from annotation.models import Assignment, AssignmentStatus, Project
+from annotation.quality.gold import gold_candidate, gold_lease
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
