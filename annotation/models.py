@@ -74,7 +74,7 @@ class PrelabelOutcome(models.TextChoices):
 
 
 class ChainRouting(models.TextChoices):
-    """Where the lead's routing rules sent a chain (issue 23, ``services.routing``)."""
+    """Where the lead's routing rules sent a chain (issue 23, ``routing.services``)."""
 
     NONE = "", "People, as usual"
     AGREED = "agreed", "Machine-agreed: accepted without a person"
@@ -171,7 +171,7 @@ class Project(models.Model):
         help_text="Share of chains served without pre-labels, to measure how much they "
         "sway annotators (fixed per chain and annotator).",
     )
-    # Routing (issue 23, ``annotation.services.routing``): chains the chosen machine sources
+    # Routing (issue 23, ``annotation.routing.services``): chains the chosen machine sources
     # agree on may be accepted without a person; chains they disagree on, and chains the
     # active PRM strongly contradicts a person on, go to people first.
     routing_sources = models.JSONField(
@@ -573,7 +573,7 @@ class Chain(models.Model):
         related_name="chains",
         db_index=False,
     )
-    # Where routing sent the chain (``ChainRouting``, ``services.routing``). An agreed
+    # Where routing sent the chain (``ChainRouting``, ``routing.services``). An agreed
     # chain is out of the queue; ``people_first`` puts a chain ahead of every other in
     # it (machines disagree on it, or the PRM contradicts a person's label).
     # ``routing_first_error`` is the first error the machine sources agreed on (-1: none),

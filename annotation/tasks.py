@@ -5,7 +5,7 @@ redelivered task would find its job no longer QUEUED and return, so a worker kil
 mid-way leaves the job RUNNING (and nothing written: each is one transaction) rather
 than doing it twice (see ``datasets.import_jobs``, ``services.bulk_actions``).
 
-A routing pass (``services.routing``) runs on ``default`` too, by project id; a second
+A routing pass (``routing.services``) runs on ``default`` too, by project id; a second
 delivery or two passes at once do no harm, since a pass decides each chain from the
 labels and rules as they stand (under the chains' row locks) and writes only changes.
 
@@ -23,8 +23,8 @@ from celery import bootsteps, current_app, shared_task
 from django.db import connections
 
 from annotation.datasets.import_jobs import IMPORT_TASK
+from annotation.routing.services import ROUTE_TASK
 from annotation.services.bulk_actions import BULK_TASK
-from annotation.services.routing import ROUTE_TASK
 from annotation.webhooks.delivery import (
     DELIVER_TASK,
     PRUNE_SECONDS,
@@ -54,7 +54,7 @@ def bulk_action_task(job_id: int) -> None:
 @shared_task(name=ROUTE_TASK, ignore_result=True)
 def chains_route_task(project_id: int) -> None:
     from annotation.models import Project
-    from annotation.services.routing import chains_route
+    from annotation.routing.services import chains_route
 
     project = Project.objects.filter(pk=project_id).first()
     if project is None:  # deleted since the pass was sent

@@ -10,6 +10,6 @@ urlpatterns = [
     path("", include("annotation.datasets.urls")),
     path("", include("annotation.quality.urls")),
     path("", include("annotation.api.chain_urls")),
-    path("", include("annotation.api.dashboard_urls")),
+    path("", include("annotation.routing.urls")),
     path("", include("annotation.webhooks.urls")),
 ]

@@ -21,7 +21,7 @@ What a snapshot holds is the lead's choice, recorded in ``meta["options"]``:
   ``counts["machine"]`` says how many chains' labels rest on each source and
   ``counts["machine_rows"]`` how many rows carry each source's labels; both only in a
   snapshot that includes a source.
-- Machine agreement (routing, ``services.routing``): a row whose labels come from a
+- Machine agreement (routing, ``routing.services``): a row whose labels come from a
   machine source (as above) on a chain routing accepted (``Chain.routing`` agreed, or
   spot_check while no person has labeled it yet) is marked machine-agreed:
   ``SnapshotChain.machine["routing"]`` holds the routing and ``["agreed_first_error"]``
@@ -83,8 +83,8 @@ from annotation.quality.consensus import (
     consensus_for_chains,
     dawid_skene_fit,
 )
-from annotation.selectors.machine_labels import hard_label
-from annotation.services.routing import routing_verdict
+from annotation.routing.machine_labels import hard_label
+from annotation.routing.services import routing_verdict
 from annotation.webhooks.events import webhook_snapshot_created
 
 if TYPE_CHECKING:

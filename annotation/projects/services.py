@@ -28,7 +28,7 @@ from annotation.models import (
     StepSplit,
 )
 from annotation.projects.guidelines import GuidelinesTooSlow, guidelines_digest, guidelines_html
-from annotation.services.routing import ROUTING_FIELDS, chains_route_enqueue_on_commit
+from annotation.routing.services import ROUTING_FIELDS, chains_route_enqueue_on_commit
 
 # The settings a lead may change after creation. ``name`` is deliberately absent:
 # commands and exports refer to projects by name.
@@ -115,7 +115,7 @@ def project_update(*, project: Project, data: dict[str, Any]) -> Project:
     one UPDATE, so raising it puts chains back into the queue and lowering it takes them
     out. The project row is locked for the whole change so two concurrent updates
     cannot leave the flags computed from the losing overlap. A changed routing rule
-    sends a routing pass once the change commits (``services.routing``)."""
+    sends a routing pass once the change commits (``routing.services``)."""
     unknown = set(data) - set(PROJECT_UPDATABLE_FIELDS)
     if unknown:
         raise ValidationError(

@@ -24,7 +24,7 @@ from django.db.models import F
 from annotation.models import Chain, ImportLabels, MachineLabel, MachineSource, Project, StepRating
 from annotation.quality.consensus import consensus_for_chains
 from annotation.quality.prelabel_effects import Proportion, wilson
-from annotation.selectors.machine_labels import machine_chain_labels
+from annotation.routing.machine_labels import machine_chain_labels
 
 RATINGS = (-1, 0, 1)
 BOOTSTRAP_RESAMPLES = 1000

@@ -29,7 +29,7 @@ from annotation.quality.consensus import (
     dawid_skene_fit_current,
     votes_for_chains,
 )
-from annotation.selectors.machine_labels import (
+from annotation.routing.machine_labels import (
     MachineColumn,
     chain_machine_labels,
     with_consensus,

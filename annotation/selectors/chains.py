@@ -31,6 +31,11 @@ from annotation.models import (
     Project,
     Step,
 )
+from annotation.routing.machine_labels import (
+    machine_first_errors,
+    machines_disagree,
+    machines_disagree_with_people,
+)
 from annotation.selectors.chain_order import (
     ChainCursor,
     ChainOrder,
@@ -38,11 +43,6 @@ from annotation.selectors.chain_order import (
     phase_rows,
 )
 from annotation.selectors.chain_scores import chain_step_scores, chains_with_scores
-from annotation.selectors.machine_labels import (
-    machine_first_errors,
-    machines_disagree,
-    machines_disagree_with_people,
-)
 
 
 class ChainStatus:

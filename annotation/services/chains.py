@@ -82,7 +82,7 @@ def chains_requeue(
             chain.is_finished = chain.finished_count >= needed[chain.pk]
         Chain.objects.bulk_update(chains, ["extra_labels", "is_finished"])
         # A lead asking people for a machine-agreed chain puts it back in the queue, and
-        # routing leaves a requeued chain to people from then on (services.routing).
+        # routing leaves a requeued chain to people from then on (routing.services).
         Chain.objects.filter(pk__in=outcome.changed, routing=ChainRouting.AGREED).update(
             routing=ChainRouting.NONE
         )

@@ -46,7 +46,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from annotation.datasets.importers.generic import split_steps
 from annotation.datasets.imports import ImportRejected, chain_import
 from annotation.models import Chain, MachineLabel, MachineSource, Problem, Project, Step
-from annotation.services.routing import chains_route_enqueue_on_commit
+from annotation.routing.services import chains_route_enqueue_on_commit
 from prm_training.ml.generation import Completion, SamplingParams
 from prm_training.ml.progress import Phase, PhaseMeter, RunCancelled
 from prm_training.models import JudgeSample, MachineLabelRun, MachineLabelRunKind, RunStatus

@@ -11,7 +11,7 @@ labeled (``scoring.chains_to_score``), so that score usually predates the label:
 check is the PRM's prediction against the label given after it, which is the point.
 
 The strongest contradiction of each chain (the step whose probability lies furthest
-past the threshold) goes to ``annotation.services.routing.chains_second_look``, which
+past the threshold) goes to ``annotation.routing.services.chains_second_look``, which
 asks for one more pass by someone other than the chain's annotators, puts it first in
 the queue, records the contradiction in the chain's history, and leaves a chain that
 had its second look already. Run after every scoring run that succeeds
@@ -33,7 +33,7 @@ from annotation.models import (
     Project,
     StepRating,
 )
-from annotation.services.routing import chains_second_look
+from annotation.routing.services import chains_second_look
 from prm_training.models import ChainScore, ModelVersion, RunStatus
 
 logger = logging.getLogger(__name__)

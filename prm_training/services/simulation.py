@@ -30,7 +30,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from annotation.models import Project, Snapshot
-from annotation.selectors.machine_labels import machine_chain_labels
+from annotation.routing.machine_labels import machine_chain_labels
 from prm_training.ml.progress import Phase, PhaseMeter, RunCancelled
 from prm_training.ml.simulate import DEFAULT_SEEDS
 from prm_training.models import (

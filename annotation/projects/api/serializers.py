@@ -21,7 +21,7 @@ from annotation.models import (
     StepSplit,
 )
 from annotation.projects.guidelines import GUIDELINES_MAX_CHARS, RENDER_SECONDS
-from annotation.services.routing import ROUTING_FIELDS
+from annotation.routing.services import ROUTING_FIELDS
 
 # Routing's rules are for leads and ML staff: an annotator never learns that some chains
 # are spot checks of machine agreement (they must look like any other chain).
@@ -92,7 +92,7 @@ class _ProjectSettingsInputSerializer(InputSerializer):
     )
 
 
-# Routing's rules (issue 23, ``annotation.services.routing``); a change sends a routing
+# Routing's rules (issue 23, ``annotation.routing.services``); a change sends a routing
 # pass. Only on update: a new project has no machine labels to route. (A comment, as above.)
 class _ProjectRoutingInputSerializer(InputSerializer):
     routing_sources = serializers.ListField(

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from annotation.models import ChainRouting, Project
-from annotation.services.routing import chains_route
+from annotation.routing.services import chains_route
 from tests.annotation.routing_lab import JUDGE, MC, RULES, routing_chains
 from tests.factories import ChainFactory
 

@@ -17,7 +17,7 @@ from annotation.datasets.exporters.formats import EXPORT_FORMATS
 from annotation.datasets.exports import export_write
 from annotation.datasets.snapshots import snapshot_create
 from annotation.models import Chain, ChainRouting, SnapshotChain
-from annotation.services.routing import chains_route
+from annotation.routing.services import chains_route
 from tests.annotation.routing_lab import trusted_sources, with_rules
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
 

@@ -15,12 +15,12 @@ from annotation.projects.dashboard import project_dashboard
 from annotation.quality.agreement import agreement_compute
 from annotation.quality.consensus import consensus_for_chains
 from annotation.quality.review_reads import chain_disagreements, chain_labels
-from annotation.selectors.chains import ChainFilters, chain_list
-from annotation.selectors.machine_labels import (
+from annotation.routing.machine_labels import (
     chain_machine_labels,
     machine_chain_labels,
     machine_first_errors,
 )
+from annotation.selectors.chains import ChainFilters, chain_list
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
 

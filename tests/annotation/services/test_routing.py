@@ -13,9 +13,9 @@ from annotation.models import (
     ChainEventKind,
     ChainRouting,
 )
-from annotation.selectors.routing import routing_summary
+from annotation.routing.selectors import routing_summary
+from annotation.routing.services import chains_route, chains_second_look, spot_checked
 from annotation.services.chains import chain_requeue
-from annotation.services.routing import chains_route, chains_second_look, spot_checked
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.annotation.routing_lab import (
     JUDGE,

@@ -1,8 +1,8 @@
-"""Routes of the lead dashboard's data, of the machine sources' quality and of routing."""
+"""Routes of the routing slice: what routing did, and "Route now"."""
 
 from django.urls import path
 
-from annotation.api.routing import RoutingApi, RoutingRunApi
+from annotation.routing.api import RoutingApi, RoutingRunApi
 
 urlpatterns = [
     path("projects/<id:project_id>/routing/", RoutingApi.as_view(), name="api-project-routing"),

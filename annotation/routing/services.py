@@ -12,7 +12,7 @@ to people first.
   marked machine-agreed in every export. A share of them (``routing_spot_check``, fixed
   per chain by a keyed hash) is a SPOT_CHECK instead: served to a person like any chain,
   and their consensus measures how often machine agreement is wrong
-  (``selectors.routing.routing_summary``).
+  (``routing.selectors.routing_summary``).
 - A person's label that the active PRM contradicts with high confidence gets a second
   look by another annotator (``chains_second_look``, called by the training app after a
   scoring run): one more pass is asked for and the chain goes first.
@@ -54,7 +54,7 @@ from annotation.models import (
 )
 from annotation.public_ids import purpose_key
 from annotation.quality.machine_quality import machine_source_quality
-from annotation.selectors.machine_labels import machine_chain_labels
+from annotation.routing.machine_labels import machine_chain_labels
 from annotation.services.chain_changes import chain_events_record, chains_lock_sorted
 from annotation.services.chains import chains_requeue
 

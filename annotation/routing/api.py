@@ -1,4 +1,4 @@
-"""Routing over HTTP (issue 23, ``annotation.services.routing``):
+"""Routing over HTTP (issue 23, ``annotation.routing.services``):
 `GET /api/v1/projects/{id}/routing/` (leads and ML staff; annotators 403, non-members 404)
 what the lead's rules did and each source's standing; `POST .../routing/run/` (leads only)
 sends a routing pass to a worker and answers 202 at once. Thin: check access, call the
@@ -18,8 +18,8 @@ from annotation.api.errors import ServiceUnavailable
 from annotation.api.permissions import LEADS, LEADS_AND_ML, project_for_request
 from annotation.models import ChainRouting
 from annotation.projects.api.dashboard import ProportionOutputSerializer
-from annotation.selectors.routing import routing_summary
-from annotation.services.routing import chains_route_enqueue, routing_sources
+from annotation.routing.selectors import routing_summary
+from annotation.routing.services import chains_route_enqueue, routing_sources
 
 
 class RoutingSourceOutputSerializer(serializers.Serializer):

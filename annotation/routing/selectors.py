@@ -1,4 +1,4 @@
-"""What routing did (issue 23, ``services.routing``), for the dashboard and the API: how many
+"""What routing did (issue 23, ``routing.services``), for the dashboard and the API: how many
 chains each rule holds, and how often the machines' agreement was wrong where a person
 checked it (the spot checks), with a Wilson interval.
 
