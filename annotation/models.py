@@ -621,7 +621,7 @@ class Chain(models.Model):
             models.Index(
                 fields=["project", "id"], condition=Q(is_gold=True), name="chain_gold_idx"
             ),
-            # The data manager (selectors/chains.py) pages a project's chains by id; these
+            # The data manager (chains/selectors.py) pages a project's chains by id; these
             # let a status filter read its page in order instead of walking every chain.
             models.Index(fields=["project", "id"], name="chain_by_project"),
             models.Index(
@@ -636,7 +636,7 @@ class Chain(models.Model):
                 condition=Q(finished_count__gte=2),
                 name="chain_multi_labeled_idx",
             ),
-            # The data manager's sorts (selectors/chain_order.py): a page reads its rows in
+            # The data manager's sorts (chains/order.py): a page reads its rows in
             # the order of (value, id), either way, from where the last page ended.
             models.Index(fields=["project", "finished_count", "id"], name="chain_by_passes"),
             models.Index(
@@ -1119,7 +1119,7 @@ class KnownSignIn(models.Model):
 
 class BulkActionKind(models.TextChoices):
     """What a lead does to many chains at once from the data manager
-    (``services/bulk_actions.py``), each through the service that does it to one."""
+    (``chains/bulk_actions.py``), each through the service that does it to one."""
 
     REQUEUE = "requeue", "Requeue for more passes"
     GOLD_MARK = "gold_mark", "Mark gold"
@@ -1140,7 +1140,7 @@ class BulkActionStatus(models.TextChoices):
 class BulkAction(models.Model):
     """A lead's action on a selection of chains (``chain_ids``) or on every chain a filter
     of the data manager matches (``filters``, as its API takes them), run by a Celery task
-    in one transaction (``services/bulk_actions.py``). ``expected`` is the count the lead
+    in one transaction (``chains/bulk_actions.py``). ``expected`` is the count the lead
     confirmed; ``matched`` the chains the selection held when it ran, ``done`` how many of
     them were read so far (written while it runs), ``changed`` the chains the action
     changed and ``unchanged`` why the others were left (reason -> count)."""

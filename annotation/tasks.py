@@ -3,7 +3,7 @@
 The import and bulk-action tasks run on queue ``default``. Neither is ``acks_late``: a
 redelivered task would find its job no longer QUEUED and return, so a worker killed
 mid-way leaves the job RUNNING (and nothing written: each is one transaction) rather
-than doing it twice (see ``datasets.import_jobs``, ``services.bulk_actions``).
+than doing it twice (see ``datasets.import_jobs``, ``chains.bulk_actions``).
 
 A routing pass (``routing.services``) runs on ``default`` too, by project id; a second
 delivery or two passes at once do no harm, since a pass decides each chain from the
@@ -22,9 +22,9 @@ from typing import Any
 from celery import bootsteps, current_app, shared_task
 from django.db import connections
 
+from annotation.chains.bulk_actions import BULK_TASK
 from annotation.datasets.import_jobs import IMPORT_TASK
 from annotation.routing.services import ROUTE_TASK
-from annotation.services.bulk_actions import BULK_TASK
 from annotation.webhooks.delivery import (
     DELIVER_TASK,
     PRUNE_SECONDS,
@@ -46,7 +46,7 @@ def import_job_task(job_id: int) -> None:
 
 @shared_task(name=BULK_TASK, ignore_result=True)
 def bulk_action_task(job_id: int) -> None:
-    from annotation.services.bulk_actions import bulk_action_execute
+    from annotation.chains.bulk_actions import bulk_action_execute
 
     bulk_action_execute(job_id=job_id)
 

@@ -16,7 +16,9 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from annotation.access import project_create_allowed, project_get_for_member
 from annotation.api.fields import BIGINT_MAX
+from annotation.chains.services import EXTRA_LABELS_MAX
 from annotation.datasets.exporters.formats import (
     EXPORT_DESCRIPTIONS,
     EXPORT_FORMATS,
@@ -46,8 +48,6 @@ from annotation.projects.selectors import (
     project_get_with_progress,
     project_list_with_progress,
 )
-from annotation.selectors.access import project_create_allowed, project_get_for_member
-from annotation.services.chains import EXTRA_LABELS_MAX
 from annotation.sso import sso_providers
 from annotation.sso_ldap import ldap_sign_in_name, password_form_shown
 
@@ -284,7 +284,7 @@ def review_page(request: HttpRequest, project_id: int) -> HttpResponse:
 def chains_page(request: HttpRequest, project_id: int) -> HttpResponse:
     """``/projects/{id}/chains/`` (leads only: 403 for other members, 404 for
     non-members): the data manager, the project's chains filtered, searched and paged by
-    the chains API (``annotation.api.chains``); the page carries only the endpoints and
+    the chains API (``annotation.chains.api.chains``); the page carries only the endpoints and
     the members to filter by."""
     project = project_get_for_member(
         user=request.user, project_id=project_id, roles=page_roles("chains-page")

@@ -210,9 +210,9 @@ def _timed(call: Any, rounds: int) -> tuple[float, float, int]:
 def _middle_cursor(*, project: Any, order: Any) -> Any:
     """The cursor of a page that ends at the middle chain of ``order``: each phase counted
     until the one that holds it, then the row at its offset there (set-up, not timed)."""
+    from annotation.chains.order import ChainCursor
+    from annotation.chains.selectors import chain_order_phases
     from annotation.models import Chain
-    from annotation.selectors.chain_order import ChainCursor
-    from annotation.selectors.chains import chain_order_phases
 
     half = project.chains.count() // 2
     seen = 0
@@ -232,9 +232,9 @@ def _middle_cursor(*, project: Any, order: Any) -> Any:
 def measure_sorts(*, project_id: int, rounds: int) -> list[tuple[str, float, float, int]]:
     """Each sort order both ways, the first page and the page at the middle chain of the
     order; then the reference: ORDER BY the per-row agreement and PRM sub-select."""
+    from annotation.chains.order import SORT_KEYS, ChainOrder
+    from annotation.chains.selectors import ChainFilters, chain_list
     from annotation.models import Project
-    from annotation.selectors.chain_order import SORT_KEYS, ChainOrder
-    from annotation.selectors.chains import ChainFilters, chain_list
 
     project = Project.objects.get(pk=project_id)
     rows = []
@@ -261,9 +261,9 @@ def _naive_sorts(*, project: Any, rounds: int) -> list[tuple[str, float, float, 
     per-row sub-select: the database works every chain's value out, then sorts."""
     from django.db.models import F
 
+    from annotation.chains.scores import chains_with_scores
     from annotation.models import Chain
     from annotation.quality.chain_agreement import agreement_expression
-    from annotation.selectors.chain_scores import chains_with_scores
 
     def by_agreement() -> int:
         chains = Chain.objects.filter(project=project).annotate(computed=agreement_expression())
@@ -284,8 +284,8 @@ def _naive_sorts(*, project: Any, rounds: int) -> list[tuple[str, float, float, 
 
 
 def measure(*, project_id: int, rounds: int) -> list[tuple[str, float, float, int]]:
+    from annotation.chains.selectors import ChainFilters, chain_list
     from annotation.models import Chain, Project
-    from annotation.selectors.chains import ChainFilters, chain_list
     from tests.factories import UserFactory  # noqa: F401  (factories set the test password)
 
     project = Project.objects.get(pk=project_id)

@@ -9,7 +9,7 @@ class PrmTrainingConfig(AppConfig):
     def ready(self) -> None:
         # The annotation app calls this when a submit finishes a chain; it never imports
         # the training app.
-        from annotation.services.chain_events import chain_finished_register
+        from annotation.chains.events import chain_finished_register
         from prm_training.services.training import training_autostart_enqueue
 
         chain_finished_register(training_autostart_enqueue)
@@ -19,7 +19,7 @@ class PrmTrainingConfig(AppConfig):
 
         evaluation_set_changed_register(evaluation_results_stale_drop)
         # The data manager's PRM score and uncertainty columns, read through the ORM.
-        from annotation.selectors.chain_scores import chain_score_source_register
+        from annotation.chains.scores import chain_score_source_register
         from prm_training.chain_scores import SOURCE
 
         chain_score_source_register(SOURCE)

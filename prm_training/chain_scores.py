@@ -1,5 +1,5 @@
 """The PRM's chain scores, as the annotation app's data manager reads them
-(``annotation.selectors.chain_scores``): registered in ``PrmTrainingConfig.ready()``.
+(``annotation.chains.scores``): registered in ``PrmTrainingConfig.ready()``.
 
 A chain's PRM score and uncertainty come from the project's newest succeeded scoring run
 (``ChainScore.chain_score``, ``chain_uncertainty``: its least step probability, and
@@ -20,8 +20,8 @@ from django.db.models import (
     Value,
 )
 
+from annotation.chains.scores import ChainScoreSource
 from annotation.models import Chain
-from annotation.selectors.chain_scores import ChainScoreSource
 from prm_training.models import ChainScore, RunStatus, ScoringRun
 
 

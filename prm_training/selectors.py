@@ -15,8 +15,8 @@ from django.http import Http404
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from annotation.access import project_get_for_member
 from annotation.models import Chain, Project, Role
-from annotation.selectors.access import project_get_for_member
 from prm_training.models import (
     FINISHED_STATUSES,
     EvaluationResult,

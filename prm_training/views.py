@@ -8,10 +8,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from annotation.access import membership_role, project_get_for_member
 from annotation.datasets.evaluation_set_reads import import_batches_markable
 from annotation.models import Role
 from annotation.navigation import page_roles
-from annotation.selectors.access import membership_role, project_get_for_member
 from prm_training.ml.config import AMBIGUOUS_RULES, CLASS_WEIGHTS, MODES
 from prm_training.models import STRATEGY_SETTINGS, AcquisitionStrategy, MachineLabelRunKind
 from prm_training.selectors import (

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_training_app_registers_its_hook_on_finished_chains() -> None:
-    from annotation.services import chain_events
+    from annotation.chains import events as chain_events
     from prm_training.services.training import training_autostart_enqueue
 
     assert training_autostart_enqueue in chain_events._HOOKS
@@ -25,7 +25,7 @@ def test_the_training_app_registers_its_hook_on_finished_chains() -> None:
 # else goes through the ORM.
 SQL_ALLOWED = {
     "annotation/datasets/imports.py",
-    "annotation/services/progress.py",
+    "annotation/progress.py",
     "annotation/quality/consensus.py",
     "annotation/datasets/snapshot_reads.py",
     "annotation/datasets/snapshots.py",

@@ -1,5 +1,5 @@
 """Access checks for the API. Every project-scoped endpoint resolves its project through
-``project_for_request``, a thin wrapper over ``selectors.access.project_get_for_member``,
+``project_for_request``, a thin wrapper over ``access.project_get_for_member``,
 so the API and the pages apply the same rule (invariant 6): a non-member gets 404, a member
 without the needed role 403."""
 
@@ -14,8 +14,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from annotation.access import project_create_allowed, project_get_for_member
 from annotation.models import Project, Role
-from annotation.selectors.access import project_create_allowed, project_get_for_member
 
 # Role sets for ``project_for_request(roles=...)``. None means any member.
 ANY_MEMBER: tuple[str, ...] | None = None

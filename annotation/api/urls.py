@@ -9,7 +9,7 @@ urlpatterns = [
     path("", include("annotation.projects.urls")),
     path("", include("annotation.datasets.urls")),
     path("", include("annotation.quality.urls")),
-    path("", include("annotation.api.chain_urls")),
+    path("", include("annotation.chains.urls")),
     path("", include("annotation.routing.urls")),
     path("", include("annotation.webhooks.urls")),
 ]

@@ -39,6 +39,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from annotation.chains.changes import Changed, chain_events_record, chains_lock_sorted
 from annotation.models import (
     BulkAction,
     Chain,
@@ -47,7 +48,6 @@ from annotation.models import (
     ImportBatch,
     Project,
 )
-from annotation.services.chain_changes import Changed, chain_events_record, chains_lock_sorted
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

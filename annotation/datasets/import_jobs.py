@@ -40,7 +40,7 @@ from django.utils import timezone
 
 from annotation.datasets.imports import MAX_KEPT_ERRORS, ImportRejected, chain_import
 from annotation.models import ImportJob, ImportJobStatus, Project
-from annotation.services.progress import RowProgress
+from annotation.progress import RowProgress
 from annotation.webhooks.events import webhook_import_ended
 from config.uploads import copy_into_place
 

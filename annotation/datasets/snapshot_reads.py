@@ -1,6 +1,6 @@
 """Read paths over snapshots: listing them, finding one, comparing two, and streaming a
 snapshot's examples for exports and training. Access checks stay in
-``annotation.selectors.access``."""
+``annotation.access``."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from django.db.models import Count, Exists, Min, OuterRef, Q
 from django.db.models.functions import Substr
 from django.http import Http404
 
+from annotation.access import membership_role
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -34,7 +35,6 @@ from annotation.models import (
     Step,
     StepRating,
 )
-from annotation.selectors.access import membership_role
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -14,12 +14,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from annotation.chains.changes import Changed, chain_events_record, chains_lock_sorted
 from annotation.labeling.queue.claim import lease_next
 from annotation.labeling.queue.errors import QueueBusy
 from annotation.labeling.queue.leases import Lease, assignment_lock_live, assignment_skip
 from annotation.labeling.queue.submit import RatingInput, Submitted, assignment_submit
 from annotation.models import Assignment, BulkAction, Chain, ChainEventKind, Project
-from annotation.services.chain_changes import Changed, chain_events_record, chains_lock_sorted
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

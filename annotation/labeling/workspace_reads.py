@@ -1,5 +1,5 @@
 """Read paths of the annotator workspace: an annotator's own counts. Access checks stay
-in ``annotation.selectors.access``."""
+in ``annotation.access``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from annotation.access import membership_role
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -24,7 +25,6 @@ from annotation.quality.gold_reads import (
     screening_applies,
     screening_state_get,
 )
-from annotation.selectors.access import membership_role
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -6,7 +6,7 @@ Everything is computed with a fixed number of aggregate queries, whatever the si
 project (pinned in tests/annotation/api/test_dashboard_api.py): the rows that come back are one
 per (annotator, day), (day, rating) or day, never one per annotation or rating, except for
 the agreement, which ``annotation.quality.agreement`` computes from the ratings themselves.
-Access checks stay in ``annotation.selectors.access``.
+Access checks stay in ``annotation.access``.
 """
 
 from __future__ import annotations

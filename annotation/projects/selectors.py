@@ -1,5 +1,5 @@
 """Read paths for projects with their progress and members. Shared by the API, the pages
-and the admin-free commands; access checks stay in ``annotation.selectors.access``."""
+and the admin-free commands; access checks stay in ``annotation.access``."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Least
 from django.utils import timezone
 
+from annotation.access import project_get_for_member, project_list_for_user
 from annotation.models import Annotation, AnnotationSource, Chain, Membership, Project, Role
-from annotation.selectors.access import project_get_for_member, project_list_for_user
 
 
 def progress_annotations() -> dict[str, Any]:

@@ -41,6 +41,12 @@ from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
+from annotation.chains.changes import (
+    NOT_IN_PROJECT,
+    Changed,
+    chain_events_record,
+    chains_lock_sorted,
+)
 from annotation.labeling.queue.closed_leases import closed_leases_sync
 from annotation.models import (
     Annotation,
@@ -63,12 +69,6 @@ from annotation.quality.gold_reads import (
     screening_applies,
     screening_state_get,
     unseen_gold_chain,
-)
-from annotation.services.chain_changes import (
-    NOT_IN_PROJECT,
-    Changed,
-    chain_events_record,
-    chains_lock_sorted,
 )
 
 if TYPE_CHECKING:

@@ -40,6 +40,8 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from annotation.chains.changes import chain_events_record, chains_lock_sorted
+from annotation.chains.services import chains_requeue
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -55,8 +57,6 @@ from annotation.models import (
 from annotation.public_ids import purpose_key
 from annotation.quality.machine_quality import machine_source_quality
 from annotation.routing.machine_labels import machine_chain_labels
-from annotation.services.chain_changes import chain_events_record, chains_lock_sorted
-from annotation.services.chains import chains_requeue
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -11,9 +11,9 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from annotation.access import project_get_for_member
 from annotation.models import WebhookEvent
 from annotation.navigation import page_roles
-from annotation.selectors.access import project_get_for_member
 from annotation.webhooks.delivery import retry_delays
 
 

@@ -363,7 +363,7 @@ SPECTACULAR_SETTINGS = {
         "AcquisitionStrategyEnum": "prm_training.models.AcquisitionStrategy",
         "ScreeningStatusEnum": "annotation.models.ScreeningStatus",
         "ConsensusMethodEnum": "annotation.models.ConsensusMethod",
-        "ChainStatusEnum": "annotation.selectors.chains.ChainStatus.ALL",
+        "ChainStatusEnum": "annotation.chains.selectors.ChainStatus.ALL",
         "InviteStateEnum": "annotation.models.InviteState",
         "ApiTokenStateEnum": "annotation.api.tokens.API_TOKEN_STATES",
         "MachineSourceEnum": "annotation.models.MachineSource",

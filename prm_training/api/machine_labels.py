@@ -12,10 +12,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotation.access import project_get_for_member
 from annotation.api.fields import CursorField, IdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import request_user
-from annotation.selectors.access import project_get_for_member
 from prm_training.api.views import (
     RUN_LIFECYCLE_FIELDS,
     RUN_LIST_LIMIT,

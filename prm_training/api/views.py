@@ -14,10 +14,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotation.access import project_get_for_member
 from annotation.api.fields import IdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import request_user
-from annotation.selectors.access import project_get_for_member
 from prm_training.ml.config import RunSetting
 from prm_training.models import (
     STRATEGY_SETTINGS,

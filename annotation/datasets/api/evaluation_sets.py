@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotation.access import project_get_for_member
 from annotation.api.fields import IdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
@@ -24,7 +25,6 @@ from annotation.datasets.evaluation_sets import (
     evaluation_set_unmark,
 )
 from annotation.models import EvaluationSet, ImportBatch, Role
-from annotation.selectors.access import project_get_for_member
 
 LEADS_AND_ML = (Role.LEAD, Role.ML)
 NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is not a member.")

@@ -29,6 +29,7 @@ from annotation.api.errors import api_exception_handler
 from annotation.api.fields import INT32_MAX, IdField, PublicIdField, RatingField
 from annotation.api.inputs import InputSerializer, unknown_field_errors
 from annotation.api.permissions import request_user
+from annotation.chains.events import chain_finished_notify
 from annotation.labeling.queue.access import (
     project_get_for_labeling,
     user_and_project_for_labeling,
@@ -53,7 +54,6 @@ from annotation.models import (
     StepRating,
 )
 from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, PUBLIC_ID_MAX, STEP_IDS
-from annotation.services.chain_events import chain_finished_notify
 
 ERROR_RESPONSE = inline_serializer(
     "QueueError",

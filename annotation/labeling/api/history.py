@@ -24,6 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotation.access import membership_role
 from annotation.api.fields import INT32_MAX, CursorField, IdField, PublicIdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import project_for_request, request_user
@@ -40,7 +41,6 @@ from annotation.labeling.history import (
 from annotation.labeling.revisions import annotation_revise
 from annotation.models import Role
 from annotation.public_ids import CHAIN_IDS, PUBLIC_ID_MAX, STEP_IDS
-from annotation.selectors.access import membership_role
 
 NOT_FOUND = OpenApiResponse(
     description="No such project, or not a member; for a lead's ?annotator=, not a member."

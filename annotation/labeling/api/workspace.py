@@ -10,6 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotation.access import project_get_for_member
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import request_user
 from annotation.labeling.api.assignments import (
@@ -32,7 +33,6 @@ from annotation.labeling.workspace import (
 )
 from annotation.labeling.workspace_reads import annotator_stats_get
 from annotation.models import Project, ScreeningStatus
-from annotation.selectors.access import project_get_for_member
 
 
 class FlagInputSerializer(InputSerializer):

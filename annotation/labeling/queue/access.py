@@ -1,5 +1,5 @@
 """Who may label, on the queue's hot path: the user of an API token and the project a
-labeler asks for, each in one plain query (``annotation.selectors.access`` holds the same
+labeler asks for, each in one plain query (``annotation.access`` holds the same
 rule for every other request, through the ORM)."""
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from annotation.access import project_resolve
 from annotation.api.fields import INT32_MAX, int_between
 from annotation.datasets.exporters.formats import (
     EXPORT_DESCRIPTIONS,
@@ -24,7 +25,6 @@ from annotation.datasets.snapshots import (
     snapshot_create,
 )
 from annotation.models import MachineSource, Project, Snapshot, SnapshotSplit
-from annotation.selectors.access import project_resolve
 
 
 class Command(BaseCommand):

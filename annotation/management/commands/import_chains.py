@@ -10,10 +10,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
+from annotation.access import project_resolve
 from annotation.datasets.importers.formats import FORMATS
 from annotation.datasets.imports import ImportRejected, chain_import
 from annotation.models import Project
-from annotation.selectors.access import project_resolve
 
 # Bad lines listed on the terminal; the count says how many more there were.
 MAX_LISTED_ERRORS = 50

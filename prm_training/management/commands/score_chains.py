@@ -7,8 +7,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from annotation.access import project_resolve
 from annotation.models import Project
-from annotation.selectors.access import project_resolve
 from prm_training.management.commands._wait import wait_for_run
 from prm_training.models import AcquisitionStrategy, RunStatus, ScoringRun
 from prm_training.services.scoring import scoring_run_start

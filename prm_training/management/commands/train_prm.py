@@ -8,8 +8,8 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from annotation.access import project_resolve
 from annotation.models import Project
-from annotation.selectors.access import project_resolve
 from prm_training.management.commands._wait import wait_for_run
 from prm_training.ml.config import AMBIGUOUS_RULES, MODES
 from prm_training.models import ModelVersion, RunStatus, TrainingRun

@@ -726,8 +726,8 @@ def test_the_candidate_scan_walks_the_queue_index(make_member) -> None:
 def test_a_requeued_chain_is_offered_again_until_its_extra_passes_come_in(
     make_member,
 ) -> None:
+    from annotation.chains.services import chain_requeue
     from annotation.projects.services import project_update
-    from annotation.services.chains import chain_requeue
 
     # Given a finished chain (overlap 1) that a lead asks one more pass of
     project = ProjectFactory(overlap=1)
@@ -757,7 +757,7 @@ def test_a_requeued_chain_is_offered_again_until_its_extra_passes_come_in(
 
 
 def test_a_requeued_chain_takes_as_many_leases_as_passes_asked(make_member) -> None:
-    from annotation.services.chains import chain_requeue
+    from annotation.chains.services import chain_requeue
 
     # Given a requeued chain (overlap 1, one more pass asked) leased by two annotators at once
     project = ProjectFactory(overlap=1)

@@ -14,19 +14,19 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from annotation.chains.order import SORT_KEYS, ChainCursor, ChainOrder
+from annotation.chains.selectors import (
+    ChainFilters,
+    ChainStatus,
+    chain_list,
+    chain_order_phases,
+)
 from annotation.labeling.queue.claim import lease_next
 from annotation.labeling.queue.submit import RatingInput, assignment_submit
 from annotation.models import Assignment, AssignmentStatus, Chain, Role
 from annotation.quality.chain_agreement import chains_agreement_refresh
 from annotation.quality.gold import gold_mark, gold_unmark
 from annotation.quality.review import AdjudicatedRating, adjudication_create
-from annotation.selectors.chain_order import SORT_KEYS, ChainCursor, ChainOrder
-from annotation.selectors.chains import (
-    ChainFilters,
-    ChainStatus,
-    chain_list,
-    chain_order_phases,
-)
 from prm_training.models import ChainScore, RunStatus
 from tests.factories import (
     ChainFactory,

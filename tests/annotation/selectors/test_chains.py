@@ -12,13 +12,13 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from annotation.chains.selectors import ChainFilters, ChainStatus, chain_detail, chain_list
+from annotation.chains.services import chain_requeue
 from annotation.labeling.workspace import chain_flag_clear
 from annotation.models import Assignment, AssignmentStatus, Chain, Role, Step
 from annotation.quality.chain_agreement import chains_agreement_refresh
 from annotation.quality.gold import gold_mark
 from annotation.quality.review import AdjudicatedRating, adjudication_create
-from annotation.selectors.chains import ChainFilters, ChainStatus, chain_detail, chain_list
-from annotation.services.chains import chain_requeue
 from prm_training.models import ChainScore, RunStatus, chain_aggregates
 from tests.factories import (
     ChainFactory,

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from annotation.chains.selectors import ChainFilters, chain_list
 from annotation.labeling.queue.submit import RatingInput, assignment_submit
 from annotation.models import Chain, MachineLabel, Role
 from annotation.projects.dashboard import project_dashboard
@@ -20,7 +21,6 @@ from annotation.routing.machine_labels import (
     machine_chain_labels,
     machine_first_errors,
 )
-from annotation.selectors.chains import ChainFilters, chain_list
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, machine_labels
 

@@ -11,6 +11,16 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connections
 
+from annotation import progress
+from annotation.chains import bulk_actions
+from annotation.chains.bulk_actions import (
+    Selection,
+    bulk_action_create,
+    bulk_action_execute,
+    bulk_action_preview,
+)
+from annotation.chains.selectors import ChainFilters, ChainStatus, chain_list
+from annotation.chains.services import chain_requeue, chains_reviewer_set
 from annotation.labeling.workspace import chain_flag_clear
 from annotation.models import (
     BulkAction,
@@ -21,15 +31,6 @@ from annotation.models import (
     Role,
 )
 from annotation.quality.gold import gold_mark
-from annotation.selectors.chains import ChainFilters, ChainStatus, chain_list
-from annotation.services import bulk_actions, progress
-from annotation.services.bulk_actions import (
-    Selection,
-    bulk_action_create,
-    bulk_action_execute,
-    bulk_action_preview,
-)
-from annotation.services.chains import chain_requeue, chains_reviewer_set
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db

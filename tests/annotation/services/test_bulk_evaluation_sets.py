@@ -10,6 +10,14 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
+from annotation.chains import bulk_actions
+from annotation.chains.bulk_actions import (
+    Selection,
+    bulk_action_create,
+    bulk_action_execute,
+    bulk_action_preview,
+)
+from annotation.chains.selectors import ChainFilters, ChainStatus
 from annotation.datasets.evaluation_sets import (
     GOLD,
     IN_ANOTHER_SET,
@@ -30,14 +38,6 @@ from annotation.models import (
     Role,
 )
 from annotation.quality.gold import gold_mark
-from annotation.selectors.chains import ChainFilters, ChainStatus
-from annotation.services import bulk_actions
-from annotation.services.bulk_actions import (
-    Selection,
-    bulk_action_create,
-    bulk_action_execute,
-    bulk_action_preview,
-)
 from prm_training.models import EvaluationResult
 from prm_training.services.examples import snapshot_chain_examples
 from tests.annotation.queue.claiming import assignment_claim_next

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from annotation.chains.services import chain_requeue
 from annotation.models import (
     Chain,
     ChainEvent,
@@ -15,7 +16,6 @@ from annotation.models import (
 )
 from annotation.routing.selectors import routing_summary
 from annotation.routing.services import chains_route, chains_second_look, spot_checked
-from annotation.services.chains import chain_requeue
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.annotation.routing_lab import (
     JUDGE,

@@ -19,6 +19,13 @@ from django.db.models import Exists, F, Func, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Substr
 from django.utils import timezone
 
+from annotation.chains.order import (
+    ChainCursor,
+    ChainOrder,
+    order_phases,
+    phase_rows,
+)
+from annotation.chains.scores import chain_step_scores, chains_with_scores
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -36,13 +43,6 @@ from annotation.routing.machine_labels import (
     machines_disagree,
     machines_disagree_with_people,
 )
-from annotation.selectors.chain_order import (
-    ChainCursor,
-    ChainOrder,
-    order_phases,
-    phase_rows,
-)
-from annotation.selectors.chain_scores import chain_step_scores, chains_with_scores
 
 
 class ChainStatus:
@@ -308,7 +308,7 @@ def chain_list(
 
 def chains_matching(*, project: Project, filters: ChainFilters) -> QuerySet[Chain]:
     """Every chain of ``project`` that ``filters`` lets through, unordered: what a bulk
-    action on a filter acts on (``services.bulk_actions``), the list's own filters."""
+    action on a filter acts on (``chains.bulk_actions``), the list's own filters."""
     chains = chains_with_scores(chains=Chain.objects.filter(project=project), project_id=project.pk)
     return _filtered(chains, project=project, filters=filters)
 

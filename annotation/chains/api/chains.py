@@ -27,10 +27,8 @@ from rest_framework.response import Response
 from annotation.api.fields import CursorField, IdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
-from annotation.models import Chain, ChainEventKind, ChainRouting, Membership, Project
-from annotation.quality.api.review import NOT_A_MEMBER, WRONG_ROLE, chain_for_lead
-from annotation.selectors.chain_order import SORTS, ChainCursor, ChainOrder
-from annotation.selectors.chains import (
+from annotation.chains.order import SORTS, ChainCursor, ChainOrder
+from annotation.chains.selectors import (
     EVENTS_SHOWN,
     PAGE_SIZE_MAX,
     ChainFilters,
@@ -39,7 +37,9 @@ from annotation.selectors.chains import (
     chain_list,
     chain_order_phases,
 )
-from annotation.services.chains import EXTRA_LABELS_MAX, chain_requeue, chains_reviewer_set
+from annotation.chains.services import EXTRA_LABELS_MAX, chain_requeue, chains_reviewer_set
+from annotation.models import Chain, ChainEventKind, ChainRouting, Membership, Project
+from annotation.quality.api.review import NOT_A_MEMBER, WRONG_ROLE, chain_for_lead
 
 # Where routing sent a chain (issue 23): the four rules; "" (people, as usual) is no filter.
 ROUTED = [value for value in ChainRouting.values if value]

@@ -1,7 +1,12 @@
 from django.urls import path
 
-from annotation.api.chain_bulk import BulkActionApi, BulkActionListApi, BulkPreviewApi
-from annotation.api.chains import ChainDetailApi, ChainListApi, ChainRequeueApi, ChainReviewerApi
+from annotation.chains.api.bulk import BulkActionApi, BulkActionListApi, BulkPreviewApi
+from annotation.chains.api.chains import (
+    ChainDetailApi,
+    ChainListApi,
+    ChainRequeueApi,
+    ChainReviewerApi,
+)
 
 urlpatterns = [
     path("projects/<id:project_id>/chains/", ChainListApi.as_view(), name="api-project-chains"),

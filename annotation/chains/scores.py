@@ -2,7 +2,7 @@
 
 The annotation app sits below the training app and never imports it; the scores live in
 the training app's tables. The training app registers a ``ChainScoreSource`` in its
-``AppConfig.ready()`` (as it registers its hook in ``services/chain_events.py``); the data
+``AppConfig.ready()`` (as it registers its hook in ``chains/events.py``); the data
 manager's selectors ask it to annotate a chain queryset with ``prm_score`` and
 ``prm_uncertainty`` (so filters on them run in the database, on the page's own query)
 and for one chain's step scores. With no source registered the scores are null."""

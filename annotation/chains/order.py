@@ -32,8 +32,8 @@ from django.db.models import F, Lookup, OrderBy, Q, QuerySet
 # (written as ANDs and ORs on a database without them).
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
 
+from annotation.chains.scores import chains_scored_by, chains_with_scores
 from annotation.models import Chain
-from annotation.selectors.chain_scores import chains_scored_by, chains_with_scores
 
 BIGINT_MAX = 2**63 - 1
 

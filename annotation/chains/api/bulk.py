@@ -21,20 +21,20 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from annotation.api.chains import ChainFilterSerializer, chain_filters_from
 from annotation.api.fields import INT32_MAX, IdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, project_for_request, request_user
-from annotation.models import BulkAction, BulkActionKind, BulkActionStatus, Chain, Project
-from annotation.quality.api.review import NOT_A_MEMBER, WRONG_ROLE
-from annotation.services.bulk_actions import (
+from annotation.chains.api.chains import ChainFilterSerializer, chain_filters_from
+from annotation.chains.bulk_actions import (
     SELECTION_MAX,
     Selection,
     bulk_action_create,
     bulk_action_preview,
     bulk_actions_reap_stale,
 )
-from annotation.services.chains import EXTRA_LABELS_MAX
+from annotation.chains.services import EXTRA_LABELS_MAX
+from annotation.models import BulkAction, BulkActionKind, BulkActionStatus, Chain, Project
+from annotation.quality.api.review import NOT_A_MEMBER, WRONG_ROLE
 
 BAD_ACTION = OpenApiResponse(
     description="An unknown action, both or neither of `chain_ids` and `filters`, a chain "

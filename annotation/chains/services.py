@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from annotation.chains.changes import Changed, chain_events_record, chains_lock_sorted
 from annotation.labeling.queue.closed_leases import closed_leases_sync
 from annotation.models import (
     Assignment,
@@ -26,7 +27,6 @@ from annotation.models import (
     Project,
     Role,
 )
-from annotation.services.chain_changes import Changed, chain_events_record, chains_lock_sorted
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -44,6 +44,16 @@ from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from annotation.chains.changes import Changed
+from annotation.chains.selectors import ChainFilters, chains_matching
+from annotation.chains.services import (
+    EXTRA_LABELS_MAX,
+    chains_requeue,
+    chains_reviewer_set,
+    requeue_reasons,
+    reviewer_check,
+    reviewer_reasons,
+)
 from annotation.datasets.evaluation_sets import (
     NOT_IN_THIS_SET,
     chains_evaluation_set_add,
@@ -59,23 +69,13 @@ from annotation.models import (
     EvaluationSet,
     Project,
 )
+from annotation.progress import RowProgress
 from annotation.quality.gold import (
     chains_gold_mark,
     chains_gold_unmark,
     gold_mark_reasons,
     gold_unmark_reasons,
 )
-from annotation.selectors.chains import ChainFilters, chains_matching
-from annotation.services.chain_changes import Changed
-from annotation.services.chains import (
-    EXTRA_LABELS_MAX,
-    chains_requeue,
-    chains_reviewer_set,
-    requeue_reasons,
-    reviewer_check,
-    reviewer_reasons,
-)
-from annotation.services.progress import RowProgress
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -1,0 +1,1 @@
+"""HTTP doors of the data manager: chains, one chain, bulk actions."""
