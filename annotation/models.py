@@ -15,7 +15,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
 
-from annotation.projects.guidelines import GUIDELINES_MAX_CHARS
+from annotation.guidelines import GUIDELINES_MAX_CHARS
 
 
 class LabelingMode(models.TextChoices):

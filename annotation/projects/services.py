@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from annotation.guidelines import GuidelinesTooSlow, guidelines_digest, guidelines_html
 from annotation.labeling.queue.closed_leases import closed_leases_sync
 from annotation.models import (
     Assignment,
@@ -27,7 +28,6 @@ from annotation.models import (
     Role,
     StepSplit,
 )
-from annotation.projects.guidelines import GuidelinesTooSlow, guidelines_digest, guidelines_html
 from annotation.routing.services import ROUTING_FIELDS, chains_route_enqueue_on_commit
 
 # The settings a lead may change after creation. ``name`` is deliberately absent:
@@ -144,7 +144,7 @@ def project_update(*, project: Project, data: dict[str, Any]) -> Project:
 
 def _guidelines_rendered(text: str) -> str:
     """The guidelines as HTML, to store with them; a ValidationError naming the time
-    bound when they take too long to render (``annotation.projects.guidelines``)."""
+    bound when they take too long to render (``annotation.guidelines``)."""
     try:
         return str(guidelines_html(text=text))
     except GuidelinesTooSlow as exc:

@@ -1,5 +1,5 @@
 """``{{ project|guidelines_html }}``: the project's guidelines as HTML, rendered the one
-way every page and the settings preview render them (``annotation.projects.guidelines``), once
+way every page and the settings preview render them (``annotation.guidelines``), once
 when they are saved (``projects.services.project_guidelines_html``)."""
 
 from __future__ import annotations

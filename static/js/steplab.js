@@ -147,7 +147,7 @@ function wrapBoxes(plain) {
   return out + plain.slice(at);
 }
 
-// Guidelines (annotation/projects/guidelines.py) come as the server's HTML with each formula as
+// Guidelines (annotation/guidelines.py) come as the server's HTML with each formula as
 // escaped text in a .math-tex box; KaTeX (trust off) typesets that text in place, so
 // no markup is ever built from what a lead wrote. A formula KaTeX cannot parse is shown
 // as KaTeX's error text. Needs katex.min.js on the page; without it the source stays.

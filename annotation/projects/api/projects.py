@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from annotation.api.permissions import LEADS, IsStaffUser, project_for_request, request_user
+from annotation.guidelines import GuidelinesTooSlow, guidelines_html
 from annotation.models import Membership, Project
 from annotation.projects.api.serializers import (
     GuidelinesPreviewInputSerializer,
@@ -26,7 +27,6 @@ from annotation.projects.api.serializers import (
     ProjectOutputSerializer,
     ProjectUpdateInputSerializer,
 )
-from annotation.projects.guidelines import GuidelinesTooSlow, guidelines_html
 from annotation.projects.selectors import (
     membership_list,
     progress_as_annotators_see_it,

@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from annotation.api.inputs import InputSerializer
+from annotation.guidelines import GUIDELINES_MAX_CHARS, RENDER_SECONDS
 from annotation.models import (
     ConsensusMethod,
     ImportLabels,
@@ -20,7 +21,6 @@ from annotation.models import (
     Role,
     StepSplit,
 )
-from annotation.projects.guidelines import GUIDELINES_MAX_CHARS, RENDER_SECONDS
 from annotation.routing.services import ROUTING_FIELDS
 
 # Routing's rules are for leads and ML staff: an annotator never learns that some chains

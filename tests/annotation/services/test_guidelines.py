@@ -1,4 +1,4 @@
-"""Guidelines are Markdown: one renderer (annotation/projects/guidelines.py) for the workspace, the
+"""Guidelines are Markdown: one renderer (annotation/guidelines.py) for the workspace, the
 project pages and the settings page's preview endpoint; raw HTML is shown as text and
 script URLs are not links."""
 
@@ -11,8 +11,8 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
+from annotation.guidelines import GUIDELINES_MAX_CHARS, guidelines_html
 from annotation.models import Role
-from annotation.projects.guidelines import GUIDELINES_MAX_CHARS, guidelines_html
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 
 GUIDELINES = """# Grading
@@ -125,7 +125,7 @@ def test_guidelines_that_render_too_slowly_are_refused_in_about_the_time_bound(
 ) -> None:
     import time
 
-    from annotation.projects.guidelines import RENDER_SECONDS, too_slow_message
+    from annotation.guidelines import RENDER_SECONDS, too_slow_message
 
     assert len(SLOW) < GUIDELINES_MAX_CHARS
     # Given: a lead, and guidelines within the size bound that take seconds to render
