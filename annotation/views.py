@@ -436,8 +436,8 @@ def snapshots_page(request: HttpRequest, project_id: int) -> HttpResponse:
     """``/projects/{id}/snapshots/`` (leads only: 403 for other members, 404 for
     non-members): the dataset snapshots with their options and counts, the training runs'
     own listed apart, a form to take a new one and the diff between two versions.
-    Everything goes through the snapshot API (``annotation.datasets.api.snapshots``); the page
-    carries only the endpoints and the defaults of the form."""
+    Everything goes through the snapshot and export API (``annotation.datasets.api``); the
+    page carries only the endpoints and the defaults of the form."""
     project = project_get_for_member(
         user=request.user, project_id=project_id, roles=page_roles("snapshots-page")
     )

@@ -3,8 +3,9 @@
 from django.urls import path
 
 from annotation.datasets.api.evaluation_sets import EvaluationSetDetailApi, ProjectEvaluationSetsApi
+from annotation.datasets.api.exports import ExportApi
 from annotation.datasets.api.imports import ImportCreateApi, ImportJobApi
-from annotation.datasets.api.snapshots import ExportApi, SnapshotDiffApi, SnapshotListCreateApi
+from annotation.datasets.api.snapshots import SnapshotDiffApi, SnapshotListCreateApi
 
 urlpatterns = [
     path(
