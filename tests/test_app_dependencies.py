@@ -28,6 +28,7 @@ SQL_ALLOWED = {
     "annotation/progress.py",
     "annotation/quality/consensus.py",
     "annotation/datasets/snapshot_reads.py",
+    "annotation/datasets/snapshot_diff.py",
     "annotation/datasets/snapshots.py",
     "config/health.py",
 }

@@ -27,12 +27,14 @@ from rest_framework.response import Response
 from annotation.api.fields import INT32_MAX
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import LEADS, LEADS_AND_ML, project_for_request, request_user
-from annotation.datasets.snapshot_reads import (
+from annotation.datasets.snapshot_diff import (
     DIFF_CHANGES,
     DIFF_PAGE_MAX,
-    SNAPSHOT_KINDS,
     snapshot_diff_counts,
     snapshot_diff_rows,
+)
+from annotation.datasets.snapshot_reads import (
+    SNAPSHOT_KINDS,
     snapshot_get,
     snapshot_list,
     snapshot_options,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from annotation.datasets.snapshot_reads import (
+from annotation.datasets.snapshot_diff import (
     SnapshotDiffCounts,
     snapshot_diff_counts,
     snapshot_diff_rows,
