@@ -45,6 +45,7 @@ def main() -> int:
     import torch
 
     from prm_training.ml.acquisition import select_batch
+    from prm_training.ml.checkpoint import load_prm
     from prm_training.ml.config import PRMConfig
     from prm_training.ml.launch import train_prm
     from prm_training.ml.model import (
@@ -52,7 +53,7 @@ def main() -> int:
         load_configured_backbone,
         resolve_device,
     )
-    from prm_training.ml.score import frozen_step_features, load_prm, score_chains
+    from prm_training.ml.score import frozen_step_features, score_chains
     from prm_training.ml.synthetic import synthetic_chains
 
     config = PRMConfig(mode="frozen_head", head_epochs=args.head_epochs)

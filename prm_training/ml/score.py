@@ -1,4 +1,4 @@
-"""Loading a PRM checkpoint and scoring chains with it: P(step correct) for every step,
+"""Scoring chains with a loaded PRM (``checkpoint.load_prm``): P(step correct) for every step,
 plus each ensemble member's probabilities (the raw material of disagreement).
 
 Batches are length-bucketed: within a chunk of chains, windows are sorted by length before
@@ -7,10 +7,9 @@ batching, so padding stays small; results still come back in input order.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -155,63 +154,6 @@ class LoadedPRM:
         logits = self.head(features, extra).float()  # [E, N]
         scale, bias = self.calibration
         return torch.sigmoid(logits * scale + bias).cpu().numpy()
-
-
-def load_prm(
-    checkpoint_dir: str | Path, *, device: str | None = None, cache_dir: str | None = None
-) -> LoadedPRM:
-    """Loads a checkpoint written by ``train_prm`` (layout in ``train``'s docstring);
-    ``cache_dir`` replaces the feature cache folder it was trained with (this machine's)."""
-    root = Path(checkpoint_dir)
-    meta = json.loads((root / "config.json").read_text())
-    config = PRMConfig.from_checkpoint(meta["prm_config"])
-    if cache_dir is not None:
-        config = replace(config, cache_dir=cache_dir)
-    torch_device = resolve_device(device or config.device)
-    backbone_dir = root / "backbone"
-    if backbone_dir.is_dir() and not config.step_prior:
-        path = backbone_dir
-    else:
-        fingerprint = backbone_fingerprint(config.backbone)
-        if fingerprint != meta["backbone_fingerprint"]:
-            raise ValueError(
-                f"{config.backbone} is not the backbone this checkpoint was trained on "
-                f"(fingerprint {fingerprint}, expected {meta['backbone_fingerprint']})"
-            )
-        path = Path(config.backbone)
-    tokenizer, backbone, kind, step_head = load_configured_backbone(
-        config,
-        torch_device,
-        path=path,
-        requested_kind=meta["backbone_kind"],
-        tokenizer_path=root / "tokenizer",
-    )
-    shape = meta["head"]
-    head = EnsembleHead(
-        shape["width"],
-        shape["hidden"],
-        shape["members"],
-        config.head_dropout,
-        context=shape.get("context", 0),
-        prior=shape.get("prior", False),
-    )
-    from safetensors.torch import load_file
-
-    head.load_state_dict(load_file(str(root / "head.safetensors")))
-    return LoadedPRM(
-        config=config,
-        tokenizer=tokenizer,
-        backbone=backbone.to(torch_device).eval(),
-        head=head.to(torch_device).eval(),
-        kind=kind,
-        device=torch_device,
-        fingerprint=meta["backbone_fingerprint"],
-        checkpoint_dir=root,
-        threshold=float(meta.get("threshold", 0.5)),
-        threshold_right=meta.get("threshold_right"),
-        calibration=tuple(meta.get("calibration", (1.0, 0.0))),
-        step_head=step_head.to(torch_device) if step_head is not None else None,
-    )
 
 
 def score_chains(

@@ -336,8 +336,9 @@ def _simulate_seed(
     held-out chains; the seed set); ``reports``: the ``progress`` and ``should_stop`` of
     ``simulate``."""
     from .acquisition import select_batch
+    from .checkpoint import load_prm
     from .launch import train_prm
-    from .score import load_prm, score_chains
+    from .score import score_chains
 
     pool, heldout = split
     progress, should_stop = reports

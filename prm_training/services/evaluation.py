@@ -130,8 +130,9 @@ def evaluation_sets_measure(
     if not totals:
         return []
     from prm_training.ml.baselines import load_baselines
+    from prm_training.ml.checkpoint import load_prm
     from prm_training.ml.evaluation import evaluation_report
-    from prm_training.ml.score import load_prm, score_chains, truncation_counts
+    from prm_training.ml.score import score_chains, truncation_counts
 
     names = dict(EvaluationSet.objects.filter(pk__in=totals).values_list("pk", "name"))
     meter = PhaseMeter(phase)

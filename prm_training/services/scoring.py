@@ -311,7 +311,8 @@ def _score_chains(run: ScoringRun, progress: RunProgress) -> None:
     """Every chain to score through the run's version, a page at a time, into ChainScore
     rows (rewritten by a takeover); the phase counts steps a batch at a time, and a cancel
     stops it between two batches."""
-    from prm_training.ml.score import load_prm, score_chains, truncation_counts
+    from prm_training.ml.checkpoint import load_prm
+    from prm_training.ml.score import score_chains, truncation_counts
 
     meter = PhaseMeter(progress)
     meter.start("loading", detail=f"v{run.model_version.version}")

@@ -398,8 +398,9 @@ def _evaluate_version(
     """The held-out metrics of an existing version on this run's held-out chains, so the
     two versions are compared on the same chains, and its per-chain first-error hits (for
     the paired interval)."""
+    from prm_training.ml.checkpoint import load_prm
     from prm_training.ml.metrics import evaluate, first_error_hits
-    from prm_training.ml.score import load_prm, score_chains
+    from prm_training.ml.score import score_chains
 
     meter = PhaseMeter(reporter)
     meter.start("loading", detail=f"active v{version.version}, to compare with")

@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from prm_training.ml.checkpoint import load_prm
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.fitting import class_weights
 from prm_training.ml.launch import train_prm
 from prm_training.ml.metrics import choose_threshold, evaluate
-from prm_training.ml.score import load_prm, score_chains
+from prm_training.ml.score import score_chains
 from prm_training.ml.synthetic import synthetic_chains
 from tests.prm_training.ml_tiny import tiny_backbone_dir
 

@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from prm_training.ml.checkpoint import load_prm
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import ChainExample
 from prm_training.ml.features import clear_feature_caches
 from prm_training.ml.launch import train_prm
-from prm_training.ml.score import load_prm, score_chains
+from prm_training.ml.score import score_chains
 from prm_training.ml.synthetic import synthetic_chains
 
 

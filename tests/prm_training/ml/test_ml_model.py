@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from prm_training.ml.checkpoint import load_prm
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import ChainExample, chains_to_windows
 from prm_training.ml.features import clear_feature_caches
@@ -28,7 +29,7 @@ from prm_training.ml.model import (
     step_attention_mask,
     step_feature_width,
 )
-from prm_training.ml.score import LoadedPRM, load_prm, score_chains
+from prm_training.ml.score import LoadedPRM, score_chains
 from prm_training.ml.synthetic import synthetic_chains
 from tests.prm_training.ml_tiny import tiny_backbone_dir
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from prm_training.ml.checkpoint import load_prm
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.features import clear_feature_caches
 from prm_training.ml.launch import train_prm
 from prm_training.ml.progress import Phase, RunCancelled, step_count
-from prm_training.ml.score import load_prm, score_chains
+from prm_training.ml.score import score_chains
 from prm_training.ml.synthetic import synthetic_chains
 from tests.prm_training.ml_tiny import tiny_backbone_dir
 

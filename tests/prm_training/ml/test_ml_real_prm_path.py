@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 import torch
 
+from prm_training.ml.checkpoint import load_prm
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.launch import train_prm
 from prm_training.ml.metrics import evaluate
-from prm_training.ml.score import load_prm, score_chains, zero_shot_scores
+from prm_training.ml.score import score_chains, zero_shot_scores
 from prm_training.ml.synthetic import synthetic_chains
 from tests.prm_training.ml_tiny import tiny_backbone_dir, tiny_step_prm_dir
 

@@ -69,8 +69,9 @@ def test_a_zero_shot_version_of_an_unlabeled_project_scores_with_the_prm_s_own_h
     unlabeled_project: Any, open_prm: Path
 ) -> None:
     # Given: a project with no label and an open PRM in the model directory
+    from prm_training.ml.checkpoint import load_prm
     from prm_training.ml.config import PRMConfig
-    from prm_training.ml.score import load_prm, score_chains, zero_shot_scores
+    from prm_training.ml.score import score_chains, zero_shot_scores
     from prm_training.services.examples import chain_examples_build
 
     # When: ML staff make a zero-shot version of it
