@@ -6,22 +6,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import serializers, status
+from django.contrib.auth.models import User
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.access import project_get_for_member
 from annotation.api.fields import CursorField, IdField
 from annotation.api.inputs import InputSerializer
-from annotation.api.permissions import request_user
-from prm_training.api.views import (
+from annotation.models import Project
+from prm_training.api.runs import (
     RUN_LIFECYCLE_FIELDS,
-    RUN_LIST_LIMIT,
     RUN_RESPONSES,
-    _RunOutputSerializer,
+    ProjectRunsApi,
+    RunDetailApi,
+    RunOutputSerializer,
     run_action_views,
+    run_list_schema,
 )
 from prm_training.models import JudgeSample, MachineLabelRun, MachineLabelRunKind
 from prm_training.selectors import (
@@ -39,7 +41,6 @@ from prm_training.services.machine_labels import (
     machine_label_run_retry,
     machine_label_run_start,
 )
-from prm_training.services.runs import runs_reap_stale_of_project
 
 _FILTER_CHOICES = sorted({name for names in FILTERS.values() for name in names})
 
@@ -120,7 +121,7 @@ class MachineLabelRunInputSerializer(InputSerializer):
         return attrs
 
 
-class MachineLabelRunOutputSerializer(_RunOutputSerializer):
+class MachineLabelRunOutputSerializer(RunOutputSerializer):
     started_by: serializers.SlugRelatedField = serializers.SlugRelatedField(
         slug_field="username", read_only=True
     )
@@ -149,21 +150,13 @@ class MachineLabelRunOutputSerializer(_RunOutputSerializer):
         ]
 
 
-class ProjectMachineLabelRunsApi(APIView):
-    @extend_schema(
-        operation_id="machine_label_runs_list",
-        responses={200: MachineLabelRunOutputSerializer(many=True), **RUN_RESPONSES},
+@extend_schema_view(
+    get=run_list_schema(
+        operation="machine_label_runs",
+        output=MachineLabelRunOutputSerializer,
         summary="The project's latest machine-label runs (ML staff and leads)",
-    )
-    def get(self, request: Request, project_id: int) -> Response:
-        project = project_get_for_member(
-            user=request.user, project_id=project_id, roles=ML_AND_LEADS
-        )
-        runs_reap_stale_of_project(project_id=project.pk)
-        runs = machine_label_run_list(project=project)[:RUN_LIST_LIMIT]
-        return Response(MachineLabelRunOutputSerializer(runs, many=True).data)
-
-    @extend_schema(
+    ),
+    post=extend_schema(
         operation_id="machine_label_runs_start",
         request=MachineLabelRunInputSerializer,
         responses={
@@ -178,44 +171,39 @@ class ProjectMachineLabelRunsApi(APIView):
         description="Queues a run on the GPU workers. A sampling run imports the chains it "
         "draws (deduplicated, with their provenance); rollout and judge runs store machine "
         "labels, never human votes.",
-    )
-    def post(self, request: Request, project_id: int) -> Response:
-        project = project_get_for_member(
-            user=request.user, project_id=project_id, roles=ML_AND_LEADS
-        )
-        payload = MachineLabelRunInputSerializer(data=request.data)
-        payload.is_valid(raise_exception=True)
-        data: dict[str, Any] = dict(payload.validated_data)
+    ),
+)
+class ProjectMachineLabelRunsApi(ProjectRunsApi):
+    list_runs = machine_label_run_list
+    input = MachineLabelRunInputSerializer
+    output = MachineLabelRunOutputSerializer
+    start_roles = ML_AND_LEADS
+
+    def start(self, *, project: Project, user: User, data: dict[str, Any]) -> MachineLabelRun:
         kind = data.pop("kind")
         model = data.pop("model")
         ids = data.pop("problems", data.pop("chains", None))
-        run = machine_label_run_start(
+        return machine_label_run_start(
             project=project,
-            user=request_user(request),
+            user=user,
             kind=kind,
             model=model,
             ids=ids,
             filter=data.pop("filter", None),
             params=data,
         )
-        return Response(MachineLabelRunOutputSerializer(run).data, status=status.HTTP_201_CREATED)
 
 
-class MachineLabelRunDetailApi(APIView):
-    @extend_schema(
+@extend_schema_view(
+    get=extend_schema(
         operation_id="machine_label_runs_retrieve",
         responses={200: MachineLabelRunOutputSerializer, **RUN_RESPONSES},
         summary="Follow a machine-label run (ML staff and leads)",
     )
-    def get(self, request: Request, machine_label_run_id: int) -> Response:
-        run = machine_label_run_get_for_member(
-            user=request.user, machine_label_run_id=machine_label_run_id
-        )
-        if runs_reap_stale_of_project(project_id=run.project_id):
-            run = machine_label_run_get_for_member(
-                user=request.user, machine_label_run_id=machine_label_run_id
-            )
-        return Response(MachineLabelRunOutputSerializer(run).data)
+)
+class MachineLabelRunDetailApi(RunDetailApi):
+    get_run = machine_label_run_get_for_member
+    output = MachineLabelRunOutputSerializer
 
 
 MachineLabelRunCancelApi, MachineLabelRunRetryApi = run_action_views(

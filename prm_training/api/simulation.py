@@ -1,33 +1,32 @@
 """Simulation runs over HTTP: the paired active-learning simulation on a project's labels,
 whose result the 'auto' strategy reads (``services.simulation``). ML staff start, cancel
-and retry; leads may read. Thin, as the rest of the PRM API (``api.views``)."""
+and retry; leads may read. Thin, as the rest of the PRM API (``api.runs``)."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import serializers, status
-from rest_framework.request import Request
-from rest_framework.response import Response
-from rest_framework.views import APIView
+from typing import Any
 
-from annotation.access import project_get_for_member
+from django.contrib.auth.models import User
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import serializers
+
 from annotation.api.inputs import InputSerializer
-from annotation.api.permissions import request_user
-from prm_training.api.views import (
+from annotation.models import Project
+from prm_training.api.runs import (
     RUN_LIFECYCLE_FIELDS,
-    RUN_LIST_LIMIT,
     RUN_RESPONSES,
-    _RunOutputSerializer,
+    ProjectRunsApi,
+    RunDetailApi,
+    RunOutputSerializer,
     run_action_views,
+    run_list_schema,
 )
 from prm_training.models import SimulationRun, SimulationSize
 from prm_training.selectors import (
-    ML_AND_LEADS,
     ML_ONLY,
     simulation_run_get_for_member,
     simulation_run_list,
 )
-from prm_training.services.runs import runs_reap_stale_of_project
 from prm_training.services.simulation import (
     simulation_run_cancel,
     simulation_run_retry,
@@ -61,7 +60,7 @@ class SimulationRunInputSerializer(InputSerializer):
     )
 
 
-class SimulationRunOutputSerializer(_RunOutputSerializer):
+class SimulationRunOutputSerializer(RunOutputSerializer):
     started_by: serializers.SlugRelatedField = serializers.SlugRelatedField(
         slug_field="username", read_only=True
     )
@@ -86,21 +85,13 @@ class SimulationRunOutputSerializer(_RunOutputSerializer):
         ]
 
 
-class ProjectSimulationRunsApi(APIView):
-    @extend_schema(
-        operation_id="simulation_runs_list",
-        responses={200: SimulationRunOutputSerializer(many=True), **RUN_RESPONSES},
+@extend_schema_view(
+    get=run_list_schema(
+        operation="simulation_runs",
+        output=SimulationRunOutputSerializer,
         summary="The project's latest simulation runs (ML staff and leads)",
-    )
-    def get(self, request: Request, project_id: int) -> Response:
-        project = project_get_for_member(
-            user=request.user, project_id=project_id, roles=ML_AND_LEADS
-        )
-        runs_reap_stale_of_project(project_id=project.pk)
-        runs = simulation_run_list(project=project)[:RUN_LIST_LIMIT]
-        return Response(SimulationRunOutputSerializer(runs, many=True).data)
-
-    @extend_schema(
+    ),
+    post=extend_schema(
         operation_id="simulation_runs_start",
         request=SimulationRunInputSerializer,
         responses={
@@ -114,30 +105,27 @@ class ProjectSimulationRunsApi(APIView):
         description="Queues a run on the GPU workers. It replays the project's newest snapshot "
         "as the oracle, compares every acquisition strategy with random at equal labeled "
         "steps, and stores the result where the 'auto' strategy reads it.",
-    )
-    def post(self, request: Request, project_id: int) -> Response:
-        project = project_get_for_member(user=request.user, project_id=project_id, roles=ML_ONLY)
-        payload = SimulationRunInputSerializer(data=request.data)
-        payload.is_valid(raise_exception=True)
-        run = simulation_run_start(
-            project=project, user=request_user(request), **payload.validated_data
-        )
-        return Response(SimulationRunOutputSerializer(run).data, status=status.HTTP_201_CREATED)
+    ),
+)
+class ProjectSimulationRunsApi(ProjectRunsApi):
+    list_runs = simulation_run_list
+    input = SimulationRunInputSerializer
+    output = SimulationRunOutputSerializer
+
+    def start(self, *, project: Project, user: User, data: dict[str, Any]) -> SimulationRun:
+        return simulation_run_start(project=project, user=user, **data)
 
 
-class SimulationRunDetailApi(APIView):
-    @extend_schema(
+@extend_schema_view(
+    get=extend_schema(
         operation_id="simulation_runs_retrieve",
         responses={200: SimulationRunOutputSerializer, **RUN_RESPONSES},
         summary="Follow a simulation run (ML staff and leads)",
     )
-    def get(self, request: Request, simulation_run_id: int) -> Response:
-        run = simulation_run_get_for_member(user=request.user, simulation_run_id=simulation_run_id)
-        if runs_reap_stale_of_project(project_id=run.project_id):
-            run = simulation_run_get_for_member(
-                user=request.user, simulation_run_id=simulation_run_id
-            )
-        return Response(SimulationRunOutputSerializer(run).data)
+)
+class SimulationRunDetailApi(RunDetailApi):
+    get_run = simulation_run_get_for_member
+    output = SimulationRunOutputSerializer
 
 
 SimulationRunCancelApi, SimulationRunRetryApi = run_action_views(

@@ -9,26 +9,29 @@ from prm_training.api.machine_labels import (
     MachineLabelRunRetryApi,
     ProjectMachineLabelRunsApi,
 )
+from prm_training.api.scoring import (
+    ProjectScoringRunsApi,
+    ScoringRunCancelApi,
+    ScoringRunDetailApi,
+    ScoringRunRetryApi,
+)
 from prm_training.api.simulation import (
     ProjectSimulationRunsApi,
     SimulationRunCancelApi,
     SimulationRunDetailApi,
     SimulationRunRetryApi,
 )
-from prm_training.api.views import (
-    ModelVersionActivateApi,
-    ProjectBackbonesApi,
-    ProjectEvaluationResultsApi,
-    ProjectModelVersionsApi,
-    ProjectScoringRunsApi,
+from prm_training.api.training import (
     ProjectTrainingRunsApi,
-    ProjectTrainingSettingsApi,
-    ScoringRunCancelApi,
-    ScoringRunDetailApi,
-    ScoringRunRetryApi,
     TrainingRunCancelApi,
     TrainingRunDetailApi,
     TrainingRunRetryApi,
+)
+from prm_training.api.training_settings import ProjectBackbonesApi, ProjectTrainingSettingsApi
+from prm_training.api.versions import (
+    ModelVersionActivateApi,
+    ProjectEvaluationResultsApi,
+    ProjectModelVersionsApi,
 )
 
 urlpatterns = [
