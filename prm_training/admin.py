@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
 from prm_training.models import ModelVersion, ProjectTrainingSettings, ScoringRun, TrainingRun
-from prm_training.services.training import training_config_clean
+from prm_training.services.training_settings import training_config_clean
 
 
 class ProjectTrainingSettingsForm(forms.ModelForm):

@@ -10,7 +10,7 @@ class PrmTrainingConfig(AppConfig):
         # The annotation app calls this when a submit finishes a chain; it never imports
         # the training app.
         from annotation.chains.events import chain_finished_register
-        from prm_training.services.training import training_autostart_enqueue
+        from prm_training.services.autostart import training_autostart_enqueue
 
         chain_finished_register(training_autostart_enqueue)
         # Figures on an evaluation set whose chains a lead changed are dropped with them.

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_training_app_registers_its_hook_on_finished_chains() -> None:
     from annotation.chains import events as chain_events
-    from prm_training.services.training import training_autostart_enqueue
+    from prm_training.services.autostart import training_autostart_enqueue
 
     assert training_autostart_enqueue in chain_events._HOOKS
 

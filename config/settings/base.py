@@ -441,7 +441,7 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 
 # What one training run may ask of the GPU node, each refused with its limit named before
-# the run is queued (prm_training.services.training.node_limits); (value, variable).
+# the run is queued (prm_training.services.training_settings.node_limits); (value, variable).
 # Processes: one per GPU of the node (on a CPU each loads the whole backbone), so 1 unless
 # the node has more GPUs. The others bound one run's memory (batch x window) and time.
 STEPLAB_TRAINING_LIMITS: dict[str, tuple[int, str]] = {

@@ -25,11 +25,11 @@ from prm_training.ml.config import RunSetting
 from prm_training.models import TrainingRun
 from prm_training.selectors import ML_ONLY, training_run_get_for_member, training_run_list
 from prm_training.services.training import (
-    CONFIG_FIELDS,
     training_run_cancel,
     training_run_retry,
     training_run_start,
 )
+from prm_training.services.training_settings import CONFIG_FIELDS
 
 # What the API says of ``backbone`` (PRMConfig's help speaks of directories, the API of names).
 BACKBONE_HELP = (

@@ -24,7 +24,7 @@ from prm_training.selectors import (
 )
 from prm_training.services.backbones import backbone_choices
 from prm_training.services.strategy import acquisition_strategy_resolve
-from prm_training.services.training import project_training_settings_update
+from prm_training.services.training_settings import project_training_settings_update
 
 
 class TrainingSettingsInputSerializer(InputSerializer):

@@ -22,7 +22,7 @@ from prm_training.selectors import (
     model_version_get_for_member,
     model_version_list,
 )
-from prm_training.services.training import model_version_activate
+from prm_training.services.model_versions import model_version_activate
 
 
 class RulesVerdictSerializer(serializers.Serializer):

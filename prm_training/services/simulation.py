@@ -57,7 +57,7 @@ from prm_training.services.strategy import (
     strategy_evidence_save,
     strategy_evidence_too_few,
 )
-from prm_training.services.training import NodeLimit
+from prm_training.services.training_settings import NodeLimit
 
 if TYPE_CHECKING:
     from prm_training.ml.config import PRMConfig

@@ -23,7 +23,7 @@ from prm_training.models import (
     ScoringRun,
     TrainingRun,
 )
-from prm_training.services.training import project_training_settings_update
+from prm_training.services.training_settings import project_training_settings_update
 from tests.prm_training.ml_tiny import tiny_settings
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.django_db(transaction=True)]

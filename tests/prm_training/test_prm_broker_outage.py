@@ -12,10 +12,8 @@ from prm_worker import PrivateRedis, WorkerFactory, wait_until
 from annotation.models import Annotation, Chain
 from annotation.public_ids import CHAIN_IDS
 from prm_training.models import ModelVersion, RunStatus, TrainingRun
-from prm_training.services.training import (
-    project_training_settings_update,
-    training_run_start,
-)
+from prm_training.services.training import training_run_start
+from prm_training.services.training_settings import project_training_settings_update
 from tests.prm_training.ml_tiny import tiny_settings
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.django_db(transaction=True)]

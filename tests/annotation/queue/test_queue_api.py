@@ -21,7 +21,7 @@ from annotation.models import (
     StepRating,
 )
 from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, PUBLIC_ID_MAX, STEP_IDS
-from prm_training.services import training
+from prm_training.services import autostart
 from tests.factories import ChainFactory, ProblemFactory, ProjectFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -447,7 +447,7 @@ def test_submit_query_count(project, client, django_assert_num_queries) -> None:
     # the service's 6 (see the service test), and whether the project retrains
     # automatically, read once every few seconds per project (the chain just finished); the
     # answer is built from the stored ratings
-    training._autostart_seen.clear()
+    autostart._autostart_seen.clear()
     with django_assert_num_queries(7):
         response = client.post(lease_url(leased["assignment"]["id"], "submit"), body, format="json")
     assert response.status_code == 201

@@ -20,7 +20,7 @@ from annotation.models import (
 )
 from annotation.public_ids import CHAIN_IDS
 from annotation.quality.gold import gold_mark
-from prm_training.services import training
+from prm_training.services import autostart
 from tests import factories
 from tests.factories import ChainFactory, annotation_with_ratings
 
@@ -354,7 +354,7 @@ def test_submit_costs_the_same_queries_with_pre_labels(
     user = make_member(prelabeled)
     client = client_for(user)
     lease = lease_next(client, prelabeled)
-    training._autostart_seen.clear()
+    autostart._autostart_seen.clear()
     with django_assert_num_queries(7):
         assert submit(client, lease, [1] * 12).status_code == 201
     assert [o for o, _ in outcomes(chain, user)] == [PrelabelOutcome.CONFIRMED] * 6 + [

@@ -27,8 +27,8 @@ from annotation.models import (
 from annotation.webhooks.events import message_id_new, webhook_payload
 from annotation.webhooks.services import webhook_create, webhook_test_send
 from prm_training.models import ModelVersion, RunStatus, ScoringRun, TrainingRun
+from prm_training.services.model_versions import model_version_activate
 from prm_training.services.runs import run_finish
-from prm_training.services.training import model_version_activate
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.annotation.webhooks.receiver import Receiver
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory

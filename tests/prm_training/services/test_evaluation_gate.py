@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from annotation.datasets.evaluation_sets import evaluation_set_mark
 from prm_training.models import EvaluationResult, ModelVersion, ProjectTrainingSettings
 from prm_training.services.evaluation import report_loses
-from prm_training.services.training import model_version_activate
+from prm_training.services.model_versions import model_version_activate
 from tests.factories import ChainFactory, ImportBatchFactory, scoring_run_with_model_version
 
 pytestmark = pytest.mark.django_db

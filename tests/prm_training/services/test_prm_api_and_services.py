@@ -13,12 +13,10 @@ from django.test import Client
 from annotation.labeling.queue.priorities import chain_priorities_write
 from annotation.models import Snapshot
 from prm_training.models import ModelVersion, RunStatus, TrainingRun
+from prm_training.services.model_versions import model_version_activate
 from prm_training.services.scoring import mixed_priorities
-from prm_training.services.training import (
-    model_version_activate,
-    training_config_clean,
-    training_run_cancel,
-)
+from prm_training.services.training import training_run_cancel
+from prm_training.services.training_settings import training_config_clean
 from tests.factories import ChainFactory, ProjectFactory
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from annotation.labeling.queue.submit import RatingInput, assignment_submit
-from prm_training.services import training
-from prm_training.services.training import project_training_settings_update
+from prm_training.services import autostart
+from prm_training.services.training_settings import project_training_settings_update
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import ChainFactory
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> None:
-    training._autostart_seen.clear()
+    autostart._autostart_seen.clear()
 
 
 def _finish_one(project: Any, user: Any) -> Any:
@@ -42,7 +42,7 @@ def test_no_check_is_sent_while_auto_retraining_is_off(
 
     # When a submit finishes a chain
     with django_capture_on_commit_callbacks() as callbacks:
-        training.training_autostart_enqueue(project_id=_finish_one(project, user).chain.project_id)
+        autostart.training_autostart_enqueue(project_id=_finish_one(project, user).chain.project_id)
 
     # Then no message is queued
     assert callbacks == []
@@ -54,7 +54,7 @@ def test_switching_it_on_through_the_service_counts_at_once(
     # Given a process that has just read "off" for the project
     ChainFactory.create_batch(2, project=project)
     user = make_member(project)
-    assert training._autostart_enabled(project.pk) is False
+    assert autostart._autostart_enabled(project.pk) is False
 
     # When ML staff switch auto-retraining on, and a submit then finishes a chain
     project_training_settings_update(project=project, data={"retrain_every_n_finished": 1})
@@ -64,7 +64,7 @@ def test_switching_it_on_through_the_service_counts_at_once(
         lambda args, queue: sent.append(args[0]),
     )
     with django_capture_on_commit_callbacks(execute=True):
-        training.training_autostart_enqueue(project_id=_finish_one(project, user).chain.project_id)
+        autostart.training_autostart_enqueue(project_id=_finish_one(project, user).chain.project_id)
 
     # Then the check is sent, to the default queue's task, for this project
     assert sent == [project.pk]
@@ -73,14 +73,14 @@ def test_switching_it_on_through_the_service_counts_at_once(
 def test_a_change_elsewhere_is_seen_within_the_ttl(project, monkeypatch) -> None:
     # Given a process that read "off", and then the setting changed in another process
     clock = [1000.0]
-    monkeypatch.setattr(training.time, "monotonic", lambda: clock[0])
-    assert training._autostart_enabled(project.pk) is False
+    monkeypatch.setattr(autostart.time, "monotonic", lambda: clock[0])
+    assert autostart._autostart_enabled(project.pk) is False
     from prm_training.models import ProjectTrainingSettings
 
     ProjectTrainingSettings.objects.create(project=project, retrain_every_n_finished=3)
 
     # Then it still answers from memory within the TTL, and reads again after it
-    clock[0] += training.AUTOSTART_SETTING_TTL - 0.1
-    assert training._autostart_enabled(project.pk) is False
+    clock[0] += autostart.AUTOSTART_SETTING_TTL - 0.1
+    assert autostart._autostart_enabled(project.pk) is False
     clock[0] += 0.2
-    assert training._autostart_enabled(project.pk) is True
+    assert autostart._autostart_enabled(project.pk) is True

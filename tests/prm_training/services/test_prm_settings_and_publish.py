@@ -22,12 +22,12 @@ from prm_training.models import (
     TrainingRun,
 )
 from prm_training.services.training import (
-    project_training_settings_update,
     run_snapshot_ensure,
     training_maybe_autostart,
     training_run_execute,
     training_run_start,
 )
+from prm_training.services.training_settings import project_training_settings_update
 from tests.factories import (
     ChainFactory,
     ProblemFactory,
