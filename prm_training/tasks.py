@@ -18,7 +18,7 @@ from celery.signals import worker_ready
 from django.db import connections
 
 from annotation.models import Project
-from prm_training.services.machine_labels import machine_label_run_execute
+from prm_training.services.machine_label_work import machine_label_run_execute
 from prm_training.services.runs import (
     AUTOSTART_TASK,
     MACHINE_LABEL_TASK,

@@ -25,12 +25,9 @@ from prm_training.ml.judge import template_hash
 from prm_training.ml.rollouts import rollout_prompt
 from prm_training.models import JudgeSample, MachineLabelRun, RunStatus
 from prm_training.services import progress as progress_module
-from prm_training.services.machine_labels import (
-    config_hash,
-    machine_label_run_cancel,
-    machine_label_run_execute,
-    machine_label_run_start,
-)
+from prm_training.services.machine_label_rollouts import config_hash
+from prm_training.services.machine_label_work import machine_label_run_execute
+from prm_training.services.machine_labels import machine_label_run_cancel, machine_label_run_start
 from tests.factories import ChainFactory, ProblemFactory
 from tests.prm_training.lm_fixtures import (  # noqa: F401 - fixtures
     LM,
