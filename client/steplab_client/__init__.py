@@ -1,6 +1,7 @@
 """Steplab's Python client and command line (``steplab``): see ``Client``."""
 
-from steplab_client.client import Client, Download, token_create
+from steplab_client.client import Client, token_create
+from steplab_client.datasets import Download
 from steplab_client.errors import ApiError, ConfigError, JobFailed, SteplabError
 
 __version__ = "0.1.0"
