@@ -48,6 +48,27 @@ from .score import LoadedPRM
 CHECKPOINT_FORMAT = "steplab-prm/1"
 
 
+# How a checkpoint was trained when its config predates these fields (2026-11-25).
+CHECKPOINT_DEFAULTS_BEFORE: dict[str, Any] = {
+    "step_pooling": "separator",
+    "context": "none",
+    "calibrate": False,
+    "lora_r": 0,
+    "outcome_readout": False,
+    "gradient_checkpointing": False,
+    "dtype": "float32",
+    "step_prior": False,
+    "processes": 1,
+}
+
+
+def checkpoint_config(data: dict[str, Any]) -> PRMConfig:
+    """A checkpoint's stored config: one written before a field existed was trained the
+    way that field's old behaviour says (separator states, no context features, no
+    calibration), not as today's default."""
+    return PRMConfig.from_dict({**CHECKPOINT_DEFAULTS_BEFORE, **data})
+
+
 def write_checkpoint(
     *,
     out_dir: Path,
@@ -118,7 +139,7 @@ def load_prm(
     ``cache_dir`` replaces the feature cache folder it was trained with (this machine's)."""
     root = Path(checkpoint_dir)
     meta = json.loads((root / "config.json").read_text())
-    config = PRMConfig.from_checkpoint(meta["prm_config"])
+    config = checkpoint_config(meta["prm_config"])
     if cache_dir is not None:
         config = replace(config, cache_dir=cache_dir)
     torch_device = resolve_device(device or config.device)

@@ -459,13 +459,6 @@ class PRMConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{key: value for key, value in data.items() if key in known})
 
-    @classmethod
-    def from_checkpoint(cls, data: dict[str, Any]) -> PRMConfig:
-        """A checkpoint's stored config: one written before a field existed was trained
-        the way that field's old behaviour says (separator states, no context features,
-        no calibration), not as today's default."""
-        return cls.from_dict({**CHECKPOINT_DEFAULTS_BEFORE, **data})
-
 
 def run_settings() -> dict[str, RunSetting]:
     """Every ``PRMConfig`` field a training run may set, in declaration order, with its
@@ -488,17 +481,3 @@ def run_settings() -> dict[str, RunSetting]:
             max_length=run.max_length,
         )
     return settings
-
-
-# How a checkpoint was trained when its config predates these fields (2026-11-25).
-CHECKPOINT_DEFAULTS_BEFORE: dict[str, Any] = {
-    "step_pooling": "separator",
-    "context": "none",
-    "calibrate": False,
-    "lora_r": 0,
-    "outcome_readout": False,
-    "gradient_checkpointing": False,
-    "dtype": "float32",
-    "step_prior": False,
-    "processes": 1,
-}
