@@ -120,7 +120,7 @@ def _figures(metrics: dict[str, float], prefix: str = "") -> dict[str, float]:
 
 def _run_seeds(args: argparse.Namespace, chains: list[Any], base: Any) -> dict[str, list[dict]]:
     from prm_training.ml.launch import train_prm
-    from prm_training.ml.simulate import split_by_problem
+    from prm_training.ml.oracle import split_by_problem
 
     variants = [_parse_variant(text) for text in (args.variant or DEFAULT_VARIANTS)]
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
@@ -154,8 +154,8 @@ def _transfer(args: argparse.Namespace, base: Any) -> list[dict[str, Any]]:
     """Per ordered pair of files (A, B): the default trained on A's pool, and on B's own,
     both scored on B's held-out chains, paired by seed."""
     from prm_training.ml.launch import train_prm
+    from prm_training.ml.oracle import split_by_problem
     from prm_training.ml.paired import resampled_interval
-    from prm_training.ml.simulate import split_by_problem
 
     by_file = {path.stem: _read([path], args.chains) for path in args.data}
     rows = []

@@ -186,7 +186,8 @@ def simulation_project_replay(
     ``warn`` hears what weakens the result. Raises ValidationError when the snapshot has no
     step label or cannot support ``sim``; RunCancelled where a report stopped it."""
     from prm_training.ml.machine_labeler import PRM_SOURCE
-    from prm_training.ml.simulate import oracle_chains, simulate
+    from prm_training.ml.oracle import oracle_chains
+    from prm_training.ml.simulate import simulate
 
     examples, graded, snapshot = simulation_project_examples(project_id=project_id)
     version = snapshot.version

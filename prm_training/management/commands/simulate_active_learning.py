@@ -272,7 +272,8 @@ class Command(BaseCommand):
     def _replay_files(
         self, options: dict[str, Any], sim: SimulationConfig, prm: PRMConfig, out: Path
     ) -> tuple[list[Any], int]:
-        from prm_training.ml.simulate import oracle_chains, simulate
+        from prm_training.ml.oracle import oracle_chains
+        from prm_training.ml.simulate import simulate
 
         examples, graded = _read_chains(options["files"], options["format"])
         labeled = oracle_chains(examples)

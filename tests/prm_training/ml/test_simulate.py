@@ -15,15 +15,9 @@ from django.core.management import CommandError, call_command
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import ChainExample
 from prm_training.ml.machine_labeler import MachineArm, prm_machine_labels
+from prm_training.ml.oracle import oracle_chains, split_by_problem
 from prm_training.ml.readout import Readout
-from prm_training.ml.simulate import (
-    ROW_FIELDS,
-    SimulationConfig,
-    SimulationRow,
-    oracle_chains,
-    simulate,
-    split_by_problem,
-)
+from prm_training.ml.simulate import ROW_FIELDS, SimulationConfig, SimulationRow, simulate
 from prm_training.ml.simulation_report import summarize, summary_table
 from prm_training.ml.synthetic import synthetic_chains
 from tests.prm_training.ml_tiny import tiny_backbone_dir
