@@ -198,27 +198,17 @@ def chains_evaluation_set_add(
     out are left (``hold_out_reasons``). ValidationError for a set of another project or
     one unmarked meanwhile. Precondition: the caller checks that the user leads the
     project. Lock order: the project row, then the chains in id order."""
-    now = now or timezone.now()
-    with transaction.atomic():
-        _set_locked(project=project, evaluation_set=evaluation_set)
-        outcome = chains_lock_sorted(
-            project=project,
-            chain_ids=chain_ids,
-            reasons=hold_out_reasons(evaluation_set=evaluation_set),
-        )
-        Chain.objects.filter(pk__in=outcome.changed).update(evaluation_set=evaluation_set)
-        named = {"evaluation_set": evaluation_set.pk, "name": evaluation_set.name}
-        chain_events_record(
-            chain_ids=outcome.changed,
-            kind=ChainEventKind.EVALUATION_ADDED,
-            actor=actor,
-            now=now,
-            detail=lambda _chain_id: named,
-            bulk_action=bulk_action,
-        )
-        if outcome.changed:
-            _changed_notify(project_id=project.pk, evaluation_set_ids=[evaluation_set.pk])
-    return outcome
+    return _chains_move(
+        project=project,
+        chain_ids=chain_ids,
+        evaluation_set=evaluation_set,
+        into=True,
+        reasons=hold_out_reasons(evaluation_set=evaluation_set),
+        event=ChainEventKind.EVALUATION_ADDED,
+        actor=actor,
+        bulk_action=bulk_action,
+        now=now,
+    )
 
 
 def chains_evaluation_set_remove(
@@ -234,19 +224,45 @@ def chains_evaluation_set_remove(
     the queue and to training; chains not in it are left. The set stays (an empty set
     measures nothing; unmark it to drop it). ValidationError for a set of another project
     or one unmarked meanwhile. Precondition and lock order as ``chains_evaluation_set_add``."""
+    return _chains_move(
+        project=project,
+        chain_ids=chain_ids,
+        evaluation_set=evaluation_set,
+        into=False,
+        reasons={NOT_IN_THIS_SET: ~Q(evaluation_set=evaluation_set)},
+        event=ChainEventKind.EVALUATION_REMOVED,
+        actor=actor,
+        bulk_action=bulk_action,
+        now=now,
+    )
+
+
+def _chains_move(
+    *,
+    project: Project,
+    chain_ids: Iterable[int],
+    evaluation_set: EvaluationSet,
+    into: bool,
+    reasons: dict[str, Q],
+    event: str,
+    actor: User | None,
+    bulk_action: BulkAction | None,
+    now: datetime | None,
+) -> Changed:
+    """Put the chains into ``evaluation_set`` (``into``) or take them out, leaving those
+    ``reasons`` name; one ``event`` per chain moved, and the set's figures dropped once
+    any moved."""
     now = now or timezone.now()
     with transaction.atomic():
         _set_locked(project=project, evaluation_set=evaluation_set)
-        outcome = chains_lock_sorted(
-            project=project,
-            chain_ids=chain_ids,
-            reasons={NOT_IN_THIS_SET: ~Q(evaluation_set=evaluation_set)},
+        outcome = chains_lock_sorted(project=project, chain_ids=chain_ids, reasons=reasons)
+        Chain.objects.filter(pk__in=outcome.changed).update(
+            evaluation_set=evaluation_set if into else None
         )
-        Chain.objects.filter(pk__in=outcome.changed).update(evaluation_set=None)
         named = {"evaluation_set": evaluation_set.pk, "name": evaluation_set.name}
         chain_events_record(
             chain_ids=outcome.changed,
-            kind=ChainEventKind.EVALUATION_REMOVED,
+            kind=event,
             actor=actor,
             now=now,
             detail=lambda _chain_id: named,
