@@ -249,10 +249,6 @@ def _owned(run: Run) -> Any:
     return type(run).objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts)
 
 
-def run_still_mine(run: Run) -> bool:
-    return _owned(run).exists()
-
-
 def run_may_go_on(run: Run) -> bool:
     """Whether this attempt still owns ``run`` and nobody asked it to stop."""
     return bool(_owned(run).filter(cancel_requested=False).exists())

@@ -184,7 +184,7 @@ def training_run_execute(*, run_id: int, task_id: str = "", worker: str = "") ->
 
 
 def _train_and_publish(run: TrainingRun, reporter: TrainingReporter) -> TrainingRun:
-    """The claimed run's work: its snapshot, the training (``ml.train.train_prm``, every
+    """The claimed run's work: its snapshot, the training (``ml.launch.train_prm``, every
     phase reported), the comparison with the active version and the publish."""
     from prm_training.ml.config import PRMConfig
     from prm_training.ml.launch import train_prm

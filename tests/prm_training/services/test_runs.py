@@ -16,7 +16,7 @@ from prm_training.services.runs import (
     run_claim,
     run_finish,
     run_heartbeat,
-    run_still_mine,
+    run_may_go_on,
     runs_dispatch_pending,
     runs_reap_stale,
     training_attempt_dir,
@@ -44,7 +44,7 @@ def test_a_claim_records_the_worker_and_a_second_delivery_finds_nothing_to_do(
     assert run is not None and again is None
     queued.refresh_from_db()
     assert (queued.status, queued.worker, queued.attempts) == (RunStatus.RUNNING, "gpu@a", 1)
-    assert run_still_mine(run)
+    assert run_may_go_on(run)
 
 
 def test_a_stale_run_is_taken_over_once_then_given_up(
@@ -70,7 +70,7 @@ def test_a_stale_run_is_taken_over_once_then_given_up(
     # old attempt no longer owns the run nor can finish it
     assert second is not None and second.attempts == 2
     assert not leftovers.exists()
-    assert not run_still_mine(first)
+    assert not run_may_go_on(first)
     assert not run_finish(first, status=RunStatus.FAILED, error="late")
     run_heartbeat(first, progress=0.9)
     assert TrainingRun.objects.get(pk=queued.pk).progress == 0.0
