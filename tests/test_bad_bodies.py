@@ -216,7 +216,7 @@ def test_the_submit_refuses_unknown_keys_in_its_body_and_in_each_rating() -> Non
     from rest_framework.exceptions import ValidationError
 
     from annotation.api.inputs import UNKNOWN_FIELD
-    from annotation.labeling.api.assignments import submit_input_validate
+    from annotation.labeling.api.submit_input import submit_input_validate
 
     body = {"ratings": [{"step": 1, "rating": 1}, {"step": 2, "rating": 1, "comentt": "x"}]}
     with pytest.raises(ValidationError) as caught:

@@ -20,7 +20,6 @@ EXEMPT = {"annotation/models.py"}
 ALLOWED_OVER_LIMIT = {
     "annotation/datasets/imports.py",
     "annotation/datasets/snapshots.py",
-    "annotation/labeling/api/assignments.py",
     "annotation/quality/consensus.py",
 }
 

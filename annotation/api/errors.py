@@ -4,7 +4,7 @@ The data layer raises Django's and the queue's own errors (it does not depend on
 this turns them into DRF's before DRF's handler renders them, so no view wraps its
 service calls: Django's ValidationError is a 400 with field errors, a missing assignment
 a 404, a lost or closed lease a 409 whose ``code`` tells which, a busy queue a 503. The
-queue's token door (``labeling.api.assignments.QueueView``) answers its errors through this same
+queue's token door (``labeling.api.token_door.QueueView``) answers its errors through this same
 handler."""
 
 from __future__ import annotations

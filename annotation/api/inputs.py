@@ -4,7 +4,7 @@ rename) is a 400 naming it, never a silent no-op that looks like success.
 
 ``InputSerializer`` is the base of every input serializer (nested ones too, so a rating
 in a submit or a training config in the settings refuses unknown keys alike); the
-submit's hand-run validation (``labeling.api.assignments.submit_input_validate``) calls
+submit's hand-run validation (``labeling.api.submit_input.submit_input_validate``) calls
 ``unknown_field_errors`` itself."""
 
 from __future__ import annotations

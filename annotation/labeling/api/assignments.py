@@ -2,15 +2,15 @@
 
 Views are thin: check access, call one service from ``annotation.labeling.queue``,
 serialize the result. Service errors map to status codes in ``api.errors``: ValidationError
-400, someone else's (or a missing) lease 404, a lost or closed lease 409, a busy queue 503."""
+400, someone else's (or a missing) lease 404, a lost or closed lease 409, a busy queue 503.
+Next and submit answer through two doors (``token_door``); ``submit_input`` checks the
+submit's body."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
-import orjson
 from django.http import HttpRequest, HttpResponse
-from django.http.response import HttpResponseBase
 from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
@@ -18,18 +18,20 @@ from drf_spectacular.utils import (
     inline_serializer,
 )
 from rest_framework import serializers, status
-from rest_framework.fields import empty
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotation.api.authentication import token_key
-from annotation.api.errors import api_exception_handler
-from annotation.api.fields import INT32_MAX, IdField, PublicIdField, RatingField
-from annotation.api.inputs import InputSerializer, unknown_field_errors
+from annotation.api.fields import PublicIdField
+from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import request_user
 from annotation.chains.events import chain_finished_notify
+from annotation.labeling.api.submit_input import (
+    SubmitInputSerializer,
+    ratings_from_payload,
+    submit_input_validate,
+)
+from annotation.labeling.api.token_door import QueueView, json_body, json_response
 from annotation.labeling.queue.access import (
     project_get_for_labeling,
     user_and_project_for_labeling,
@@ -39,8 +41,6 @@ from annotation.labeling.queue.claim import lease_next, lease_prefetch
 from annotation.labeling.queue.leases import Lease, assignment_renew, assignment_skip
 from annotation.labeling.queue.prelabels import shown_verdicts
 from annotation.labeling.queue.submit import (
-    REQUEST_ID_MAX_LENGTH,
-    RatingInput,
     Submitted,
     assignment_submit,
 )
@@ -64,93 +64,6 @@ ERROR_RESPONSE = inline_serializer(
         ),
     },
 )
-
-
-# --- two doors, one answer -----------------------------------------------------------------
-
-# Request bodies above this go through DRF, which enforces the upload limits itself.
-TOKEN_DOOR_BODY_MAX_BYTES = 1024 * 1024
-
-
-def _accepts_json(request: HttpRequest) -> bool:
-    return request.META.get("HTTP_ACCEPT", "") in ("", "*/*", "application/json")
-
-
-def json_response(payload: Any, status_code: int = 200) -> HttpResponse:
-    """What DRF's JSON renderer would send for ``payload``: compact UTF-8 JSON (none for
-    a 204, whose answer is empty)."""
-    if status_code == status.HTTP_204_NO_CONTENT:
-        nothing = HttpResponse(status=status_code)
-        del nothing["Content-Type"]  # as DRF sends an empty answer
-        return nothing
-    return HttpResponse(orjson.dumps(payload), status=status_code, content_type="application/json")
-
-
-class QueueView(APIView):
-    """An APIView for the queue's hottest requests (next, submit), with two doors to one
-    answer. Each view writes its answer once, as a function of the caller and the input
-    (``next_answer``, ``submit_answer``). DRF's door (``post``) authenticates, checks
-    permissions, negotiates and parses as every other endpoint does; the schema and the
-    docs describe it. The token door (``token_post``) takes the common case, a POST with
-    an API token asking for JSON, past DRF's request cycle, whose request wrapper,
-    negotiation, parsers, authenticator and permission loop cost more than the claim
-    itself: it looks the token up (with the project, for next) in one query and gives
-    the same answer, errors rendered by the same exception handler. It returns None,
-    before doing anything, for what it does not take (an unknown token, a malformed or
-    oversized body), and DRF's door answers that as it always did."""
-
-    def token_post(self, request: HttpRequest, key: str, **kwargs: Any) -> HttpResponse | None:
-        raise NotImplementedError
-
-    @classmethod
-    def as_view(cls, **initkwargs: Any) -> Any:
-        drf_view = super().as_view(**initkwargs)
-
-        def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-            if request.method == "POST" and _accepts_json(request):
-                key = token_key(request)
-                if key is not None:
-                    response: HttpResponseBase | None
-                    try:
-                        response = cls(**initkwargs).token_post(request, key, **kwargs)
-                    except Exception as exc:  # noqa: BLE001 - DRF's handler decides below
-                        response = _error_response(request, exc)
-                    if response is not None:
-                        return response
-            return drf_view(request, *args, **kwargs)
-
-        # What DRF's view carries: ``cls`` for the schema, ``csrf_exempt`` (tokens and
-        # DRF's own session check stand in for Django's CSRF middleware).
-        view.__dict__.update(drf_view.__dict__)
-        view.__name__ = drf_view.__name__  # type: ignore[attr-defined]  # a function's
-        view.__doc__ = drf_view.__doc__
-        return view
-
-
-def _error_response(request: HttpRequest, exc: Exception) -> HttpResponseBase:
-    """The answer the API's exception handler gives for ``exc`` (a service error, a DRF
-    error, Http404, PermissionDenied), rendered as JSON; anything else is raised again, a
-    bug for Django's 500 handler as in DRF."""
-    response = api_exception_handler(exc, {"request": request, "view": None})
-    if response is None:
-        raise exc
-    response.accepted_renderer = JSONRenderer()
-    response.accepted_media_type = "application/json"
-    response.renderer_context = {}  # type: ignore[attr-defined]  # DRF sets it on render
-    return response
-
-
-def _json_body(request: HttpRequest) -> Any | None:
-    """The token door's body: parsed JSON, or None for what DRF's parsers should answer
-    (another content type, an oversized or malformed body: DRF explains it)."""
-    if request.content_type != "application/json":
-        return None
-    try:
-        if int(request.META.get("CONTENT_LENGTH") or 0) > TOKEN_DOOR_BODY_MAX_BYTES:
-            return None
-        return orjson.loads(request.body)
-    except (ValueError, orjson.JSONDecodeError):
-        return None
 
 
 # --- next --------------------------------------------------------------------------------
@@ -334,148 +247,6 @@ class AssignmentPrefetchView(APIView):
 # --- submit ------------------------------------------------------------------------------
 
 
-class RatingInputSerializer(InputSerializer):
-    step = IdField(help_text="The id of a step of the leased chain, as next showed it.")
-    # Range-checked by the service, whose message names the step.
-    rating = RatingField(help_text="-1 (incorrect), 0 (ambiguous) or 1 (correct).")
-    comment = serializers.CharField(
-        required=False, allow_blank=True, default="", max_length=10_000, trim_whitespace=True
-    )
-    duration_ms = serializers.IntegerField(
-        required=False,
-        allow_null=True,
-        default=None,
-        min_value=0,
-        max_value=INT32_MAX,
-        help_text="How long the step held the annotator's focus.",
-    )
-
-
-class SubmitInputSerializer(InputSerializer):
-    ratings = RatingInputSerializer(many=True, allow_empty=False)
-    rewrite = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        default="",
-        max_length=20_000,
-        help_text="The corrected text of the first incorrect step (needs a -1 rating).",
-    )
-    duration_ms = serializers.IntegerField(
-        required=False, allow_null=True, default=None, min_value=0, max_value=INT32_MAX
-    )
-    request_id = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        default="",
-        max_length=REQUEST_ID_MAX_LENGTH,
-        help_text="A client-chosen id; repeating a submit with it changes nothing.",
-    )
-
-
-# The serializers' own fields, bound once: ``submit_input_validate`` runs them.
-_SUBMIT_FIELDS = SubmitInputSerializer().fields
-_RATINGS_LIST = cast(serializers.ListSerializer, _SUBMIT_FIELDS["ratings"])
-_RATING_ITEM = RatingInputSerializer()
-_RATING_FIELDS = _RATING_ITEM.fields
-
-
-def _field_value(field: serializers.Field, data: dict, errors: dict[str, Any]) -> Any:
-    """What ``field`` takes from ``data``, as its serializer would. Three common cases are
-    taken without the field's conversion and validator calls, with the same outcome at a
-    tenth of the cost: a plain int within an integer field's bounds, an empty string for a
-    field that allows blanks, and an absent optional field (its default)."""
-    value = data.get(field.field_name, empty)
-    if type(value) is int:
-        if (
-            isinstance(field, serializers.IntegerField)
-            and (field.min_value is None or value >= field.min_value)
-            and (field.max_value is None or value <= field.max_value)
-        ):
-            return value
-    elif value == "" and type(value) is str:
-        if getattr(field, "allow_blank", False):
-            return value
-    elif (
-        value is empty
-        and not field.required
-        and field.default is not empty
-        and not callable(field.default)
-    ):
-        return field.default
-    try:
-        return field.run_validation(value)
-    except serializers.ValidationError as exc:
-        errors[field.field_name or ""] = exc.detail
-        return None
-
-
-def _fields_validate(
-    fields: Any, data: dict, known: Any = None
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``data``'s values and errors for ``fields``; a key of ``data`` not in ``known``
-    (default: ``fields``) is an error too, as ``InputSerializer`` makes it."""
-    errors: dict[str, Any] = {}
-    values = {name: _field_value(field, data, errors) for name, field in fields.items()}
-    if not data.keys() <= fields.keys():
-        errors.update(unknown_field_errors(data, fields if known is None else known))
-    return values, errors
-
-
-def submit_input_validate(data: Any) -> dict[str, Any]:
-    """The validated submit body: ``SubmitInputSerializer``'s fields and messages (a 400
-    names each field, and each rating by its place in the list), run without building a
-    serializer per request and per rating, which cost more than the submit's queries. The
-    list's own checks (a list, not empty), a rating that is not an object and a body that
-    is not a JSON object (a form's fields, say) are left to DRF's serializers."""
-    if type(data) is not dict:
-        serializer = SubmitInputSerializer(data=data)
-        serializer.is_valid(raise_exception=True)
-        return serializer.validated_data
-    ratings: list[dict[str, Any]] = []
-    rating_errors: Any = {}  # by place in the list, as DRF's list reports them
-    items = data.get("ratings", empty)
-    if type(items) is not list or not items:
-        try:
-            _RATINGS_LIST.run_validation(items)  # raises DRF's message for the list
-        except serializers.ValidationError as exc:
-            rating_errors = exc.detail
-        items = []
-    for index, item in enumerate(items):
-        if type(item) is dict:
-            rating, errors = _fields_validate(_RATING_FIELDS, item)
-        else:
-            rating, errors = {}, {}
-            try:
-                _RATING_ITEM.run_validation(item)
-            except serializers.ValidationError as exc:
-                errors = exc.detail  # type: ignore[assignment]  # DRF's "not an object"
-        ratings.append(rating)
-        if errors:
-            rating_errors[index] = errors
-    other = {name: field for name, field in _SUBMIT_FIELDS.items() if name != "ratings"}
-    validated, errors = _fields_validate(other, data, _SUBMIT_FIELDS)
-    if rating_errors:
-        errors = {"ratings": rating_errors, **errors}
-    if errors:
-        raise serializers.ValidationError(errors)
-    return {"ratings": ratings, **validated}
-
-
-def ratings_from_payload(data: dict[str, Any]) -> list[RatingInput]:
-    """The service's rating inputs from a validated submit body: steps named by their
-    public ids, which the service reads back against the leased chain's steps
-    (``public_step_ids``)."""
-    return [
-        RatingInput(
-            step_id=r["step"],
-            rating=int(r["rating"]),
-            comment=r["comment"],
-            duration_ms=r["duration_ms"],
-        )
-        for r in data["ratings"]
-    ]
-
-
 def after_submit(submitted: Submitted) -> None:
     """What every submit endpoint does once a new annotation is recorded."""
     if submitted.created and submitted.annotation.chain.is_finished:
@@ -577,7 +348,7 @@ class AssignmentSubmitView(QueueView):
     def token_post(  # type: ignore[override]  # called with the URL's own keyword arguments
         self, request: HttpRequest, key: str, assignment_id: int
     ) -> HttpResponse | None:
-        data = _json_body(request)
+        data = json_body(request)
         if data is None:
             return None
         user = user_for_writing_token(key)

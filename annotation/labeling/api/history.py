@@ -28,7 +28,7 @@ from annotation.access import membership_role
 from annotation.api.fields import INT32_MAX, CursorField, IdField, PublicIdField
 from annotation.api.inputs import InputSerializer
 from annotation.api.permissions import project_for_request, request_user
-from annotation.labeling.api.assignments import RatingInputSerializer, ratings_from_payload
+from annotation.labeling.api.submit_input import RatingInputSerializer, ratings_from_payload
 from annotation.labeling.history import (
     HISTORY_PAGE_SIZE,
     HISTORY_PAGE_SIZE_MAX,

@@ -18,11 +18,13 @@ from annotation.labeling.api.assignments import (
     AnnotationOutputSerializer,
     NextOutputSerializer,
     SkipOutputSerializer,
-    SubmitInputSerializer,
     after_submit,
     annotation_payload,
     assignment_pk,
     lease_payload,
+)
+from annotation.labeling.api.submit_input import (
+    SubmitInputSerializer,
     ratings_from_payload,
     submit_input_validate,
 )

@@ -9,12 +9,8 @@ import json
 import pytest
 from rest_framework import serializers
 
-from annotation.labeling.api.assignments import (
-    NextOutputSerializer,
-    SubmitInputSerializer,
-    lease_payload,
-    submit_input_validate,
-)
+from annotation.labeling.api.assignments import NextOutputSerializer, lease_payload
+from annotation.labeling.api.submit_input import SubmitInputSerializer, submit_input_validate
 from annotation.labeling.queue.claim import lease_next
 from annotation.labeling.queue.leases import leased_chain
 from annotation.models import Assignment, LabelingMode, Step

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from annotation.labeling.api.assignments import QueueView
+from annotation.labeling.api.token_door import QueueView
 from annotation.models import Annotation, Assignment, AssignmentStatus, Chain
 from annotation.public_ids import ASSIGNMENT_IDS, CHAIN_IDS, STEP_IDS
 from tests.factories import ChainFactory, ProjectFactory, api_token_key
