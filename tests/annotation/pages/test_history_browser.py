@@ -78,7 +78,7 @@ def _no_sideways_scroll(page: Page) -> None:
 
 
 SUBMIT_NEXT = """async ({next, ratings, comments, rewrite}) => {
-  const {api} = window.Steplab;
+  const {api} = await import("/static/js/steplab.js");
   const lease = await api(next, {method: "POST"});
   const body = {
     ratings: lease.chain.steps.map((step, i) => ({
