@@ -1,15 +1,18 @@
-"""A real Celery worker for the import job tests (``test_import_worker.py`` and the import
-page's browser test): ``celery -A config worker`` on the test broker, against the test
-database, with this test's STEPLAB_IMPORT_DIR. Tests that use it commit their rows
+"""A real Celery worker for the default queue's job tests (imports, bulk actions, and the
+import page's browser test): ``celery -A config worker`` on the test broker, against the
+test database, with this test's STEPLAB_IMPORT_DIR; and ``job_wait``, which follows a
+job's URL until the worker has finished it. Tests that use it commit their rows
 (``django_db(transaction=True)``): the worker is another process."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rest_framework.test import APIClient
 
 from tests.prm_training.prm_worker import (
     WorkerFactory,
@@ -31,3 +34,16 @@ def import_worker(
     finally:
         factory.stop_all()
         worker_broker_flush(settings)
+
+
+def job_wait(client: APIClient, url: str, worker: WorkerHandle, *, what: str) -> dict[str, Any]:
+    """The job at ``url`` once it is done or failed, polled for up to 90 s; the test fails
+    with the worker's output when it is not (``what`` names the job)."""
+    deadline = time.monotonic() + 90
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = client.get(url).json()
+        if job["status"] in ("done", "failed"):
+            return job
+        time.sleep(0.2)
+    pytest.fail(f"the {what} did not finish: {job}\n{worker.output()[-4000:]}")

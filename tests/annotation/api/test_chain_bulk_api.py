@@ -4,14 +4,13 @@ in its detail; bad bodies refused; a chain's reviewer."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
 from annotation.models import Chain, Role
-from tests.annotation.import_worker import import_worker  # noqa: F401 - a fixture
+from tests.annotation.import_worker import import_worker, job_wait  # noqa: F401 - a fixture
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory
 from tests.prm_training.prm_worker import WorkerHandle
 
@@ -21,17 +20,6 @@ def _lead_client(project: Any) -> tuple[APIClient, Any]:
     client = APIClient()
     client.force_authenticate(user=lead)
     return client, lead
-
-
-def _poll(client: APIClient, url: str, worker: WorkerHandle) -> dict[str, Any]:
-    deadline = time.monotonic() + 90
-    job: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        job = client.get(url).json()
-        if job["status"] in ("done", "failed"):
-            return job
-        time.sleep(0.2)
-    pytest.fail(f"the bulk action did not finish: {job}\n{worker.output()[-4000:]}")
 
 
 @pytest.mark.redis
@@ -53,7 +41,7 @@ def test_a_worker_requeues_every_finished_chain_and_each_chain_records_it(
     assert preview.json() == {"matched": 5, "changed": 5, "unchanged": []}
     queued = client.post(base, {**body, "expected": 5}, format="json")
     assert queued.status_code == 202, queued.content
-    job = _poll(client, queued.json()["url"], import_worker)
+    job = job_wait(client, queued.json()["url"], import_worker, what="bulk action")
 
     # Then: every finished chain asks for one more pass, and says so in its history
     assert (job["status"], job["matched"], job["changed"], job["expected"]) == ("done", 5, 5, 5)

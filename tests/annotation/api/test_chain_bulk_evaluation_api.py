@@ -4,7 +4,6 @@ HTTP: counted, confirmed and done by a real Celery worker (Redis broker); leads 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from rest_framework.test import APIClient
 from annotation.datasets.evaluation_sets import evaluation_set_mark_chains
 from annotation.models import BulkAction, Chain, Role
 from annotation.quality.gold import gold_mark
-from tests.annotation.import_worker import import_worker  # noqa: F401 - a fixture
+from tests.annotation.import_worker import import_worker, job_wait  # noqa: F401 - a fixture
 from tests.factories import (
     ChainFactory,
     MembershipFactory,
@@ -28,17 +27,6 @@ def _client(user: Any) -> APIClient:
     client = APIClient()
     client.force_authenticate(user=user)
     return client
-
-
-def _poll(client: APIClient, url: str, worker: WorkerHandle) -> dict[str, Any]:
-    deadline = time.monotonic() + 90
-    job: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        job = client.get(url).json()
-        if job["status"] in ("done", "failed"):
-            return job
-        time.sleep(0.2)
-    pytest.fail(f"the bulk action did not finish: {job}\n{worker.output()[-4000:]}")
 
 
 @pytest.mark.redis
@@ -67,7 +55,7 @@ def test_a_worker_puts_the_flagged_chains_into_a_set_and_takes_them_out(
     preview = client.post(f"{base}preview/", body, format="json")
     queued = client.post(base, {**body, "expected": 2}, format="json")
     assert queued.status_code == 202, queued.content
-    job = _poll(client, queued.json()["url"], import_worker)
+    job = job_wait(client, queued.json()["url"], import_worker, what="bulk action")
 
     # Then: the two flagged chains that are not gold are in the set, and say so
     assert preview.json() == {
@@ -93,7 +81,7 @@ def test_a_worker_puts_the_flagged_chains_into_a_set_and_takes_them_out(
     # When: the lead takes the ticked chains out again
     out = {"action": "evaluation_remove", "evaluation_set": held.pk, "chain_ids": [first.pk]}
     queued = client.post(base, {**out, "expected": 1}, format="json")
-    job = _poll(client, queued.json()["url"], import_worker)
+    job = job_wait(client, queued.json()["url"], import_worker, what="bulk action")
 
     # Then: that chain is ordinary work again, and its history says so
     assert (job["status"], job["changed"]) == ("done", 1)

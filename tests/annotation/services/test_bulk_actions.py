@@ -23,7 +23,6 @@ from annotation.chains.selectors import ChainFilters, ChainStatus, chain_list
 from annotation.chains.services import chain_requeue, chains_reviewer_set
 from annotation.labeling.workspace import chain_flag_clear
 from annotation.models import (
-    BulkAction,
     BulkActionStatus,
     Chain,
     ChainEvent,
@@ -31,6 +30,7 @@ from annotation.models import (
     Role,
 )
 from annotation.quality.gold import gold_mark
+from tests.annotation.bulk_lab import bulk_run
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db
@@ -63,20 +63,6 @@ def lab(monkeypatch: Any) -> dict[str, Any]:
     }
 
 
-def _run(lab: dict[str, Any], kind: str, selection: Selection, **params: Any) -> BulkAction:
-    job = bulk_action_create(
-        project=lab["project"],
-        user=lab["lead"],
-        kind=kind,
-        params=params,
-        selection=selection,
-        expected=0,
-    )
-    bulk_action_execute(job_id=job.pk)
-    job.refresh_from_db()
-    return job
-
-
 def _events(kind: str) -> list[int]:
     return sorted(ChainEvent.objects.filter(kind=kind).values_list("chain_id", flat=True))
 
@@ -92,7 +78,7 @@ def test_requeue_on_a_selection_changes_the_chains_and_records_each(lab) -> None
     assert (preview.matched, preview.changed) == (6, 4)
     assert preview.unchanged == {"gold (offered to everyone already)": 2}
 
-    job = _run(lab, "requeue", Selection(chain_ids=tuple(ids[:6])), more=2)
+    job = bulk_run(lab, "requeue", Selection(chain_ids=tuple(ids[:6])), more=2)
 
     assert (job.status, job.matched, job.changed) == (BulkActionStatus.DONE, 6, 4)
     assert job.unchanged == {"gold (offered to everyone already)": 2}
@@ -114,7 +100,7 @@ def test_unflag_on_a_filter_walks_it_batch_by_batch(lab, monkeypatch: Any) -> No
     )
     assert (preview.matched, preview.changed, preview.unchanged) == (3, 3, {})
 
-    job = _run(lab, "unflag", flagged)
+    job = bulk_run(lab, "unflag", flagged)
 
     assert (job.status, job.matched, job.changed) == (BulkActionStatus.DONE, 3, 3)
     assert not Chain.objects.filter(project=lab["project"], is_flagged=True).exists()
@@ -129,7 +115,7 @@ def test_mark_gold_on_every_chain_leaves_those_without_an_answer_key(lab, monkey
     monkeypatch.setattr(bulk_actions, "BATCH_CHAINS", 5)
     everything = Selection(filters=ChainFilters())
 
-    job = _run(lab, "gold_mark", everything)
+    job = bulk_run(lab, "gold_mark", everything)
 
     assert (job.matched, job.changed) == (12, 4)  # the two gold (re-keyed) and two keyed
     assert job.unchanged == {"no answer key (an adjudication or labels from an import)": 8}
@@ -140,14 +126,14 @@ def test_mark_gold_on_every_chain_leaves_those_without_an_answer_key(lab, monkey
 
 def test_unmark_gold_and_reviewer_on_a_selection(lab) -> None:
     ids = lab["ids"]
-    unmark = _run(lab, "gold_unmark", Selection(chain_ids=tuple(ids[:3])))
+    unmark = bulk_run(lab, "gold_unmark", Selection(chain_ids=tuple(ids[:3])))
     assert (unmark.changed, unmark.unchanged) == (2, {"not gold": 1})
     assert not Chain.objects.filter(pk__in=ids[:3], is_gold=True).exists()
 
-    named = _run(
+    named = bulk_run(
         lab, "reviewer", Selection(chain_ids=tuple(ids[:5])), reviewer=lab["other_lead"].pk
     )
-    again = _run(
+    again = bulk_run(
         lab, "reviewer", Selection(chain_ids=tuple(ids[:6])), reviewer=lab["other_lead"].pk
     )
 
@@ -161,7 +147,7 @@ def test_unmark_gold_and_reviewer_on_a_selection(lab) -> None:
     ChainEvent.objects.filter(kind=ChainEventKind.REVIEWER).values_list("detail", flat=True)
     event = ChainEvent.objects.filter(kind=ChainEventKind.REVIEWER).first()
     assert event is not None and event.detail == {"reviewer": lab["other_lead"].username}
-    cleared = _run(lab, "reviewer", Selection(chain_ids=tuple(ids[:2])), reviewer=None)
+    cleared = bulk_run(lab, "reviewer", Selection(chain_ids=tuple(ids[:2])), reviewer=None)
     assert cleared.changed == 2
     assert Chain.objects.filter(pk__in=ids[:2], reviewer__isnull=True).count() == 2
 
@@ -204,7 +190,7 @@ def test_a_failure_in_a_later_batch_leaves_nothing_done(lab, monkeypatch) -> Non
     )
 
     # When: a reviewer is set on every chain
-    job = _run(lab, "reviewer", Selection(filters=ChainFilters()), reviewer=lab["lead"].pk)
+    job = bulk_run(lab, "reviewer", Selection(filters=ChainFilters()), reviewer=lab["lead"].pk)
 
     # Then: the first two batches' writes are gone with the third's failure
     assert len(calls) == 3
@@ -215,7 +201,7 @@ def test_a_failure_in_a_later_batch_leaves_nothing_done(lab, monkeypatch) -> Non
 
 
 def test_a_second_delivery_does_nothing(lab) -> None:
-    job = _run(lab, "unflag", Selection(chain_ids=tuple(lab["ids"][4:5])))
+    job = bulk_run(lab, "unflag", Selection(chain_ids=tuple(lab["ids"][4:5])))
     before = list(ChainEvent.objects.values_list("pk", flat=True))
 
     bulk_action_execute(job_id=job.pk)

@@ -28,7 +28,6 @@ from annotation.datasets.evaluation_sets import (
 )
 from annotation.datasets.snapshots import snapshot_create
 from annotation.models import (
-    BulkAction,
     BulkActionKind,
     BulkActionStatus,
     Chain,
@@ -40,6 +39,7 @@ from annotation.models import (
 from annotation.quality.gold import gold_mark
 from prm_training.models import EvaluationResult
 from prm_training.services.examples import snapshot_chain_examples
+from tests.annotation.bulk_lab import bulk_run
 from tests.annotation.queue.claiming import assignment_claim_next
 from tests.factories import (
     ChainFactory,
@@ -82,20 +82,6 @@ def lab(monkeypatch: Any) -> dict[str, Any]:
     }
 
 
-def _run(lab: dict[str, Any], kind: str, selection: Selection, **params: Any) -> BulkAction:
-    job = bulk_action_create(
-        project=lab["project"],
-        user=lab["lead"],
-        kind=kind,
-        params=params,
-        selection=selection,
-        expected=0,
-    )
-    bulk_action_execute(job_id=job.pk)
-    job.refresh_from_db()
-    return job
-
-
 def _in(evaluation_set: EvaluationSet) -> list[int]:
     return sorted(Chain.objects.filter(evaluation_set=evaluation_set).values_list("pk", flat=True))
 
@@ -112,7 +98,7 @@ def test_a_selection_goes_into_a_set_leaving_gold_and_other_sets_and_leaves_the_
     preview = bulk_action_preview(
         project=lab["project"], kind=ADD, params=params, selection=selection
     )
-    job = _run(lab, ADD, selection, **params)
+    job = bulk_run(lab, ADD, selection, **params)
 
     # Then: the free chains are in the set; gold, the other set's and its own are left
     assert (preview.matched, preview.changed) == (10, 5)
@@ -148,7 +134,7 @@ def test_a_filter_takes_chains_out_of_a_set_and_back_to_work(lab: dict[str, Any]
     preview = bulk_action_preview(
         project=lab["project"], kind=REMOVE, params=params, selection=every
     )
-    job = _run(lab, REMOVE, every, **params)
+    job = bulk_run(lab, REMOVE, every, **params)
 
     # Then: its two chains are work again; the others were not in it and are left
     left = {NOT_IN_THIS_SET: 8}
@@ -164,7 +150,7 @@ def test_a_filter_takes_chains_out_of_a_set_and_back_to_work(lab: dict[str, Any]
         project=lab["project"], kind=REMOVE, params=params, selection=selection
     )
     assert again.changed == 0
-    assert _run(lab, REMOVE, every, **params).changed == 0
+    assert bulk_run(lab, REMOVE, every, **params).changed == 0
     assert removed.count() == 2
 
 
@@ -219,12 +205,14 @@ def test_figures_on_a_set_whose_chains_changed_are_dropped(lab: dict[str, Any]) 
     selection = Selection(chain_ids=tuple(lab["ids"][5:]))
 
     # When: chains go into "held"; Then: its figures describe other chains, and go
-    _run(lab, ADD, selection, evaluation_set=lab["held"].pk)
+    bulk_run(lab, ADD, selection, evaluation_set=lab["held"].pk)
     assert list(EvaluationResult.objects.values_list("evaluation_set_id", flat=True)) == [
         lab["other"].pk
     ]
     # A run that changes nothing keeps the figures; one that takes chains out drops them
-    _run(lab, REMOVE, selection, evaluation_set=lab["other"].pk)
+    bulk_run(lab, REMOVE, selection, evaluation_set=lab["other"].pk)
     assert EvaluationResult.objects.count() == 1
-    _run(lab, REMOVE, Selection(chain_ids=tuple(lab["ids"][2:3])), evaluation_set=lab["other"].pk)
+    bulk_run(
+        lab, REMOVE, Selection(chain_ids=tuple(lab["ids"][2:3])), evaluation_set=lab["other"].pk
+    )
     assert not EvaluationResult.objects.exists()

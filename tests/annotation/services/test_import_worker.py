@@ -4,30 +4,18 @@ the API to its counts; a bad file's job ends with its bad lines and nothing writ
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from annotation.models import Chain, ImportBatch, Role
-from tests.annotation.import_worker import import_worker  # noqa: F401 - a fixture
+from tests.annotation.import_worker import import_worker, job_wait  # noqa: F401 - a fixture
 from tests.factories import MembershipFactory, ProjectFactory
 from tests.prm_training.prm_worker import WorkerHandle
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
-
-
-def _poll(client: APIClient, url: str, worker: WorkerHandle) -> dict[str, Any]:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        job = client.get(url).json()
-        if job["status"] in ("done", "failed"):
-            return job
-        time.sleep(0.2)
-    pytest.fail(f"the import job did not finish: {job}\n{worker.output()[-4000:]}")
 
 
 def test_a_worker_imports_an_upload_and_the_job_reports_it(
@@ -48,7 +36,7 @@ def test_a_worker_imports_an_upload_and_the_job_reports_it(
             f"/api/v1/projects/{project.pk}/imports/", {"file": stream}, format="multipart"
         )
     assert queued.status_code == 202, queued.content
-    job = _poll(client, queued.json()["url"], import_worker)
+    job = job_wait(client, queued.json()["url"], import_worker, what="import job")
 
     # Then: the worker imported it, and the job says what it read and wrote
     assert job["status"] == "done", job
@@ -77,7 +65,7 @@ def test_a_worker_rejects_a_bad_upload_with_its_lines(
         {"file": SimpleUploadedFile("bad.jsonl", content)},
         format="multipart",
     )
-    job = _poll(client, queued.json()["url"], import_worker)
+    job = job_wait(client, queued.json()["url"], import_worker, what="import job")
 
     assert job["status"] == "failed", job
     assert [error["line"] for error in job["errors"]] == [2, 3]
