@@ -19,10 +19,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from annotation.models import Membership, Role
-from annotation.projects.invite_lists import InviteRow
-from annotation.projects.invites import invites_create
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 from tests.ldap_server import LdapServer, password_of
+from tests.sso.invitations import invitation_opened
 
 pytestmark = pytest.mark.django_db
 
@@ -192,17 +191,7 @@ def test_an_invitation_with_local_passwords_off_joins_through_the_directory(
 ) -> None:
     # Given: local passwords off, a lead invites someone to a project no group maps to
     settings.STEPLAB_LOCAL_PASSWORDS = False
-    project = ProjectFactory(name="Unmapped")
-    lead = MembershipFactory(project=project, role=Role.LEAD).user
-    (issued,) = invites_create(
-        project=project,
-        invited_by=lead,
-        rows=[InviteRow(line=1, email="guest@lab.example")],
-        days=7,
-        link_base="http://testserver/invite/",
-    )
-    client = Client()
-    client.post("/invite/", {"action": "open", "token": issued.link.split("#", 1)[1]})
+    client = invitation_opened(email="guest@lab.example")
 
     # When: the link's page is shown to someone not signed in
     page = client.get("/invite/").content.decode()
