@@ -422,8 +422,8 @@ def copy_baseline_measure(*, database_url: str, files: BenchFiles, steps_total: 
 def _model_defaults(table: str, columns: Sequence[str]) -> list[tuple[str, Any]]:
     """(column, value) for the NOT NULL columns of ``table`` that the COPY files leave out,
     from the model's field defaults: Django keeps defaults in Python, not in the schema,
-    and the import (``_CopyTable``) fills them the same way, so a field added later (such
-    as ``Chain.is_gold``) keeps the baseline comparable instead of breaking it."""
+    and the import (``import_copy.CopyTable``) fills them the same way, so a field added
+    later (such as ``Chain.is_gold``) keeps the baseline comparable instead of breaking it."""
     from django.apps import apps
     from django.db import connection
 

@@ -15,8 +15,9 @@ What it does, in order:
 1. Recreates a dedicated PostgreSQL database (its name must contain "bench") and migrates
    it, as ``bench_foundation`` does; --keep-db reuses it and adds a fresh project.
 2. Fills the project with N chains x S steps straight through COPY into the real tables
-   (the importer's own ``_CopyTable``, ids reserved from the sequences), since timing the
-   import is ``bench_foundation``'s job and a million chains through it would take long.
+   (the importer's own ``import_copy.CopyTable``, ids reserved from the sequences), since
+   timing the import is ``bench_foundation``'s job and a million chains through it would
+   take long.
 3. VACUUM ANALYZEs, starts gunicorn (production profile, DEBUG off, a Redis broker so a
    submit enqueues the auto-training check as in production), and runs one closed loop of
    next -> submit per simulated annotator, each with its own token and connection.
@@ -148,21 +149,21 @@ def chains_copy(*, project_id: int, chains: int, steps: int) -> dict[str, float]
     column the bench does not set gets the model's default)."""
     from django.db import connection, transaction
 
-    from annotation.datasets.imports import _CopyTable
+    from annotation.datasets.import_copy import CopyTable
     from annotation.models import Chain, Problem, Step
 
     now = datetime.now(UTC)
     tables = {
-        "problem": _CopyTable(
+        "problem": CopyTable(
             Problem, ("id", "project_id", "text", "content_hash"), now=now, db=connection
         ),
-        "chain": _CopyTable(
+        "chain": CopyTable(
             Chain,
             ("id", "project_id", "problem_id", "content_hash", "final_answer", "step_count"),
             now=now,
             db=connection,
         ),
-        "step": _CopyTable(Step, ("chain_id", "index", "text"), now=now, db=connection),
+        "step": CopyTable(Step, ("chain_id", "index", "text"), now=now, db=connection),
     }
     started = time.perf_counter()
     with connection.cursor() as django_cursor:

@@ -25,6 +25,7 @@ def test_the_training_app_registers_its_hook_on_finished_chains() -> None:
 # else goes through the ORM.
 SQL_ALLOWED = {
     "annotation/datasets/imports.py",
+    "annotation/datasets/import_copy.py",
     "annotation/progress.py",
     "annotation/quality/consensus.py",
     "annotation/datasets/snapshot_reads.py",

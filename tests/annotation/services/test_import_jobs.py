@@ -12,7 +12,7 @@ import pytest
 from celery import current_app
 from django.db import connections
 
-from annotation.datasets import import_jobs, imports
+from annotation.datasets import import_jobs, import_reading
 from annotation.datasets.import_jobs import (
     IMPORT_TASK,
     import_job_create,
@@ -49,7 +49,7 @@ def test_progress_reaches_the_row_while_the_import_runs(monkeypatch: Any) -> Non
     # (the commit sends no task: this test runs the task's body itself)
     monkeypatch.setattr(import_jobs, "import_job_enqueue", lambda *, job_id: None)
     job = _job(project, content, lead)
-    monkeypatch.setattr(imports, "CHUNK_CHAINS", 10)
+    monkeypatch.setattr(import_reading, "CHUNK_CHAINS", 10)
     monkeypatch.setattr(import_jobs, "PROGRESS_INTERVAL_SECONDS", 0.0)
     seen: list[tuple[int, int, int]] = []
     observer = connections.create_connection("default")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from annotation.datasets import imports
+from annotation.datasets import import_orm, import_reading, imports
 from annotation.datasets.importers.formats import FormatDetectionError, iter_chains
 from annotation.datasets.importers.records import LineError, content_hash
 from annotation.datasets.imports import ImportRejected, chain_import
@@ -280,7 +280,7 @@ def test_bad_lines_after_the_first_chunk_roll_back_the_chunks_written(
     project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given chunks of 10 chains, and a bad line at the very end of a 35-line file
-    monkeypatch.setattr(imports, "CHUNK_CHAINS", 10)
+    monkeypatch.setattr(import_reading, "CHUNK_CHAINS", 10)
     records: list[Any] = [
         {"problem": f"p{i}", "steps": [f"s{i}"], "labels": [1]} for i in range(34)
     ]
@@ -432,7 +432,7 @@ def test_the_bulk_create_fallback_writes_what_copy_writes(
     monkeypatch.setattr(
         imports,
         "_writer_for",
-        lambda *, project, batch, now: imports._OrmWriter(project=project, batch=batch),
+        lambda *, project, batch, now: import_orm.OrmWriter(project=project, batch=batch),
     )
     via_orm = chain_import(project=orm_project, path=path)
 
@@ -469,14 +469,12 @@ def test_a_medium_file_goes_through_copy_in_chunks(project: Project, tmp_path: P
         50_000,
         10_000,
     )
-    assert sum(seen) == 5_000 and len(seen) == -(-5_000 // imports.CHUNK_CHAINS)
+    assert sum(seen) == 5_000 and len(seen) == -(-5_000 // import_reading.CHUNK_CHAINS)
     assert Step.objects.filter(chain__project=project).count() == 50_000
     assert Problem.objects.filter(project=project).count() == 1_250
     assert StepRating.objects.filter(rating=-1).count() == 1_000
     last = Chain.objects.get(
-        content_hash=imports.content_hash(
-            "Problem 1249", [f"chain 4999 step {j}" for j in range(10)]
-        )
+        content_hash=content_hash("Problem 1249", [f"chain 4999 step {j}" for j in range(10)])
     )
     assert chain_steps(last)[-1] == "chain 4999 step 9"
 
