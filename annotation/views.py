@@ -25,8 +25,8 @@ from annotation.datasets.exporters.formats import (
     MONTE_CARLO_FORMATS,
 )
 from annotation.datasets.importers.formats import FORMATS as IMPORT_FORMATS
+from annotation.datasets.snapshot_options import MIN_SUPPORT_MAX, SEED_MAX
 from annotation.datasets.snapshot_reads import snapshot_get, snapshot_options, training_snapshots
-from annotation.datasets.snapshots import MIN_SUPPORT_MAX, SEED_MAX
 from annotation.labeling.history import history_annotator_resolve
 from annotation.models import (
     BulkActionKind,

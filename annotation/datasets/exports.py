@@ -32,8 +32,8 @@ from annotation.datasets.exporters.streams import (
     json_lines_pieces,
     parquet_write,
 )
+from annotation.datasets.snapshot_options import AMBIGUOUS_CHOICES, DEFAULT_AMBIGUOUS
 from annotation.datasets.snapshot_reads import snapshot_examples_streamed, snapshot_options
-from annotation.datasets.snapshots import AMBIGUOUS_CHOICES, DEFAULT_AMBIGUOUS
 from annotation.models import Project, Snapshot, SnapshotSplit
 
 

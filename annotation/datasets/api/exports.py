@@ -38,13 +38,11 @@ from annotation.datasets.exports import (
     export_options_check,
     export_parquet,
 )
+from annotation.datasets.snapshot_options import AMBIGUOUS_CHOICES
 from annotation.datasets.snapshot_reads import (
     SNAPSHOT_KINDS,
     snapshot_get,
     snapshot_options,
-)
-from annotation.datasets.snapshots import (
-    AMBIGUOUS_CHOICES,
 )
 from annotation.models import SnapshotSplit
 

@@ -33,20 +33,20 @@ from annotation.datasets.snapshot_diff import (
     snapshot_diff_counts,
     snapshot_diff_rows,
 )
+from annotation.datasets.snapshot_options import (
+    AMBIGUOUS_CHOICES,
+    DEFAULT_AMBIGUOUS,
+    DEFAULT_TIES,
+    MIN_SUPPORT_MAX,
+    TIE_POLICIES,
+)
 from annotation.datasets.snapshot_reads import (
     SNAPSHOT_KINDS,
     snapshot_get,
     snapshot_list,
     snapshot_options,
 )
-from annotation.datasets.snapshots import (
-    AMBIGUOUS_CHOICES,
-    DEFAULT_AMBIGUOUS,
-    DEFAULT_TIES,
-    MIN_SUPPORT_MAX,
-    TIE_POLICIES,
-    snapshot_create,
-)
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import MachineSource, Snapshot, SnapshotKind
 
 NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is not a member.")

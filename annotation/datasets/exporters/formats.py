@@ -51,7 +51,7 @@ Formats (one record per chain unless said otherwise):
 - Machine agreement (any format, a snapshot that includes a machine source): every
   record says whether its labels are machine labels that routing accepted
   (``routing.services``: the lead's trusted sources agreed on the chain's first error, and
-  no person labeled it; ``datasets.snapshots`` marks such a row). A JSON record gains a
+  no person labeled it; ``datasets.snapshot_rows`` marks such a row). A JSON record gains a
   top-level ``machine_agreed``, true or false, after the format's own keys and before
   ``provenance``: a trainer or reader of the format reads its own keys and leaves the
   rest (as it does ``provenance``); a ProcessBench record keeps its six, a PRM800K line

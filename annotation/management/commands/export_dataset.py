@@ -16,14 +16,14 @@ from annotation.datasets.exporters.formats import (
     SOFT_LABEL_SOURCES,
 )
 from annotation.datasets.exports import export_write
-from annotation.datasets.snapshot_reads import SNAPSHOT_KINDS, snapshot_get
-from annotation.datasets.snapshots import (
+from annotation.datasets.snapshot_options import (
     AMBIGUOUS_CHOICES,
     DEFAULT_TIES,
     MIN_SUPPORT_MAX,
     TIE_POLICIES,
-    snapshot_create,
 )
+from annotation.datasets.snapshot_reads import SNAPSHOT_KINDS, snapshot_get
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import MachineSource, Project, Snapshot, SnapshotSplit
 
 

@@ -327,7 +327,7 @@ def test_a_snapshot_fits_once_though_votes_arrive_between_its_chunks(project, mo
     real_fit = consensus._fit
     monkeypatch.setattr(consensus, "_fit", lambda **kw: fits.append(1) or real_fit(**kw))
     # ...and a vote that lands while the first chunk is written
-    real_rows = snapshots._chunk_rows
+    real_rows = snapshots.chunk_rows
     late = ChainFactory(project=project, step_count=2)
 
     def rows_then_a_vote(**kwargs):
@@ -336,7 +336,7 @@ def test_a_snapshot_fits_once_though_votes_arrive_between_its_chunks(project, mo
             annotation_with_ratings(chain=late, annotator=people["bob"], labels=[1, 1])
         return rows
 
-    monkeypatch.setattr(snapshots, "_chunk_rows", rows_then_a_vote)
+    monkeypatch.setattr(snapshots, "chunk_rows", rows_then_a_vote)
 
     # When the snapshot is taken
     snapshot_create(project=project, ties="lowest")

@@ -13,7 +13,8 @@ from annotation.datasets.snapshot_reads import (
     snapshot_list,
     snapshot_options,
 )
-from annotation.datasets.snapshots import problem_split, snapshot_create
+from annotation.datasets.snapshot_rows import problem_split
+from annotation.datasets.snapshots import snapshot_create
 from annotation.models import ImportLabels, Snapshot, SnapshotChain
 from annotation.quality.gold import gold_mark
 from annotation.quality.review import AdjudicatedRating, adjudication_create
