@@ -64,9 +64,10 @@ def _reset_peak(device: object) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def _build_prm(directory: Path, size: str, positions: int, dtype: str) -> Path:
+def _build_prm(directory: Path, size: str, positions: int, dtype: str, device: object) -> Path:
     """A Qwen2 token classifier with two labels (Qwen2.5-Math-PRM's layout: a decoder
-    and a step head), random weights, saved with the tests' word-level tokenizer."""
+    and a step head), random weights, saved with the tests' word-level tokenizer. The
+    weights are drawn on ``device``: 7B of them take minutes on a CPU, a second on a GPU."""
     import torch
     from transformers import Qwen2Config, Qwen2ForTokenClassification
 
@@ -86,7 +87,8 @@ def _build_prm(directory: Path, size: str, positions: int, dtype: str) -> Path:
     previous = torch.get_default_dtype()
     torch.set_default_dtype(getattr(torch, dtype))
     try:
-        model = Qwen2ForTokenClassification(config)
+        with torch.device(device):  # type: ignore[arg-type]
+            model = Qwen2ForTokenClassification(config)
     finally:
         torch.set_default_dtype(previous)
     model.save_pretrained(str(directory))
@@ -195,7 +197,7 @@ def main() -> int:
         )
         dtype = frozen.weights_dtype(device.type)
         start = time.perf_counter()
-        backbone_dir = _build_prm(Path(tmp) / "prm", args.size, args.max_length, dtype)
+        backbone_dir = _build_prm(Path(tmp) / "prm", args.size, args.max_length, dtype, device)
         report["build_s"] = time.perf_counter() - start
         frozen = PRMConfig(**{**frozen.to_dict(), "backbone": str(backbone_dir)})
         report.update(_time_features(args, chains, frozen, device))

@@ -121,8 +121,10 @@ class TransformersEngine:
     tokenizer without a pad token pads with its EOS token. Each completion is drawn with
     its own seed, ``params.seed`` + its index within its prompt (see ``_row_sampler``),
     so the result does not depend on ``batch_size`` or on which other prompts share a
-    batch (up to the floating-point differences of batched matrix products, which the
-    CPU tests show to be none). ``finished`` is True when the completion ended with EOS.
+    batch, up to the floating-point differences of batched matrix products: none in the
+    CPU tests, but on a GPU in bf16 a batch's size changes the kernels and so the logits'
+    last bits, which can change a draw (BENCHMARKS.md, machine labels). ``finished`` is
+    True when the completion ended with EOS.
     """
 
     def __init__(
