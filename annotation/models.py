@@ -1246,7 +1246,7 @@ class ChainEvent(models.Model):
 
 class ConsensusFit(models.Model):
     """A project's last Dawid-Skene fit, shared by every web process and worker
-    (``annotation.quality.consensus.dawid_skene_fit``): the fitted arrays, and the stamp
+    (``annotation.quality.consensus_fit.dawid_skene_fit``): the fitted arrays, and the stamp
     of the label state they were fitted on. A reader uses it only while the project's
     stamp is still the same, so a stale fit is never served as current; one row per
     project and import-labels rule, replaced by each refit."""

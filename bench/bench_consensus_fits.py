@@ -134,10 +134,10 @@ class _FitLog(logging.Handler):
 def _child(database_url: str, project_id: int, start_at: float) -> None:
     _django(database_url)
     from annotation.models import Project
-    from annotation.quality.consensus import dawid_skene_fit
+    from annotation.quality.consensus_fit import dawid_skene_fit
 
     fit_log = _FitLog()
-    consensus_logger = logging.getLogger("annotation.quality.consensus")
+    consensus_logger = logging.getLogger("annotation.quality.consensus_fit")
     consensus_logger.addHandler(fit_log)
     consensus_logger.setLevel(logging.INFO)
     project = Project.objects.get(pk=project_id)

@@ -27,7 +27,7 @@ SQL_ALLOWED = {
     "annotation/datasets/imports.py",
     "annotation/datasets/import_copy.py",
     "annotation/progress.py",
-    "annotation/quality/consensus.py",
+    "annotation/quality/consensus_fit.py",
     "annotation/datasets/snapshot_reads.py",
     "annotation/datasets/snapshot_diff.py",
     "annotation/datasets/snapshots.py",

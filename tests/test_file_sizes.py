@@ -3,7 +3,7 @@ writer, calibration, the launch choice) and a newcomer cannot tell them apart. S
 along its seams instead (docs/ARCHITECTURE.md names where each use case lives).
 
 annotation/models.py stays one file (the data and its constraints; no data churn), and
-migrations are generated."""
+migrations are generated; no other file is let off."""
 
 from __future__ import annotations
 
@@ -13,13 +13,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CHECKED = ("annotation", "prm_training", "config", "client/steplab_client")
 LIMIT = 500
 EXEMPT = {"annotation/models.py"}
-
-# Files still being split into the annotation app's domain slices (issue 24), each over
-# the limit when this test was written. This list only shrinks: remove a file once it is
-# split (the test says when), never add one.
-ALLOWED_OVER_LIMIT = {
-    "annotation/quality/consensus.py",
-}
 
 
 def _line_counts() -> dict[str, int]:
@@ -35,17 +28,5 @@ def _line_counts() -> dict[str, int]:
 
 def test_no_app_module_is_over_500_lines() -> None:
     counts = _line_counts()
-    too_long = {
-        path: lines
-        for path, lines in counts.items()
-        if lines > LIMIT and path not in ALLOWED_OVER_LIMIT
-    }
+    too_long = {path: lines for path, lines in counts.items() if lines > LIMIT}
     assert not too_long, f"over {LIMIT} lines (split along their seams): {too_long}"
-
-
-def test_the_allowlist_only_holds_files_still_over_the_limit() -> None:
-    counts = _line_counts()
-    stale = {
-        path: counts.get(path, 0) for path in ALLOWED_OVER_LIMIT if counts.get(path, 0) <= LIMIT
-    }
-    assert not stale, f"split or gone: remove from ALLOWED_OVER_LIMIT: {stale}"

@@ -22,7 +22,8 @@ from annotation.models import (
     SnapshotChain,
     SnapshotSplit,
 )
-from annotation.quality.consensus import ChainConsensus, DawidSkeneFit, consensus_for_chains
+from annotation.quality.consensus import ChainConsensus, consensus_for_chains
+from annotation.quality.consensus_fit import DawidSkeneFit
 from annotation.routing.machine_labels import hard_label
 from annotation.routing.services import routing_verdict
 

@@ -39,7 +39,7 @@ from annotation.models import (
     SnapshotChain,
     SnapshotKind,
 )
-from annotation.quality.consensus import dawid_skene_fit
+from annotation.quality.consensus_fit import dawid_skene_fit
 from annotation.webhooks.events import webhook_snapshot_created
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 A revision is a new human Annotation whose ``supersedes`` points at the pass it replaces
 (invariant 1): the old ratings stay, listed in the chain's label history for the lead
 (``quality.review_reads.chain_label_history``), and consensus, agreement and Dawid-Skene
-count the newest (``consensus.current_votes``; the fit's stamp moves with the new row).
+count the newest (``votes.current_votes``; the fit's stamp moves with the new row).
 It takes no lease and is no new pass: ``finished_count`` and the queue do not move. Gold
 scores count the pass as submitted (``quality.gold_reads``), so a revision never moves one.
 

@@ -11,7 +11,7 @@ crowd-kit is imported inside ``dawid_skene_posteriors`` only: its package import
 scipy and nltk (not torch), about a second, which no request that does not fit pays.
 
 This module is pure (numpy arrays in, arrays out) and imports nothing of the project, so
-it is tested without a database; ``annotation.quality.consensus`` loads the votes.
+it is tested without a database; ``annotation.quality.consensus_fit`` loads the votes.
 """
 
 from __future__ import annotations

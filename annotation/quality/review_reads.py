@@ -21,14 +21,13 @@ from annotation.models import (
     StepRating,
 )
 from annotation.quality.agreement import CurrentRatings, current_human_ratings
-from annotation.quality.consensus import (
+from annotation.quality.consensus import chain_consensus
+from annotation.quality.consensus_fit import (
     StepPosterior,
-    chain_consensus,
-    counted_votes,
     dawid_skene_fit,
     dawid_skene_fit_current,
-    votes_for_chains,
 )
+from annotation.quality.votes import counted_votes, votes_for_chains
 from annotation.routing.machine_labels import (
     MachineColumn,
     chain_machine_labels,
@@ -167,7 +166,7 @@ def chain_label_history(*, chain: Chain) -> list[LabelRevision]:
     their corrections, imported labels and adjudications, each with who and when.
 
     ``current`` marks the revisions consensus counts (the same rule as
-    ``consensus.current_votes``): nothing supersedes it, and it is the newest pass of its
+    ``votes.current_votes``): nothing supersedes it, and it is the newest pass of its
     annotator (or the newest adjudication of the chain). Two queries."""
     annotations = list(
         Annotation.objects.filter(chain=chain)

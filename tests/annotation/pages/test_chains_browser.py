@@ -16,7 +16,7 @@ from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import Chain, Role, Step
-from annotation.quality.consensus import dawid_skene_fit
+from annotation.quality.consensus_fit import dawid_skene_fit
 from tests.annotation.import_worker import import_worker  # noqa: F401 - a fixture
 from tests.browser import ARTIFACTS, page_login, page_overflow, page_watched
 from tests.factories import (

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import Page
 
 from annotation.models import Annotation, AnnotationSource, ConsensusMethod, Role
-from annotation.quality.consensus import dawid_skene_fit
+from annotation.quality.consensus_fit import dawid_skene_fit
 from tests.annotation.services.test_consensus_dawid_skene import calibrated_project
 from tests.browser import ARTIFACTS, page_login, page_watched
 from tests.factories import MembershipFactory, ProjectFactory

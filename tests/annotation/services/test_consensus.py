@@ -7,13 +7,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from annotation.models import ImportLabels
-from annotation.quality.consensus import (
-    Vote,
-    chain_consensus,
-    consensus_for_chains,
-    current_votes,
-    step_consensus,
-)
+from annotation.quality.consensus import chain_consensus, consensus_for_chains
+from annotation.quality.votes import Vote, current_votes, step_consensus
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
 
 

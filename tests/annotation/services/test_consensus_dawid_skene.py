@@ -12,7 +12,8 @@ import pytest
 
 from annotation.datasets.snapshots import snapshot_create
 from annotation.models import ConsensusFit, ConsensusMethod, ImportLabels, Snapshot
-from annotation.quality.consensus import consensus_for_chains, dawid_skene_fit
+from annotation.quality.consensus import consensus_for_chains
+from annotation.quality.consensus_fit import dawid_skene_fit
 from annotation.quality.dawid_skene import dawid_skene_posteriors
 from annotation.quality.gold import gold_mark
 from annotation.quality.review_reads import chain_labels
@@ -313,7 +314,7 @@ def test_snapshots_use_the_projects_method(project):
 @pytest.mark.django_db
 def test_a_snapshot_fits_once_though_votes_arrive_between_its_chunks(project, monkeypatch):
     from annotation.datasets import snapshots
-    from annotation.quality import consensus
+    from annotation.quality import consensus_fit
 
     # Given a Dawid-Skene project of finished chains, read one chunk (chain) at a time
     people, calibration, target = calibrated_project(project)
@@ -324,8 +325,8 @@ def test_a_snapshot_fits_once_though_votes_arrive_between_its_chunks(project, mo
     project.save(update_fields=["consensus"])
     monkeypatch.setattr(snapshots, "CHUNK_CHAINS", 1)
     fits: list[int] = []
-    real_fit = consensus._fit
-    monkeypatch.setattr(consensus, "_fit", lambda **kw: fits.append(1) or real_fit(**kw))
+    real_fit = consensus_fit._fit
+    monkeypatch.setattr(consensus_fit, "_fit", lambda **kw: fits.append(1) or real_fit(**kw))
     # ...and a vote that lands while the first chunk is written
     real_rows = snapshots.chunk_rows
     late = ChainFactory(project=project, step_count=2)
@@ -350,7 +351,7 @@ def test_a_snapshot_fits_once_though_votes_arrive_between_its_chunks(project, mo
     dawid_skene_fit(project=project)
     assert fits == [1, 1]
     stored = ConsensusFit.objects.get(project=project, import_labels=project.import_labels)
-    assert stored.stamp == consensus._fit_stamp(
+    assert stored.stamp == consensus_fit._fit_stamp(
         project=project, import_labels=project.import_labels
     )
 

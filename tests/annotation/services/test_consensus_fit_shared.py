@@ -15,8 +15,8 @@ import pytest
 from django.db import connection
 
 from annotation.models import ConsensusFit, ConsensusMethod, Project
-from annotation.quality import consensus
-from annotation.quality.consensus import dawid_skene_fit
+from annotation.quality import consensus_fit
+from annotation.quality.consensus_fit import dawid_skene_fit
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,10 +105,10 @@ def test_a_stored_fit_of_older_labels_is_not_served() -> None:
     chain = ChainFactory(project=project, step_count=2)
     annotation_with_ratings(chain=chain, annotator=UserFactory(), labels=[1, -1])
     # When another process (nothing of this one's memory) asks for the fit
-    consensus._RECENT_FITS.clear()
+    consensus_fit._RECENT_FITS.clear()
     refit = dawid_skene_fit(project=project)
     # Then it fits again on the current labels and stores that fit in place of the old
     assert refit.votes == fitted.votes + 2
     assert ConsensusFit.objects.filter(project=project).count() == 1
-    consensus._RECENT_FITS.clear()
+    consensus_fit._RECENT_FITS.clear()
     assert dawid_skene_fit(project=project).votes == refit.votes

@@ -8,9 +8,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 
 from annotation.models import Annotation, AnnotationSource, ImportBatch
-from annotation.quality.consensus import Vote, chain_consensus, consensus_for_chains
+from annotation.quality.consensus import chain_consensus, consensus_for_chains
 from annotation.quality.review import AdjudicatedRating, adjudication_create
 from annotation.quality.review_reads import chain_disagreements, chain_label_history, chain_labels
+from annotation.quality.votes import Vote
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
 
 
