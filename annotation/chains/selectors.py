@@ -88,6 +88,8 @@ class ChainFilters:
     machines_vs_people: bool = False
     # Only chains routing put under one of these (``ChainRouting`` values but ""), OR.
     routings: tuple[str, ...] = ()
+    # Only chains held out in an evaluation set (True) or in none (False); None: either.
+    in_evaluation_set: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,8 @@ class ChainRow:
     routing: str = ""
     # The first error each machine source names (``machine_labels``); -1 for none.
     machine_first_errors: dict[str, int] = field(default_factory=dict)
+    # The name of the evaluation set it is held out in; None when in none.
+    evaluation_set: str | None = None
 
 
 @dataclass(frozen=True)
@@ -247,6 +251,7 @@ _ROW_FIELDS = (
     "priority",
     "created_at",
     "routing",
+    "evaluation_set",
 )
 
 
@@ -282,6 +287,7 @@ def chain_list(
             ruled=Exists(_ruling()),
             preview=Substr("problem__text", 1, PROBLEM_PREVIEW),
             reviewer_name=F("reviewer__username"),
+            evaluation_set_name=F("evaluation_set__name"),
         ).only(*_ROW_FIELDS)
         return _filtered(chains, project=project, filters=filters)
 
@@ -354,6 +360,8 @@ def _filtered(chains: QuerySet[Any], *, project: Project, filters: ChainFilters)
         chains = machines_disagree_with_people(chains)
     if filters.routings:
         chains = chains.filter(routing__in=filters.routings)
+    if filters.in_evaluation_set is not None:
+        chains = chains.filter(evaluation_set__isnull=not filters.in_evaluation_set)
     return chains
 
 
@@ -379,6 +387,7 @@ def _row(chain: Chain, *, overlap: int) -> ChainRow:
         reviewer=getattr(chain, "reviewer_name", None),
         created_at=chain.created_at,
         routing=chain.routing,
+        evaluation_set=getattr(chain, "evaluation_set_name", None),
     )
 
 

@@ -53,6 +53,8 @@ function filters() {
   if ($("ch-machines").value === "vs_people") out.machines_vs_people = true;
   const routing = $("ch-routing").value;
   if (routing) out.routing = [routing];
+  const held = $("ch-evaluation").value;
+  if (held) out.in_evaluation_set = held === "true";
   return out;
 }
 
@@ -94,6 +96,13 @@ function row(chain) {
   const status = el("td", { text: STATUS[chain.status] || chain.status });
   const routed = routingBadge(chain.routing);
   if (routed) status.append(" ", routed);
+  // The evaluation set it is held out in (never leased, never trained on); a long name
+  // is cut with an ellipsis and read whole on hover.
+  const held = figure("Evaluation set", chain.evaluation_set === null ? NONE : "");
+  held.classList.add("ch-set");
+  if (chain.evaluation_set !== null) {
+    held.append(el("span", { text: chain.evaluation_set, title: chain.evaluation_set }));
+  }
   tr.append(
     tickCell,
     first,
@@ -104,6 +113,7 @@ function row(chain) {
     figure("PRM score", formatFixed(chain.prm_score)),
     figure("Uncertainty", formatFixed(chain.prm_uncertainty)),
     machineCell(chain.machine_first_errors),
+    held,
   );
   return tr;
 }
@@ -262,7 +272,7 @@ $("ch-filters").addEventListener("submit", (event) => {
   event.preventDefault();
   load(null);
 });
-for (const id of ["ch-status", "ch-annotator", "ch-agreement", "ch-machines", "ch-routing"]) {
+for (const id of ["ch-status", "ch-annotator", "ch-agreement", "ch-machines", "ch-routing", "ch-evaluation"]) {
   $(id).addEventListener("change", () => load(null));
 }
 $("ch-sort").addEventListener("change", () => {

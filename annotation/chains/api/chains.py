@@ -113,6 +113,13 @@ class ChainFilterSerializer(serializers.Serializer):
         + ", ".join(ROUTED)
         + ".",
     )
+    in_evaluation_set = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="true: only chains held out in an evaluation set (never leased, never "
+        "trained on); false: only chains in none; absent: either.",
+    )
 
 
 def chain_filters_from(*, project: Project, data: dict[str, Any]) -> ChainFilters:
@@ -138,6 +145,7 @@ def chain_filters_from(*, project: Project, data: dict[str, Any]) -> ChainFilter
         machines_disagree=data.get("machines_disagree", False),
         machines_vs_people=data.get("machines_vs_people", False),
         routings=tuple(data.get("routing", ())),
+        in_evaluation_set=data.get("in_evaluation_set"),
     )
 
 
@@ -195,6 +203,10 @@ class ChainRowOutputSerializer(serializers.Serializer):
         child=serializers.IntegerField(),
         help_text="By machine source: the first step it rates -1 (index), -1 for none; "
         "a source without a verdict on the chain is absent.",
+    )
+    evaluation_set = serializers.CharField(
+        allow_null=True,
+        help_text="The evaluation set it is held out in (its name); null if none.",
     )
 
 
