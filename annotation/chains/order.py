@@ -1,9 +1,10 @@
 """The data manager's sort orders, and keyset pages in each of them.
 
-A page is read in the order of (value, id), from where the last one ended, on an index
-that holds that order, so the page at the 500,000th chain costs what the first does
-(BENCHMARKS.md). Ties are broken by id, so the order is total and no chain is shown twice
-or skipped while the data stands still.
+A page is read in the order of (value, id), from where the last one ended
+(``annotation.keyset``, a keyset per phase), on an index that holds that order, so the
+page at the 500,000th chain costs what the first does (BENCHMARKS.md). Ties are broken by
+id, so the order is total and no chain is shown twice or skipped while the data stands
+still.
 
 An order is a sequence of phases, each a set of chains read in its own order:
 
@@ -26,13 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import F, Lookup, OrderBy, Q, QuerySet
-
-# Row comparisons ``(a, b) > (x, y)``: Django's own, which its composite primary keys use
-# (written as ANDs and ORs on a database without them).
-from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
+from django.db.models import Lookup, Q, QuerySet
 
 from annotation.chains.scores import chains_scored_by, chains_with_scores
+from annotation.keyset import Keyset
 from annotation.models import Chain
 
 BIGINT_MAX = 2**63 - 1
@@ -103,41 +101,27 @@ Scored = Callable[[QuerySet[Chain]], QuerySet[Chain] | None]
 
 @dataclass(frozen=True)
 class Phase:
-    """One run of a sorted list: the chains ``where`` selects, read by ``column`` then id
-    (by id alone when ``column`` is None), ``descending`` or not. ``scored`` adds the PRM
-    columns (None: no chain is in this phase). ``shown`` is the loaded row's attribute
-    holding the column's value, when the column is an alias the rows do not carry."""
+    """One run of a sorted list: the chains ``where`` selects, read in ``keyset``'s order
+    (the index the phase reads: for the PRM columns the joined score row's own chain id
+    breaks ties, so the row comparison is on that index's columns). ``scored`` adds the
+    PRM columns (None: no chain is in this phase). ``shown`` is the loaded row's
+    attribute holding the column's value, when the column is an alias the rows do not
+    carry."""
 
     where: Q
-    column: str | None
-    descending: bool
+    keyset: Keyset
     scored: Scored
     shown: str | None = None
-    # The chain's id as the index the phase reads has it (the joined score row's own
-    # chain id for the PRM columns, so the row comparison below is on the index's columns).
-    tiebreak: str = "pk"
-
-    def ordering(self) -> list[OrderBy]:
-        keys = [self.column, self.tiebreak] if self.column else ["pk"]
-        return [F(key).desc() if self.descending else F(key).asc() for key in keys]
 
     def after(self, cursor: ChainCursor) -> Q | Lookup:
-        """The chains of this phase past ``cursor``'s row: ``(value, id) > (v, id0)`` as
-        one row comparison (``<`` descending), which the database takes as where its
-        index scan starts; spelt ``value > v OR (value = v AND id > id0)`` it reads the
-        index from the start of ``v``'s run, half a million entries deep in a page at the
-        middle of the passes order."""
-        past = "lt" if self.descending else "gt"
-        if self.column is None:
-            return Q(**{f"pk__{past}": cursor.chain_id})
-        pair = Tuple(F(self.column), F(self.tiebreak))
-        comparison = TupleLessThan if self.descending else TupleGreaterThan
-        return comparison(pair, (cursor.value, cursor.chain_id))
+        """The chains of this phase past ``cursor``'s row."""
+        return self.keyset.after(value=cursor.value, last_id=cursor.chain_id)
 
     def value_of(self, chain: Chain) -> float | None:
-        if self.column is None:
+        column = self.keyset.column
+        if column is None:
             return None
-        return float(getattr(chain, self.shown or self.column))
+        return float(getattr(chain, self.shown or column))
 
 
 def order_phases(
@@ -150,14 +134,15 @@ def order_phases(
     def subselect(chains: QuerySet[Chain]) -> QuerySet[Chain]:
         return chains_with_scores(chains=chains, project_id=project_id)
 
+    by_id = Keyset(descending=desc)
     if order.key == "id":
-        return [Phase(Q(), None, desc, subselect)]
+        return [Phase(Q(), by_id, subselect)]
     if order.key == "passes":
-        return [Phase(Q(), "finished_count", desc, subselect)]
+        return [Phase(Q(), Keyset("finished_count", desc), subselect)]
     if order.key == "agreement":
         return [
-            Phase(Q(agreement__isnull=False), "agreement", desc, subselect),
-            Phase(Q(agreement__isnull=True), None, desc, subselect),
+            Phase(Q(agreement__isnull=False), Keyset("agreement", desc), subselect),
+            Phase(Q(agreement__isnull=True), by_id, subselect),
         ]
     if order.key in ("prm_score", "prm_uncertainty"):
         field = order.key
@@ -166,12 +151,12 @@ def order_phases(
             return chains_scored_by(chains=chains, project_id=project_id, field=field)
 
         return [
-            Phase(Q(), "prm_sort", desc, joined, shown=field, tiebreak="prm_sort_chain"),
-            Phase(Q(**{f"{field}__isnull": True}), None, desc, subselect),
+            Phase(Q(), Keyset("prm_sort", desc, tiebreak="prm_sort_chain"), joined, shown=field),
+            Phase(Q(**{f"{field}__isnull": True}), by_id, subselect),
         ]
     if order.key == "status":
         ordered = list(reversed(statuses)) if desc else list(statuses)
-        return [Phase(status_where(status), None, desc, subselect) for status in ordered]
+        return [Phase(status_where(status), by_id, subselect) for status in ordered]
     raise ValueError(f"Not a sort order: {order.key!r}.")
 
 
@@ -197,7 +182,7 @@ def phase_rows(
         if cursor is not None and index == cursor.phase:
             chains = chains.filter(phase.after(cursor))
         wanted = limit + 1 - len(rows)
-        rows.extend((index, chain) for chain in chains.order_by(*phase.ordering())[:wanted])
+        rows.extend((index, chain) for chain in chains.order_by(*phase.keyset.ordering())[:wanted])
         if len(rows) > limit:
             break
     return rows

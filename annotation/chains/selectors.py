@@ -26,6 +26,7 @@ from annotation.chains.order import (
     phase_rows,
 )
 from annotation.chains.scores import chain_step_scores, chains_with_scores
+from annotation.keyset import page_cut
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -298,12 +299,13 @@ def chain_list(
         prepared=prepared,
         base=Chain.objects.filter(project=project),
     )
-    rows = [_row(chain, overlap=project.overlap) for _phase, chain in found[:limit]]
+    page, last_found = page_cut(found, limit=limit)
+    rows = [_row(chain, overlap=project.overlap) for _phase, chain in page]
     machine = machine_first_errors(chain_ids=[row.chain_id for row in rows])
     rows = [replace(row, machine_first_errors=machine.get(row.chain_id, {})) for row in rows]
-    if len(found) <= limit:
+    if last_found is None:
         return ChainPage(rows=rows, next_cursor=None, next_after=None)
-    phase, last = found[limit - 1]
+    phase, last = last_found
     next_cursor = ChainCursor(phase=phase, value=phases[phase].value_of(last), chain_id=last.pk)
     return ChainPage(
         rows=rows,

@@ -6,8 +6,8 @@ exactly like the others: an entry carries nothing but what the annotator sent (r
 comments, rewrite) and the chain as the queue showed it, never a chain's status, another
 person's label, a consensus or a gold score (``tests/annotation/test_gold_leakage.py``).
 
-Pages are keyset pages on the annotation id (ids grow with submit time, and the cursor
-survives new submits between two pages): index ``annotation_history`` on
+Pages are keyset pages on the annotation id (``annotation.keyset``; ids grow with submit
+time, and the cursor survives new submits between two pages): index ``annotation_history`` on
 (annotator, id) for human annotations reads one page's rows, whatever the history's
 length."""
 
@@ -24,6 +24,7 @@ from django.db.models.functions import Substr
 from django.http import Http404
 
 from annotation.access import membership_role
+from annotation.keyset import Keyset, page_cut
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 
 HISTORY_PAGE_SIZE = 50
 HISTORY_PAGE_SIZE_MAX = 200
+# A history page's order: newest pass first, by annotation id.
+NEWEST_FIRST = Keyset(descending=True)
 # The list shows the problem's first line; a line longer than this is cut with "…".
 PROBLEM_LINE_CHARS = 200
 
@@ -224,9 +227,9 @@ def annotator_history_page(
         superseded_by__isnull=True,
     )
     if before is not None:
-        annotations = annotations.filter(pk__lt=before)
-    rows = list(
-        annotations.order_by("-pk")
+        annotations = annotations.filter(NEWEST_FIRST.after(value=None, last_id=before))
+    read = list(
+        annotations.order_by(*NEWEST_FIRST.ordering())
         .annotate(problem_head=Substr("chain__problem__text", 1, PROBLEM_LINE_CHARS * 4))
         .values(
             "pk",
@@ -238,8 +241,7 @@ def annotator_history_page(
             "supersedes_id",
         )[: limit + 1]
     )
-    more = len(rows) > limit
-    rows = rows[:limit]
+    rows, last = page_cut(read, limit=limit)
     sums = {
         row["annotation_id"]: row
         for row in StepRating.objects.filter(annotation_id__in=[row["pk"] for row in rows])
@@ -279,7 +281,7 @@ def annotator_history_page(
         annotator_id=annotator.pk,
         annotator_username=annotator.get_username(),
         entries=entries,
-        next_before=rows[-1]["pk"] if more else None,
+        next_before=last["pk"] if last is not None else None,
     )
 
 
