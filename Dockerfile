@@ -34,7 +34,9 @@ COPY annotation ./annotation
 COPY prm_training ./prm_training
 # python-ldap (django-auth-ldap, LDAP sign-in) builds against OpenLDAP's and SASL's
 # headers with gcc; the build tools go again in the same layer, the libraries it links
-# (libldap, libsasl2) stay for the running image.
+# (libldap, libsasl2) stay for the running image. xmlsec and lxml (SAML) come as wheels
+# with their own libxml2 and libxmlsec1: no Debian package; the import below checks that
+# the pair pinned in pyproject.toml still matches.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev libldap2-dev libsasl2-dev \
     && pip install ".[ml]" \
@@ -42,7 +44,7 @@ RUN apt-get update \
         | awk '/^ii/ && $2 !~ /-dev$/ {print $2}') \
     && apt-get purge -y --auto-remove gcc libc6-dev libldap2-dev libsasl2-dev \
     && rm -rf /var/lib/apt/lists/* \
-    && python -c "import ldap, django_auth_ldap"
+    && python -c "import ldap, django_auth_ldap, lxml, xmlsec, onelogin.saml2.auth"
 
 COPY manage.py ./
 COPY templates ./templates
