@@ -1,4 +1,5 @@
-"""Single sign-on through django-allauth's OpenID Connect provider, as Steplab wants it
+"""Single sign-on through django-allauth's OpenID Connect provider (and its SAML provider:
+annotation/sso_saml.py), as Steplab wants it
 (settings, "Single sign-on"): the providers come from the environment, an account is made
 at a person's first sign-in, the provider's group claim sets project roles at every
 sign-in, and password sign-in can be switched off for everyone but superusers."""
@@ -17,8 +18,10 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
 from django.http import HttpRequest
+from django.urls import reverse
 
 from annotation.projects.sso_roles import sso_roles_apply
+from annotation.sso_saml import saml_roles_apply
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +31,17 @@ _SESSION_BACKEND = "django.contrib.auth.backends.ModelBackend"
 
 
 def sso_providers() -> list[dict[str, str]]:
-    """The configured providers, as the login page lists them (id and name)."""
-    return [{"id": p["id"], "name": p["name"]} for p in settings.STEPLAB_OIDC_PROVIDERS]
+    """The configured providers, OIDC's then SAML's, as the login page lists them: the
+    name on the button and the URL it posts to."""
+    oidc = [
+        {"name": p["name"], "url": reverse("openid_connect_login", args=[p["id"]])}
+        for p in settings.STEPLAB_OIDC_PROVIDERS
+    ]
+    saml = [
+        {"name": p["name"], "url": reverse("saml_login", args=[p["id"]])}
+        for p in settings.STEPLAB_SAML_PROVIDERS
+    ]
+    return oidc + saml
 
 
 class LocalPasswordGate:
@@ -80,10 +92,11 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
         exception: Any = None,
         extra_context: Any = None,
     ) -> None:
-        """The person sees only that it failed (templates/socialaccount/); the log says why."""
-        logger.warning(
-            "Sign-in through %s failed: %s %r", getattr(provider, "id", provider), error, exception
-        )
+        """The person sees only that it failed (templates/socialaccount/); the log says why
+        (for SAML, python3-saml's reason, in ``extra_context``)."""
+        name = getattr(provider, "sub_id", None) or getattr(provider, "id", provider)
+        reason = (extra_context or {}).get("saml_last_error_reason") or exception
+        logger.warning("Sign-in through %s failed: %s %r", name, error, reason)
 
     def populate_user(self, request: HttpRequest, sociallogin: SocialLogin, data: Any) -> Any:
         """The username is preferred_username, else the e-mail address (allauth takes
@@ -109,7 +122,10 @@ def _roles_on_sign_in(
     sender: Any, request: HttpRequest, user: Any, sociallogin: SocialLogin | None = None, **_: Any
 ) -> None:
     """At every sign-in through a provider (the first included), the group claim's
-    mapped roles are applied (annotation/projects/sso_roles.py)."""
+    mapped roles are applied (annotation/projects/sso_roles.py): a SAML provider's by
+    its own map (annotation/sso_saml.py), an OIDC provider's by STEPLAB_OIDC_ROLE_MAP."""
     if sociallogin is None:
+        return
+    if saml_roles_apply(user=user, sociallogin=sociallogin):
         return
     sso_roles_apply(user=user, claims=provider_claims(sociallogin))

@@ -1,4 +1,5 @@
 from allauth.socialaccount.providers.openid_connect import views as oidc_views
+from allauth.socialaccount.providers.saml import views as saml_views
 from django.contrib import admin
 from django.urls import include, path, register_converter
 from django.views.generic import TemplateView
@@ -8,6 +9,7 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
+from annotation import sso_saml
 from config.converters import IdConverter
 from config.health import healthz
 
@@ -27,6 +29,24 @@ urlpatterns = [
         oidc_views.callback,
         name="openid_connect_callback",
     ),
+    # SAML (annotation/sso_saml.py): an organization's sign-in (the button posts here),
+    # its assertion consumer (the IdP posts the response; allauth finishes on its own
+    # URL after), and its metadata for the IdP's administrator; an organization not
+    # configured is a 404 at each. Single logout is not offered (its URL is named in the
+    # metadata by allauth, and answers 404).
+    path("accounts/saml/<slug:organization_slug>/login/", saml_views.login, name="saml_login"),
+    path("accounts/saml/<slug:organization_slug>/acs/", sso_saml.acs, name="saml_acs"),
+    path(
+        "accounts/saml/<slug:organization_slug>/acs/finish/",
+        saml_views.finish_acs,
+        name="saml_finish_acs",
+    ),
+    path(
+        "accounts/saml/<slug:organization_slug>/metadata/",
+        saml_views.metadata,
+        name="saml_metadata",
+    ),
+    path("accounts/saml/<slug:organization_slug>/sls/", sso_saml.sls, name="saml_sls"),
     # allauth's own view for it builds its account pages' links, which are not served.
     path(
         "accounts/sso/cancelled/",

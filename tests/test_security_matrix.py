@@ -81,6 +81,13 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     # lets in is tests/sso/. The page for a sign-in cancelled at the provider: anyone.
     "openid_connect_login": {"get": (404,) * 5, "post": (404,) * 5},
     "openid_connect_callback": {"get": (404,) * 5},
+    # SAML (annotation/sso_saml.py): likewise, no organization is configured, so each of
+    # its URLs is 404, the IdP's POST to the assertion consumer included.
+    "saml_login": {"get": (404,) * 5, "post": (404,) * 5},
+    "saml_acs": {"get": (404,) * 5, "post": (404,) * 5},
+    "saml_finish_acs": {"get": (404,) * 5},
+    "saml_metadata": {"get": (404,) * 5},
+    "saml_sls": {"get": (404,) * 5},
     "socialaccount_login_cancelled": {"get": (200,) * 5},
     # Every signed-in user's own password (an empty form is a 200 with its errors).
     "password_change": {
@@ -331,6 +338,7 @@ def world(db: Any) -> dict[str, Any]:
         "webhook_id": webhook.pk,
         "delivery_id": delivery.pk,
         "provider_id": "lab",
+        "organization_slug": "acme",
     }
     return {"users": users, "ids": ids}
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import dj_database_url
 
-from config import sso
+from config import sso, sso_saml
 from config.broker import TRANSPORT, default_folder, folder_options
 
 from .env import env_bool, env_list
@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "allauth.account",
     "allauth.socialaccount",
     "allauth.socialaccount.providers.openid_connect",
+    "allauth.socialaccount.providers.saml",
     "annotation",
     "prm_training",
 ]
@@ -269,7 +270,7 @@ STEPLAB_WEBHOOK_ALLOW_PRIVATE = env_bool("STEPLAB_WEBHOOK_ALLOW_PRIVATE", False)
 STEPLAB_WEBHOOK_LOG_DAYS = int(os.environ.get("STEPLAB_WEBHOOK_LOG_DAYS", "30"))
 
 from .single_sign_on import *  # noqa: E402,F401,F403
-from .single_sign_on import STEPLAB_OIDC_PROVIDERS  # noqa: E402
+from .single_sign_on import STEPLAB_OIDC_PROVIDERS, STEPLAB_SAML_PROVIDERS  # noqa: E402
 
 # Nothing that must be shared between web processes lives in the cache (sessions and the
 # sign-in counters are in the database), so per-process memory is the default; set
@@ -450,7 +451,11 @@ CONTENT_SECURITY_POLICY = {
         "object-src": ["'none'"],
         "base-uri": ["'self'"],
         # The identity providers: a "Sign in with" button's redirect goes there.
-        "form-action": ["'self'", *sso.provider_origins(STEPLAB_OIDC_PROVIDERS)],
+        "form-action": [
+            "'self'",
+            *sso.provider_origins(STEPLAB_OIDC_PROVIDERS),
+            *sso_saml.saml_origins(STEPLAB_SAML_PROVIDERS),
+        ],
         "frame-ancestors": ["'none'"],
     }
 }

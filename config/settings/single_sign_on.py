@@ -1,9 +1,9 @@
-"""Single sign-on settings (OpenID Connect through django-allauth, LDAP through
+"""Single sign-on settings (OpenID Connect and SAML through django-allauth, LDAP through
 django-auth-ldap), read from the environment; ``base`` includes them."""
 
 import os
 
-from config import sso
+from config import sso, sso_saml
 
 from .env import env_bool
 
@@ -16,9 +16,10 @@ from .env import env_bool
 # claim STEPLAB_OIDC_ROLE_CLAIM (default "groups") are looked up in STEPLAB_OIDC_ROLE_MAP,
 # {"<group>": {"project": "<name>", "role": "annotator|lead|ml"}, ...} (or a list of
 # grants per group), and the person is made a member of each project with that role.
-# STEPLAB_LOCAL_PASSWORDS=0 with a provider configured: the password form is gone and
-# only superusers may still sign in with a password (break-glass, through /admin/login/
-# or the token endpoint); without a provider it is ignored, so nobody is locked out.
+# STEPLAB_LOCAL_PASSWORDS=0 with a provider (OIDC or SAML) configured: the password form
+# is gone and only superusers may still sign in with a password (break-glass, through
+# /admin/login/ or the token endpoint); without a provider it is ignored, so nobody is
+# locked out.
 STEPLAB_OIDC_PROVIDERS = sso.oidc_providers(os.environ.get("STEPLAB_OIDC_PROVIDERS", ""))
 STEPLAB_OIDC_ROLE_CLAIM = os.environ.get("STEPLAB_OIDC_ROLE_CLAIM") or "groups"
 STEPLAB_OIDC_ROLE_MAP = sso.role_map(os.environ.get("STEPLAB_OIDC_ROLE_MAP", ""))
@@ -37,10 +38,20 @@ STEPLAB_LDAP_NAME: str = _LDAP.pop("STEPLAB_LDAP_NAME")
 STEPLAB_LDAP_ROLE_MAP: dict[str, list[tuple[str, str]]] = _LDAP.pop("STEPLAB_LDAP_ROLE_MAP")
 # django-auth-ldap's own settings (AUTH_LDAP_SERVER_URI, AUTH_LDAP_USER_SEARCH, ...).
 globals().update(_LDAP)
+# SAML (annotation/sso_saml.py; README, "SAML"): STEPLAB_SAML_PROVIDERS, a JSON list of
+# organizations' identity providers ({"id", "name", "entity_id", "sso_url", "x509cert",
+# "role_attribute", "role_map", ...}), each a "Sign in with <name>" button and its own
+# URLs under /accounts/saml/<id>/ (metadata/, acs/). Its role map is its own: an
+# organization's IdP grants roles only through the groups its provider entry maps.
+STEPLAB_SAML_PROVIDERS = sso_saml.saml_providers(os.environ.get("STEPLAB_SAML_PROVIDERS", ""))
+sso_saml.ids_distinct(STEPLAB_OIDC_PROVIDERS, STEPLAB_SAML_PROVIDERS)
 STEPLAB_LOCAL_PASSWORDS = env_bool("STEPLAB_LOCAL_PASSWORDS", True) or not (
-    STEPLAB_OIDC_PROVIDERS or STEPLAB_LDAP_URI
+    STEPLAB_OIDC_PROVIDERS or STEPLAB_SAML_PROVIDERS or STEPLAB_LDAP_URI
 )
-SOCIALACCOUNT_PROVIDERS = sso.allauth_providers(STEPLAB_OIDC_PROVIDERS)
+SOCIALACCOUNT_PROVIDERS = {
+    **sso.allauth_providers(STEPLAB_OIDC_PROVIDERS),
+    **sso_saml.allauth_saml(STEPLAB_SAML_PROVIDERS),
+}
 SOCIALACCOUNT_ADAPTER = "annotation.sso.SocialAccountAdapter"
 ACCOUNT_ADAPTER = "annotation.sso.AccountAdapter"
 # allauth's account pages are not served (its URLs are not included); these say what

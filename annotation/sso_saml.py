@@ -1,0 +1,63 @@
+"""SAML sign-in through django-allauth's saml provider, as Steplab wants it (settings,
+"Single sign-on"; README, "SAML"): one identity provider per organization, configured
+from STEPLAB_SAML_PROVIDERS, each with its URLs under /accounts/saml/<id>/ (login/,
+acs/, acs/finish/, metadata/) and its own role map, applied at every sign-in by the same
+rules as OIDC's and LDAP's (annotation/projects/sso_roles.py).
+
+allauth's views do the protocol (python3-saml checks the signature with xmlsec, the
+audience, the recipient, the times, and that the response answers a request Steplab
+made); this module adds what allauth leaves open: the assertion consumer answers 404 for
+an organization that is not configured, like the other SAML URLs, and single logout is
+not offered (signing out of Steplab signs out of Steplab only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from allauth.socialaccount.models import SocialLogin
+from allauth.socialaccount.providers.saml import views as saml_views
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.http import Http404, HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from annotation.projects.sso_roles import claim_groups, group_roles_apply
+
+
+def saml_provider(provider_id: str) -> dict[str, Any] | None:
+    """The configured SAML provider with this id, or None."""
+    return next((p for p in settings.STEPLAB_SAML_PROVIDERS if p["id"] == provider_id), None)
+
+
+@csrf_exempt
+def acs(request: HttpRequest, organization_slug: str) -> HttpResponse:
+    """The IdP's POST of its response (csrf-exempt: it comes from the IdP's page).
+    allauth keeps any POST here for its finishing step; an organization that is not
+    configured is a 404 at once, as at its other URLs."""
+    if saml_provider(organization_slug) is None:
+        raise Http404("No such SAML provider.")
+    response: HttpResponse = saml_views.acs(request, organization_slug=organization_slug)
+    return response
+
+
+def sls(request: HttpRequest, organization_slug: str) -> HttpResponse:
+    """Single logout is not offered: an unsigned logout request would sign people out
+    from another site's page. The URL exists because allauth names it in the metadata."""
+    raise Http404("Single logout is not offered.")
+
+
+def saml_roles_apply(*, user: User, sociallogin: SocialLogin) -> bool:
+    """If this sign-in came through a SAML provider, set ``user``'s roles from its
+    ``role_attribute``'s values by its ``role_map`` and return True; else False (the
+    sign-in is OIDC's)."""
+    provider = saml_provider(sociallogin.account.provider)
+    if provider is None:
+        return False
+    attributes = sociallogin.account.extra_data or {}
+    group_roles_apply(
+        user=user,
+        groups=claim_groups(attributes, provider["role_attribute"]),
+        role_map=provider["role_map"],
+        source=f"SAML {provider['id']}",
+    )
+    return True
