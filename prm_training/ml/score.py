@@ -29,15 +29,7 @@ from .features import (
     pad_token_id,
 )
 from .inputs import CONTEXT_WIDTH, chain_contexts
-from .model import (
-    Backbone,
-    EnsembleHead,
-    backbone_fingerprint,
-    collate_windows,
-    encode_steps,
-    load_configured_backbone,
-    resolve_device,
-)
+from .model import Backbone, EnsembleHead, collate_windows, encode_steps
 from .readout import ChainScores, Readout
 
 logger = logging.getLogger(__name__)
@@ -185,30 +177,6 @@ def score_chains(
         done += len(chunk)
         if progress is not None:
             progress(done)
-
-
-def zero_shot_scores(
-    config: PRMConfig, chains: Sequence[ChainExample], *, batch_size: int = 32
-) -> list[ChainScores]:
-    """The backbone's own step scores (``PRMConfig.step_prior``), no head trained: P(step
-    correct) from its step head, for every chain in order. What a project can score with
-    before it has a label, and the baseline a trained version must beat."""
-    if not config.step_prior:
-        raise ValueError("zero-shot scores need a backbone with its own step head (step_prior)")
-    device = resolve_device(config.device)
-    tokenizer, backbone, kind, step_head = load_configured_backbone(config, device)
-    features = frozen_step_features(
-        config,
-        chains,
-        fingerprint=backbone_fingerprint(config.backbone),
-        backbone=backbone.to(device),
-        kind=kind,
-        tokenizer=tokenizer,
-        device=device,
-        step_head=step_head.to(device) if step_head is not None else None,
-        batch_size=batch_size,
-    )
-    return prior_scores(chains, features)
 
 
 def prior_scores(

@@ -19,9 +19,10 @@ from prm_training.ml.checkpoint import load_prm
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.launch import train_prm
 from prm_training.ml.metrics import evaluate
-from prm_training.ml.score import score_chains, zero_shot_scores
+from prm_training.ml.score import score_chains
 from prm_training.ml.synthetic import synthetic_chains
 from tests.prm_training.ml_tiny import tiny_backbone_dir, tiny_step_prm_dir
+from tests.prm_training.zero_shot_reference import zero_shot_scores
 
 
 @pytest.fixture(scope="module")

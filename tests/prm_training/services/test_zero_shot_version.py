@@ -71,8 +71,9 @@ def test_a_zero_shot_version_of_an_unlabeled_project_scores_with_the_prm_s_own_h
     # Given: a project with no label and an open PRM in the model directory
     from prm_training.ml.checkpoint import load_prm
     from prm_training.ml.config import PRMConfig
-    from prm_training.ml.score import score_chains, zero_shot_scores
+    from prm_training.ml.score import score_chains
     from prm_training.services.examples import chain_examples_build
+    from tests.prm_training.zero_shot_reference import zero_shot_scores
 
     # When: ML staff make a zero-shot version of it
     version = run_zero_shot(unlabeled_project)
