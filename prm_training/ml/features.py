@@ -71,7 +71,10 @@ class StepFeatureCache:
         os.replace(partial, final)
 
 
-_CACHES: dict[tuple[str, str, str | None], StepFeatureCache] = {}
+# Every cache this process has opened, by name, pooling and folder. A process starts with
+# none and keeps each for its life (a worker's next run on the same backbone reads it from
+# memory); a test empties it to stand for a fresh process.
+FEATURE_CACHES: dict[tuple[str, str, str | None], StepFeatureCache] = {}
 # How ``data.build_windows`` splits a long chain; part of every cache's name.
 WINDOWING = "overlap1"
 
@@ -94,15 +97,10 @@ def feature_cache(
     parts += [dtype if dtype != "float32" else "", "prior" if step_prior else ""]
     name = "-".join(filter(None, parts))
     key = (name, pooling, cache_dir)
-    if key not in _CACHES:
+    if key not in FEATURE_CACHES:
         directory = Path(cache_dir) / name if cache_dir else None
-        _CACHES[key] = StepFeatureCache(directory)
-    return _CACHES[key]
-
-
-def clear_feature_caches() -> None:
-    """Drops every in-memory cache (tests and benchmarks use it to time a cold pass)."""
-    _CACHES.clear()
+        FEATURE_CACHES[key] = StepFeatureCache(directory)
+    return FEATURE_CACHES[key]
 
 
 def bucketed_batches(windows: Sequence[Window], batch_size: int) -> Iterator[list[Window]]:

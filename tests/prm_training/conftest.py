@@ -32,6 +32,19 @@ def backbone_root(tiny_bert_dir: Path, monkeypatch: Any) -> Path:
 
 
 @pytest.fixture
+def feature_caches(monkeypatch: Any) -> dict[Any, Any]:
+    """The process's feature caches (``ml.features.FEATURE_CACHES``), empty for this test
+    and put back after it, so no encoding another test did is found: a test counting what
+    a run encodes starts cold, and ``feature_caches.clear()`` stands for a new process
+    (a worker loading a checkpoint it did not train)."""
+    from prm_training.ml import features
+
+    caches: dict[Any, Any] = {}
+    monkeypatch.setattr(features, "FEATURE_CACHES", caches)
+    return caches
+
+
+@pytest.fixture
 def endless_runs_allowed(settings: Any) -> None:
     """A node whose limit on head epochs lets a run train for ever: the tests that cancel
     or kill a run mid-training ask for 1,000,000 so it is still training when they do

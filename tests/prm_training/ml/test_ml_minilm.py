@@ -4,6 +4,7 @@ Marked slow for selection, but it belongs in CI: it is the only test of the real
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,14 +12,13 @@ import pytest
 from prm_training.ml.checkpoint import load_prm
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import ChainExample
-from prm_training.ml.features import clear_feature_caches
 from prm_training.ml.launch import train_prm
 from prm_training.ml.score import score_chains
 from prm_training.ml.synthetic import synthetic_chains
 
 
 @pytest.mark.slow
-def test_minilm_frozen_head_end_to_end(tmp_path: Path) -> None:
+def test_minilm_frozen_head_end_to_end(tmp_path: Path, feature_caches: dict[Any, Any]) -> None:
     # Given: 40 short synthetic chains and the bundled backbone, with a disk cache
     chains = synthetic_chains(40, seed=11, steps=(2, 4), words_per_step=(3, 6))
     config = PRMConfig(
@@ -31,7 +31,7 @@ def test_minilm_frozen_head_end_to_end(tmp_path: Path) -> None:
     # Then: a checkpoint with held-out metrics, and a disk cache that a new process reuses
     assert {"step_auroc", "first_error_accuracy", "processbench_f1"} <= set(result.metrics)
     assert list((tmp_path / "cache").rglob("*.npz"))
-    clear_feature_caches()
+    feature_caches.clear()
     prm = load_prm(result.checkpoint_dir)
     assert len(prm.cache) == 40  # read back from disk, no backbone pass needed
     scores = list(score_chains(prm, chains[30:]))

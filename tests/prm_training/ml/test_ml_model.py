@@ -16,7 +16,6 @@ import torch
 from prm_training.ml.checkpoint import load_prm
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import ChainExample, chains_to_windows
-from prm_training.ml.features import clear_feature_caches
 from prm_training.ml.fitting import TrainingCancelled, TrainProgress
 from prm_training.ml.inputs import CONTEXT_WIDTH
 from prm_training.ml.launch import train_prm
@@ -244,7 +243,7 @@ def test_full_mode_learns_a_learnable_signal(backbones: dict[str, Path], tmp_pat
 
 @pytest.mark.parametrize("mode", ["full", "frozen_head"])
 def test_checkpoint_round_trip_scores_the_same(
-    backbones: dict[str, Path], tmp_path: Path, mode: str
+    backbones: dict[str, Path], tmp_path: Path, mode: str, feature_caches: dict[Any, Any]
 ) -> None:
     # Given: a trained checkpoint (decoder backbone, to cover that path end to end) on
     # chains whose final answers are graded, so its readout has a threshold for right ones
@@ -262,7 +261,7 @@ def test_checkpoint_round_trip_scores_the_same(
     assert (root / "backbone").is_dir() == (mode == "full")
 
     # When: loaded in a fresh cache state and rescored
-    clear_feature_caches()
+    feature_caches.clear()
     prm = load_prm(root)
     scores = list(score_chains(prm, chains[40:]))
 
@@ -284,7 +283,7 @@ def test_checkpoint_round_trip_scores_the_same(
 
 
 def test_a_checkpoint_from_before_pooling_and_context_loads_as_it_was_trained(
-    backbones: dict[str, Path], tmp_path: Path
+    backbones: dict[str, Path], tmp_path: Path, feature_caches: dict[Any, Any]
 ) -> None:
     # Given: a checkpoint trained the old way, its stored config stripped of the new keys
     # (as one written before 2026-11-25 is)
@@ -307,7 +306,7 @@ def test_a_checkpoint_from_before_pooling_and_context_loads_as_it_was_trained(
     meta_path.write_text(json.dumps(meta))
 
     # When
-    clear_feature_caches()
+    feature_caches.clear()
     prm = load_prm(result.checkpoint_dir)
 
     # Then: it reads separator states without context, as trained, and scores the same

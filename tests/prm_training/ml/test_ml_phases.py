@@ -11,7 +11,6 @@ import pytest
 
 from prm_training.ml.checkpoint import load_prm
 from prm_training.ml.config import PRMConfig
-from prm_training.ml.features import clear_feature_caches
 from prm_training.ml.launch import train_prm
 from prm_training.ml.progress import Phase, RunCancelled, step_count
 from prm_training.ml.score import score_chains
@@ -44,9 +43,9 @@ def _ends(phases: list[Phase]) -> dict[str, Phase]:
     return {phase.name: phase for phase in phases}
 
 
+@pytest.mark.usefixtures("feature_caches")
 def test_a_frozen_head_run_reports_every_phase_to_its_end(bert: Path, tmp_path: Path) -> None:
     # Given 40 training and 12 held-out chains, none of them encoded yet
-    clear_feature_caches()
     chains = synthetic_chains(52, seed=5)
     train, heldout = chains[:40], chains[40:]
     phases: list[Phase] = []
@@ -70,9 +69,9 @@ def test_a_frozen_head_run_reports_every_phase_to_its_end(bert: Path, tmp_path: 
     assert counts == sorted(counts) and len(counts) > 2  # a report per batch
 
 
+@pytest.mark.usefixtures("feature_caches")
 def test_a_second_run_on_the_same_chains_finds_them_encoded(bert: Path, tmp_path: Path) -> None:
     # Given a run that encoded its chains
-    clear_feature_caches()
     chains = synthetic_chains(30, seed=6)
     config = _config(bert, cache_dir=str(tmp_path / "cache"))
     train_prm(config, chains[:24], chains[24:], tmp_path / "first")
@@ -105,12 +104,12 @@ def test_full_mode_counts_its_evaluation_a_batch_at_a_time(bert: Path, tmp_path:
     assert evaluating[-1] == step_count(chains) and len(evaluating) > 3
 
 
+@pytest.mark.usefixtures("feature_caches")
 @pytest.mark.parametrize("stop_in", ["encoding", "training", "evaluating"])
 def test_a_report_that_raises_stops_the_run_and_writes_nothing(
     bert: Path, tmp_path: Path, stop_in: str
 ) -> None:
     # Given a report that asks to stop in the middle of one phase
-    clear_feature_caches()
     seen: list[Phase] = []
 
     def report(phase: Phase) -> None:
