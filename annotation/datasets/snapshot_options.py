@@ -24,10 +24,11 @@ recorded in ``meta["options"]``:
   spot_check while no person has labeled it yet) is marked machine-agreed:
   ``SnapshotChain.machine["routing"]`` holds the routing and ``["agreed_first_error"]``
   the first error the sources agreed on, and every export marks the record
-  (``exporters.formats``). Only where the row's labels put their first error there
-  (``routing_verdict``): labels from a source that was not among the agreeing ones, or
-  that changed since the routing pass, are not what was agreed and carry no mark. A row
-  people labeled is never marked (a spot check a person labeled carries their labels).
+  (``exporters.formats``). Only where the row's labels put their first error there, as
+  routing reads a source (``annotation.first_error``, "settled"): labels from a source
+  that was not among the agreeing ones, or that changed since the routing pass, are not
+  what was agreed and carry no mark. A row people labeled is never marked (a spot check
+  a person labeled carries their labels).
   ``counts["machine_agreed"]`` says how many rows are marked, in a snapshot that
   includes a machine source. An agreed chain that no included source labeled stays out.
 - ``finished_only`` (the default): only finished chains, those whose human passes reached

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from annotation.datasets.snapshot_options import SnapshotOptions
+from annotation.first_error import first_error
 from annotation.models import (
     AnnotationSource,
     Chain,
@@ -25,7 +26,6 @@ from annotation.models import (
 from annotation.quality.consensus import ChainConsensus, consensus_for_chains
 from annotation.quality.consensus_fit import DawidSkeneFit
 from annotation.routing.machine_labels import hard_label
-from annotation.routing.services import routing_verdict
 
 
 def problem_split(*, problem_hash: str, seed: int, heldout_fraction: float) -> str:
@@ -284,7 +284,9 @@ def _row_machine(
     if not cells:
         return {}
     out: dict[str, Any] = {"labels_from": labels_from, "sources": cells}
-    if labels_from is not None and agreed is not None and routing_verdict(labels) == agreed[1]:
+    if labels_from is None or agreed is None:
+        return out
+    if first_error(labels, reading="settled") == agreed[1]:
         out.update(routing=agreed[0], agreed_first_error=agreed[1])
     return out
 

@@ -248,7 +248,9 @@ def first_error_positions(
     *, chain: IntArray, coder: IntArray, step_index: IntArray, value: IntArray
 ) -> tuple[IntArray, IntArray, IntArray]:
     """Per (chain, coder) present in the data: the index of the first step rated -1, or -1
-    when none is. Returns (chain, coder, first error) arrays.
+    when none is. Returns (chain, coder, first error) arrays. The "stated" reading of
+    ``annotation.first_error`` over columns of ratings, vectorized: agreement reads a
+    project's every rating at once, not one chain's list.
 
     >>> [a.tolist() for a in first_error_positions(chain=np.array([7, 7, 7, 7]),
     ...     coder=np.array([1, 1, 2, 2]), step_index=np.array([0, 1, 0, 1]),

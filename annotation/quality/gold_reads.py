@@ -29,6 +29,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import CharField, Exists, OuterRef, Q, Value
 from django.db.models.functions import MD5, Cast, Concat
 
+from annotation.first_error import first_error
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -36,7 +37,6 @@ from annotation.models import (
     AssignmentStatus,
     Chain,
     Project,
-    Rating,
     Role,
     Screening,
     ScreeningStatus,
@@ -80,16 +80,15 @@ class GoldScore:
         return self.first_error_matches / self.chains if self.chains else None
 
 
-def first_error(labels: Labels) -> int | None:
-    """The index of the first -1 step, None when there is none.
+def _stated_first_error(labels: Labels) -> int | None:
+    """The first -1 among the steps rated, -1 for none (``annotation.first_error``,
+    "stated": a step one side did not rate says nothing).
 
-    >>> first_error({0: 1, 1: -1, 2: -1})
-    1
-    >>> first_error({0: 1, 1: 0}) is None
-    True
+    >>> _stated_first_error({0: 1, 2: -1, 1: -1}), _stated_first_error({0: 1, 1: 0})
+    (1, -1)
     """
-    errors = [index for index, rating in labels.items() if rating == Rating.INCORRECT]
-    return min(errors) if errors else None
+    in_order = [labels.get(index) for index in range(max(labels, default=-1) + 1)]
+    return first_error(in_order, reading="stated")
 
 
 def compare_to_gold(*, gold: Labels, mine: Labels) -> ChainComparison:
@@ -104,7 +103,7 @@ def compare_to_gold(*, gold: Labels, mine: Labels) -> ChainComparison:
     return ChainComparison(
         steps_compared=len(shared),
         steps_correct=sum(1 for index in shared if gold[index] == mine[index]),
-        first_error_match=first_error(gold) == first_error(mine),
+        first_error_match=_stated_first_error(gold) == _stated_first_error(mine),
     )
 
 

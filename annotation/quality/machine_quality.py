@@ -10,8 +10,8 @@ step whose votes tie is no verdict and is left out. Gold is a chain's answer key
 Kappa's interval is a percentile bootstrap over chains (a chain's steps are not
 independent of each other: resampling chains keeps them together), first-error
 accuracy's is Wilson's. A source's labels are the newest run's per step
-(``machine_labels.machine_chain_labels``); its first error is its first -1, or none (-1)
-where it rated steps and called none wrong."""
+(``machine_labels.machine_chain_labels``); its first error is what it stated, the
+references' what they settle (``annotation.first_error``: "stated" and "reference")."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from django.db.models import F
 
+from annotation.first_error import first_error
 from annotation.models import Chain, ImportLabels, MachineLabel, MachineSource, Project, StepRating
 from annotation.quality.consensus import consensus_for_chains
 from annotation.quality.prelabel_effects import Proportion, wilson
@@ -75,26 +76,6 @@ def cohen_kappa(confusion: np.ndarray) -> float | None:
     return (observed - chance) / (1.0 - chance)
 
 
-def first_error(labels: Labels, *, complete: bool) -> int | None:
-    """The first -1's index; -1 where no step is -1. With ``complete`` (a reference) a
-    label missing before the first -1 leaves it unknown (None); a source's labels may stop
-    anywhere (a judge labels nothing after the step it names).
-
-    >>> first_error([1, -1, None], complete=True), first_error([1, None, -1], complete=True)
-    (1, None)
-    >>> first_error([1, None], complete=False), first_error([None, None], complete=False)
-    (-1, None)
-    """
-    for index, label in enumerate(labels):
-        if label == -1:
-            return index
-        if label is None and complete:
-            return None
-    if not any(label is not None for label in labels):
-        return None
-    return -1
-
-
 def _compare(
     machine: Mapping[int, Labels], reference: Mapping[int, Labels], name: str
 ) -> Agreement:
@@ -107,8 +88,8 @@ def _compare(
         for mine, truth in zip(ours, theirs, strict=False):
             if mine is not None and truth is not None:
                 matrix[RATINGS.index(truth), RATINGS.index(mine)] += 1
-        truth_error = first_error(theirs, complete=True)
-        our_error = first_error(ours, complete=False)
+        truth_error = first_error(theirs, reading="reference")
+        our_error = first_error(ours, reading="stated")
         if truth_error is not None and our_error is not None:
             compared += 1
             hits += int(truth_error == our_error)

@@ -20,6 +20,7 @@ from typing import Any
 from django.db.models import Exists, F, IntegerField, Min, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
+from annotation.first_error import first_error
 from annotation.models import AnnotationSource, MachineLabel, MachineSource, StepRating
 
 # A first error past every step: "this source found none", for comparisons in SQL.
@@ -50,8 +51,8 @@ class MachineColumn:
     source: str
     name: str
     verdicts: list[MachineVerdict | None]
-    # The index of the first step rated -1; -1 when the source rated steps and none is
-    # wrong; None when it rated none (values only).
+    # What the source stated (``annotation.first_error``, "stated"): the first step rated
+    # -1; -1 when it rated steps and none is wrong; None when it rated none (values only).
     first_error: int | None
     # Whether ``first_error`` is the human consensus's; None when either is unknown.
     agrees_with_consensus: bool | None = None
@@ -77,22 +78,6 @@ def hard_label(*, rating: int | None, value: float | None, detail: Any) -> bool 
     if rating is not None:
         return rating == 1
     return None
-
-
-def first_error_of(ratings: list[int | None]) -> int | None:
-    """The index of the first -1 in ``ratings``; -1 when some are rated and none is -1;
-    None when none is rated.
-
-    >>> first_error_of([1, None, -1, -1])
-    2
-    >>> first_error_of([1, 1, None])
-    -1
-    >>> first_error_of([None, None])
-    """
-    for index, rating in enumerate(ratings):
-        if rating == -1:
-            return index
-    return -1 if any(rating is not None for rating in ratings) else None
 
 
 def _source_order(source: str) -> int:
@@ -139,7 +124,9 @@ def chain_machine_labels(*, chain_id: int, step_count: int) -> list[MachineColum
                 source=source,
                 name=_source_name(source),
                 verdicts=verdicts,
-                first_error=first_error_of([v.rating if v else None for v in verdicts]),
+                first_error=first_error(
+                    [v.rating if v else None for v in verdicts], reading="stated"
+                ),
                 runs=runs[source],
             )
         )
@@ -156,14 +143,11 @@ def with_consensus(
     """``columns`` with ``agrees_with_consensus`` set against the human consensus's first
     error. Unknown (None) where a step up to that error has no consensus label, or the
     votes on it tie: the tie rule's pick is not the people's verdict."""
-    human: int | None = -1
-    for index, label in enumerate(consensus):
-        if label is None or (index < len(tied) and tied[index]):
-            human = None
-            break
-        if label == -1:
-            human = index
-            break
+    settled = [
+        None if index < len(tied) and tied[index] else label
+        for index, label in enumerate(consensus)
+    ]
+    human = first_error(settled, reading="reference")
     return [
         replace(
             column,
@@ -196,8 +180,10 @@ def machine_first_errors(*, chain_ids: list[int]) -> dict[int, dict[str, int]]:
         out[chain_id] = {}
         for source in sorted(by_source, key=_source_order):
             rated = by_source[source]
-            wrong = [index for index, rating in rated.items() if rating == -1]
-            out[chain_id][source] = min(wrong) if wrong else -1
+            labels = [rated.get(index) for index in range(max(rated) + 1)]
+            found = first_error(labels, reading="stated")
+            if found is not None:
+                out[chain_id][source] = found
     return out
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from annotation.first_error import first_error
 from annotation.models import Chain, ChainRouting, Project
-from annotation.quality.machine_quality import first_error, human_consensus_labels
+from annotation.quality.machine_quality import human_consensus_labels
 from annotation.quality.prelabel_effects import Proportion, wilson
 
 
@@ -45,7 +46,7 @@ def routing_summary(*, project: Project) -> RoutingSummary:
     consensus = human_consensus_labels(project, step_counts)
     wrong = total = 0
     for chain_id, agreed in checked.items():
-        people = first_error(consensus.get(chain_id, []), complete=True)
+        people = first_error(consensus.get(chain_id, []), reading="reference")
         if people is None or agreed is None:
             continue
         total += 1

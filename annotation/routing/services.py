@@ -4,7 +4,8 @@ to people first.
 - The lead picks ``Project.routing_sources``. A source whose Cohen's kappa against
   people's consensus (``quality.machine_quality``) is below ``routing_min_kappa``, or
   not measured yet, routes nothing: the page says which and why.
-- Each usable source's verdict on a chain is its first error (``routing_verdict``).
+- Each usable source's verdict on a chain is its settled first error
+  (``annotation.first_error``: no error only once it labeled the last step).
   Where two or more usable sources give a verdict and they differ, the chain is
   DISAGREED and goes to people before any other (``Chain.people_first``).
 - Where every usable source (two at least) gives the same verdict and the lead opted in
@@ -30,7 +31,6 @@ from __future__ import annotations
 import hmac
 import logging
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -42,6 +42,7 @@ from django.utils import timezone
 
 from annotation.chains.changes import chain_events_record, chains_lock_sorted
 from annotation.chains.services import chains_requeue
+from annotation.first_error import first_error
 from annotation.models import (
     Annotation,
     AnnotationSource,
@@ -100,22 +101,6 @@ class RoutingOutcome:
     sources: list[RoutingSource]
     routed: Counter[str] = field(default_factory=Counter)
     changed: int = 0
-
-
-def routing_verdict(labels: Iterable[int | None]) -> int | None:
-    """A source's first error on a chain, as routing compares them: the index of its
-    first -1; -1 (no error) only when it rated the last step and called nothing wrong;
-    None (no verdict) otherwise, as a source that stopped early has not said the rest is
-    right.
-
-    >>> routing_verdict([1, -1, None]), routing_verdict([1, 1]), routing_verdict([1, None])
-    (1, -1, None)
-    """
-    labels = list(labels)
-    for index, label in enumerate(labels):
-        if label == -1:
-            return index
-    return -1 if labels and labels[-1] is not None else None
 
 
 def spot_checked(*, project_id: int, chain_id: int, share: float) -> bool:
@@ -212,7 +197,7 @@ def chains_route(*, project: Project, now: datetime | None = None) -> RoutingOut
         for chain_id, (labels, _confidence) in machine_chain_labels(
             project_id=project.pk, source=source
         ).items():
-            verdict = routing_verdict(labels)
+            verdict = first_error(labels, reading="settled")
             if verdict is not None:
                 verdicts.setdefault(chain_id, []).append(verdict)
     # Chains routing put somewhere before, and chains with verdicts now.

@@ -20,7 +20,8 @@ class ChainScores:
 
 def labeled_first_error(labels: Sequence[int | None] | None) -> int | None:
     """Index of the first -1 (-1 when the chain has no error), or None when the labels do
-    not settle it.
+    not settle it: the app's "reference" reading (``annotation.first_error``), written
+    again here because the ML core imports nothing of the app.
 
     >>> labeled_first_error((1, 1, -1, None)), labeled_first_error((1, 0, 1))
     (2, -1)

@@ -7,6 +7,8 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from annotation.first_error import first_error
+
 if TYPE_CHECKING:
     from annotation.datasets.snapshot_reads import SnapshotExample
 
@@ -73,18 +75,16 @@ def prm800k_record(*, example: SnapshotExample) -> dict[str, Any]:
 
 def first_error_index(*, labels: list[int | None], ambiguous: str) -> int | None:
     """ProcessBench's label: the earliest wrong step, -1 for none, None when unrated
-    steps leave it unknown.
+    steps leave it unknown (the "reference" reading of ``annotation.first_error``), an
+    unsure step counted wrong where ``ambiguous`` is "negative".
 
     >>> first_error_index(labels=[1, 0, -1], ambiguous="negative")
     1
     >>> first_error_index(labels=[1, 1, None], ambiguous="drop")
     """
-    for index, label in enumerate(labels):
-        if label == -1 or (label == 0 and ambiguous == "negative"):
-            return index
-        if label is None:
-            return None
-    return -1
+    if ambiguous == "negative":
+        labels = [-1 if label == 0 else label for label in labels]
+    return first_error(labels, reading="reference")
 
 
 def _answer_key(text: str) -> str:
