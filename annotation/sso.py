@@ -20,7 +20,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 from django.urls import reverse
 
-from annotation.projects.sso_roles import sso_roles_apply
+from annotation.projects.sso_roles import claim_groups, group_roles_apply
 from annotation.sso_saml import saml_roles_apply
 
 logger = logging.getLogger(__name__)
@@ -117,15 +117,32 @@ def provider_claims(sociallogin: SocialLogin) -> dict[str, Any]:
     return claims or dict(extra)
 
 
+def oidc_roles_apply(*, user: Any, sociallogin: SocialLogin) -> dict[str, str]:
+    """Set ``user``'s roles from the values of the claim ``role_claim`` of the OIDC
+    provider this sign-in came through, by that provider's own ``role_map`` only
+    (config/sso.py): another provider's groups grant nothing here."""
+    provider_id = sociallogin.account.provider
+    provider = next((p for p in settings.STEPLAB_OIDC_PROVIDERS if p["id"] == provider_id), None)
+    if provider is None:
+        logger.warning("Sign-in through %r, no configured provider: no roles.", provider_id)
+        return {}
+    return group_roles_apply(
+        user=user,
+        groups=claim_groups(provider_claims(sociallogin), provider["role_claim"]),
+        role_map=provider["role_map"],
+        source=f"OIDC {provider['id']}",
+    )
+
+
 @receiver(user_logged_in)
 def _roles_on_sign_in(
     sender: Any, request: HttpRequest, user: Any, sociallogin: SocialLogin | None = None, **_: Any
 ) -> None:
     """At every sign-in through a provider (the first included), the group claim's
-    mapped roles are applied (annotation/projects/sso_roles.py): a SAML provider's by
-    its own map (annotation/sso_saml.py), an OIDC provider's by STEPLAB_OIDC_ROLE_MAP."""
+    mapped roles are applied (annotation/projects/sso_roles.py), each provider's by its
+    own map: a SAML provider's (annotation/sso_saml.py), an OIDC provider's (above)."""
     if sociallogin is None:
         return
     if saml_roles_apply(user=user, sociallogin=sociallogin):
         return
-    sso_roles_apply(user=user, claims=provider_claims(sociallogin))
+    oidc_roles_apply(user=user, sociallogin=sociallogin)

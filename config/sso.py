@@ -26,10 +26,20 @@ def _json(name: str, raw: str) -> Any:
         raise ImproperlyConfigured(f"{name} is not valid JSON: {exc}") from exc
 
 
-def oidc_providers(raw: str) -> list[dict[str, str]]:
+def oidc_providers(
+    raw: str, *, role_claim: str = "", legacy_role_map: str = ""
+) -> list[dict[str, Any]]:
     """STEPLAB_OIDC_PROVIDERS: a JSON list of ``{"id", "name", "server_url",
     "client_id", "secret"}`` objects (``id`` defaults to "oidc", ``secret`` to "" for a
-    public client). Empty or unset: no provider, and nothing of SSO shows anywhere."""
+    public client), each with an optional ``role_claim`` (default ``role_claim``, from
+    STEPLAB_OIDC_ROLE_CLAIM, else "groups") and ``role_map`` (see ``role_map``). Each
+    provider's map is its own, as a SAML organization's (config/sso_saml.py): a
+    provider's ID token grants roles only through the groups its own entry maps.
+    ``legacy_role_map`` is STEPLAB_OIDC_ROLE_MAP, the one map of before: it is the
+    ``role_map`` of a single provider that has none; with several providers, or beside a
+    provider's own ``role_map``, it is ambiguous and stops start-up. Empty or unset: no
+    provider, and nothing of SSO shows anywhere."""
+    legacy = role_map(legacy_role_map)
     if not raw.strip():
         return []
     items = _json("STEPLAB_OIDC_PROVIDERS", raw)
@@ -37,34 +47,60 @@ def oidc_providers(raw: str) -> list[dict[str, str]]:
         items = [items]
     if not isinstance(items, list):
         raise ImproperlyConfigured("STEPLAB_OIDC_PROVIDERS must be a JSON list of objects.")
-    providers: list[dict[str, str]] = []
+    providers: list[dict[str, Any]] = []
     for item in items:
-        if not isinstance(item, dict):
-            raise ImproperlyConfigured("STEPLAB_OIDC_PROVIDERS must be a JSON list of objects.")
-        missing = [key for key in ("name", "server_url", "client_id") if not item.get(key)]
-        if missing:
-            raise ImproperlyConfigured(f"STEPLAB_OIDC_PROVIDERS: a provider lacks {missing}.")
-        provider_id = str(item.get("id") or "oidc")
-        if not _PROVIDER_ID.match(provider_id):
-            raise ImproperlyConfigured(
-                f"STEPLAB_OIDC_PROVIDERS: id {provider_id!r} must be lower-case letters, "
-                "digits, '-' or '_' (it is part of a URL)."
-            )
-        if provider_id in {p["id"] for p in providers}:
-            raise ImproperlyConfigured(f"STEPLAB_OIDC_PROVIDERS: id {provider_id!r} twice.")
-        providers.append(
-            {
-                "id": provider_id,
-                "name": str(item["name"]),
-                "server_url": str(item["server_url"]).rstrip("/"),
-                "client_id": str(item["client_id"]),
-                "secret": str(item.get("secret") or ""),
-            }
-        )
+        provider = _oidc_provider(item, role_claim or "groups")
+        if provider["id"] in {p["id"] for p in providers}:
+            raise ImproperlyConfigured(f"STEPLAB_OIDC_PROVIDERS: id {provider['id']!r} twice.")
+        providers.append(provider)
+    if legacy:
+        _legacy_role_map_placed(providers, items, legacy)
     return providers
 
 
-def allauth_providers(providers: list[dict[str, str]]) -> dict[str, Any]:
+def _oidc_provider(item: Any, role_claim: str) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise ImproperlyConfigured("STEPLAB_OIDC_PROVIDERS must be a JSON list of objects.")
+    missing = [key for key in ("name", "server_url", "client_id") if not item.get(key)]
+    if missing:
+        raise ImproperlyConfigured(f"STEPLAB_OIDC_PROVIDERS: a provider lacks {missing}.")
+    provider_id = str(item.get("id") or "oidc")
+    if not _PROVIDER_ID.match(provider_id):
+        raise ImproperlyConfigured(
+            f"STEPLAB_OIDC_PROVIDERS: id {provider_id!r} must be lower-case letters, "
+            "digits, '-' or '_' (it is part of a URL)."
+        )
+    where = f"STEPLAB_OIDC_PROVIDERS[{provider_id}]"
+    return {
+        "id": provider_id,
+        "name": str(item["name"]),
+        "server_url": str(item["server_url"]).rstrip("/"),
+        "client_id": str(item["client_id"]),
+        "secret": str(item.get("secret") or ""),
+        "role_claim": str(item.get("role_claim") or role_claim),
+        "role_map": role_map(json.dumps(item.get("role_map") or {}), f"{where}.role_map"),
+    }
+
+
+def _legacy_role_map_placed(
+    providers: list[dict[str, Any]], items: list[Any], legacy: dict[str, list[tuple[str, str]]]
+) -> None:
+    """STEPLAB_OIDC_ROLE_MAP becomes the single provider's map. With several providers
+    it would let any of them claim every mapped group, so it stops start-up instead."""
+    if len(providers) != 1:
+        raise ImproperlyConfigured(
+            "STEPLAB_OIDC_ROLE_MAP is set with several STEPLAB_OIDC_PROVIDERS: whose groups "
+            'would it map? Move it into each provider\'s own "role_map" and unset it.'
+        )
+    if items[0].get("role_map"):
+        raise ImproperlyConfigured(
+            f"STEPLAB_OIDC_ROLE_MAP and STEPLAB_OIDC_PROVIDERS[{providers[0]['id']}].role_map "
+            'are both set: keep the provider\'s "role_map" and unset STEPLAB_OIDC_ROLE_MAP.'
+        )
+    providers[0]["role_map"] = legacy
+
+
+def allauth_providers(providers: list[dict[str, Any]]) -> dict[str, Any]:
     """SOCIALACCOUNT_PROVIDERS for django-allauth: every OIDC provider as an app of its
     ``openid_connect`` provider, configured in settings (no SocialApp rows to keep)."""
     if not providers:
@@ -83,7 +119,7 @@ def allauth_providers(providers: list[dict[str, str]]) -> dict[str, Any]:
     return {"openid_connect": {"APPS": apps, "OAUTH_PKCE_ENABLED": True}}
 
 
-def provider_origins(providers: list[dict[str, str]]) -> list[str]:
+def provider_origins(providers: list[dict[str, Any]]) -> list[str]:
     """The identity providers' origins. The "Sign in with" button posts to Steplab, which
     redirects to the provider's authorization page; browsers hold that redirect to the
     Content-Security-Policy's form-action, so each origin is allowed there."""
@@ -97,7 +133,8 @@ def provider_origins(providers: list[dict[str, str]]) -> list[str]:
 
 
 def role_map(raw: str, name: str = "STEPLAB_OIDC_ROLE_MAP") -> dict[str, list[tuple[str, str]]]:
-    """STEPLAB_OIDC_ROLE_MAP (or STEPLAB_LDAP_ROLE_MAP, ``name``): JSON object from a
+    """An OIDC provider's ``role_map`` (STEPLAB_OIDC_ROLE_MAP of before, a SAML
+    provider's, STEPLAB_LDAP_ROLE_MAP: ``name``, which an error names): JSON object from a
     claim value (a group) to one grant ``{"project": NAME, "role": ROLE}`` or a list of
     them. Returns group -> [(project, role)]. A role outside ``ROLES`` stops start-up: a
     typo must not grant nothing silently."""

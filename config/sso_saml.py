@@ -113,7 +113,7 @@ def _provider(item: Any, index: int) -> dict[str, Any]:
 def saml_providers(raw: str) -> list[dict[str, Any]]:
     """STEPLAB_SAML_PROVIDERS: a JSON list of ``{"id", "name", "entity_id", "sso_url",
     "x509cert"}`` objects, each with an optional ``role_attribute`` (default "groups"),
-    ``role_map`` (as STEPLAB_OIDC_ROLE_MAP), ``attribute_mapping`` and ``sp_entity_id``.
+    ``role_map`` (as an OIDC provider's), ``attribute_mapping`` and ``sp_entity_id``.
     Empty or unset: no SAML, and its URLs are 404."""
     if not raw.strip():
         return []
@@ -134,7 +134,7 @@ def saml_providers(raw: str) -> list[dict[str, Any]]:
     return providers
 
 
-def ids_distinct(oidc: list[dict[str, str]], saml: list[dict[str, Any]]) -> None:
+def ids_distinct(oidc: list[dict[str, Any]], saml: list[dict[str, Any]]) -> None:
     """An OIDC and a SAML provider never share an id: it names the provider of the
     accounts it makes (django-allauth's provider_id), which must be one."""
     shared = sorted({p["id"] for p in oidc} & {p["id"] for p in saml})

@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+import httpx
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
@@ -66,26 +67,46 @@ class OidcProvider:
             self._server.shutdown()
             self._server.server_close()
 
-    def configure(self, settings: Any, *, name: str = "Lab SSO", provider_id: str = "lab") -> None:
-        """Point Steplab's settings (pytest-django's ``settings``) at this provider,
-        through the same parsing as STEPLAB_OIDC_PROVIDERS (config/sso.py)."""
-        raw = json.dumps(
-            [
-                {
-                    "id": provider_id,
-                    "name": name,
-                    "server_url": self.url,
-                    "client_id": CLIENT_ID,
-                    "secret": CLIENT_SECRET,
-                }
-            ]
+    def configure(
+        self,
+        settings: Any,
+        *,
+        name: str = "Lab SSO",
+        provider_id: str = "lab",
+        role_map: dict[str, Any] | None = None,
+    ) -> None:
+        """Point Steplab's settings (pytest-django's ``settings``) at this provider alone,
+        with ``role_map`` as its own (STEPLAB_OIDC_PROVIDERS' ``role_map``)."""
+        providers_configured(
+            settings, [self.entry(name=name, provider_id=provider_id, role_map=role_map)]
         )
-        providers = sso.oidc_providers(raw)
-        settings.STEPLAB_OIDC_PROVIDERS = providers
-        settings.SOCIALACCOUNT_PROVIDERS = sso.allauth_providers(providers)
-        policy = json.loads(json.dumps(settings.CONTENT_SECURITY_POLICY))
-        policy["DIRECTIVES"]["form-action"] = ["'self'", *sso.provider_origins(providers)]
-        settings.CONTENT_SECURITY_POLICY = policy
+
+    def entry(
+        self, *, name: str, provider_id: str, role_map: dict[str, Any] | None = None, **more: Any
+    ) -> dict[str, Any]:
+        """This provider's object in STEPLAB_OIDC_PROVIDERS (``more``: e.g. role_claim)."""
+        return {
+            "id": provider_id,
+            "name": name,
+            "server_url": self.url,
+            "client_id": CLIENT_ID,
+            "secret": CLIENT_SECRET,
+            "role_map": role_map or {},
+            **more,
+        }
+
+    def sign_in(self, client: Any, person: dict[str, Any], provider_id: str = "lab") -> Any:
+        """The browser's round trip with Django's test ``client``: the button's POST, this
+        provider's authorization page (which signs ``person`` in), and back to Steplab's
+        callback, whose response is returned."""
+        self.person = person
+        start = client.post(f"/accounts/oidc/{provider_id}/login/", {"next": "/"})
+        assert start.status_code == 302, start.content
+        assert start["Location"].startswith(f"{self.url}/authorize?")
+        at_provider = httpx.get(start["Location"])
+        assert at_provider.status_code == 302, at_provider.text
+        back = urlsplit(at_provider.headers["Location"])
+        return client.get(f"{back.path}?{back.query}")
 
     def discovery(self) -> dict[str, Any]:
         return {
@@ -161,6 +182,17 @@ class OidcProvider:
     def _refuse(self, why: str, status: int = 400) -> tuple[int, dict[str, str], str]:
         self.refused.append(why)
         return status, {}, json.dumps({"error": "invalid_request", "error_description": why})
+
+
+def providers_configured(settings: Any, entries: list[dict[str, Any]]) -> None:
+    """Steplab's settings with these STEPLAB_OIDC_PROVIDERS entries (``entry()``),
+    through the same parsing as the environment's (config/sso.py)."""
+    providers = sso.oidc_providers(json.dumps(entries))
+    settings.STEPLAB_OIDC_PROVIDERS = providers
+    settings.SOCIALACCOUNT_PROVIDERS = sso.allauth_providers(providers)
+    policy = json.loads(json.dumps(settings.CONTENT_SECURITY_POLICY))
+    policy["DIRECTIVES"]["form-action"] = ["'self'", *sso.provider_origins(providers)]
+    settings.CONTENT_SECURITY_POLICY = policy
 
 
 def _s256(verifier: str) -> str:

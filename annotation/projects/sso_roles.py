@@ -1,4 +1,5 @@
-"""Project roles from an identity provider's group claim (STEPLAB_OIDC_ROLE_MAP).
+"""Project roles from an identity provider's group claim, by that provider's role map
+(an OIDC or SAML provider's own, or STEPLAB_LDAP_ROLE_MAP).
 
 The provider is the source of truth for the projects its groups are mapped to: at every
 sign-in the person is made a member of each such project with the mapped role, or their
@@ -11,7 +12,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
@@ -47,14 +47,6 @@ def mapped_roles(groups: list[str], role_map: dict[str, list[tuple[str, str]]]) 
             if held is None or _PRECEDENCE.index(Role(role)) < _PRECEDENCE.index(Role(held)):
                 roles[project] = role
     return roles
-
-
-def sso_roles_apply(*, user: User, claims: dict[str, Any]) -> dict[str, str]:
-    """Set ``user``'s role in every project their claim maps to (STEPLAB_OIDC_ROLE_MAP)."""
-    groups = claim_groups(claims, settings.STEPLAB_OIDC_ROLE_CLAIM)
-    return group_roles_apply(
-        user=user, groups=groups, role_map=settings.STEPLAB_OIDC_ROLE_MAP, source="OIDC"
-    )
 
 
 def group_roles_apply(

@@ -9,20 +9,26 @@ from .env import env_bool
 
 # Single sign-on (annotation/sso.py; README, "Single sign-on"), off unless configured.
 # STEPLAB_OIDC_PROVIDERS: a JSON list of OpenID Connect providers
-# ({"id", "name", "server_url", "client_id", "secret"}), each a "Sign in with <name>"
-# button on the login page, through django-allauth. A person's first sign-in makes their
-# account (username from preferred_username, else the e-mail); an account made by hand is
-# never joined to a provider's by a matching e-mail. At every sign-in the values of the
-# claim STEPLAB_OIDC_ROLE_CLAIM (default "groups") are looked up in STEPLAB_OIDC_ROLE_MAP,
-# {"<group>": {"project": "<name>", "role": "annotator|lead|ml"}, ...} (or a list of
-# grants per group), and the person is made a member of each project with that role.
+# ({"id", "name", "server_url", "client_id", "secret", "role_claim", "role_map"}), each a
+# "Sign in with <name>" button on the login page, through django-allauth. A person's
+# first sign-in makes their account (username from preferred_username, else the e-mail),
+# kept under the provider's id; an account made by hand is never joined to a provider's
+# by a matching e-mail. At every sign-in the values of the provider's claim "role_claim"
+# (default STEPLAB_OIDC_ROLE_CLAIM, else "groups") are looked up in that provider's own
+# "role_map", {"<group>": {"project": "<name>", "role": "annotator|lead|ml"}, ...} (or a
+# list of grants per group), and the person is made a member of each project with that
+# role: one provider's token never grants a role through another provider's groups.
+# STEPLAB_OIDC_ROLE_MAP, the one map of before, is still the map of a single provider
+# with none of its own; with several providers it stops start-up (whose groups?).
 # STEPLAB_LOCAL_PASSWORDS=0 with a provider (OIDC or SAML) configured: the password form
 # is gone and only superusers may still sign in with a password (break-glass, through
 # /admin/login/ or the token endpoint); without a provider it is ignored, so nobody is
 # locked out.
-STEPLAB_OIDC_PROVIDERS = sso.oidc_providers(os.environ.get("STEPLAB_OIDC_PROVIDERS", ""))
-STEPLAB_OIDC_ROLE_CLAIM = os.environ.get("STEPLAB_OIDC_ROLE_CLAIM") or "groups"
-STEPLAB_OIDC_ROLE_MAP = sso.role_map(os.environ.get("STEPLAB_OIDC_ROLE_MAP", ""))
+STEPLAB_OIDC_PROVIDERS = sso.oidc_providers(
+    os.environ.get("STEPLAB_OIDC_PROVIDERS", ""),
+    role_claim=os.environ.get("STEPLAB_OIDC_ROLE_CLAIM", "").strip(),
+    legacy_role_map=os.environ.get("STEPLAB_OIDC_ROLE_MAP", ""),
+)
 # LDAP (annotation/sso_ldap.py; README, "LDAP"): with STEPLAB_LDAP_URI set, the login
 # form's username and password are tried against the directory first (django-auth-ldap):
 # the user is found by STEPLAB_LDAP_USER_DN_TEMPLATE or searched under

@@ -17,7 +17,6 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Browser, expect
 
 from annotation.models import Membership, Role
-from config import sso
 from tests.browser import ARTIFACTS, chromium_running, page_watched
 from tests.factories import MembershipFactory, ProjectFactory
 from tests.oidc_provider import OidcProvider
@@ -34,10 +33,12 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture
 def idp(settings: Any) -> Iterator[OidcProvider]:
     provider = OidcProvider().start()
-    provider.configure(settings)
-    settings.STEPLAB_OIDC_ROLE_MAP = sso.role_map(
-        '{"lab-leads": {"project": "Demo", "role": "lead"},'
-        ' "lab-annotators": {"project": "Demo", "role": "annotator"}}'
+    provider.configure(
+        settings,
+        role_map={
+            "lab-leads": {"project": "Demo", "role": "lead"},
+            "lab-annotators": {"project": "Demo", "role": "annotator"},
+        },
     )
     yield provider
     provider.stop()

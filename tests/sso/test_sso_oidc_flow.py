@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -21,40 +20,32 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from annotation.models import Membership, Role
-from config import sso
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 from tests.oidc_provider import OidcProvider
 from tests.sso.invitations import invitation_opened
 
 pytestmark = pytest.mark.django_db
 
-ROLE_MAP = sso.role_map(
-    '{"lab-leads": {"project": "Demo", "role": "lead"},'
-    ' "lab-annotators": [{"project": "Demo", "role": "annotator"},'
-    ' {"project": "Other", "role": "annotator"}]}'
-)
+ROLE_MAP = {
+    "lab-leads": {"project": "Demo", "role": "lead"},
+    "lab-annotators": [
+        {"project": "Demo", "role": "annotator"},
+        {"project": "Other", "role": "annotator"},
+    ],
+}
 
 
 @pytest.fixture
 def idp(settings: Any) -> Iterator[OidcProvider]:
     provider = OidcProvider().start()
-    provider.configure(settings)
-    settings.STEPLAB_OIDC_ROLE_MAP = ROLE_MAP
+    provider.configure(settings, role_map=ROLE_MAP)
     yield provider
     provider.stop()
 
 
 def _sign_in(client: Client, idp: OidcProvider, person: dict[str, Any]) -> Any:
-    """The browser's round trip: the button's POST, the provider's authorization page
-    (which signs ``person`` in), and back to Steplab's callback."""
-    idp.person = person
-    start = client.post("/accounts/oidc/lab/login/", {"next": "/"})
-    assert start.status_code == 302, start.content
-    assert start["Location"].startswith(f"{idp.url}/authorize?")
-    at_provider = httpx.get(start["Location"])
-    assert at_provider.status_code == 302, at_provider.text
-    back = urlsplit(at_provider.headers["Location"])
-    return client.get(f"{back.path}?{back.query}")
+    """The browser's round trip through the provider (tests/oidc_provider.py)."""
+    return idp.sign_in(client, person)
 
 
 def _roles(user: User) -> dict[str, str]:
