@@ -14,18 +14,15 @@ import {
   MACHINE_SHORT,
   routingBadge,
   formatWhen,
+  errorText,
+  showMessage,
   NONE,
 } from "./steplab.js";
 const config = JSON.parse(document.getElementById("chain-config").textContent);
 const root = $("chain");
 const SYMBOL = { 1: "+1", 0: "0", "-1": "−1" };
 
-function say(text, kind = "info") {
-  const message = $("cp-message");
-  message.textContent = text;
-  message.className = `ch-message ${kind}`;
-  message.hidden = false;
-}
+const message = $("cp-message");
 
 function when(value) {
   return value ? formatWhen(value) : "";
@@ -198,9 +195,9 @@ async function act(button, call, done) {
   try {
     await call();
     await load();
-    say(done);
+    showMessage(message, done, "ok");
   } catch (error) {
-    say(`Not done: ${error.body ? JSON.stringify(error.body) : error}`, "error");
+    showMessage(message, `Not done: ${errorText(error)}`, "error");
   } finally {
     button.disabled = false;
   }
@@ -224,6 +221,6 @@ $("cp-gold").addEventListener("click", (event) =>
   ),
 );
 load().catch((error) => {
-  say(`Could not load the chain: ${error}`, "error");
+  showMessage(message, `Could not load the chain: ${errorText(error)}`, "error");
   root.dataset.state = "error";
 });

@@ -16,6 +16,7 @@ import {
   errorText,
   formatFixed,
   formatCount,
+  showMessage,
   NONE,
 } from "./steplab.js";
 const config = JSON.parse(document.getElementById("chains-config").textContent);
@@ -26,12 +27,7 @@ let sort = "id";
 let nextCursor = null;
 let preview = null; // {body, changed} of the bulk action counted last
 
-function say(text, kind) {
-  const message = $("ch-message");
-  message.textContent = text;
-  message.className = `ch-message ${kind || ""}`.trim();
-  message.hidden = !text;
-}
+const message = $("ch-message");
 
 // The filters as the list's query parameters and as the bulk action's `filters`.
 function filters() {
@@ -169,10 +165,10 @@ async function load(cursor) {
     showSort();
     selectionChanged();
     // A load that works clears an error; it leaves what a bulk action said.
-    if ($("ch-message").classList.contains("error")) say("");
+    if (message.classList.contains("error")) showMessage(message, "");
     root.dataset.state = "ready";
   } catch (error) {
-    say(`Could not load the chains: ${errorText(error)}`, "error");
+    showMessage(message, `Could not load the chains: ${errorText(error)}`, "error");
     root.dataset.state = "error";
   }
 }
@@ -213,7 +209,8 @@ async function count(event) {
   event.preventDefault();
   const body = bulkBody();
   if (body.chain_ids && body.chain_ids.length === 0) {
-    say("Tick chains first, or choose every chain these filters match.", "error");
+    showMessage(message, "Tick chains first, or choose every chain these filters match.",
+      "error");
     return;
   }
   try {
@@ -229,23 +226,25 @@ async function count(event) {
     $("ch-bulk-go").disabled = counted.changed === 0;
     $("ch-bulk-confirm").hidden = false;
     $("ch-bulk-go").focus();
-    say("");
+    showMessage(message, "");
   } catch (error) {
-    say(`Could not count: ${errorText(error)}`, "error");
+    showMessage(message, `Could not count: ${errorText(error)}`, "error");
   }
 }
 
 async function follow(job) {
   for (;;) {
     if (job.status === "done") {
-      say(`Done: ${formatCount(job.changed)} chain${job.changed === 1 ? "" : "s"} changed.`, "ok");
+      const chains = `chain${job.changed === 1 ? "" : "s"}`;
+      showMessage(message, `Done: ${formatCount(job.changed)} ${chains} changed.`, "ok");
       return true;
     }
     if (job.status === "failed") {
-      say(`Failed, nothing changed: ${job.detail}`, "error");
+      showMessage(message, `Failed, nothing changed: ${job.detail}`, "error");
       return false;
     }
-    say(`Working: ${formatCount(job.done)} of ${formatCount(job.expected)} chains read…`);
+    const read = `${formatCount(job.done)} of ${formatCount(job.expected)}`;
+    showMessage(message, `Working: ${read} chains read…`);
     await new Promise((resolve) => setTimeout(resolve, 1000));
     job = await api(job.url);
   }
@@ -262,7 +261,7 @@ async function go() {
       load(null);
     }
   } catch (error) {
-    say(`Not done: ${errorText(error)}`, "error");
+    showMessage(message, `Not done: ${errorText(error)}`, "error");
   }
 }
 

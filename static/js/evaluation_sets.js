@@ -3,7 +3,7 @@
 // baseline that reads no step, with 95% intervals. Everything goes through the REST API
 // (api); every value shown is set with textContent, never as markup.
 
-import { el, api, formatWhen, errorText, NONE } from "./steplab.js";
+import { el, api, formatWhen, errorText, showMessage, NONE } from "./steplab.js";
 const root = document.getElementById("models-page");
 const section = document.getElementById("evaluation-sets");
 const projectId = root.dataset.projectId;
@@ -133,12 +133,11 @@ if (form) {
     event.preventDefault();
     const body = { import_batch: Number(form.elements.import_batch.value) };
     if (form.elements.name.value) body.name = form.elements.name.value;
-    message.className = "form-message";
-    message.textContent = "Marking…";
+    showMessage(message, "Marking…");
     try {
       const marked = await api(`/api/v1/projects/${projectId}/evaluation-sets/`,
         { method: "POST", body });
-      message.textContent = `${marked.name}: ${marked.chains} chains held out.`;
+      showMessage(message, `${marked.name}: ${marked.chains} chains held out.`, "ok");
       const select = form.elements.import_batch;
       select.selectedOptions[0].remove();
       if (!select.options.length) {
@@ -150,8 +149,7 @@ if (form) {
       }
       refresh();
     } catch (error) {
-      message.className = "form-message error";
-      message.textContent = errorText(error);
+      showMessage(message, errorText(error), "error");
     }
   });
 }

@@ -2,7 +2,16 @@
 // start scoring. Everything goes through the REST API (api); every value shown is
 // set with textContent, never as markup.
 
-import { el, api, formatWhen, errorText, formatFixed, formatCount, NONE } from "./steplab.js";
+import {
+  el,
+  api,
+  formatWhen,
+  errorText,
+  formatFixed,
+  formatCount,
+  showMessage,
+  NONE,
+} from "./steplab.js";
 const root = document.getElementById("models-page");
 const projectId = root.dataset.projectId;
 const canManage = root.dataset.canManage === "true";
@@ -194,8 +203,7 @@ function trackedText(run, what) {
 }
 
 function showTracked(message, run, what) {
-  message.className = run.status === "failed" ? "form-message error" : "form-message";
-  message.textContent = trackedText(run, what);
+  showMessage(message, trackedText(run, what), run.status === "failed" ? "error" : "info");
 }
 
 function track(message, kind, created, what) {
@@ -495,15 +503,13 @@ if (machineForm) {
       const key = body.kind === "sample" ? "problems" : "chains";
       body[key] = String(ids || "").split(/[\s,]+/).filter(Boolean).map(Number);
     }
-    message.className = "form-message";
-    message.textContent = "Starting…";
+    showMessage(message, "Starting…");
     try {
       const created = await api(`/api/v1/projects/${projectId}/machine-label-runs/`,
         { method: "POST", body });
       track(message, "machine-label-runs", created, `${created.kind} run`);
     } catch (error) {
-      message.className = "form-message error";
-      message.textContent = errorText(error);
+      showMessage(message, errorText(error), "error");
     }
   });
 }
@@ -577,15 +583,13 @@ function bindForm(id, messageId, numeric, kind, what) {
   const message = document.getElementById(messageId);
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    message.className = "form-message";
-    message.textContent = "Starting…";
+    showMessage(message, "Starting…");
     try {
       const created = await api(`/api/v1/projects/${projectId}/${kind}/`,
         { method: "POST", body: formValues(form, numeric) });
       track(message, kind, created, what);
     } catch (error) {
-      message.className = "form-message error";
-      message.textContent = errorText(error);
+      showMessage(message, errorText(error), "error");
     }
   });
 }
@@ -620,14 +624,12 @@ if (settingsForm) {
       if (LOOP.includes(key)) body[key] = value;
       else body.default_config[key] = value;
     });
-    message.className = "form-message";
-    message.textContent = "Saving…";
+    showMessage(message, "Saving…");
     try {
       await api(`/api/v1/projects/${projectId}/training-settings/`, { method: "PATCH", body });
-      message.textContent = "Saved.";
+      showMessage(message, "Saved.", "ok");
     } catch (error) {
-      message.className = "form-message error";
-      message.textContent = errorText(error);
+      showMessage(message, errorText(error), "error");
     }
   });
 }

@@ -2,7 +2,7 @@
 // for leads "Route now" (POST .../routing/run/, which answers before the pass runs: the
 // card reads the figures again a few times after). Source names are data: textContent.
 
-import { $, el, api, formatPercent, NONE } from "./steplab.js";
+import { $, el, api, formatPercent, errorText, showMessage, NONE } from "./steplab.js";
 const config = JSON.parse(document.getElementById("routing-config").textContent);
 const card = $("db-routing");
 // After "Route now": read again after these many milliseconds (the pass is a task).
@@ -22,12 +22,7 @@ function heads(table) {
   return [...table.tHead.rows[0].cells].map((th) => th.textContent);
 }
 
-function say(text, kind) {
-  const box = $("db-routing-message");
-  box.textContent = text;
-  box.className = kind === "error" ? "form-error" : "muted";
-  box.hidden = !text;
-}
+const message = $("db-routing-message");
 
 function render(data) {
   card.hidden = data.sources.length === 0;
@@ -81,7 +76,7 @@ async function load() {
   } catch {
     card.hidden = false;
     card.dataset.state = "error";
-    say("Could not load routing's figures; reload to try again.", "error");
+    showMessage(message, "Could not load routing's figures; reload to try again.", "error");
   }
 }
 
@@ -90,11 +85,10 @@ async function routeNow(event) {
   button.disabled = true;
   try {
     const answer = await api(config.api.run, { method: "POST" });
-    say(`${answer.detail} The figures update when it has run.`, "info");
+    showMessage(message, `${answer.detail} The figures update when it has run.`);
     for (const wait of REREAD_MS) setTimeout(load, wait);
   } catch (error) {
-    const detail = error.body && error.body.detail;
-    say(`Routing was not queued${detail ? `: ${detail}` : "."}`, "error");
+    showMessage(message, `Routing was not queued: ${errorText(error)}`, "error");
   } finally {
     button.disabled = false;
   }
