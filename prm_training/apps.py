@@ -13,11 +13,15 @@ class PrmTrainingConfig(AppConfig):
         from prm_training.services.autostart import training_autostart_enqueue
 
         chain_finished_register(training_autostart_enqueue)
-        # Figures on an evaluation set whose chains a lead changed are dropped with them.
+        # Figures on an evaluation set whose chains a lead changed are dropped with them;
+        # then (the hooks run in this order) every version is measured on a set that
+        # lacks its figures, a set just marked included.
         from annotation.datasets.evaluation_sets import evaluation_set_changed_register
         from prm_training.services.evaluation import evaluation_results_stale_drop
+        from prm_training.services.evaluation_runs import evaluation_sets_changed
 
         evaluation_set_changed_register(evaluation_results_stale_drop)
+        evaluation_set_changed_register(evaluation_sets_changed)
         # The data manager's PRM score and uncertainty columns, read through the ORM.
         from annotation.chains.scores import chain_score_source_register
         from prm_training.chain_scores import SOURCE

@@ -5,6 +5,7 @@ belong to is a 404 (through ``project_get_for_member``), whatever the object."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -16,10 +17,11 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from annotation.access import project_get_for_member
-from annotation.models import Chain, Project, Role
+from annotation.models import Chain, EvaluationSet, Project, Role
 from prm_training.models import (
     FINISHED_STATUSES,
     EvaluationResult,
+    EvaluationRun,
     JudgeSample,
     MachineLabelRun,
     ModelVersion,
@@ -170,9 +172,46 @@ def evaluation_result_list(*, project: Project) -> QuerySet[EvaluationResult]:
     first, then by set."""
     return (
         EvaluationResult.objects.filter(model_version__project=project)
-        .select_related("model_version", "evaluation_set")
+        .select_related("model_version", "evaluation_set", "snapshot")
         .order_by("-model_version__version", "evaluation_set_id")
     )
+
+
+@dataclass(frozen=True)
+class EvaluationGap:
+    """A version with no figures on a set of its project (``services.evaluation_runs``)."""
+
+    model_version_id: int
+    version: int
+    evaluation_set_id: int
+
+
+def evaluation_gaps(*, project_id: int) -> list[EvaluationGap]:
+    """Each (version, set) of the project that holds no figures, newest version first,
+    then by set; three queries."""
+    sets = list(
+        EvaluationSet.objects.filter(project_id=project_id)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    if not sets:
+        return []
+    measured = set(
+        EvaluationResult.objects.filter(evaluation_set_id__in=sets).values_list(
+            "model_version_id", "evaluation_set_id"
+        )
+    )
+    versions = ModelVersion.objects.filter(project_id=project_id).order_by("-version")
+    return [
+        EvaluationGap(model_version_id=version_id, version=number, evaluation_set_id=set_id)
+        for version_id, number in versions.values_list("pk", "version")
+        for set_id in sets
+        if (version_id, set_id) not in measured
+    ]
+
+
+def evaluation_run_list(*, project: Project) -> QuerySet[EvaluationRun]:
+    return EvaluationRun.objects.filter(project=project).select_related("snapshot", "started_by")
 
 
 def scoring_run_list(*, project: Project) -> QuerySet[ScoringRun]:

@@ -1,6 +1,6 @@
 """Celery tasks of the PRM loop. Thin: ids in, one service call, nothing returned.
 
-Training, scoring, simulation and machine-label runs go to queue ``gpu``
+Training, scoring, simulation, machine-label and evaluation runs go to queue ``gpu``
 (``CELERY_TASK_ROUTES``, by task name). They are ``acks_late``: a worker killed mid-run
 leaves its message to be delivered again, which is safe because the services claim their
 row under a lock and return quietly when it is not theirs to run (``services.runs``). The
@@ -18,9 +18,11 @@ from celery.signals import worker_ready
 from django.db import connections
 
 from annotation.models import Project
+from prm_training.services.evaluation_runs import evaluation_run_execute
 from prm_training.services.machine_label_work import machine_label_run_execute
 from prm_training.services.runs import (
     AUTOSTART_TASK,
+    EVALUATE_TASK,
     MACHINE_LABEL_TASK,
     REAP_EVERY_SECONDS,
     SCORE_TASK,
@@ -68,6 +70,13 @@ def simulate_task(self: Task, simulation_run_id: int) -> None:
 @shared_task(name=MACHINE_LABEL_TASK, bind=True, acks_late=True, ignore_result=True)
 def machine_labels_task(self: Task, run_id: int) -> None:
     machine_label_run_execute(
+        run_id=run_id, task_id=self.request.id or "", worker=self.request.hostname or ""
+    )
+
+
+@shared_task(name=EVALUATE_TASK, bind=True, acks_late=True, ignore_result=True)
+def evaluate_task(self: Task, run_id: int) -> None:
+    evaluation_run_execute(
         run_id=run_id, task_id=self.request.id or "", worker=self.request.hostname or ""
     )
 

@@ -65,6 +65,8 @@ def test_celery_settings_fit_long_runs() -> None:
     assert conf.worker_prefetch_multiplier == 1
     assert conf.task_acks_late is False  # late acks only where a task asks for them
     assert train.acks_late and score.acks_late  # idempotent: they claim their row
+    evaluate = app.tasks["prm_training.evaluate"]
+    assert evaluate.acks_late and evaluate.time_limit == train.time_limit
     assert train.soft_time_limit < train.time_limit
     assert conf.broker_transport_options["visibility_timeout"] > longest
     assert conf.task_time_limit and conf.task_time_limit < longest

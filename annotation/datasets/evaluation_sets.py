@@ -11,16 +11,18 @@ of the project: ``evaluation_set_mark_chains``). From then on its chains:
   (``annotation.labeling.queue.sql``). They do not wait for human labels there: a chain chosen
   to measure models on is labeled before it is marked, and is counted as unlabeled (not
   scored) until then; to label it, unmark the set, label, mark it again;
-* are scored by every model version trained afterwards, in its training task
-  (``prm_training.services.evaluation``).
+* are scored by every model version: those trained afterwards in their training task,
+  those made before by an evaluation run that marking the set queues (the training app's
+  hook, ``evaluation_set_changed_register``).
 
 A lead also puts chains into an existing set, or takes them out of it, from the data
 manager (``chains_evaluation_set_add`` and ``chains_evaluation_set_remove``, a bulk
 action's batch at a time): the same rules hold (``hold_out_reasons``), each changed chain's
 history records it, and the figures measured on a set whose chains changed describe other
 chains, so they are dropped (``evaluation_set_changed_register``: the training app deletes
-them and measures its versions again). A chain leased when it is put into a set keeps its
-lease until it is submitted or expires; the queue offers it to nobody after that.
+them and queues an evaluation run that measures its versions there again). A chain
+leased when it is put into a set keeps its lease until it is submitted or expires; the
+queue offers it to nobody after that.
 
 Gold chains stay gold (they measure annotators and are leased as such): a set takes the
 import's other chains. A chain first imported by another file (deduplicated by content)
@@ -63,16 +65,17 @@ GOLD = "gold (gold chains measure annotators and are leased)"
 # Why a chain is not taken out of a set.
 NOT_IN_THIS_SET = "not in this evaluation set"
 
-# Called as hook(project_id=, evaluation_set_ids=) in the transaction that changed the
-# chains of those sets (not when a set is marked or unmarked whole).
+# Called as hook(project_id=, evaluation_set_ids=) in the transaction that marked those
+# sets or changed their chains (not when a set is unmarked: its figures go with it).
 EvaluationSetChangedHook = Callable[..., object]
 _CHANGED_HOOKS: list[EvaluationSetChangedHook] = []
 
 
 def evaluation_set_changed_register(hook: EvaluationSetChangedHook) -> None:
-    """Adds ``hook`` once (``ready()`` may run more than once in tests). The annotation
-    app never imports the training app, whose figures on a set go stale when its chains
-    change: it registers here."""
+    """Adds ``hook`` once (``ready()`` may run more than once in tests); hooks run in the
+    order they were added. The annotation app never imports the training app, whose
+    figures on a set go stale when its chains change and are missing on a set just
+    marked: it registers here."""
     if hook not in _CHANGED_HOOKS:
         _CHANGED_HOOKS.append(hook)
 
@@ -127,6 +130,7 @@ def evaluation_set_mark(
             created_by=actor if actor is not None and actor.is_authenticated else None,
         )
         chains.update(evaluation_set=evaluation_set)
+        _changed_notify(project_id=project.pk, evaluation_set_ids=[evaluation_set.pk])
     return evaluation_set
 
 
@@ -163,6 +167,7 @@ def evaluation_set_mark_chains(
             Chain.objects.filter(pk__in=wanted[start : start + CHAIN_CHUNK]).update(
                 evaluation_set=evaluation_set
             )
+        _changed_notify(project_id=project.pk, evaluation_set_ids=[evaluation_set.pk])
     return evaluation_set
 
 

@@ -336,6 +336,7 @@ CELERY_TASK_ROUTES = {
     "prm_training.score": {"queue": "gpu"},
     "prm_training.simulate": {"queue": "gpu"},
     "prm_training.machine_labels": {"queue": "gpu"},
+    "prm_training.evaluate": {"queue": "gpu"},
 }
 # Each worker process reserves at most one message: a GPU worker busy with a six-hour
 # training run must not sit on the next run while another GPU worker idles. (With late
@@ -356,7 +357,12 @@ CELERY_TASK_ANNOTATIONS = {
         "time_limit": STEPLAB_GPU_TASK_TIME_LIMIT,
         "soft_time_limit": max(STEPLAB_GPU_TASK_TIME_LIMIT - 300, 1),
     }
-    for name in ("prm_training.train", "prm_training.score", "prm_training.simulate")
+    for name in (
+        "prm_training.train",
+        "prm_training.score",
+        "prm_training.simulate",
+        "prm_training.evaluate",
+    )
 }
 # An uploaded file's import (queue "default"): a 2 GB upload is millions of chains.
 STEPLAB_IMPORT_TASK_TIME_LIMIT = int(os.environ.get("STEPLAB_IMPORT_TASK_TIME_LIMIT", "7200"))

@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from prm_training.api.evaluation_runs import ProjectEvaluationRunsApi
 from prm_training.api.machine_labels import (
     JudgeSamplesApi,
     MachineLabelRunCancelApi,
@@ -65,6 +66,11 @@ urlpatterns = [
         "projects/<id:project_id>/evaluation-results/",
         ProjectEvaluationResultsApi.as_view(),
         name="api-evaluation-results",
+    ),
+    path(
+        "projects/<id:project_id>/evaluation-runs/",
+        ProjectEvaluationRunsApi.as_view(),
+        name="api-evaluation-runs",
     ),
     path(
         "projects/<id:project_id>/backbones/",

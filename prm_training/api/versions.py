@@ -139,7 +139,14 @@ class EvaluationResultOutputSerializer(serializers.Serializer):
     loses = serializers.BooleanField(
         allow_null=True, help_text="Below the strongest baseline on F1, interval under zero."
     )
-    created_at = serializers.DateTimeField()
+    snapshot_label = serializers.CharField(
+        source="snapshot.label",
+        allow_null=True,
+        default=None,
+        help_text="The labels it was measured with (t3: a training run's snapshot); null for "
+        "figures stored before this was kept.",
+    )
+    created_at = serializers.DateTimeField(help_text="When it was measured.")
 
 
 class ProjectEvaluationResultsApi(APIView):

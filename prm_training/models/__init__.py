@@ -1,14 +1,14 @@
 """The PRM half of the loop's data, one module per subject: the lifecycle every run shares
 (``runs``), the project's loop settings (``loop``), training runs and the model versions
-they publish (``training``), versions' figures on evaluation sets (``evaluation``), scoring
-runs and their chain scores (``scoring``), simulation runs (``simulation``), machine-label
-runs and a judge's samples (``machine_labels``). Every other module imports them from
-here.
+they publish (``training``), versions' figures on evaluation sets and the runs that fill
+them (``evaluation``), scoring runs and their chain scores (``scoring``), simulation runs
+(``simulation``), machine-label runs and a judge's samples (``machine_labels``). Every
+other module imports them from here.
 
 Rows here are written only by ``prm_training.services``; nothing in ``save()`` or a signal
 starts work (a saved label never trains a model by itself)."""
 
-from prm_training.models.evaluation import EvaluationResult
+from prm_training.models.evaluation import EvaluationResult, EvaluationRun, EvaluationTrigger
 from prm_training.models.loop import (
     AUTO_STRATEGY,
     STRATEGY_SETTINGS,
@@ -28,6 +28,8 @@ __all__ = [
     "AcquisitionStrategy",
     "ChainScore",
     "EvaluationResult",
+    "EvaluationRun",
+    "EvaluationTrigger",
     "JudgeSample",
     "MachineLabelRun",
     "MachineLabelRunKind",

@@ -17,8 +17,8 @@ baselines" needs both figures (``ml.baselines.verdict_against_baselines``), so n
 losing needs both too. With the project's
 ``promotion_needs_evaluation_sets`` on, a version becomes active (after its run or by
 hand) only when it was measured on every evaluation set and loses on none; a set marked
-after the version was trained has no figures of it, and the version is not promoted on
-faith.
+after the version was trained has no figures of it until an evaluation run fills them
+(``services.evaluation_runs``), and the version is not promoted on faith.
 
 Torch is imported only inside ``evaluation_sets_measure`` (the worker's side)."""
 
@@ -26,11 +26,20 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from annotation.models import Chain, EvaluationSet, Snapshot, SnapshotChain, SnapshotSplit
+from django.db import transaction
+
+from annotation.models import (
+    Chain,
+    EvaluationSet,
+    Project,
+    Snapshot,
+    SnapshotChain,
+    SnapshotSplit,
+)
 from prm_training.ml.progress import PhaseMeter, PhaseReport, step_count
 from prm_training.models import EvaluationResult, ModelVersion, ProjectTrainingSettings
 from prm_training.services.examples import snapshot_chain_examples
@@ -55,6 +64,9 @@ class SetFigures:
     report: dict[str, Any] = field(default_factory=dict)
     truncation: dict[str, float] = field(default_factory=dict)
     loses: bool | None = None
+    # The set's chains when they were read: figures are stored only while it still holds
+    # them (``evaluation_results_write``).
+    members: frozenset[int] = frozenset()
 
 
 def _gap_high(versus: Mapping[str, Any], figure: str) -> float | None:
@@ -85,33 +97,48 @@ def report_loses(report: Mapping[str, Any]) -> bool | None:
     return any(high < 0 for high in highs) if highs else None
 
 
+def set_members(*, evaluation_set_ids: Iterable[int]) -> dict[int, frozenset[int]]:
+    """{set id: the chains it holds now} of those sets that still exist."""
+    members: dict[int, set[int]] = {
+        pk: set()
+        for pk in EvaluationSet.objects.filter(pk__in=list(evaluation_set_ids)).values_list(
+            "pk", flat=True
+        )
+    }
+    for chain_id, set_id in Chain.objects.filter(evaluation_set_id__in=list(members)).values_list(
+        "pk", "evaluation_set_id"
+    ):
+        members[set_id].add(chain_id)
+    return {pk: frozenset(chains) for pk, chains in members.items()}
+
+
 def _set_examples(
     snapshot: Snapshot | None, only: set[int] | None = None, leave: frozenset[int] = frozenset()
-) -> tuple[dict[int, list[Any]], dict[int, int]]:
-    """({set id: its chains with labels in ``snapshot``}, {set id: its chains}) of the
-    snapshot's project, every set of it (those in ``only`` when given), without the
-    chains in ``leave``."""
-    sets = list(EvaluationSet.objects.filter(project_id=snapshot.project_id)) if snapshot else []
-    sets = [s for s in sets if only is None or s.pk in only]
-    if not sets:
-        return {}, {}
+) -> tuple[dict[int, list[Any]], dict[int, int], dict[int, frozenset[int]]]:
+    """({set id: its chains with labels in ``snapshot``}, {set id: its chains}, {set id:
+    its chains, ``leave`` included}) of the snapshot's project, every set of it (those in
+    ``only`` when given), without the chains in ``leave``."""
+    if snapshot is None:
+        return {}, {}, {}
+    sets = EvaluationSet.objects.filter(project_id=snapshot.project_id).values_list("pk", flat=True)
+    members = set_members(evaluation_set_ids=[pk for pk in sets if only is None or pk in only])
+    if not members:
+        return {}, {}, {}
     member: dict[int, int] = {
         chain_id: set_id
-        for chain_id, set_id in Chain.objects.filter(evaluation_set__in=sets).values_list(
-            "pk", "evaluation_set_id"
-        )
-        if set_id is not None and chain_id not in leave
+        for set_id, chains in members.items()
+        for chain_id in chains
+        if chain_id not in leave
     }
-    totals: dict[int, int] = {s.pk: 0 for s in sets}
+    totals: dict[int, int] = {pk: 0 for pk in members}
     for set_id in member.values():
         totals[set_id] += 1
-    labeled: dict[int, list[Any]] = {s.pk: [] for s in sets}
-    assert snapshot is not None
+    labeled: dict[int, list[Any]] = {pk: [] for pk in members}
     for example in snapshot_chain_examples(snapshot=snapshot):
         owner = member.get(example.chain_id)
         if owner is not None and example.labels is not None:
             labeled[owner].append(example)
-    return labeled, totals
+    return labeled, totals, members
 
 
 def evaluation_sets_measure(
@@ -126,7 +153,7 @@ def evaluation_sets_measure(
     (those in ``only`` when given; none without a snapshot or a set), in set order, on
     their chains but those in ``leave`` (which the checkpoint may have trained on);
     ``phase`` gets an "evaluation sets" phase counted in steps."""
-    labeled, totals = _set_examples(snapshot, only, leave)
+    labeled, totals, members = _set_examples(snapshot, only, leave)
     if not totals:
         return []
     from prm_training.ml.baselines import load_baselines
@@ -162,45 +189,61 @@ def evaluation_sets_measure(
                 report=report,
                 truncation=cut,
                 loses=report_loses(report),
+                members=members[set_id],
             )
         )
     return out
 
 
-def evaluation_results_write(*, version: ModelVersion, figures: Sequence[SetFigures]) -> None:
-    """Store ``figures`` as the version's results (in the publishing transaction); a set
-    unmarked since it was measured is skipped."""
-    present = set(
-        EvaluationSet.objects.filter(
-            pk__in=[f.evaluation_set_id for f in figures], project_id=version.project_id
-        ).values_list("pk", flat=True)
-    )
-    EvaluationResult.objects.bulk_create(
-        [
-            EvaluationResult(
-                model_version=version,
-                evaluation_set_id=f.evaluation_set_id,
-                chains=f.chains,
-                unlabeled_chains=f.unlabeled_chains,
-                report=f.report,
-                truncation=f.truncation,
-                loses=f.loses,
-            )
-            for f in figures
-            if f.evaluation_set_id in present
-        ],
-        ignore_conflicts=True,
-    )
+def evaluation_results_write(
+    *, version: ModelVersion, figures: Sequence[SetFigures], snapshot: Snapshot | None
+) -> list[SetFigures]:
+    """Store ``figures``, measured with ``snapshot``'s labels, as the version's results;
+    those written. A set unmarked since it was measured is skipped, and so is one whose
+    chains changed since they were read (``SetFigures.members``): a lead's change drops a
+    set's figures and queues the next evaluation run in its own transaction
+    (``evaluation_results_stale_drop``, ``services.evaluation_runs``), so figures of the
+    old chains written after it would stand for chains the set no longer holds. Figures
+    already stored for a (version, set) are kept.
+
+    Lock order: the project row (as the data manager's mover and the marking take it),
+    inside the caller's transaction when there is one (the publish holds it already)."""
+    with transaction.atomic():
+        Project.objects.select_for_update().filter(pk=version.project_id).first()
+        now = set_members(
+            evaluation_set_ids=EvaluationSet.objects.filter(
+                pk__in=[f.evaluation_set_id for f in figures], project_id=version.project_id
+            ).values_list("pk", flat=True)
+        )
+        current = [f for f in figures if now.get(f.evaluation_set_id) == f.members]
+        EvaluationResult.objects.bulk_create(
+            [
+                EvaluationResult(
+                    model_version=version,
+                    evaluation_set_id=f.evaluation_set_id,
+                    chains=f.chains,
+                    unlabeled_chains=f.unlabeled_chains,
+                    report=f.report,
+                    truncation=f.truncation,
+                    loses=f.loses,
+                    snapshot=snapshot,
+                )
+                for f in current
+            ],
+            ignore_conflicts=True,
+        )
+    return current
 
 
 def evaluation_sets_fill(
     *, version: ModelVersion, snapshot: Snapshot | None, phase: PhaseReport | None = None
 ) -> int:
-    """Measure ``version`` (an older one: the active version) on the project's evaluation
-    sets that hold no figures of it, sets marked after it was trained, with ``snapshot``'s
-    labels; the sets measured. Marked after it was trained, a set may hold chains the
-    version learned from: those of its own snapshot's training split are left out, so
-    its figures there count fewer chains than a newer version's."""
+    """Measure ``version`` (an older one) on the project's evaluation sets that hold no
+    figures of it (sets marked after it was trained, or whose figures were dropped when
+    their chains changed) with ``snapshot``'s labels; how many figures were written.
+    Marked after it was trained, a set may hold chains the version learned from: those
+    of its own snapshot's training split are left out, so its figures there count fewer
+    chains than a newer version's."""
     missing = set(
         EvaluationSet.objects.filter(project_id=version.project_id)
         .exclude(results__model_version=version)
@@ -222,16 +265,15 @@ def evaluation_sets_fill(
         only=missing,
         leave=trained,
     )
-    evaluation_results_write(version=version, figures=figures)
-    return len(figures)
+    return len(evaluation_results_write(version=version, figures=figures, snapshot=snapshot))
 
 
 def evaluation_results_stale_drop(*, project_id: int, evaluation_set_ids: Sequence[int]) -> int:
     """Drop every version's figures on ``evaluation_set_ids``, whose chains a lead just
     changed (the data manager's bulk action: the annotation app's
     ``evaluation_set_changed_register`` hook, in the transaction that changed them):
-    they describe chains the set no longer holds. A version measured again fills them.
-    How many were dropped."""
+    they describe chains the set no longer holds. The next evaluation run measures every
+    version there again (``services.evaluation_runs``). How many were dropped."""
     deleted, _ = EvaluationResult.objects.filter(
         evaluation_set_id__in=evaluation_set_ids, evaluation_set__project_id=project_id
     ).delete()

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from annotation.models import Project, Snapshot
 from prm_training.ml.progress import Phase, PhaseMeter, RunCancelled, step_count
-from prm_training.models import ModelVersion, RunStatus, TrainingRun
+from prm_training.models import EvaluationTrigger, ModelVersion, RunStatus, TrainingRun
 from prm_training.services.evaluation import (
     SetFigures,
     evaluation_results_write,
@@ -33,6 +33,7 @@ from prm_training.services.evaluation import (
     model_version_promotion_refusal,
     promotion_refusal,
 )
+from prm_training.services.evaluation_runs import evaluation_run_enqueue
 from prm_training.services.runs import feature_cache_dir
 from prm_training.services.training_progress import LOSS_HISTORY_MAX, TrainingReporter, thin
 from prm_training.services.webhooks import model_version_activated_emit, run_finished_emit
@@ -275,7 +276,10 @@ def training_run_publish(
             is_active=activate,
             activated_at=now if activate else None,
         )
-        evaluation_results_write(version=published, figures=figures or [])
+        evaluation_results_write(version=published, figures=figures or [], snapshot=snapshot)
+        # Sets marked while it trained, and older versions on sets marked since they were
+        # made: the next evaluation run fills them.
+        evaluation_run_enqueue(project_id=run.project_id, trigger=EvaluationTrigger.VERSION)
         locked.status = RunStatus.SUCCEEDED
         locked.finished_at = now
         locked.progress = 1.0

@@ -1,5 +1,5 @@
-"""The lifecycle every PRM run shares, training, scoring, simulation and machine-label runs
-alike: sent to a worker
+"""The lifecycle every PRM run shares, training, scoring, simulation, machine-label and
+evaluation runs alike: sent to a worker
 through an outbox, claimed under a row lock, kept alive by a heartbeat, reaped when its
 worker is lost, finished by the attempt that owns it.
 
@@ -51,6 +51,7 @@ from django.utils import timezone
 
 from prm_training.models import (
     FINISHED_STATUSES,
+    EvaluationRun,
     MachineLabelRun,
     RunStatus,
     ScoringRun,
@@ -65,18 +66,20 @@ TRAIN_TASK = "prm_training.train"
 SCORE_TASK = "prm_training.score"
 SIMULATE_TASK = "prm_training.simulate"
 MACHINE_LABEL_TASK = "prm_training.machine_labels"
+EVALUATE_TASK = "prm_training.evaluate"
 AUTOSTART_TASK = "prm_training.autostart_check"
 
 # A run whose worker died is taken over by a redelivery at most this many times in all.
 MAX_ATTEMPTS = 2
 
-Run = TrainingRun | ScoringRun | SimulationRun | MachineLabelRun
-R = TypeVar("R", TrainingRun, ScoringRun, SimulationRun, MachineLabelRun)
+Run = TrainingRun | ScoringRun | SimulationRun | MachineLabelRun | EvaluationRun
+R = TypeVar("R", TrainingRun, ScoringRun, SimulationRun, MachineLabelRun, EvaluationRun)
 RUN_TASKS: dict[type[Run], str] = {
     TrainingRun: TRAIN_TASK,
     ScoringRun: SCORE_TASK,
     SimulationRun: SIMULATE_TASK,
     MachineLabelRun: MACHINE_LABEL_TASK,
+    EvaluationRun: EVALUATE_TASK,
 }
 
 
@@ -167,8 +170,8 @@ def run_enqueue_on_commit(run: Run) -> None:
 
 
 def runs_dispatch_pending() -> dict[str, int]:
-    """Send what waited for the broker: QUEUED training, scoring, simulation and
-    machine-label runs whose enqueue failed (``enqueued_at`` empty). Called by every
+    """Send what waited for the broker: QUEUED training, scoring, simulation,
+    machine-label and evaluation runs whose enqueue failed (``enqueued_at`` empty). Called by every
     worker each time it (re)connects to the broker (``tasks.DispatchPendingRuns``, which
     then runs the auto-retrain checks that may have been lost with the broker).
 
@@ -179,11 +182,13 @@ def runs_dispatch_pending() -> dict[str, int]:
     scoring = ScoringRun.objects.filter(**waiting)
     simulation = SimulationRun.objects.filter(**waiting)
     machine_labels = MachineLabelRun.objects.filter(**waiting)
+    evaluation = EvaluationRun.objects.filter(**waiting)
     return {
         "training": sum(run_enqueue(TrainingRun, pk) for pk in _ids(training)),
         "scoring": sum(run_enqueue(ScoringRun, pk) for pk in _ids(scoring)),
         "simulation": sum(run_enqueue(SimulationRun, pk) for pk in _ids(simulation)),
         "machine_labels": sum(run_enqueue(MachineLabelRun, pk) for pk in _ids(machine_labels)),
+        "evaluation": sum(run_enqueue(EvaluationRun, pk) for pk in _ids(evaluation)),
     }
 
 

@@ -319,6 +319,7 @@ def test_training_and_scoring_go_to_the_gpu_queue_and_the_check_to_default() -> 
 
     assert queue("prm_training.train") == "gpu"
     assert queue("prm_training.score") == "gpu"
+    assert queue("prm_training.evaluate") == "gpu"  # it loads checkpoints and scores
     assert queue("prm_training.autostart_check") == "default"
 
 

@@ -133,7 +133,13 @@ def test_dispatch_sends_only_the_queued_runs_the_broker_never_took(project: Any)
     sent = runs_dispatch_pending()
 
     # Then only the waiting runs were sent and stamped
-    assert sent == {"training": 1, "scoring": 1, "simulation": 0, "machine_labels": 0}
+    assert sent == {
+        "training": 1,
+        "scoring": 1,
+        "simulation": 0,
+        "machine_labels": 0,
+        "evaluation": 0,
+    }
     waiting.refresh_from_db()
     taken.refresh_from_db()
     cancelled.refresh_from_db()

@@ -1,0 +1,193 @@
+"""Evaluation runs: every model version of a project scored on every evaluation set of it,
+so a lead comparing versions reads them all on the same chains.
+
+A training run measures its new version on the sets that existed when it started
+(``services.evaluation``). What that leaves is filled here: a set marked after a version
+was made, a set whose figures were dropped because a lead changed its chains (the data
+manager's bulk action), a set marked while a version trained. An evaluation run scores
+each version on each set that holds no figures of it, from the version's checkpoint, on
+a GPU worker, with the lifecycle every run shares (``services.runs``: outbox, claim,
+heartbeat, reaper).
+
+When one is queued (``evaluation_run_enqueue``): when a set is marked or its chains
+change (the annotation app's ``evaluation_set_changed_register`` hook, in the
+transaction that changed them, after the stale figures are dropped), when a version is
+published and some version still lacks figures on some set, and when ML staff ask. At
+most one waits per project: a queued run reads the sets when it starts, so it covers
+every change committed before; a change made while one runs queues the next.
+
+Which labels: those of the newest version's snapshot (the labels that version was
+measured with), so the versions filled together are scored on the same labels; each
+figure keeps its snapshot (``EvaluationResult.snapshot``), and the page says which.
+
+A set whose chains change while a run scores it: the figures it measured on the old
+chains are not written (``evaluation_results_write`` compares the set's chains under the
+project lock), and the run the change queued measures the new ones.
+
+Idempotent like every run: the claim moves QUEUED -> RUNNING under a lock; figures are
+written under their unique key (version, set), so a second delivery that finds nothing
+missing writes nothing. Torch is imported only by what measures
+(``services.evaluation.evaluation_sets_measure``), on the worker."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from prm_training.ml.progress import Phase, RunCancelled
+from prm_training.models import (
+    EvaluationRun,
+    EvaluationTrigger,
+    ModelVersion,
+    RunStatus,
+)
+from prm_training.selectors import evaluation_gaps
+from prm_training.services.evaluation import evaluation_sets_fill
+from prm_training.services.progress import RunProgress, run_kept_alive
+from prm_training.services.runs import (
+    run_claim,
+    run_enqueue_on_commit,
+    run_failure_detail,
+    run_finish,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+    from annotation.models import Snapshot
+
+logger = logging.getLogger(__name__)
+
+NOTHING_MISSING = "Every version has figures on every evaluation set of the project."
+CHECKPOINT_GONE = "its checkpoint is gone"
+NO_LABELS = "no version was trained on labels yet: there are none to measure with"
+
+
+def evaluation_run_enqueue(
+    *, project_id: int, trigger: str, user: User | None = None
+) -> EvaluationRun | None:
+    """The project's waiting evaluation run, queued now (sent once the transaction
+    commits) unless one waits already; None when no version lacks figures on any set.
+
+    Lock order: the waiting run's row, which a claim also locks, so a run that is being
+    claimed (and may have read the sets before this change) is not taken for waiting."""
+    if not evaluation_gaps(project_id=project_id):
+        return None
+    with transaction.atomic():
+        waiting = (
+            EvaluationRun.objects.select_for_update()
+            .filter(project_id=project_id, status=RunStatus.QUEUED)
+            .first()
+        )
+        if waiting is not None:
+            return waiting
+        try:
+            with transaction.atomic():
+                run = EvaluationRun.objects.create(
+                    project_id=project_id,
+                    trigger=trigger,
+                    started_by=user if user is not None and user.is_authenticated else None,
+                )
+        except IntegrityError:  # another transaction queued one since (one waits at most)
+            return EvaluationRun.objects.filter(
+                project_id=project_id, status=RunStatus.QUEUED
+            ).first()
+        run_enqueue_on_commit(run)
+    return run
+
+
+def evaluation_run_request(*, project_id: int, user: User | None) -> EvaluationRun:
+    """What ML staff ask for: the waiting evaluation run (one queued now if none waits).
+    ValidationError when no version lacks figures on any set."""
+    run = evaluation_run_enqueue(project_id=project_id, trigger=EvaluationTrigger.MANUAL, user=user)
+    if run is None:
+        raise ValidationError(NOTHING_MISSING)
+    return run
+
+
+def evaluation_sets_changed(*, project_id: int, evaluation_set_ids: Any) -> None:
+    """The annotation app's hook (``evaluation_set_changed_register``): sets were marked
+    or their chains changed; their stale figures are dropped by the hook registered
+    before this one, and the versions are measured there again."""
+    evaluation_run_enqueue(project_id=project_id, trigger=EvaluationTrigger.SETS_CHANGED)
+
+
+# --- execute (worker side) ---------------------------------------------------------------
+
+
+def evaluation_run_execute(
+    *, run_id: int, task_id: str = "", worker: str = ""
+) -> EvaluationRun | None:
+    """Fill the project's missing figures. Called by the ``prm_training.evaluate`` task;
+    safe to call again for the same run (module docstring). Returns the run as it ended,
+    or None when this call had nothing to do."""
+    run = run_claim(
+        EvaluationRun, run_id, task_id=task_id, worker=worker, reset={"filled": 0, "skipped": []}
+    )
+    if run is None:
+        return None
+    try:
+        with run_kept_alive(run):
+            _fill(run)
+    except RunCancelled:
+        run_finish(run, status=RunStatus.CANCELLED)
+    except ValidationError as exc:
+        run_finish(run, status=RunStatus.FAILED, error="; ".join(exc.messages))
+    except Exception as exc:  # noqa: BLE001 - any failure ends the run; figures written stay
+        logger.exception("Evaluation run %s failed", run.pk)
+        run_finish(run, status=RunStatus.FAILED, error=run_failure_detail(exc))
+    run.refresh_from_db()
+    return run
+
+
+def _labels(project_id: int) -> Snapshot | None:
+    """The labels a run measures with: the newest version's snapshot (module docstring)."""
+    newest = (
+        ModelVersion.objects.filter(project_id=project_id, snapshot__isnull=False)
+        .select_related("snapshot")
+        .order_by("-version")
+        .first()
+    )
+    return newest.snapshot if newest is not None else None
+
+
+def _fill(run: EvaluationRun) -> None:
+    """The claimed run's work: each version that lacks figures, newest first, measured on
+    the sets it lacks (``services.evaluation.evaluation_sets_fill``). A version that
+    cannot be measured (its checkpoint gone or broken) is skipped with its reason; the
+    others are measured all the same."""
+    progress = RunProgress(run)
+    progress(Phase("loading", 0, 0, detail="the versions without figures"))
+    snapshot = _labels(run.project_id)
+    EvaluationRun.objects.filter(pk=run.pk).update(snapshot=snapshot)
+    lacking = sorted(
+        {(gap.version, gap.model_version_id) for gap in evaluation_gaps(project_id=run.project_id)},
+        reverse=True,
+    )
+    filled = 0
+    skipped: list[dict[str, Any]] = []
+    for number, version_id in lacking:
+        version = ModelVersion.objects.filter(pk=version_id).first()
+        if version is None:  # deleted with its project meanwhile
+            continue
+        progress(Phase("loading", 0, 0, detail=f"v{number}"))
+        reason = None if snapshot is not None else NO_LABELS
+        if reason is None and not Path(version.checkpoint_dir).is_dir():
+            reason = CHECKPOINT_GONE
+        if reason is None:
+            try:
+                filled += evaluation_sets_fill(version=version, snapshot=snapshot, phase=progress)
+            except RunCancelled:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one broken checkpoint is its version's
+                logger.exception("Evaluation run %s: v%s not measured", run.pk, number)
+                reason = run_failure_detail(exc)
+        if reason is not None:
+            skipped.append({"model_version": version_id, "version": number, "reason": reason})
+        progress.note(filled=filled, skipped=skipped)
+    progress(Phase("writing", 0, 0, detail="the run's outcome"))
+    run_finish(run, status=RunStatus.SUCCEEDED, filled=filled, skipped=skipped)
