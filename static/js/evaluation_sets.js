@@ -1,6 +1,8 @@
 // The ML page's evaluation sets: the sets a lead held out (a lead marks and unmarks them
 // here), and each model version's figures on each set, per subset, against the strongest
-// baseline that reads no step, with 95% intervals. Everything goes through the REST API
+// baseline that reads no step, with 95% intervals, when they were measured and with which
+// labels. A version with no figures on a set reads "scoring…" while an evaluation run is
+// queued or running, else why it was not measured. Everything goes through the REST API
 // (api); every value shown is set with textContent, never as markup.
 
 import { el, api, formatWhen, errorText, showMessage, NONE } from "./steplab.js";
@@ -8,6 +10,10 @@ const root = document.getElementById("models-page");
 const section = document.getElementById("evaluation-sets");
 const projectId = root.dataset.projectId;
 const canLead = section.dataset.canLead === "true";
+const canManage = root.dataset.canManage === "true";
+// How often the figures are read again: often while a run fills them, else now and then.
+const POLL_PENDING_MS = 3000;
+const POLL_MS = 15000;
 const when = formatWhen;
 const BASELINES = {
   position_prior: "step position",
@@ -40,7 +46,8 @@ function fill(table, rows, emptyText) {
     tbody.append(tr);
     return;
   }
-  rows.forEach(({ cells, className }) => {
+  // A row's `wide` cell takes the columns its `cells` leave.
+  rows.forEach(({ cells, className, wide }) => {
     const tr = el("tr", { cls: className });
     cells.forEach((cell) => {
       const td = el("td");
@@ -48,6 +55,12 @@ function fill(table, rows, emptyText) {
       else td.textContent = cell === null || cell === undefined ? "" : String(cell);
       tr.append(td);
     });
+    if (wide) {
+      const td = el("td");
+      td.colSpan = columns - cells.length;
+      td.append(wide);
+      tr.append(td);
+    }
     tbody.append(tr);
   });
 }
@@ -82,6 +95,11 @@ function resultRows(result) {
   figures.push(["mean_subset_f1", "mean over subsets", report.chains]);
   const head = el("div");
   head.append(el("strong", { text: result.evaluation_set_name }));
+  const labels = result.snapshot_label ? ` with the labels of ${result.snapshot_label}` : "";
+  head.append(el("div", {
+    text: `measured ${when(result.created_at)}${labels}`,
+    cls: "muted evaluation-when",
+  }));
   const notes = [];
   if (result.unlabeled_chains) notes.push(`${result.unlabeled_chains} chains without labels`);
   const cut = result.truncation && result.truncation.truncated_chains;
@@ -108,22 +126,101 @@ function resultRows(result) {
   });
 }
 
-function renderResults(results) {
-  fill(document.getElementById("evaluation-results-table"), results.flatMap(resultRows),
-    "No version has been measured on an evaluation set yet: the next training run will be.");
+function isPending(run) {
+  return Boolean(run) && (run.status === "queued" || run.status === "running");
 }
 
+// A version with no figures on a set: being scored, or why not (the newest run's word).
+function gapRow(version, set, latest) {
+  const head = el("div");
+  head.append(el("strong", { text: set.name }));
+  if (isPending(latest)) {
+    return { cells: [`v${version.version}`, head], className: "evaluation-gap",
+      wide: el("span", { text: "scoring…", cls: "evaluation-pending" }) };
+  }
+  const skip = latest && (latest.skipped || []).find((s) => s.model_version === version.id);
+  let why = "no figures yet";
+  if (skip) why = `not measured: ${skip.reason}`;
+  else if (latest && latest.status === "failed") why = "not measured: the last evaluation run failed";
+  return { cells: [`v${version.version}`, head], className: "evaluation-gap",
+    wide: el("span", { text: why, cls: "muted" }) };
+}
+
+// Every version on every set, newest version first: its figures, or the gap.
+function renderResults(sets, results, versions, latest) {
+  const measured = new Map(results.map((r) => [`${r.model_version}:${r.evaluation_set}`, r]));
+  const ordered = [...versions].sort((a, b) => b.version - a.version);
+  const bySet = [...sets].sort((a, b) => a.id - b.id);
+  const rows = ordered.flatMap((version) => bySet.flatMap((set) => {
+    const result = measured.get(`${version.id}:${set.id}`);
+    return result ? resultRows(result) : [gapRow(version, set, latest)];
+  }));
+  const empty = sets.length
+    ? "No model version yet: each is measured on every set once it is made."
+    : "No evaluation set yet: every version is measured on each one marked.";
+  fill(document.getElementById("evaluation-results-table"), rows, empty);
+  return rows.filter((row) => row.className === "evaluation-gap").length;
+}
+
+// What the newest evaluation run does or did, and (ML staff) a way to ask for one.
+function renderRefill(latest, gaps) {
+  const line = document.getElementById("evaluation-refill");
+  const button = document.getElementById("evaluation-refill-start");
+  let text = "";
+  if (latest && latest.status === "queued") {
+    text = `Scoring the versions without figures: an evaluation run is queued (since ${when(latest.created_at)}).`;
+  } else if (latest && latest.status === "running") {
+    const phase = latest.phase;
+    const counted = phase && phase.total ? ` ${phase.done} of ${phase.total} ${phase.unit}` : "";
+    const detail = phase && phase.detail ? ` (${phase.detail})` : "";
+    text = `Scoring the versions without figures: ${phase ? phase.name : "starting"}${counted}${detail}.`;
+  } else if (latest && latest.status === "failed" && gaps) {
+    text = `The last evaluation run failed (${when(latest.finished_at)}): ${latest.error}`;
+  } else if (latest && gaps) {
+    text = `The last evaluation run ended ${when(latest.finished_at)}, ${latest.filled} figure(s) written.`;
+  }
+  line.textContent = text;
+  line.hidden = !text;
+  if (button) button.hidden = !(canManage && gaps && !isPending(latest));
+}
+
+let timer = null;
+
 async function refresh() {
+  window.clearTimeout(timer);
+  let pending = false;
   try {
-    const [sets, results] = await Promise.all([
+    const [sets, results, versions, runs] = await Promise.all([
       api(`/api/v1/projects/${projectId}/evaluation-sets/`),
       api(`/api/v1/projects/${projectId}/evaluation-results/`),
+      api(`/api/v1/projects/${projectId}/model-versions/`),
+      api(`/api/v1/projects/${projectId}/evaluation-runs/`),
     ]);
+    const latest = runs[0] || null;
+    pending = isPending(latest);
     renderSets(sets);
-    renderResults(results);
+    renderRefill(latest, renderResults(sets, results, versions, latest));
   } catch (error) {
     console.error(error);
   }
+  timer = window.setTimeout(refresh, pending ? POLL_PENDING_MS : POLL_MS);
+}
+
+const refill = document.getElementById("evaluation-refill-start");
+if (refill) {
+  refill.addEventListener("click", async () => {
+    const message = document.getElementById("evaluation-refill-message");
+    refill.disabled = true;
+    try {
+      await api(`/api/v1/projects/${projectId}/evaluation-runs/`, { method: "POST", body: {} });
+      showMessage(message, "");
+      refresh();
+    } catch (error) {
+      showMessage(message, errorText(error), "error");
+    } finally {
+      refill.disabled = false;
+    }
+  });
 }
 
 const form = document.getElementById("evaluation-set-form");
@@ -155,4 +252,3 @@ if (form) {
 }
 
 refresh();
-window.setInterval(refresh, 15000);
