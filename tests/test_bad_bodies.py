@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 from tests.factories import api_token_key
 from tests.test_security_matrix import MATRIX, OK, ROLES, named_routes, route_url
 from tests.test_security_matrix import world as world  # noqa: F401 (the fixture)
+from tests.test_security_matrix import world_rows as world_rows  # noqa: F401
 
 LIMIT = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 TOO_LARGE_DETAIL = f"Request body too large: the limit is {LIMIT} bytes (10 MiB)."

@@ -21,6 +21,7 @@ from annotation.models import Snapshot
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings, api_token_key
 from tests.test_security_matrix import MATRIX, OK, ROLES
 from tests.test_security_matrix import world as world  # noqa: F401 (the fixture)
+from tests.test_security_matrix import world_rows as world_rows  # noqa: F401
 
 VALUES = (2**31, 2**40, 2**63, 2**70, -(2**70))
 

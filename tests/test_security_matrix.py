@@ -40,6 +40,7 @@ from tests.factories import (
     annotation_with_ratings,
     scoring_run_with_model_version,
 )
+from tests.module_rows import rows_for_the_module
 
 OK = "ok"
 ROLES = ("anonymous", "annotator", "lead", "ml", "outsider")
@@ -274,10 +275,22 @@ def test_every_url_is_in_the_matrix() -> None:
 # ------------------------------------------------------------------ the world
 
 
+@pytest.fixture(scope="module")
+def world_rows(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, Any]]:
+    """The world, made once for the module (tests/module_rows.py): about 30 rows, which
+    cost more than the request most tests of the matrix send."""
+    yield from rows_for_the_module(django_db_blocker, _world)
+
+
 @pytest.fixture
-def world(db: Any) -> dict[str, Any]:
+def world(world_rows: dict[str, Any], db: Any) -> dict[str, Any]:
     """Project P with an annotator, a lead and an ML member; an outsider leading Q; one
-    object of each kind in P that a URL can name."""
+    object of each kind in P that a URL can name. What a test writes is undone after it
+    (its ``db`` savepoint); the world itself stays for the module's next test."""
+    return world_rows
+
+
+def _world() -> dict[str, Any]:
     project = ProjectFactory()
     users = {
         role: MembershipFactory(project=project, role=getattr(Role, role.upper())).user
