@@ -262,7 +262,8 @@ def _wait_for_a_waiting_advisory_lock(child: subprocess.Popen[bytes]) -> None:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-                "AND pid <> pg_backend_pid()"
+                "AND pid <> pg_backend_pid() AND database = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database())"
             )
             if cursor.fetchone()[0]:
                 return
