@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from rest_framework.test import APIClient
@@ -37,6 +38,27 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     ]
     if missing and IN_CI:
         pytest.exit(f"CI=true and required services are down: {', '.join(missing)}", returncode=3)
+    broker_of_this_worker(session.config)
+
+
+def broker_of_this_worker(config: pytest.Config) -> None:
+    """With pytest-xdist (``-n N``) each worker process gets a Redis database of its own,
+    as pytest-django gives it a test database of its own: worker gwK uses the run's
+    database number plus K (modulo Redis's 16), so the tests that flush the broker or
+    start a Celery worker never take or drop another worker's messages. Set in the
+    environment too, for every process a test starts. Nothing changes without xdist."""
+    worker = getattr(config, "workerinput", {}).get("workerid", "")
+    from django.conf import settings
+
+    url = urlsplit(settings.CELERY_BROKER_URL)
+    if not worker.startswith("gw") or url.scheme != "redis":
+        return
+    if int(worker[2:]) >= 16:
+        raise pytest.UsageError("at most 16 xdist workers: one Redis database each")
+    database = (int(url.path.strip("/") or 0) + int(worker[2:])) % 16
+    own = urlunsplit(url._replace(path=f"/{database}"))
+    settings.CELERY_BROKER_URL = own
+    os.environ["CELERY_BROKER_URL"] = own
 
 
 # Above this many rows in all tables together, deleting them row by row costs more than
