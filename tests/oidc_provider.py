@@ -26,6 +26,10 @@ from jwt.algorithms import RSAAlgorithm
 
 from config import sso
 
+# How often the server thread looks for shutdown(): stop() waits up to this long
+# (socketserver's default, 0.5 s, was half a second of every test's teardown).
+SHUTDOWN_POLL_SECONDS = 0.05
+
 CLIENT_ID = "steplab-test"
 CLIENT_SECRET = "s3cret-" + secrets.token_hex(8)
 KEY_ID = "test-key-1"
@@ -59,7 +63,11 @@ class OidcProvider:
             idp = provider
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
+            daemon=True,
+        ).start()
         return self
 
     def stop(self) -> None:

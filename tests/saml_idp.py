@@ -34,6 +34,10 @@ from lxml import etree
 
 from config import sso_saml
 
+# How often the server thread looks for shutdown(): stop() waits up to this long
+# (socketserver's default, 0.5 s, was half a second of every test's teardown).
+SHUTDOWN_POLL_SECONDS = 0.05
+
 SAMLP = "urn:oasis:names:tc:SAML:2.0:protocol"
 SAML = "urn:oasis:names:tc:SAML:2.0:assertion"
 UID = "urn:oid:0.9.2342.19200300.100.1.1"
@@ -121,7 +125,11 @@ class SamlIdp:
             owner = idp
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
+            daemon=True,
+        ).start()
         return self
 
     def stop(self) -> None:

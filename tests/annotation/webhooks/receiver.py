@@ -13,6 +13,10 @@ from typing import Any
 
 from standardwebhooks import Webhook as Verifier
 
+# How often the server thread looks for shutdown(): stop() waits up to this long
+# (socketserver's default, 0.5 s, was half a second of every test's teardown).
+SHUTDOWN_POLL_SECONDS = 0.05
+
 
 @dataclass
 class Received:
@@ -64,7 +68,11 @@ class Receiver:
             self.reserve_port()
         ThreadingHTTPServer.allow_reuse_address = True
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
+            daemon=True,
+        ).start()
 
     def stop(self) -> None:
         if self._server is not None:
