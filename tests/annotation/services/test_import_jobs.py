@@ -230,7 +230,12 @@ def test_a_process_killed_while_storing_an_upload_leaves_no_file(tmp_path: Path)
     assert child.stdin is not None
     child.stdin.write(b"x" * (1024 * 1024))
     child.stdin.flush()
-    time.sleep(2)  # it has read and written what came
+    # it has written most of what came (into its open, still nameless, file; the rest
+    # may wait in its write buffer)
+    deadline = time.monotonic() + 60
+    while _largest_open_file(child.pid, tmp_path) < 512 * 1024:
+        assert child.poll() is None and time.monotonic() < deadline, "the copy never wrote"
+        time.sleep(0.02)
     # When: it is killed mid-copy
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
@@ -240,3 +245,18 @@ def test_a_process_killed_while_storing_an_upload_leaves_no_file(tmp_path: Path)
     whole = subprocess.run([sys.executable, "-c", script], input=b"y" * 10_000, env=env)
     assert whole.returncode == 0
     assert (tmp_path / "job.upload").read_bytes() == b"y" * 10_000
+
+
+def _largest_open_file(pid: int, directory: Path) -> int:
+    """The size of the largest file that process ``pid`` holds open in ``directory``,
+    named or not (an O_TMPFILE reads as ``directory/#inode (deleted)``); 0 if none."""
+    import os
+
+    sizes = [0]
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(fd).startswith(f"{directory}/"):
+                sizes.append(os.stat(fd).st_size)
+        except OSError:  # closed since it was listed
+            pass
+    return max(sizes)

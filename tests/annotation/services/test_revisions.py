@@ -262,6 +262,24 @@ def _in_thread(target, results: list, name: str) -> threading.Thread:
     return thread
 
 
+def _a_session_waits_on_a_lock(timeout: float = 30.0) -> bool:
+    """Whether, within ``timeout`` seconds, a session of the test database waits on a
+    lock (a row's or an advisory one): the revision, blocked by the holder."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with connections["default"].cursor() as cursor:
+            # pg_stat_activity is read once a transaction unless the snapshot is dropped.
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            if cursor.fetchone()[0]:
+                return True
+        time.sleep(0.02)
+    return False
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("holder", ["chain_row", "snapshot"])
@@ -297,8 +315,7 @@ def test_a_revision_waits_for_a_finishing_submit_and_a_snapshot(holder):
         results,
         "revise",
     )
-    time.sleep(1.0)
-    waited = [name for name, _ in results] == []
+    waited = _a_session_waits_on_a_lock() and [name for name, _ in results] == []
     release.set()
     holding.join(30)
     revising.join(30)
