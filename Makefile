@@ -9,6 +9,9 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 TEST_DB_URL ?= postgres://postgres@127.0.0.1:5432/steplab
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
+# Test processes (pytest-xdist), one per CPU up to 4; worker K uses TEST_BROKER_URL's Redis
+# database plus K. TEST_WORKERS=0: the whole suite in one process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 TORCH_VERSION ?= 2.13.0
 CHROMIUM ?= /usr/bin/chromium
 LDAP_HEADERS ?= /usr/include/ldap.h
@@ -71,10 +74,11 @@ demo: install
 serve: install
 	exec $(PY) -m config.demo -- $(PY) manage.py runserver $(HOST):$(PORT)
 
-# The whole suite against PostgreSQL and Redis.
+# The whole suite against PostgreSQL and Redis, on TEST_WORKERS processes; each test file
+# stays on one process (its module fixtures, a browser or a model, are made once).
 test: install lint $(CHROMIUM) $(SLAPD) /usr/bin/docker-compose
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DB_URL)} CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
-		$(PY) -m pytest $(PYTEST_ARGS)
+		$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The production processes without Docker (README, "Running in production"). They read
 # DATABASE_URL, CELERY_BROKER_URL, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS... from the
