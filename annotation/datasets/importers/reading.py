@@ -116,6 +116,11 @@ class JsonGauge:
         self._line = 1  # the line at offset `_counted_to` of the piece being fed
         self._counted_to = 0
 
+    @property
+    def line_reached(self) -> int:
+        """The line the scan has reached: where an error that starts no record is."""
+        return self._line
+
     def feed(self, data: bytes) -> int | None:
         """The offset in `data` of the byte that goes past a limit, or None."""
         self._counted_to = 0
@@ -350,8 +355,9 @@ def _iter_array(reader: _PrefixedReader, max_record_bytes: int) -> Iterator[Json
         except StopIteration:
             return
         except (_RecordTooLong, _TooBig, ijson.JSONError, RecursionError) as error:
-            # The record being read: where it starts, if the scan got that far.
-            at = RecordAt(line=starts[0] if starts else None, record=index + 1)
+            # The record being read: where it starts, if the scan got that far; else the
+            # line the scan reached (a file that is only "[" ends on its first line).
+            at = RecordAt(line=starts[0] if starts else gauge.line_reached, record=index + 1)
             yield LineError.at_record(at, _array_error_reason(error, gauge, max_record_bytes))
             return
         index += 1

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from annotation.datasets.importers import (
@@ -169,6 +169,9 @@ def test_parsers_yield_only_chains_or_line_numbered_rejections(content: bytes, f
 
 @FUZZ
 @given(content=st.binary(max_size=4096), fmt=st.sampled_from(FORMATS))
+# An array that never closes, found by a two-process run: its error had no line.
+@example(content=b"[", fmt="prm800k")
+@example(content=b"\n\n[ ", fmt="processbench")
 def test_parsers_survive_random_bytes(content: bytes, fmt: str) -> None:
     _assert_clean_output(content, fmt)
 
