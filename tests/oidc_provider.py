@@ -13,9 +13,8 @@ import base64
 import hashlib
 import json
 import secrets
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -25,17 +24,14 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
 from config import sso
-
-# How often the server thread looks for shutdown(): stop() waits up to this long
-# (socketserver's default, 0.5 s, was half a second of every test's teardown).
-SHUTDOWN_POLL_SECONDS = 0.05
+from tests.loopback_http import LoopbackHttp
 
 CLIENT_ID = "steplab-test"
 CLIENT_SECRET = "s3cret-" + secrets.token_hex(8)
 KEY_ID = "test-key-1"
 
 
-class OidcProvider:
+class OidcProvider(LoopbackHttp):
     """Start with ``start()``, stop with ``stop()``; ``person`` is the set of claims of
     whoever signs in next (``sub`` and ``preferred_username`` at least)."""
 
@@ -48,13 +44,6 @@ class OidcProvider:
         self.tokens: dict[str, dict[str, Any]] = {}
         self.token_requests: list[dict[str, str]] = []
         self.refused: list[str] = []
-        self._server: ThreadingHTTPServer | None = None
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
 
     def start(self) -> OidcProvider:
         provider = self
@@ -62,18 +51,8 @@ class OidcProvider:
         class Handler(_Handler):
             idp = provider
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
-            daemon=True,
-        ).start()
+        self.serve(Handler)
         return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
 
     def configure(
         self,

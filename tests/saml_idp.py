@@ -18,9 +18,8 @@ import html
 import json
 import re
 import secrets
-import threading
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 from xml.sax.saxutils import escape, quoteattr
@@ -33,10 +32,7 @@ from cryptography.x509.oid import NameOID
 from lxml import etree
 
 from config import sso_saml
-
-# How often the server thread looks for shutdown(): stop() waits up to this long
-# (socketserver's default, 0.5 s, was half a second of every test's teardown).
-SHUTDOWN_POLL_SECONDS = 0.05
+from tests.loopback_http import LoopbackHttp
 
 SAMLP = "urn:oasis:names:tc:SAML:2.0:protocol"
 SAML = "urn:oasis:names:tc:SAML:2.0:assertion"
@@ -93,7 +89,7 @@ def _sign(root: Any, element: Any, key_pem: bytes, cert_pem: bytes) -> None:
     context.sign(signature)
 
 
-class SamlIdp:
+class SamlIdp(LoopbackHttp):
     """Start with ``start()``, stop with ``stop()``. ``person`` is whoever signs in next:
     ``{"name_id": ..., "attributes": {name: [values]}}``. ``sign_assertion`` and
     ``sign_response`` say what it signs; ``signing_key`` replaces the key it signs with
@@ -106,13 +102,6 @@ class SamlIdp:
         self.sign_response = False
         self.person: dict[str, Any] = {}
         self.requests: list[dict[str, str]] = []
-        self._server: ThreadingHTTPServer | None = None
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
 
     @property
     def entity_id(self) -> str:
@@ -124,18 +113,8 @@ class SamlIdp:
         class Handler(_Handler):
             owner = idp
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
-            daemon=True,
-        ).start()
+        self.serve(Handler)
         return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
 
     def entry(self, provider_id: str, name: str, **extra: Any) -> dict[str, Any]:
         """This IdP as one object of STEPLAB_SAML_PROVIDERS (what its metadata says)."""

@@ -13,9 +13,7 @@ from typing import Any
 
 from standardwebhooks import Webhook as Verifier
 
-# How often the server thread looks for shutdown(): stop() waits up to this long
-# (socketserver's default, 0.5 s, was half a second of every test's teardown).
-SHUTDOWN_POLL_SECONDS = 0.05
+from tests.loopback_http import serve, stop_serving
 
 
 @dataclass
@@ -67,18 +65,11 @@ class Receiver:
         if not self.port:
             self.reserve_port()
         ThreadingHTTPServer.allow_reuse_address = True
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
-            daemon=True,
-        ).start()
+        self._server = serve(Handler, self.port)
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        stop_serving(self._server)
+        self._server = None
 
     def of_type(self, event: str) -> list[Received]:
         import json
