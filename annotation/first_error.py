@@ -12,20 +12,27 @@ what a step left unlabeled means, and that is the caller's ``reading``:
 - ``"stated"``: what a labeler said so far. Its unlabeled steps say nothing (a judge
   labels nothing after the step it names, a person in first_error mode stops at the
   error): any labeled step and no -1 reads as no error, None only where it labeled
-  nothing. The review page's machine columns, the data manager's first errors, machine
-  quality's reading of a source and the gold first-error match read this way, as the
-  data manager's filters do in SQL (``routing.machine_labels.machines_disagree``).
+  nothing. The review page's machine columns, the data manager's first errors and the
+  gold first-error match read this way, as the data manager's filters do in SQL
+  (``routing.machine_labels.machines_disagree``).
 - ``"settled"``: a source's verdict that routing may act on. A source that stopped before
   the last step (a cancelled run, an undecided first-error search) has not said the rest
-  is right, so no error only once the last step is labeled. Routing's votes and the
-  export's machine-agreed labels read this way: a chain routed past people needs a
-  verdict on every step it sends.
+  is right, so no error only once the last step is labeled; and a -1 names the first
+  error only where the step before it is labeled (or it is the first step): a first-error
+  search that stopped after a -1 probe with steps unprobed just before it has bounded the
+  error, not found it (a Monte-Carlo -1 at step q says only that the error is at q or
+  earlier). Routing's votes, the export's machine-agreed labels and machine quality's
+  first-error accuracy read this way: a chain routed past people needs a verdict on
+  every step it sends, and the figure that tells a lead how often a source places the
+  first error right should count the verdicts routing acts on.
 
 >>> first_error([1, None, -1], reading="reference")
 >>> first_error([1, None, -1], reading="stated"), first_error([1, 1, None], reading="stated")
 (2, -1)
 >>> first_error([1, 1, None], reading="settled"), first_error([1, 1, 1], reading="settled")
 (None, -1)
+>>> first_error([1, None, -1], reading="settled"), first_error([None, 1, -1], reading="settled")
+(None, 2)
 >>> first_error([None, None], reading="stated"), first_error([], reading="reference")
 (None, None)
 """
@@ -43,6 +50,8 @@ def first_error(labels: Sequence[int | None], *, reading: Reading) -> int | None
     reads them (module docstring)."""
     for index, label in enumerate(labels):
         if label == -1:
+            if reading == "settled" and index and labels[index - 1] is None:
+                return None  # a search's bound, not its answer (module docstring)
             return index
         if label is None and reading == "reference":
             return None

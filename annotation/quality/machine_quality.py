@@ -10,8 +10,10 @@ step whose votes tie is no verdict and is left out. Gold is a chain's answer key
 Kappa's interval is a percentile bootstrap over chains (a chain's steps are not
 independent of each other: resampling chains keeps them together), first-error
 accuracy's is Wilson's. A source's labels are the newest run's per step
-(``machine_labels.machine_chain_labels``); its first error is what it stated, the
-references' what they settle (``annotation.first_error``: "stated" and "reference")."""
+(``machine_labels.machine_chain_labels``); its first error is the verdict routing would
+act on, the references' what they settle (``annotation.first_error``: "settled" and
+"reference"): a run cancelled before the last step, or a search stopped before it
+narrowed the error to one step, is not compared."""
 
 from __future__ import annotations
 
@@ -89,7 +91,7 @@ def _compare(
             if mine is not None and truth is not None:
                 matrix[RATINGS.index(truth), RATINGS.index(mine)] += 1
         truth_error = first_error(theirs, reading="reference")
-        our_error = first_error(ours, reading="stated")
+        our_error = first_error(ours, reading="settled")
         if truth_error is not None and our_error is not None:
             compared += 1
             hits += int(truth_error == our_error)

@@ -31,7 +31,9 @@ def test_the_examples_in_the_modules_hold(module: object) -> None:
     [
         ([1, -1, None], 1, 1, 1),  # an error named: every reading finds it
         ([1, 1, 1], -1, -1, -1),  # every step right
-        ([1, None, -1], None, 2, 2),  # a gap before the -1: a reference cannot say
+        ([1, None, -1], None, 2, None),  # a gap before the -1: a search's bound only
+        ([None, 1, -1], None, 2, 2),  # a search that narrowed the error to step 2
+        ([-1, None, None], 0, 0, 0),  # the first step wrong: nothing before it
         ([1, 1, None], None, -1, None),  # stopped early: only "stated" reads no error
         ([None, 1, 1], None, -1, -1),  # a probe skipped step 0, then the last step right
         ([None, None], None, None, None),  # nothing labeled

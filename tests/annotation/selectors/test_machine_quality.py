@@ -68,6 +68,27 @@ def test_a_tied_step_is_no_verdict_of_people(project):
     assert consensus.first_error.total == 0  # the tie leaves people's first error unknown
 
 
+def test_a_verdict_routing_would_not_act_on_is_not_compared(project):
+    # Given three chains people agree have no error, a rollout run cancelled before the
+    # last step of the first, a search stopped after a -1 probe on the second (steps 0
+    # and 1 unprobed: the error is somewhere in 0..2), and a finished run on the third
+    ann, other = UserFactory(), UserFactory()
+    chains = [ChainFactory(project=project, step_count=3) for _ in range(3)]
+    machine = [[1, 1, None], [None, None, -1], [1, 1, 1]]
+    for chain, ratings in zip(chains, machine, strict=True):
+        _people(chain, [1, 1, 1], ann, other)
+        machine_labels(chain=chain, ratings=ratings, source="monte_carlo")
+
+    # When
+    (quality,) = machine_source_quality(project=project)
+
+    # Then only the finished run's first error is compared (a hit); the steps each rated
+    # still count in kappa's matrix
+    consensus = quality.against[0]
+    assert (consensus.first_error.hits, consensus.first_error.total) == (1, 1)
+    assert consensus.steps == 2 + 1 + 3
+
+
 def test_only_leads_and_ml_staff_read_machine_quality(project, make_member, client_for):
     chain = ChainFactory(project=project, step_count=2)
     machine_labels(chain=chain, ratings=[1, -1], source="judge", run_kind="judge")

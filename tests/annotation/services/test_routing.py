@@ -82,6 +82,26 @@ def test_a_second_pass_changes_nothing_and_a_new_disagreement_sends_a_chain_back
     assert _routing(chain) == (ChainRouting.DISAGREED, True, None)
 
 
+def test_a_search_that_only_bounded_the_error_is_no_verdict(project):
+    # Given trusted sources; on a 3-step chain the judge names step 2 and a rollout
+    # search stopped after its -1 probe at step 2 with steps 0 and 1 unprobed: the error
+    # is somewhere in 0..2, so the sources agree on nothing yet
+    project = with_rules(project)
+    trusted_sources(project)
+    chain = ChainFactory(project=project, step_count=3)
+    both_sources(chain, [None, None, -1], [1, 1, -1])
+
+    chains_route(project=project)
+
+    # Then the chain stays with people, as with any chain one source has no verdict on
+    assert _routing(chain) == (ChainRouting.NONE, False, None)
+
+    # Once a probe at step 1 finds it right, the search has found step 2: agreed
+    machine_labels(chain=chain, ratings=[None, 1, -1], source=MC, run_id=2)
+    chains_route(project=project)
+    assert _routing(chain) == (ChainRouting.AGREED, False, 2)
+
+
 def test_without_opting_in_or_with_one_source_nothing_is_accepted(project):
     project = with_rules(project, routing_accept=False)
     trusted_sources(project)
