@@ -210,6 +210,20 @@ def evaluation_gaps(*, project_id: int) -> list[EvaluationGap]:
     ]
 
 
+def evaluation_run_get_for_member(
+    *,
+    user: User | AnonymousUser,
+    evaluation_run_id: int | str,
+    roles: Iterable[str] = ML_AND_LEADS,
+) -> EvaluationRun:
+    return _get_for_member(
+        queryset=EvaluationRun.objects.select_related("snapshot", "started_by"),
+        object_id=evaluation_run_id,
+        user=user,
+        roles=roles,
+    )
+
+
 def evaluation_run_list(*, project: Project) -> QuerySet[EvaluationRun]:
     return EvaluationRun.objects.filter(project=project).select_related("snapshot", "started_by")
 

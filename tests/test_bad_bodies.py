@@ -43,6 +43,7 @@ NO_BODY = {
     "api-simulation-run-retry",
     "api-machine-label-run-cancel",
     "api-machine-label-run-retry",
+    "api-evaluation-run-cancel",
     "api-project-member",  # DELETE removes a member
     "api-model-version-activate",
     "api-gold-screening-reset",

@@ -31,7 +31,13 @@ from annotation.datasets.evaluation_sets import evaluation_set_mark
 from annotation.models import Assignment, BulkAction, ImportJob, Invite, Role, Step
 from annotation.public_ids import ASSIGNMENT_IDS, STEP_IDS
 from annotation.webhooks.services import webhook_create, webhook_test_send
-from prm_training.models import MachineLabelRun, RunStatus, SimulationRun, TrainingRun
+from prm_training.models import (
+    EvaluationRun,
+    MachineLabelRun,
+    RunStatus,
+    SimulationRun,
+    TrainingRun,
+)
 from tests.factories import (
     ChainFactory,
     ImportBatchFactory,
@@ -182,6 +188,8 @@ MATRIX: dict[str, dict[str, tuple[object, ...]]] = {
     # The runs that score every version on the sets it lacks figures on: queued by what
     # leaves a gap; ML staff may ask for one.
     "api-evaluation-runs": {"get": API_ML_AND_LEADS, "post": API_ML},
+    "api-evaluation-run": {"get": API_ML_AND_LEADS},
+    "api-evaluation-run-cancel": {"post": API_ML},
     "api-training-settings": {"get": API_ML_AND_LEADS, "patch": API_ML},
     "api-backbones": {"get": API_ML_AND_LEADS},
     "api-scoring-runs": {"get": API_ML_AND_LEADS, "post": API_ML},
@@ -326,6 +334,8 @@ def _world() -> dict[str, Any]:
     )
     held_out = ChainFactory(project=project, import_batch=ImportBatchFactory(project=project))
     evaluation_set = evaluation_set_mark(project=project, import_batch_id=held_out.import_batch_id)
+    # Marked after a version exists: the set queued a run to measure it.
+    evaluation = EvaluationRun.objects.get(project=project, status=RunStatus.QUEUED)
     bulk = BulkAction.objects.create(
         project=project, created_by=users["lead"], kind="unflag", chain_ids=[chain.pk]
     )
@@ -345,6 +355,7 @@ def _world() -> dict[str, Any]:
         "scoring_run_id": scoring.pk,
         "simulation_run_id": simulation.pk,
         "machine_label_run_id": machine.pk,
+        "evaluation_run_id": evaluation.pk,
         "user_id": users["annotator"].pk,
         "annotation_id": submitted.pk,
         "job_id": import_job.pk,

@@ -22,6 +22,7 @@ from steplab_client.cli_commands import (
     chains_labels,
     chains_list,
     chains_show,
+    evaluate_start,
     export_snapshot,
     id_list,
     import_file,
@@ -138,15 +139,18 @@ def _follow_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _run_group(commands: _Commands, name: str, kind: str, attribute: str) -> None:
-    group = commands.group(name, f"{kind}s: list, show (--follow), cancel, retry")
+def _run_group(
+    commands: _Commands, name: str, kind: str, attribute: str, *, retry: bool = True
+) -> None:
+    group = commands.group(
+        name, f"{kind}s: list, show (--follow), cancel" + (", retry" if retry else "")
+    )
     handlers = run_commands(kind, attribute)
     _project(commands.add("list", handlers["list"], f"the project's latest {kind}s", group))
-    for action, help in (
-        ("show", f"one {kind}"),
-        ("cancel", f"cancel a {kind}"),
-        ("retry", f"a new {kind} with the settings of a failed or cancelled one"),
-    ):
+    actions = [("show", f"one {kind}"), ("cancel", f"cancel a {kind}")]
+    if retry:
+        actions.append(("retry", f"a new {kind} with the settings of a failed or cancelled one"))
+    for action, help in actions:
         command = commands.add(action, handlers[action], help, group)
         command.add_argument("run_id", type=int)
         if action == "show":
@@ -355,6 +359,15 @@ def build_parser() -> argparse.ArgumentParser:
     _set_option(labeling, "another parameter (n, temperature, top_p, seed, mode, template...)")
     _follow_option(labeling)
     _run_group(commands, "machine-runs", "machine-label run", "machine_label_runs")
+
+    evaluate = commands.add(
+        "evaluate",
+        evaluate_start,
+        "score every model version on the evaluation sets it lacks figures on (ML staff)",
+    )
+    _project(evaluate)
+    _follow_option(evaluate)
+    _run_group(commands, "evaluations", "evaluation run", "evaluation_runs", retry=False)
 
     versions = commands.group("versions", "model versions: list, activate")
     _project(commands.add("list", versions_list, "the project's model versions", versions))

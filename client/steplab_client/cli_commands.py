@@ -267,6 +267,7 @@ def follow_run(
         "scoring run": client.scoring_runs,
         "simulation run": client.simulation_runs,
         "machine-label run": client.machine_label_runs,
+        "evaluation run": client.evaluation_runs,
     }[kind]
     progress = ProgressLine(sys.stderr)
     progress.show(run_progress_line(kind, run))
@@ -319,6 +320,11 @@ def machine_label_start(client: Client, args: argparse.Namespace) -> Any:
         **settings_dict(args.set),
     )
     return follow_run(client, "machine-label run", run, args.follow, args.timeout)
+
+
+def evaluate_start(client: Client, args: argparse.Namespace) -> Any:
+    run = client.evaluation_runs.start(args.project)
+    return follow_run(client, "evaluation run", run, args.follow, args.timeout)
 
 
 def id_list(text: str) -> list[int]:

@@ -18,7 +18,7 @@ from steplab_client.datasets import Chains, Imports, Snapshots
 from steplab_client.endpoints import ENDPOINTS
 from steplab_client.errors import ApiError, SteplabError
 from steplab_client.resource import JSON, Progress, clean, response_body
-from steplab_client.training import ModelVersions, Runs, TrainingSettings
+from steplab_client.training import ModelVersions, RetriedRuns, Runs, TrainingSettings
 from steplab_client.webhooks import Webhooks
 
 USER_AGENT = "steplab-client/0.1"
@@ -69,10 +69,11 @@ class Client:
         self.chains = Chains(self)
         self.snapshots = Snapshots(self)
         self.training_settings = TrainingSettings(self)
-        self.training_runs = Runs(self, "training_runs", "run_id")
-        self.scoring_runs = Runs(self, "scoring_runs", "scoring_run_id")
-        self.simulation_runs = Runs(self, "simulation_runs", "simulation_run_id")
-        self.machine_label_runs = Runs(self, "machine_label_runs", "machine_label_run_id")
+        self.training_runs = RetriedRuns(self, "training_runs", "run_id")
+        self.scoring_runs = RetriedRuns(self, "scoring_runs", "scoring_run_id")
+        self.simulation_runs = RetriedRuns(self, "simulation_runs", "simulation_run_id")
+        self.machine_label_runs = RetriedRuns(self, "machine_label_runs", "machine_label_run_id")
+        self.evaluation_runs = Runs(self, "evaluation_runs", "evaluation_run_id")
         self.model_versions = ModelVersions(self)
         self.webhooks = Webhooks(self)
 

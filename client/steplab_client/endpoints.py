@@ -88,6 +88,10 @@ ENDPOINTS: dict[str, Endpoint] = {
         f"{_V1}/machine-label-runs/{{machine_label_run_id}}/cancel/"
     ),
     "machine_label_runs.retry": _post(f"{_V1}/machine-label-runs/{{machine_label_run_id}}/retry/"),
+    "evaluation_runs.list": _get(f"{_PROJECT}/evaluation-runs/"),
+    "evaluation_runs.start": _post(f"{_PROJECT}/evaluation-runs/"),
+    "evaluation_runs.show": _get(f"{_V1}/evaluation-runs/{{evaluation_run_id}}/"),
+    "evaluation_runs.cancel": _post(f"{_V1}/evaluation-runs/{{evaluation_run_id}}/cancel/"),
     "webhooks.list": _get(f"{_PROJECT}/webhooks/"),
     "webhooks.create": _post(f"{_PROJECT}/webhooks/"),
     "webhooks.show": _get(f"{_WEBHOOK}/"),

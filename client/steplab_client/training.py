@@ -1,6 +1,6 @@
 """The PRM loop as ``Client`` groups: the loop's settings, runs of every kind (training,
-scoring, simulation, machine labels: start, list, follow, cancel, retry) and model
-versions."""
+scoring, simulation, machine labels: start, list, follow, cancel, retry; evaluation runs
+the same but retry) and model versions."""
 
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ class TrainingSettings(Resource):
 
 
 class Runs(Resource):
-    """Training, scoring and simulation runs: one lifecycle (queued, running, then
-    succeeded, failed or cancelled), the same calls."""
+    """Runs of every kind: one lifecycle (queued, running, then succeeded, failed or
+    cancelled), the same calls. Evaluation runs have no retry: starting one again asks
+    for what a retry would measure, every figure still missing."""
 
     def __init__(self, client: Client, kind: str, id_name: str) -> None:
         super().__init__(client)
@@ -65,11 +66,6 @@ class Runs(Resource):
         result: JSON = self._client.request_at(f"{self._kind}.cancel", {self._id_name: run_id})
         return result
 
-    def retry(self, run_id: int) -> JSON:
-        """A new run with the same settings as a failed or cancelled one."""
-        result: JSON = self._client.request_at(f"{self._kind}.retry", {self._id_name: run_id})
-        return result
-
     def follow(
         self, run_id: int, *, on_progress: Progress | None = None, timeout: float | None = None
     ) -> JSON:
@@ -80,6 +76,16 @@ class Runs(Resource):
             on_progress=on_progress,
             timeout=timeout,
         )
+
+
+class RetriedRuns(Runs):
+    """Training, scoring, simulation and machine-label runs: a failed or cancelled one is
+    retried with its settings."""
+
+    def retry(self, run_id: int) -> JSON:
+        """A new run with the same settings as a failed or cancelled one."""
+        result: JSON = self._client.request_at(f"{self._kind}.retry", {self._id_name: run_id})
+        return result
 
 
 class ModelVersions(Resource):

@@ -1,7 +1,8 @@
 """Evaluation runs over HTTP: the runs that score every model version on every evaluation
 set that lacks its figures (``services.evaluation_runs``). They are queued by what leaves
-a gap (a set marked or changed, a version made); ML staff may ask for one, and leads may
-read them. Thin, as the rest of the PRM API (``api.runs``)."""
+a gap (a set marked or changed, a version made); ML staff may ask for one and cancel one,
+and leads may read and follow them. Thin, as the rest of the PRM API (``api.runs``). No
+retry: asking again (the ``POST``) queues the run a retry would, over what is missing."""
 
 from __future__ import annotations
 
@@ -17,12 +18,18 @@ from prm_training.api.runs import (
     RUN_LIFECYCLE_FIELDS,
     RUN_RESPONSES,
     ProjectRunsApi,
+    RunDetailApi,
     RunOutputSerializer,
+    run_cancel_view,
     run_list_schema,
 )
 from prm_training.models import EvaluationRun
-from prm_training.selectors import evaluation_run_list
-from prm_training.services.evaluation_runs import evaluation_run_request
+from prm_training.selectors import (
+    ML_ONLY,
+    evaluation_run_get_for_member,
+    evaluation_run_list,
+)
+from prm_training.services.evaluation_runs import evaluation_run_cancel, evaluation_run_request
 
 
 class EvaluationRunInputSerializer(InputSerializer):
@@ -99,3 +106,29 @@ class ProjectEvaluationRunsApi(ProjectRunsApi):
 
     def start(self, *, project: Project, user: User, data: dict[str, Any]) -> EvaluationRun:
         return evaluation_run_request(project_id=project.pk, user=user)
+
+
+@extend_schema_view(
+    get=extend_schema(
+        operation_id="evaluation_runs_retrieve",
+        responses={200: EvaluationRunOutputSerializer, **RUN_RESPONSES},
+        summary="Follow an evaluation run (ML staff and leads)",
+    )
+)
+class EvaluationRunDetailApi(RunDetailApi):
+    get_run = evaluation_run_get_for_member
+    output = EvaluationRunOutputSerializer
+
+
+EvaluationRunCancelApi = run_cancel_view(
+    noun="evaluation run",
+    operation="evaluation_runs",
+    get=evaluation_run_get_for_member,
+    cancel=evaluation_run_cancel,
+    output=EvaluationRunOutputSerializer,
+    roles=ML_ONLY,
+    who="ML staff",
+    description="A queued run is cancelled at once; a running one stops within about a "
+    "second, between two batches of steps. The figures it wrote stay; the pairs it had not "
+    "reached stay missing until the next run (a change to a set queues one, or ask again).",
+)

@@ -1,6 +1,6 @@
-"""What every kind of run's endpoints share (training, scoring, simulation and
-machine-label runs): the lifecycle's serializers, the list-and-start and follow views
-as bases, and the cancel and retry views.
+"""What every kind of run's endpoints share (training, scoring, simulation,
+machine-label and evaluation runs): the lifecycle's serializers, the list-and-start and
+follow views as bases, and the cancel and retry views.
 
 Every kind answers the same way: resolve the object through a selector (non-member 404,
 wrong role 403), reap stale runs of the project before showing them, call one service,
@@ -69,6 +69,46 @@ class RunOutputSerializer(serializers.ModelSerializer):
         return run_phase_view(run=run)
 
 
+def run_cancel_view(
+    *,
+    noun: str,
+    operation: str,
+    get: Callable[..., Any],
+    cancel: Callable[..., Any],
+    output: type[serializers.Serializer],
+    roles: tuple[str, ...],
+    who: str,
+    description: str,
+) -> type[APIView]:
+    """The cancel endpoint of one kind of run, which every kind answers the same way: the
+    run through ``get`` (the URL's id by its own name, ``roles`` allowed), one service
+    call, the run serialized. ``noun``: "training run"; ``operation``: the OpenAPI
+    operation ids' stem ("training_runs")."""
+
+    class CancelApi(APIView):
+        @extend_schema(
+            operation_id=f"{operation}_cancel",
+            request=None,
+            responses={
+                200: output,
+                400: OpenApiResponse(description="The run has already finished."),
+                **RUN_RESPONSES,
+            },
+            summary=f"Cancel a {noun} ({who})",
+            description=description,
+        )
+        def post(self, request: Request, **ids: int) -> Response:
+            run = cancel(run=get(user=request.user, roles=roles, **ids))
+            return Response(output(run).data)
+
+    CancelApi.__name__ = CancelApi.__qualname__ = f"{_stem(noun)}CancelApi"
+    return CancelApi
+
+
+def _stem(noun: str) -> str:
+    return "".join(word.capitalize() for word in noun.replace("-", " ").split())
+
+
 def run_action_views(
     *,
     noun: str,
@@ -82,27 +122,8 @@ def run_action_views(
     cancel_description: str,
     retry_description: str,
 ) -> tuple[type[APIView], type[APIView]]:
-    """The cancel and retry endpoints of one kind of run, which every kind answers the
-    same way: the run through ``get`` (the URL's id by its own name, ``roles`` allowed),
-    one service call, the run serialized. ``noun``: "training run"; ``operation``: the
-    OpenAPI operation ids' stem ("training_runs")."""
-    responses = {403: FORBIDDEN, 404: NOT_FOUND}
-
-    class CancelApi(APIView):
-        @extend_schema(
-            operation_id=f"{operation}_cancel",
-            request=None,
-            responses={
-                200: output,
-                400: OpenApiResponse(description="The run has already finished."),
-                **responses,
-            },
-            summary=f"Cancel a {noun} ({who})",
-            description=cancel_description,
-        )
-        def post(self, request: Request, **ids: int) -> Response:
-            run = cancel(run=get(user=request.user, roles=roles, **ids))
-            return Response(output(run).data)
+    """The cancel (``run_cancel_view``) and retry endpoints of one kind of run; retry
+    answers as cancel does, with the new run (201)."""
 
     class RetryApi(APIView):
         @extend_schema(
@@ -111,7 +132,7 @@ def run_action_views(
             responses={
                 201: output,
                 400: OpenApiResponse(description="The run has not failed and was not cancelled."),
-                **responses,
+                **RUN_RESPONSES,
             },
             summary=f"Retry a failed or cancelled {noun} ({who})",
             description=retry_description,
@@ -121,10 +142,18 @@ def run_action_views(
             new = retry(run=run, user=request_user(request))
             return Response(output(new).data, status=status.HTTP_201_CREATED)
 
-    stem = "".join(word.capitalize() for word in noun.replace("-", " ").split())
-    for view, action in ((CancelApi, "Cancel"), (RetryApi, "Retry")):
-        view.__name__ = view.__qualname__ = f"{stem}{action}Api"
-    return CancelApi, RetryApi
+    RetryApi.__name__ = RetryApi.__qualname__ = f"{_stem(noun)}RetryApi"
+    cancel_api = run_cancel_view(
+        noun=noun,
+        operation=operation,
+        get=get,
+        cancel=cancel,
+        output=output,
+        roles=roles,
+        who=who,
+        description=cancel_description,
+    )
+    return cancel_api, RetryApi
 
 
 RUN_LIFECYCLE_FIELDS = [

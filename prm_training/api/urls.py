@@ -2,7 +2,11 @@
 
 from django.urls import path
 
-from prm_training.api.evaluation_runs import ProjectEvaluationRunsApi
+from prm_training.api.evaluation_runs import (
+    EvaluationRunCancelApi,
+    EvaluationRunDetailApi,
+    ProjectEvaluationRunsApi,
+)
 from prm_training.api.machine_labels import (
     JudgeSamplesApi,
     MachineLabelRunCancelApi,
@@ -71,6 +75,16 @@ urlpatterns = [
         "projects/<id:project_id>/evaluation-runs/",
         ProjectEvaluationRunsApi.as_view(),
         name="api-evaluation-runs",
+    ),
+    path(
+        "evaluation-runs/<id:evaluation_run_id>/",
+        EvaluationRunDetailApi.as_view(),
+        name="api-evaluation-run",
+    ),
+    path(
+        "evaluation-runs/<id:evaluation_run_id>/cancel/",
+        EvaluationRunCancelApi.as_view(),
+        name="api-evaluation-run-cancel",
     ),
     path(
         "projects/<id:project_id>/backbones/",

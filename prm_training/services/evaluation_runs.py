@@ -49,6 +49,7 @@ from prm_training.selectors import evaluation_gaps
 from prm_training.services.evaluation import evaluation_sets_fill
 from prm_training.services.progress import RunProgress, run_kept_alive
 from prm_training.services.runs import (
+    run_cancel,
     run_claim,
     run_enqueue_on_commit,
     run_failure_detail,
@@ -107,6 +108,14 @@ def evaluation_run_request(*, project_id: int, user: User | None) -> EvaluationR
     if run is None:
         raise ValidationError(NOTHING_MISSING)
     return run
+
+
+def evaluation_run_cancel(*, run: EvaluationRun) -> EvaluationRun:
+    """A queued run is cancelled at once (a change made after it queues the next one); a
+    running one stops within about a second, between two batches of steps: the figures it
+    wrote stay, the pairs it had not reached stay missing for the next run. Raises
+    ValidationError once it has finished (``services.runs.run_cancel``)."""
+    return run_cancel(run)
 
 
 def evaluation_sets_changed(*, project_id: int, evaluation_set_ids: Any) -> None:
