@@ -4,17 +4,13 @@ rather than refusing everyone's sign-in later."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import ldap
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django_auth_ldap.config import GroupOfNamesType, PosixGroupType
 
 from config import sso
-from tests.conftest import REPO_ROOT
+from tests.sso.settings_process import settings_read
 
 ENV = {
     "STEPLAB_LDAP_URI": "ldap://ldap.lab.example",
@@ -94,25 +90,8 @@ def test_a_mistake_is_refused(change: dict[str, str], says: str) -> None:
     assert says in str(refused.value)
 
 
-def _settings_of(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
-    environ = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("STEPLAB_LDAP_", "STEPLAB_OIDC_", "STEPLAB_LOCAL_"))
-    }
-    environ.update({"DJANGO_SETTINGS_MODULE": "config.settings.test", **env})
-    return subprocess.run(
-        [sys.executable, "-c", f"import django; django.setup(); {code}"],
-        cwd=REPO_ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_the_settings_read_the_environment() -> None:
-    read = _settings_of(
+    read = settings_read(
         {**ENV, "STEPLAB_LOCAL_PASSWORDS": "0"},
         "from django.conf import settings as s; "
         "print(s.STEPLAB_LOCAL_PASSWORDS, s.AUTH_LDAP_SERVER_URI, s.STEPLAB_LDAP_NAME)",
@@ -120,6 +99,6 @@ def test_the_settings_read_the_environment() -> None:
     assert read.returncode == 0, read.stderr
     # With LDAP on, local passwords can be turned off (directory accounts still sign in)
     assert read.stdout.strip() == "False ldap://ldap.lab.example directory"
-    broken = _settings_of({**ENV, "STEPLAB_LDAP_GROUP_TYPE": "nope"}, "")
+    broken = settings_read({**ENV, "STEPLAB_LDAP_GROUP_TYPE": "nope"}, "")
     assert broken.returncode != 0
     assert "ImproperlyConfigured" in broken.stderr and "STEPLAB_LDAP_GROUP_TYPE" in broken.stderr

@@ -15,16 +15,14 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
 import pytest
 from django.contrib.auth.models import User
-from django.test import Client
 
 from annotation.models import Membership, Role
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
-from tests.saml_idp import MAIL, UID, SamlIdp, posted_form, saml_configure
+from tests.saml_idp import SamlIdp, saml_configure
+from tests.sso.saml_steps import at_idp, failed, person, post_back, sign_in, steplab_client
 
 pytestmark = pytest.mark.django_db
 
@@ -32,13 +30,6 @@ ACME_ROLES = {
     "acme-leads": {"project": "Demo", "role": "lead"},
     "acme-annotators": [{"project": "Demo"}, {"project": "Other", "role": "annotator"}],
 }
-
-
-def _person(name: str, *groups: str) -> dict[str, Any]:
-    return {
-        "name_id": f"{name}-id-at-idp",
-        "attributes": {UID: [name], MAIL: [f"{name}@acme.example"], "groups": list(groups)},
-    }
 
 
 @pytest.fixture
@@ -49,48 +40,18 @@ def idp(settings: Any) -> Iterator[SamlIdp]:
     provider.stop()
 
 
-def _client() -> Client:
-    return Client(HTTP_HOST="localhost")
-
-
-def _at_idp(client: Client, idp: SamlIdp, person: dict[str, Any], org: str = "acme") -> Any:
-    """The button's POST and the IdP's page: returns where that page posts, and what."""
-    idp.person = person
-    start = client.post(f"/accounts/saml/{org}/login/", {"next": "/"})
-    assert start.status_code == 302, start.content
-    assert start["Location"].startswith(f"{idp.url}/sso?SAMLRequest=")
-    page = httpx.get(start["Location"])
-    assert page.status_code == 200
-    return posted_form(page.text)
-
-
-def _post_back(client: Client, action: str, fields: dict[str, str]) -> Any:
-    """The IdP's page posts to the assertion consumer, which finishes on its next URL."""
-    consumed = client.post(urlsplit(action).path, fields)
-    assert consumed.status_code == 302, consumed.content
-    return client.get(consumed["Location"])
-
-
-def _sign_in(client: Client, idp: SamlIdp, person: dict[str, Any], org: str = "acme") -> Any:
-    return _post_back(client, *_at_idp(client, idp, person, org))
-
-
 def _roles(user: User) -> dict[str, str]:
     return dict(Membership.objects.filter(user=user).values_list("project__name", "role"))
-
-
-def _failed(landed: Any, client: Client) -> bool:
-    return "Sign-in failed" in landed.content.decode() and "_auth_user_id" not in client.session
 
 
 def test_first_sign_in_makes_the_account_with_the_mapped_role(idp: SamlIdp) -> None:
     # Given: project Demo with its lead
     demo = ProjectFactory(name="Demo")
     MembershipFactory(project=demo, role=Role.LEAD)
-    client = _client()
+    client = steplab_client()
 
     # When: a member of acme-leads signs in through Acme's IdP for the first time
-    landed = _sign_in(client, idp, _person("lena", "acme-leads", "everyone"))
+    landed = sign_in(client, idp, person("lena", "acme-leads", "everyone"))
 
     # Then: signed in, at home, as a new account named by the uid attribute, lead of Demo
     assert landed.status_code == 302 and landed["Location"] == "/", landed.content
@@ -103,15 +64,15 @@ def test_first_sign_in_makes_the_account_with_the_mapped_role(idp: SamlIdp) -> N
     assert idp.requests[0]["audience"] == "http://localhost/accounts/saml/acme/metadata/"
 
 
-def test_roles_follow_the_groups_at_every_sign_in(idp: SamlIdp) -> None:
+def test_roles_follow_the_groups_at_everysign_in(idp: SamlIdp) -> None:
     ProjectFactory(name="Demo")
     ProjectFactory(name="Other")
-    _sign_in(_client(), idp, _person("ann", "acme-annotators"))
+    sign_in(steplab_client(), idp, person("ann", "acme-annotators"))
     user = User.objects.get(username="ann")
     assert _roles(user) == {"Demo": "annotator", "Other": "annotator"}
 
     # When: she joins acme-leads at the IdP and signs in again
-    _sign_in(_client(), idp, _person("ann", "acme-annotators", "acme-leads"))
+    sign_in(steplab_client(), idp, person("ann", "acme-annotators", "acme-leads"))
 
     # Then: the same account (the same NameID), lead of Demo, still in Other
     assert User.objects.filter(username__startswith="ann").count() == 1
@@ -121,7 +82,7 @@ def test_roles_follow_the_groups_at_every_sign_in(idp: SamlIdp) -> None:
 def test_a_whole_signed_response_is_taken_too(idp: SamlIdp) -> None:
     # Some IdPs (Keycloak's default) sign the Response rather than the Assertion.
     idp.sign_assertion, idp.sign_response = False, True
-    landed = _sign_in(_client(), idp, _person("rita"))
+    landed = sign_in(steplab_client(), idp, person("rita"))
     assert landed["Location"] == "/" and User.objects.filter(username="rita").exists()
 
 
@@ -133,20 +94,20 @@ def test_a_response_not_signed_by_the_idp_signs_no_one_in(idp: SamlIdp, how: str
         idp.signing_key = SamlIdp("mallory").key_pem
     else:
         idp.sign_assertion = False
-    client = _client()
+    client = steplab_client()
 
     # When: it comes back to Steplab
-    landed = _sign_in(client, idp, _person("mallory", "acme-leads"))
+    landed = sign_in(client, idp, person("mallory", "acme-leads"))
 
     # Then: Steplab's failure page, no account
-    assert landed.status_code == 401 and _failed(landed, client)
+    assert landed.status_code == 401 and failed(landed, client)
     assert not User.objects.filter(username="mallory").exists()
 
 
 def test_an_assertion_changed_after_signing_signs_no_one_in(idp: SamlIdp) -> None:
     ProjectFactory(name="Demo")
-    client = _client()
-    action, fields = _at_idp(client, idp, _person("eve", "everyone"))
+    client = steplab_client()
+    action, fields = at_idp(client, idp, person("eve", "everyone"))
     # The browser's holder puts herself into acme-leads before posting it on
     xml = base64.b64decode(fields["SAMLResponse"]).decode()
     assert ">everyone<" in xml
@@ -154,36 +115,36 @@ def test_an_assertion_changed_after_signing_signs_no_one_in(idp: SamlIdp) -> Non
         xml.replace(">everyone<", ">acme-leads<").encode()
     ).decode()
 
-    landed = _post_back(client, action, {**fields})
-    assert _failed(landed, client)
+    landed = post_back(client, action, {**fields})
+    assert failed(landed, client)
     assert not User.objects.filter(username="eve").exists()
 
 
 def test_a_response_used_once_is_not_taken_again(idp: SamlIdp) -> None:
-    first = _client()
-    action, fields = _at_idp(first, idp, _person("sam"))
-    assert _post_back(first, action, fields)["Location"] == "/"
+    first = steplab_client()
+    action, fields = at_idp(first, idp, person("sam"))
+    assert post_back(first, action, fields)["Location"] == "/"
 
     # When: the same response is posted again, in the same browser or another
-    again, other = _client(), _client()
+    again, other = steplab_client(), steplab_client()
     again.cookies = first.cookies
     for client in (again, other):
         # Then: refused, as a response that answers no request waiting in this session
-        assert _post_back(client, action, fields).status_code == 403
+        assert post_back(client, action, fields).status_code == 403
     assert "_auth_user_id" not in other.session
 
 
 def test_a_response_steplab_did_not_ask_for_is_refused(idp: SamlIdp) -> None:
     # An IdP-initiated sign-in (no InResponseTo) is refused: nothing ties it to this
     # browser, so it could be someone else's response.
-    idp.person = _person("ida", "acme-leads")
+    idp.person = person("ida", "acme-leads")
     acs = "http://localhost/accounts/saml/acme/acs/"
     xml = idp.response(
         acs=acs, audience="http://localhost/accounts/saml/acme/metadata/", in_response_to=None
     )
-    client = _client()
-    landed = _post_back(client, acs, {"SAMLResponse": base64.b64encode(xml).decode()})
-    assert _failed(landed, client)
+    client = steplab_client()
+    landed = post_back(client, acs, {"SAMLResponse": base64.b64encode(xml).decode()})
+    assert failed(landed, client)
     assert not User.objects.filter(username="ida").exists()
 
 
@@ -203,20 +164,20 @@ def test_two_organizations_are_kept_apart(idp: SamlIdp, settings: Any) -> None:
         )
 
         # When: Beta's IdP says its person is in "acme-leads", and "beta-staff"
-        _sign_in(_client(), beta, _person("bo", "acme-leads", "beta-staff"), org="beta")
+        sign_in(steplab_client(), beta, person("bo", "acme-leads", "beta-staff"), org="beta")
 
         # Then: only Beta's map applies
         assert _roles(User.objects.get(username="bo")) == {"Beta project": "annotator"}
 
         # When: Beta's response is posted to Acme's assertion consumer
-        client = _client()
-        action, fields = _at_idp(client, beta, _person("bo", "acme-leads"), org="beta")
-        landed = _post_back(client, "http://localhost/accounts/saml/acme/acs/", fields)
+        client = steplab_client()
+        action, fields = at_idp(client, beta, person("bo", "acme-leads"), org="beta")
+        landed = post_back(client, "http://localhost/accounts/saml/acme/acs/", fields)
 
         # Then: refused (not Acme's IdP's signature, nor its request)
-        assert _failed(landed, client)
+        assert failed(landed, client)
         # And the same NameID at both organizations is two people
-        _sign_in(_client(), idp, _person("bo", "acme-annotators"))
+        sign_in(steplab_client(), idp, person("bo", "acme-annotators"))
         assert User.objects.filter(username__startswith="bo").count() == 2
     finally:
         beta.stop()
@@ -224,14 +185,14 @@ def test_two_organizations_are_kept_apart(idp: SamlIdp, settings: Any) -> None:
 
 def test_a_local_account_is_never_taken_over(idp: SamlIdp) -> None:
     local = UserFactory(username="mo", email="mo@acme.example")
-    client = _client()
-    _sign_in(client, idp, _person("mo"))
+    client = steplab_client()
+    sign_in(client, idp, person("mo"))
     signed_in = User.objects.get(pk=client.session["_auth_user_id"])
     assert signed_in.pk != local.pk and signed_in.username != "mo"
 
 
 def test_the_metadata_names_the_organizations_urls(idp: SamlIdp) -> None:
-    metadata = _client().get("/accounts/saml/acme/metadata/")
+    metadata = steplab_client().get("/accounts/saml/acme/metadata/")
     assert metadata.status_code == 200 and metadata["Content-Type"] == "text/xml"
     body = metadata.content.decode()
     assert 'entityID="http://localhost/accounts/saml/acme/metadata/"' in body
@@ -239,18 +200,18 @@ def test_the_metadata_names_the_organizations_urls(idp: SamlIdp) -> None:
 
 
 def test_the_login_page_shows_the_provider(idp: SamlIdp, settings: Any) -> None:
-    page = _client().get("/login/").content.decode()
+    page = steplab_client().get("/login/").content.decode()
     assert "Sign in with Acme SSO" in page and 'action="/accounts/saml/acme/login/"' in page
     assert 'name="password"' in page
     settings.STEPLAB_LOCAL_PASSWORDS = False
-    page = _client().get("/login/").content.decode()
+    page = steplab_client().get("/login/").content.decode()
     assert "Sign in with Acme SSO" in page and 'name="password"' not in page
     # Single sign-on still works
-    assert _sign_in(_client(), idp, _person("sso"))["Location"] == "/"
+    assert sign_in(steplab_client(), idp, person("sso"))["Location"] == "/"
 
 
 def test_an_organization_not_configured_is_a_404(idp: SamlIdp) -> None:
-    client = _client()
+    client = steplab_client()
     for url in ("login/", "metadata/", "acs/finish/", "sls/"):
         assert client.get(f"/accounts/saml/nope/{url}").status_code == 404, url
     assert client.post("/accounts/saml/nope/acs/", {"SAMLResponse": "x"}).status_code == 404

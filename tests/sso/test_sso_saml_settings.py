@@ -5,17 +5,14 @@ with the variable named rather than failing someone's sign-in later."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from config import sso, sso_saml
-from tests.conftest import REPO_ROOT
 from tests.saml_idp import key_and_certificate
+from tests.sso.settings_process import settings_read
 
 _, CERT_PEM = key_and_certificate("settings")
 CERT_BODY = "".join(CERT_PEM.decode().splitlines()[1:-1])
@@ -108,23 +105,8 @@ def test_an_oidc_and_a_saml_provider_never_share_an_id() -> None:
     sso_saml.ids_distinct(oidc, sso_saml.saml_providers(_raw({**ACME, "id": "acme-saml"})))
 
 
-def _settings_read(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
-    environ = {
-        k: v for k, v in os.environ.items() if not k.startswith(("STEPLAB_OIDC_", "STEPLAB_SAML_"))
-    }
-    environ.update({"DJANGO_SETTINGS_MODULE": "config.settings.test", **env})
-    return subprocess.run(
-        [sys.executable, "-c", f"import django; django.setup(); {code}"],
-        cwd=REPO_ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_the_settings_read_the_environment() -> None:
-    read = _settings_read(
+    read = settings_read(
         {"STEPLAB_SAML_PROVIDERS": _raw(ACME), "STEPLAB_LOCAL_PASSWORDS": "0"},
         "from django.conf import settings as s; "
         "print(s.STEPLAB_LOCAL_PASSWORDS, s.CONTENT_SECURITY_POLICY['DIRECTIVES']"
@@ -135,6 +117,6 @@ def test_the_settings_read_the_environment() -> None:
 
 
 def test_a_mistake_stops_start_up() -> None:
-    read = _settings_read({"STEPLAB_SAML_PROVIDERS": _raw({**ACME, "x509cert": "x"})}, "")
+    read = settings_read({"STEPLAB_SAML_PROVIDERS": _raw({**ACME, "x509cert": "x"})}, "")
     assert read.returncode != 0
     assert "ImproperlyConfigured" in read.stderr and "STEPLAB_SAML_PROVIDERS[acme]" in read.stderr

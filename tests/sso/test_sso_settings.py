@@ -4,15 +4,11 @@ with the variable named rather than failing someone's sign-in later."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from config import sso
-from tests.conftest import REPO_ROOT
+from tests.sso.settings_process import settings_read
 
 PROVIDER = (
     '[{"id": "lab", "name": "Lab SSO", "server_url": "https://idp.example.org/realms/lab/",'
@@ -126,21 +122,8 @@ def test_a_bad_provider_is_refused(raw: str, says: str) -> None:
     assert says in str(refused.value)
 
 
-def _settings_read(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("STEPLAB_OIDC_")}
-    environ.update({"DJANGO_SETTINGS_MODULE": "config.settings.test", **env})
-    return subprocess.run(
-        [sys.executable, "-c", f"import django; django.setup(); {code}"],
-        cwd=REPO_ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_the_settings_read_the_environment() -> None:
-    read = _settings_read(
+    read = settings_read(
         {"STEPLAB_OIDC_PROVIDERS": PROVIDER, "STEPLAB_LOCAL_PASSWORDS": "0"},
         "from django.conf import settings as s; "
         "print(s.STEPLAB_LOCAL_PASSWORDS, s.CONTENT_SECURITY_POLICY['DIRECTIVES']"
@@ -149,7 +132,7 @@ def test_the_settings_read_the_environment() -> None:
     assert read.returncode == 0, read.stderr
     assert read.stdout.strip() == "False [\"'self'\", 'https://idp.example.org'] Lab SSO"
     # Without a provider, local passwords cannot be turned off: nobody would get in.
-    alone = _settings_read(
+    alone = settings_read(
         {"STEPLAB_LOCAL_PASSWORDS": "0"},
         "from django.conf import settings as s; print(s.STEPLAB_LOCAL_PASSWORDS)",
     )
@@ -157,16 +140,16 @@ def test_the_settings_read_the_environment() -> None:
 
 
 def test_a_mistake_stops_start_up() -> None:
-    read = _settings_read({"STEPLAB_OIDC_ROLE_MAP": '{"x": {"project": "P", "role": "boss"}}'}, "")
+    read = settings_read({"STEPLAB_OIDC_ROLE_MAP": '{"x": {"project": "P", "role": "boss"}}'}, "")
     assert read.returncode != 0
     assert "ImproperlyConfigured" in read.stderr and "STEPLAB_OIDC_ROLE_MAP" in read.stderr
     # The one map of before beside several providers: whose groups? Start-up stops.
-    both = _settings_read({"STEPLAB_OIDC_PROVIDERS": TWO, "STEPLAB_OIDC_ROLE_MAP": LEGACY}, "")
+    both = settings_read({"STEPLAB_OIDC_PROVIDERS": TWO, "STEPLAB_OIDC_ROLE_MAP": LEGACY}, "")
     assert both.returncode != 0 and "several STEPLAB_OIDC_PROVIDERS" in both.stderr
 
 
 def test_the_settings_keep_a_single_providers_variables_of_before() -> None:
-    read = _settings_read(
+    read = settings_read(
         {
             "STEPLAB_OIDC_PROVIDERS": PROVIDER,
             "STEPLAB_OIDC_ROLE_CLAIM": "roles",

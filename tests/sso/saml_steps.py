@@ -1,0 +1,52 @@
+"""The steps of a SAML sign-in as the flow tests take them: Django's test client plays
+the browser on Steplab's side (at http://localhost, the host the SP's URLs are built
+with) and an HTTP client on the IdP's (tests/saml_idp.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from django.test import Client
+
+from tests.saml_idp import MAIL, UID, SamlIdp, posted_form
+
+
+def person(name: str, *groups: str) -> dict[str, Any]:
+    """Someone at Acme's IdP, with a persistent NameID and these groups."""
+    return {
+        "name_id": f"{name}-id-at-idp",
+        "attributes": {UID: [name], MAIL: [f"{name}@acme.example"], "groups": list(groups)},
+    }
+
+
+def steplab_client() -> Client:
+    return Client(HTTP_HOST="localhost")
+
+
+def at_idp(client: Client, idp: SamlIdp, someone: dict[str, Any], org: str = "acme") -> Any:
+    """The button's POST and the IdP's page: returns where that page posts, and what."""
+    idp.person = someone
+    start = client.post(f"/accounts/saml/{org}/login/", {"next": "/"})
+    assert start.status_code == 302, start.content
+    assert start["Location"].startswith(f"{idp.url}/sso?SAMLRequest=")
+    page = httpx.get(start["Location"])
+    assert page.status_code == 200, page.text
+    return posted_form(page.text)
+
+
+def post_back(client: Client, action: str, fields: dict[str, str]) -> Any:
+    """The IdP's page posts to the assertion consumer, which finishes on its next URL."""
+    consumed = client.post(urlsplit(action).path, fields)
+    assert consumed.status_code == 302, consumed.content
+    return client.get(consumed["Location"])
+
+
+def sign_in(client: Client, idp: SamlIdp, someone: dict[str, Any], org: str = "acme") -> Any:
+    return post_back(client, *at_idp(client, idp, someone, org))
+
+
+def failed(landed: Any, client: Client) -> bool:
+    """Steplab's "Sign-in failed" page, and no one signed in."""
+    return "Sign-in failed" in landed.content.decode() and "_auth_user_id" not in client.session
