@@ -19,9 +19,11 @@ from allauth.socialaccount.providers.saml import views as saml_views
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 
 from annotation.projects.sso_roles import claim_groups, group_roles_apply
+from annotation.sso_saml_idp import IdpMetadataUnavailable
 
 
 def saml_provider(provider_id: str) -> dict[str, Any] | None:
@@ -37,6 +39,31 @@ def acs(request: HttpRequest, organization_slug: str) -> HttpResponse:
     if saml_provider(organization_slug) is None:
         raise Http404("No such SAML provider.")
     response: HttpResponse = saml_views.acs(request, organization_slug=organization_slug)
+    return response
+
+
+def _idp_unavailable(request: HttpRequest) -> HttpResponse:
+    """An IdP known by a metadata URL that has not answered yet: "Sign-in failed" (the
+    log names the URL), 503 since trying later may work."""
+    return render(request, "socialaccount/authentication_error.html", status=503)
+
+
+def login(request: HttpRequest, organization_slug: str) -> HttpResponse:
+    """allauth's view: the "Sign in with" button's POST, answered by the redirect to the
+    IdP with the AuthnRequest (signed if the organization's entry says so)."""
+    try:
+        response: HttpResponse = saml_views.login(request, organization_slug=organization_slug)
+    except IdpMetadataUnavailable:
+        return _idp_unavailable(request)
+    return response
+
+
+def finish_acs(request: HttpRequest, organization_slug: str) -> HttpResponse:
+    """allauth's view: checks the response the assertion consumer kept, and signs in."""
+    try:
+        response: HttpResponse = saml_views.finish_acs(request, organization_slug=organization_slug)
+    except IdpMetadataUnavailable:
+        return _idp_unavailable(request)
     return response
 
 

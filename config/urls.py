@@ -34,11 +34,11 @@ urlpatterns = [
     # URL after), and its metadata for the IdP's administrator; an organization not
     # configured is a 404 at each. Single logout is not offered (its URL is named in the
     # metadata by allauth, and answers 404).
-    path("accounts/saml/<slug:organization_slug>/login/", saml_views.login, name="saml_login"),
+    path("accounts/saml/<slug:organization_slug>/login/", sso_saml.login, name="saml_login"),
     path("accounts/saml/<slug:organization_slug>/acs/", sso_saml.acs, name="saml_acs"),
     path(
         "accounts/saml/<slug:organization_slug>/acs/finish/",
-        saml_views.finish_acs,
+        sso_saml.finish_acs,
         name="saml_finish_acs",
     ),
     path(

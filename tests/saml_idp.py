@@ -7,8 +7,11 @@ signs in whoever the test says is at the keyboard, and answers with the page tha
 a Response to the request's assertion consumer URL (HTTP-POST binding), with an
 Assertion for that person (NameID, audience, recipient, InResponseTo, validity times,
 attributes) signed with RSA-SHA256 by its own key through xmlsec, as an IdP signs it.
-Its certificate is made here with cryptography; only the standard library's HTTP server
-besides."""
+It serves its metadata at its entity ID (/metadata), can demand AuthnRequests signed
+with the SP's key (the HTTP-Redirect binding's signature over the query string), and can
+encrypt the assertion to the SP's certificate (xmlsec: AES-256-CBC, its key wrapped with
+RSA-OAEP). Its certificates are made here with cryptography; only the standard library's
+HTTP server besides."""
 
 from __future__ import annotations
 
@@ -21,13 +24,14 @@ import secrets
 import zlib
 from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote_plus, urlsplit
 from xml.sax.saxutils import escape, quoteattr
 
 import xmlsec
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 from lxml import etree
 
@@ -36,6 +40,10 @@ from tests.loopback_http import LoopbackHttp
 
 SAMLP = "urn:oasis:names:tc:SAML:2.0:protocol"
 SAML = "urn:oasis:names:tc:SAML:2.0:assertion"
+MD = "urn:oasis:names:tc:SAML:2.0:metadata"
+DS = "http://www.w3.org/2000/09/xmldsig#"
+REDIRECT = "urn:oasis:names:tc:SAML:2.0:bindings:HTTP-Redirect"
+RSA_SHA256 = "http://www.w3.org/2001/04/xmldsig-more#rsa-sha256"
 UID = "urn:oid:0.9.2342.19200300.100.1.1"
 MAIL = "urn:oid:0.9.2342.19200300.100.1.3"
 _FORM = re.compile(r'<form method="post" action="([^"]+)">')
@@ -89,19 +97,75 @@ def _sign(root: Any, element: Any, key_pem: bytes, cert_pem: bytes) -> None:
     context.sign(signature)
 
 
+def _encrypt(root: Any, cert_pem: bytes) -> None:
+    """The Assertion replaced by an EncryptedAssertion for the holder of ``cert_pem``'s
+    key: AES-256-CBC with a fresh key, that key wrapped with RSA-OAEP."""
+    assertion = root.find(f"{{{SAML}}}Assertion")
+    wrapper = etree.Element(f"{{{SAML}}}EncryptedAssertion")
+    assertion.addprevious(wrapper)
+    wrapper.append(assertion)
+    template = xmlsec.template.encrypted_data_create(
+        root, xmlsec.constants.TransformAes256Cbc, type=xmlsec.constants.TypeEncElement, ns="xenc"
+    )
+    xmlsec.template.encrypted_data_ensure_cipher_value(template)
+    key_info = xmlsec.template.encrypted_data_ensure_key_info(template, ns="dsig")
+    wrapped = xmlsec.template.add_encrypted_key(key_info, xmlsec.constants.TransformRsaOaep)
+    xmlsec.template.encrypted_data_ensure_cipher_value(wrapped)
+    keys = xmlsec.KeysManager()
+    keys.add_key(xmlsec.Key.from_memory(cert_pem, xmlsec.constants.KeyDataFormatCertPem))
+    context = xmlsec.EncryptionContext(keys)
+    context.key = xmlsec.Key.generate(
+        xmlsec.constants.KeyDataAes, 256, xmlsec.constants.KeyDataTypeSession
+    )
+    context.encrypt_xml(template, assertion)
+
+
+def redirect_signature_valid(raw_query: str, cert_pem: bytes) -> bool:
+    """The HTTP-Redirect binding's signature: RSA-SHA256 over
+    ``SAMLRequest=...&RelayState=...&SigAlg=...`` as they stand, URL-encoded, in the query."""
+    pieces = dict(piece.split("=", 1) for piece in raw_query.split("&") if "=" in piece)
+    if "Signature" not in pieces or unquote_plus(pieces.get("SigAlg", "")) != RSA_SHA256:
+        return False
+    signed = "&".join(
+        f"{name}={pieces[name]}"
+        for name in ("SAMLRequest", "RelayState", "SigAlg")
+        if name in pieces
+    )
+    public_key = x509.load_pem_x509_certificate(cert_pem).public_key()
+    assert isinstance(public_key, rsa.RSAPublicKey)
+    try:
+        public_key.verify(
+            base64.b64decode(unquote_plus(pieces["Signature"])),
+            signed.encode(),
+            padding.PKCS1v15(),
+            hashes.SHA256(),
+        )
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
 class SamlIdp(LoopbackHttp):
     """Start with ``start()``, stop with ``stop()``. ``person`` is whoever signs in next:
     ``{"name_id": ..., "attributes": {name: [values]}}``. ``sign_assertion`` and
     ``sign_response`` say what it signs; ``signing_key`` replaces the key it signs with
-    (a certificate Steplab does not hold)."""
+    (a certificate Steplab does not hold). ``metadata_certs``: the signing certificates
+    its metadata lists (``metadata_up`` False: the URL answers 503). ``sp_cert_pem``: the
+    SP's certificate, whose key must sign every AuthnRequest (else 403). ``encrypt_to``:
+    the certificate the assertion is encrypted to."""
 
     def __init__(self, name: str = "idp") -> None:
         self.key_pem, self.cert_pem = key_and_certificate(f"{name}.saml.test")
         self.signing_key = self.key_pem
         self.sign_assertion = True
         self.sign_response = False
+        self.metadata_certs = [self.cert_pem]
+        self.metadata_up = True
+        self.metadata_fetches = 0
+        self.sp_cert_pem: bytes | None = None
+        self.encrypt_to: bytes | None = None
         self.person: dict[str, Any] = {}
-        self.requests: list[dict[str, str]] = []
+        self.requests: list[dict[str, Any]] = []
 
     @property
     def entity_id(self) -> str:
@@ -127,7 +191,27 @@ class SamlIdp(LoopbackHttp):
             **extra,
         }
 
-    def sso(self, query: dict[str, str]) -> tuple[int, str]:
+    def metadata(self) -> tuple[int, str]:
+        """Its metadata, as the IdP's administrator publishes it: entity ID, the SSO URL
+        (HTTP-Redirect) and a KeyDescriptor per signing certificate."""
+        self.metadata_fetches += 1
+        if not self.metadata_up:
+            return 503, "down"
+        keys = "".join(
+            f'<md:KeyDescriptor use="signing"><ds:KeyInfo><ds:X509Data><ds:X509Certificate>'
+            f"{''.join(cert.decode().splitlines()[1:-1])}"
+            "</ds:X509Certificate></ds:X509Data></ds:KeyInfo></md:KeyDescriptor>"
+            for cert in self.metadata_certs
+        )
+        return 200, (
+            f'<md:EntityDescriptor xmlns:md="{MD}" xmlns:ds="{DS}"'
+            f" entityID={quoteattr(self.entity_id)}>"
+            f'<md:IDPSSODescriptor protocolSupportEnumeration="{SAMLP}">{keys}'
+            f'<md:SingleSignOnService Binding="{REDIRECT}" Location="{self.url}/sso"/>'
+            "</md:IDPSSODescriptor></md:EntityDescriptor>"
+        )
+
+    def sso(self, query: dict[str, str], raw_query: str = "") -> tuple[int, str]:
         """The SSO URL: the AuthnRequest in, the page posting the Response out."""
         request = etree.fromstring(zlib.decompress(base64.b64decode(query["SAMLRequest"]), -15))
         issuer = request.find(f"{{{SAML}}}Issuer")
@@ -135,8 +219,13 @@ class SamlIdp(LoopbackHttp):
             "id": request.get("ID"),
             "acs": request.get("AssertionConsumerServiceURL"),
             "audience": issuer.text if issuer is not None else "",
+            "signed": "Signature" in query,
         }
         self.requests.append(seen)
+        if self.sp_cert_pem is not None and not redirect_signature_valid(
+            raw_query, self.sp_cert_pem
+        ):
+            return 403, "The AuthnRequest is not signed by the service provider's key."
         xml = self.response(acs=seen["acs"], audience=seen["audience"], in_response_to=seen["id"])
         return 200, self.post_page(seen["acs"], xml, query.get("RelayState"))
 
@@ -188,6 +277,8 @@ class SamlIdp(LoopbackHttp):
         root = etree.fromstring(xml.encode())
         if self.sign_assertion:
             _sign(root, root.find(f"{{{SAML}}}Assertion"), self.signing_key, self.cert_pem)
+        if self.encrypt_to is not None:
+            _encrypt(root, self.encrypt_to)
         if self.sign_response:
             _sign(root, root, self.signing_key, self.cert_pem)
         return etree.tostring(root)
@@ -239,11 +330,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
+        if parts.path == "/metadata":
+            self._answer(*self.owner.metadata())
+            return
         if parts.path != "/sso":
             self._answer(404, "not found")
             return
         query = {k: v[0] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        self._answer(*self.owner.sso(query))
+        self._answer(*self.owner.sso(query, parts.query))
 
     def _answer(self, status: int, body: str) -> None:
         data = body.encode()

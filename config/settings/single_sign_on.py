@@ -45,8 +45,10 @@ STEPLAB_LDAP_ROLE_MAP: dict[str, list[tuple[str, str]]] = _LDAP.pop("STEPLAB_LDA
 # django-auth-ldap's own settings (AUTH_LDAP_SERVER_URI, AUTH_LDAP_USER_SEARCH, ...).
 globals().update(_LDAP)
 # SAML (annotation/sso_saml.py; README, "SAML"): STEPLAB_SAML_PROVIDERS, a JSON list of
-# organizations' identity providers ({"id", "name", "entity_id", "sso_url", "x509cert",
-# "role_attribute", "role_map", ...}), each a "Sign in with <name>" button and its own
+# organizations' identity providers ({"id", "name", "entity_id", "sso_url", "x509cert"
+# (one or a list), or "metadata_url" instead; "role_attribute", "role_map",
+# "sp_x509cert", "sp_private_key", "authn_requests_signed", "want_assertions_encrypted",
+# ...}), each a "Sign in with <name>" button and its own
 # URLs under /accounts/saml/<id>/ (metadata/, acs/). Its role map is its own: an
 # organization's IdP grants roles only through the groups its provider entry maps.
 STEPLAB_SAML_PROVIDERS = sso_saml.saml_providers(os.environ.get("STEPLAB_SAML_PROVIDERS", ""))

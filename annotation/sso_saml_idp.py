@@ -1,0 +1,120 @@
+"""What python3-saml is told of an organization's identity provider (README, "SAML"):
+from its entry in STEPLAB_SAML_PROVIDERS, with every certificate it lists (a key
+rollover: a response signed by any of them is taken), or from its metadata URL, fetched
+with a timeout and kept in the cache.
+
+django-allauth builds python3-saml's settings in one function, ``build_saml_config``,
+and hands the IdP a single ``x509cert``; ``install()`` puts ``build_saml_config`` below
+in its place (at start-up, from annotation/apps.py), which keeps allauth's settings for
+the SP and the security options and replaces only the IdP's part.
+
+The metadata: fetched at the first sign-in that needs it, then again after
+``METADATA_REFRESH_SECONDS``. A refetch that fails or times out keeps the copy held and
+is tried again after ``METADATA_RETRY_SECONDS``, so a slow or down metadata URL costs
+one sign-in at most ``METADATA_TIMEOUT_SECONDS`` per retry period, never every sign-in.
+With no copy held yet, the organization's sign-in fails (503) until the URL answers."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import time
+from typing import Any
+
+from allauth.socialaccount.providers.saml import utils as saml_utils
+from allauth.socialaccount.providers.saml import views as saml_views
+from django.conf import settings
+from django.core.cache import cache
+from django.http import HttpRequest
+from onelogin.saml2.idp_metadata_parser import OneLogin_Saml2_IdPMetadataParser
+
+logger = logging.getLogger(__name__)
+
+METADATA_TIMEOUT_SECONDS = 5
+METADATA_REFRESH_SECONDS = 4 * 60 * 60
+METADATA_RETRY_SECONDS = 5 * 60
+
+_allauth_build_saml_config = saml_utils.build_saml_config
+
+
+class IdpMetadataUnavailable(Exception):
+    """The IdP's metadata URL has not answered since start-up (no copy is held)."""
+
+
+def _metadata_cache_key(provider: dict[str, Any]) -> str:
+    where = f"{provider['metadata_url']} {provider['entity_id']}".encode()
+    return "steplab.saml.metadata." + hashlib.sha256(where).hexdigest()
+
+
+def _metadata_fetch(provider: dict[str, Any]) -> dict[str, Any]:
+    """python3-saml's "idp" from the metadata; one that names no SSO URL or no signing
+    certificate is refused like a URL that does not answer."""
+    parsed = OneLogin_Saml2_IdPMetadataParser.parse_remote(
+        provider["metadata_url"],
+        entity_id=provider["entity_id"] or None,
+        timeout=METADATA_TIMEOUT_SECONDS,
+    )
+    idp: dict[str, Any] = parsed.get("idp") or {}
+    signing = idp.get("x509certMulti", {}).get("signing") or idp.get("x509cert")
+    if not idp.get("entityId") or not idp.get("singleSignOnService", {}).get("url"):
+        raise ValueError("the metadata names no IdP entity ID or HTTP-Redirect SSO URL")
+    if not signing:
+        raise ValueError("the metadata names no signing certificate")
+    return idp
+
+
+def metadata_idp(provider: dict[str, Any]) -> dict[str, Any]:
+    """The IdP's part from its metadata URL: the copy held while it is fresh, else
+    fetched (see the module's docstring for a URL that fails)."""
+    key = _metadata_cache_key(provider)
+    held: dict[str, Any] | None = cache.get(key)
+    now = time.time()
+    if held is not None and now < held["refresh_at"]:
+        return copy.deepcopy(held["idp"])
+    try:
+        held = {"idp": _metadata_fetch(provider), "refresh_at": now + METADATA_REFRESH_SECONDS}
+    except Exception as exc:  # urllib's URLError and timeouts, lxml's, python3-saml's
+        if held is None:
+            logger.error("SAML %s: metadata_url failed: %r", provider["id"], exc)
+            raise IdpMetadataUnavailable(f"{provider['metadata_url']}: {exc!r}") from exc
+        logger.warning(
+            "SAML %s: metadata_url failed, the copy held is used: %r", provider["id"], exc
+        )
+        held = {**held, "refresh_at": now + METADATA_RETRY_SECONDS}
+    cache.set(key, held, timeout=None)
+    return copy.deepcopy(held["idp"])
+
+
+def idp_settings(provider: dict[str, Any]) -> dict[str, Any]:
+    """python3-saml's "idp" for one of STEPLAB_SAML_PROVIDERS."""
+    if provider["metadata_url"]:
+        return metadata_idp(provider)
+    certs: list[str] = provider["x509certs"]
+    idp: dict[str, Any] = {
+        "entityId": provider["entity_id"],
+        "singleSignOnService": {"url": provider["sso_url"]},
+        "x509cert": certs[0],
+    }
+    if len(certs) > 1:
+        # python3-saml checks a signature against each of "signing" when it is set.
+        idp["x509certMulti"] = {"signing": list(certs)}
+    return idp
+
+
+def build_saml_config(request: HttpRequest, provider_config: dict[str, Any], org: str) -> Any:
+    """allauth's ``build_saml_config`` with the IdP's part from ``idp_settings``."""
+    provider = next((p for p in settings.STEPLAB_SAML_PROVIDERS if p["id"] == org), None)
+    if provider is None:
+        return _allauth_build_saml_config(request, provider_config, org)
+    idp = idp_settings(provider)
+    stand_in = {"entity_id": idp["entityId"], "sso_url": "", "x509cert": ""}
+    config = _allauth_build_saml_config(request, {**provider_config, "idp": stand_in}, org)
+    config["idp"] = idp
+    return config
+
+
+def install() -> None:
+    """Put ``build_saml_config`` where allauth's views and ``build_auth`` look it up."""
+    saml_utils.build_saml_config = build_saml_config
+    saml_views.build_saml_config = build_saml_config

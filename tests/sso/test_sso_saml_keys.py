@@ -1,0 +1,161 @@
+"""SAML's keys and certificates (annotation/sso_saml_idp.py, config/sso_saml.py), against
+the identity provider on loopback (tests/saml_idp.py): an IdP rolling its key over
+(two certificates at once), an IdP known only by its metadata URL (fetched once, kept,
+and a URL that goes down), AuthnRequests signed with Steplab's key and assertions
+encrypted to its certificate. Every key is made by the test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from django.contrib.auth.models import User
+from django.core.cache import cache
+
+from annotation import sso_saml_idp
+from tests.saml_idp import SamlIdp, key_and_certificate, saml_configure
+from tests.sso.saml_steps import failed, person, sign_in, steplab_client
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def idp() -> Iterator[SamlIdp]:
+    provider = SamlIdp("acme").start()
+    cache.clear()
+    yield provider
+    provider.stop()
+    cache.clear()
+
+
+@pytest.mark.parametrize("signer", ["old", "new", "third"])
+def test_during_a_rollover_either_certificate_is_taken(
+    idp: SamlIdp, settings: Any, signer: str
+) -> None:
+    # Given: Acme's entry lists its current certificate and the next one
+    new_key, new_cert = key_and_certificate("acme-next.saml.test")
+    certs = [idp.cert_pem.decode(), new_cert.decode()]
+    saml_configure(settings, [idp.entry("acme", "Acme SSO", x509cert=certs)])
+
+    # When: the IdP signs with the old key, the new one, or a third
+    idp.signing_key = {"old": idp.key_pem, "new": new_key, "third": SamlIdp("x").key_pem}[signer]
+    client = steplab_client()
+    landed = sign_in(client, idp, person(f"ro-{signer}"))
+
+    # Then: signed in through either listed key; a third is refused
+    if signer == "third":
+        assert failed(landed, client) and not User.objects.filter(username="ro-third").exists()
+    else:
+        assert landed["Location"] == "/" and User.objects.filter(username=f"ro-{signer}").exists()
+
+
+def _by_metadata(idp: SamlIdp, settings: Any) -> None:
+    saml_configure(
+        settings,
+        [{"id": "acme", "name": "Acme SSO", "metadata_url": f"{idp.url}/metadata"}],
+    )
+
+
+def test_an_idp_known_by_its_metadata_url(idp: SamlIdp, settings: Any) -> None:
+    # Given: Acme's entry names only its metadata URL, whose metadata lists a second
+    # certificate too (a rollover announced there)
+    _, next_cert = key_and_certificate("acme-next.saml.test")
+    idp.metadata_certs = [next_cert, idp.cert_pem]
+    _by_metadata(idp, settings)
+
+    # When: two people sign in
+    first, second = steplab_client(), steplab_client()
+    assert sign_in(first, idp, person("meta"))["Location"] == "/"
+    assert sign_in(second, idp, person("data"))["Location"] == "/"
+
+    # Then: both are in, and the metadata was fetched once
+    assert User.objects.filter(username__in=["meta", "data"]).count() == 2
+    assert idp.metadata_fetches == 1
+
+
+def test_a_metadata_url_that_goes_down(idp: SamlIdp, settings: Any, monkeypatch: Any) -> None:
+    _by_metadata(idp, settings)
+    assert sign_in(steplab_client(), idp, person("early"))["Location"] == "/"
+
+    # When: the copy is due for a refetch and the URL answers 503
+    idp.metadata_up = False
+    clock = sso_saml_idp.time.time() + sso_saml_idp.METADATA_REFRESH_SECONDS + 1
+    monkeypatch.setattr(sso_saml_idp.time, "time", lambda: clock)
+
+    # Then: sign-in goes on with the copy held, and waits the retry period to ask again
+    assert sign_in(steplab_client(), idp, person("late"))["Location"] == "/"
+    assert idp.metadata_fetches == 2
+    assert sign_in(steplab_client(), idp, person("later"))["Location"] == "/"
+    assert idp.metadata_fetches == 2
+
+    # And with no copy held (a process just started), the sign-in fails, 503
+    cache.clear()
+    client = steplab_client()
+    start = client.post("/accounts/saml/acme/login/", {"next": "/"})
+    assert start.status_code == 503 and failed(start, client)
+
+
+def _sp_files(tmp_path: Path) -> dict[str, str]:
+    """Steplab's key and certificate for the IdP, as files (a mounted secret)."""
+    key_pem, cert_pem = key_and_certificate("steplab.sp.test")
+    (tmp_path / "sp.key").write_bytes(key_pem)
+    (tmp_path / "sp.crt").write_bytes(cert_pem)
+    return {"sp_private_key": str(tmp_path / "sp.key"), "sp_x509cert": str(tmp_path / "sp.crt")}
+
+
+@pytest.mark.parametrize("steplab_signs", [True, False])
+def test_an_idp_that_demands_signed_requests(
+    idp: SamlIdp, settings: Any, tmp_path: Path, steplab_signs: bool
+) -> None:
+    # Given: an IdP that holds Steplab's certificate and refuses unsigned AuthnRequests
+    sp = _sp_files(tmp_path)
+    idp.sp_cert_pem = Path(sp["sp_x509cert"]).read_bytes()
+    entry = idp.entry("acme", "Acme SSO", authn_requests_signed=steplab_signs, **sp)
+    saml_configure(settings, [entry])
+
+    # When: the button is pressed
+    idp.person = person("sig")
+    start = steplab_client().post("/accounts/saml/acme/login/", {"next": "/"})
+    at_idp = httpx.get(start["Location"])
+
+    # Then: a signed request is taken; an unsigned one is refused by the IdP
+    assert idp.requests[-1]["signed"] is steplab_signs
+    assert at_idp.status_code == (200 if steplab_signs else 403), at_idp.text
+
+
+@pytest.mark.parametrize("encrypted", [True, False])
+def test_steplab_wants_its_assertions_encrypted(
+    idp: SamlIdp, settings: Any, tmp_path: Path, encrypted: bool
+) -> None:
+    # Given: Acme's entry wants the assertion encrypted to Steplab's certificate
+    sp = _sp_files(tmp_path)
+    entry = idp.entry("acme", "Acme SSO", want_assertions_encrypted=True, **sp)
+    saml_configure(settings, [entry])
+
+    # When: the IdP encrypts it, or sends it in the clear
+    idp.encrypt_to = Path(sp["sp_x509cert"]).read_bytes() if encrypted else None
+    client = steplab_client()
+    landed = sign_in(client, idp, person("enc"))
+
+    # Then: the encrypted one signs in; the plain one is refused
+    if encrypted:
+        assert landed["Location"] == "/" and User.objects.filter(username="enc").exists()
+    else:
+        assert failed(landed, client) and not User.objects.filter(username="enc").exists()
+
+
+def test_the_metadata_offers_steplabs_certificate(
+    idp: SamlIdp, settings: Any, tmp_path: Path
+) -> None:
+    sp = _sp_files(tmp_path)
+    entry = idp.entry(
+        "acme", "Acme SSO", authn_requests_signed=True, want_assertions_encrypted=True, **sp
+    )
+    saml_configure(settings, [entry])
+    body = steplab_client().get("/accounts/saml/acme/metadata/").content.decode()
+    cert_body = "".join(Path(sp["sp_x509cert"]).read_text().splitlines()[1:-1])
+    assert 'AuthnRequestsSigned="true"' in body and cert_body in body
+    assert 'use="encryption"' in body and 'use="signing"' in body
