@@ -102,12 +102,22 @@ def idp_settings(provider: dict[str, Any]) -> dict[str, Any]:
     return idp
 
 
+def _sp_metadata_only(request: HttpRequest) -> bool:
+    """allauth's metadata view: python3-saml writes the SP's metadata without the IdP's
+    part (``sp_validation_only``), so it never waits on the IdP's metadata URL."""
+    match = getattr(request, "resolver_match", None)
+    return match is not None and match.url_name == "saml_metadata"
+
+
 def build_saml_config(request: HttpRequest, provider_config: dict[str, Any], org: str) -> Any:
     """allauth's ``build_saml_config`` with the IdP's part from ``idp_settings``."""
     provider = next((p for p in settings.STEPLAB_SAML_PROVIDERS if p["id"] == org), None)
     if provider is None:
         return _allauth_build_saml_config(request, provider_config, org)
-    idp = idp_settings(provider)
+    if provider["metadata_url"] and _sp_metadata_only(request):
+        idp: dict[str, Any] = {"entityId": provider["entity_id"] or provider["metadata_url"]}
+    else:
+        idp = idp_settings(provider)
     stand_in = {"entity_id": idp["entityId"], "sso_url": "", "x509cert": ""}
     config = _allauth_build_saml_config(request, {**provider_config, "idp": stand_in}, org)
     config["idp"] = idp

@@ -96,6 +96,9 @@ def test_a_metadata_url_that_goes_down(idp: SamlIdp, settings: Any, monkeypatch:
     client = steplab_client()
     start = client.post("/accounts/saml/acme/login/", {"next": "/"})
     assert start.status_code == 503 and failed(start, client)
+    # ... while Steplab's own metadata, which needs nothing of the IdP's, is served
+    assert client.get("/accounts/saml/acme/metadata/").status_code == 200
+    assert idp.metadata_fetches == 3
 
 
 def _sp_files(tmp_path: Path) -> dict[str, str]:
