@@ -12,6 +12,7 @@ not offered (signing out of Steplab signs out of Steplab only)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from allauth.socialaccount.models import SocialLogin
@@ -42,29 +43,24 @@ def acs(request: HttpRequest, organization_slug: str) -> HttpResponse:
     return response
 
 
-def _idp_unavailable(request: HttpRequest) -> HttpResponse:
-    """An IdP known by a metadata URL that has not answered yet: "Sign-in failed" (the
-    log names the URL), 503 since trying later may work."""
-    return render(request, "socialaccount/authentication_error.html", status=503)
+def _idp_metadata_guarded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """allauth's ``view``, but for an IdP known by a metadata URL that has not answered
+    yet: "Sign-in failed" (the log names the URL), 503 since trying later may work."""
+
+    def guarded(request: HttpRequest, organization_slug: str) -> HttpResponse:
+        try:
+            return view(request, organization_slug=organization_slug)
+        except IdpMetadataUnavailable:
+            return render(request, "socialaccount/authentication_error.html", status=503)
+
+    return guarded
 
 
-def login(request: HttpRequest, organization_slug: str) -> HttpResponse:
-    """allauth's view: the "Sign in with" button's POST, answered by the redirect to the
-    IdP with the AuthnRequest (signed if the organization's entry says so)."""
-    try:
-        response: HttpResponse = saml_views.login(request, organization_slug=organization_slug)
-    except IdpMetadataUnavailable:
-        return _idp_unavailable(request)
-    return response
-
-
-def finish_acs(request: HttpRequest, organization_slug: str) -> HttpResponse:
-    """allauth's view: checks the response the assertion consumer kept, and signs in."""
-    try:
-        response: HttpResponse = saml_views.finish_acs(request, organization_slug=organization_slug)
-    except IdpMetadataUnavailable:
-        return _idp_unavailable(request)
-    return response
+# The "Sign in with" button's POST, answered by the redirect to the IdP with the
+# AuthnRequest (signed if the organization's entry says so); and the finishing step,
+# which checks the response the assertion consumer kept and signs in.
+login = _idp_metadata_guarded(saml_views.login)
+finish_acs = _idp_metadata_guarded(saml_views.finish_acs)
 
 
 def sls(request: HttpRequest, organization_slug: str) -> HttpResponse:

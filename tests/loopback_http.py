@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
 
 # How often the server thread looks for shutdown(): stop() waits up to this long
 # (socketserver's default, 0.5 s, was half a second of every test's teardown).
@@ -45,3 +48,12 @@ class LoopbackHttp:
     def stop(self) -> None:
         stop_serving(self._server)
         self._server = None
+
+
+def sign_in_button_pressed(client: Any, login_path: str, provider_url: str) -> httpx.Response:
+    """A single sign-on button pressed with Django's test ``client``: its POST (``next``
+    home) is answered by a redirect under ``provider_url``, which is followed there."""
+    start = client.post(login_path, {"next": "/"})
+    assert start.status_code == 302, start.content
+    assert start["Location"].startswith(provider_url), start["Location"]
+    return httpx.get(start["Location"])

@@ -18,13 +18,12 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-import httpx
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
 from config import sso
-from tests.loopback_http import LoopbackHttp
+from tests.loopback_http import LoopbackHttp, sign_in_button_pressed
 
 CLIENT_ID = "steplab-test"
 CLIENT_SECRET = "s3cret-" + secrets.token_hex(8)
@@ -87,10 +86,9 @@ class OidcProvider(LoopbackHttp):
         provider's authorization page (which signs ``person`` in), and back to Steplab's
         callback, whose response is returned."""
         self.person = person
-        start = client.post(f"/accounts/oidc/{provider_id}/login/", {"next": "/"})
-        assert start.status_code == 302, start.content
-        assert start["Location"].startswith(f"{self.url}/authorize?")
-        at_provider = httpx.get(start["Location"])
+        at_provider = sign_in_button_pressed(
+            client, f"/accounts/oidc/{provider_id}/login/", f"{self.url}/authorize?"
+        )
         assert at_provider.status_code == 302, at_provider.text
         back = urlsplit(at_provider.headers["Location"])
         return client.get(f"{back.path}?{back.query}")

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 from django.test import Client
 
+from tests.loopback_http import sign_in_button_pressed
 from tests.saml_idp import MAIL, UID, SamlIdp, posted_form
 
 
@@ -28,10 +28,9 @@ def steplab_client() -> Client:
 def at_idp(client: Client, idp: SamlIdp, someone: dict[str, Any], org: str = "acme") -> Any:
     """The button's POST and the IdP's page: returns where that page posts, and what."""
     idp.person = someone
-    start = client.post(f"/accounts/saml/{org}/login/", {"next": "/"})
-    assert start.status_code == 302, start.content
-    assert start["Location"].startswith(f"{idp.url}/sso?SAMLRequest=")
-    page = httpx.get(start["Location"])
+    page = sign_in_button_pressed(
+        client, f"/accounts/saml/{org}/login/", f"{idp.url}/sso?SAMLRequest="
+    )
     assert page.status_code == 200, page.text
     return posted_form(page.text)
 

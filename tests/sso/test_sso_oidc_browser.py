@@ -18,8 +18,8 @@ from playwright.sync_api import Browser, expect
 
 from annotation.models import Membership, Role
 from tests.browser import ARTIFACTS, chromium_running, page_watched
-from tests.factories import MembershipFactory, ProjectFactory
 from tests.oidc_provider import OidcProvider
+from tests.sso.browser_sign_in import demo_with_lead, lead_signs_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -48,8 +48,7 @@ def test_a_lead_signs_in_through_the_provider(
     live_server: Any, browser: Browser, idp: OidcProvider
 ) -> None:
     # Given: project Demo, and Lena at the provider, in its group lab-leads
-    demo = ProjectFactory(name="Demo")
-    MembershipFactory(project=demo, role=Role.LEAD)
+    demo = demo_with_lead()
     idp.person = {
         "sub": "lena-at-idp",
         "preferred_username": "lena",
@@ -57,21 +56,9 @@ def test_a_lead_signs_in_through_the_provider(
         "name": "Lena Lead",
         "groups": ["lab-leads", "everyone"],
     }
-    base = live_server.url
-    ARTIFACTS.mkdir(exist_ok=True)
-    with page_watched(browser=browser, width=1366, height=900, csp_errors=True) as page:
-        # When: she opens Steplab and clicks the provider's button
-        page.goto(f"{base}/projects/{demo.pk}/")
-        page.wait_for_url(f"{base}/login/**")
-        page.screenshot(path=ARTIFACTS / "sso-login.png")
-        page.click("button:text-is('Sign in with Lab SSO')")
-
-        # Then: she lands on the page she asked for, signed in, as the lead of Demo
-        page.wait_for_url(f"{base}/projects/{demo.pk}/")
-        page.goto(f"{base}/")
-        card = page.locator(".project-card", has_text="Demo")
-        expect(card.locator(".badge")).to_have_text("lead")
-        page.screenshot(path=ARTIFACTS / "sso-signed-in.png")
+    # When: she opens Demo, is sent to log in, clicks the provider's button
+    # Then: she lands on Demo signed in, as the lead of Demo
+    lead_signs_in(browser, live_server.url, demo, "Sign in with Lab SSO", "lena", "sso")
     assert idp.refused == []
     user = User.objects.get(username="lena")
     assert Membership.objects.get(project=demo, user=user).role == Role.LEAD

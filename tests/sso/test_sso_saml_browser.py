@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser
 
 from annotation.models import Membership, Role
-from tests.browser import ARTIFACTS, chromium_running, page_watched
-from tests.factories import MembershipFactory, ProjectFactory
+from tests.browser import chromium_running
 from tests.saml_idp import MAIL, UID, SamlIdp, saml_configure
+from tests.sso.browser_sign_in import demo_with_lead, lead_signs_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -47,8 +47,7 @@ def test_a_lead_signs_in_through_the_organizations_idp(
     live_server: Any, browser: Browser, idp: SamlIdp
 ) -> None:
     # Given: project Demo, and Lena at Acme's IdP, in its group acme-leads
-    demo = ProjectFactory(name="Demo")
-    MembershipFactory(project=demo, role=Role.LEAD)
+    demo = demo_with_lead()
     idp.person = {
         "name_id": "lena-at-acme",
         "attributes": {
@@ -58,22 +57,9 @@ def test_a_lead_signs_in_through_the_organizations_idp(
         },
     }
     base = live_server.url
-    ARTIFACTS.mkdir(exist_ok=True)
-    with page_watched(browser=browser, width=1366, height=900, csp_errors=True) as page:
-        # When: she opens Steplab and clicks her organization's button
-        page.goto(f"{base}/projects/{demo.pk}/")
-        page.wait_for_url(f"{base}/login/**")
-        page.screenshot(path=ARTIFACTS / "saml-login.png")
-        page.click("button:text-is('Sign in with Acme SSO')")
-
-        # Then: through the IdP and back, she lands on the page she asked for, signed in,
-        # as the lead of Demo
-        page.wait_for_url(f"{base}/projects/{demo.pk}/")
-        page.goto(f"{base}/")
-        card = page.locator(".project-card", has_text="Demo")
-        expect(card.locator(".badge")).to_have_text("lead")
-        expect(page.locator("body")).to_contain_text("lena")
-        page.screenshot(path=ARTIFACTS / "saml-signed-in.png")
+    # When: she opens Demo, is sent to log in, clicks her organization's button
+    # Then: through the IdP and back, she lands on Demo signed in, as the lead of Demo
+    lead_signs_in(browser, live_server.url, demo, "Sign in with Acme SSO", "lena", "saml")
     assert idp.requests[0]["acs"] == f"{base}/accounts/saml/acme/acs/"
     user = User.objects.get(username="lena")
     assert Membership.objects.get(project=demo, user=user).role == Role.LEAD
