@@ -21,6 +21,7 @@ import html
 import json
 import re
 import secrets
+import time
 import zlib
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -147,12 +148,13 @@ def redirect_signature_valid(raw_query: str, cert_pem: bytes) -> bool:
 
 class SamlIdp(LoopbackHttp):
     """Start with ``start()``, stop with ``stop()``. ``person`` is whoever signs in next:
-    ``{"name_id": ..., "attributes": {name: [values]}}``. ``sign_assertion`` and
-    ``sign_response`` say what it signs; ``signing_key`` replaces the key it signs with
-    (a certificate Steplab does not hold). ``metadata_certs``: the signing certificates
-    its metadata lists (``metadata_up`` False: the URL answers 503). ``sp_cert_pem``: the
-    SP's certificate, whose key must sign every AuthnRequest (else 403). ``encrypt_to``:
-    the certificate the assertion is encrypted to."""
+        ``{"name_id": ..., "attributes": {name: [values]}}``. ``sign_assertion`` and
+        ``sign_response`` say what it signs; ``signing_key`` replaces the key it signs with
+        (a certificate Steplab does not hold). ``metadata_certs``: the signing certificates
+        its metadata lists (``metadata_up`` False: the URL answers 503; ``metadata_delay``:
+    seconds before it answers). ``sp_cert_pem``: the
+        SP's certificate, whose key must sign every AuthnRequest (else 403). ``encrypt_to``:
+        the certificate the assertion is encrypted to."""
 
     def __init__(self, name: str = "idp") -> None:
         self.key_pem, self.cert_pem = key_and_certificate(f"{name}.saml.test")
@@ -161,6 +163,7 @@ class SamlIdp(LoopbackHttp):
         self.sign_response = False
         self.metadata_certs = [self.cert_pem]
         self.metadata_up = True
+        self.metadata_delay = 0.0
         self.metadata_fetches = 0
         self.sp_cert_pem: bytes | None = None
         self.encrypt_to: bytes | None = None
@@ -195,6 +198,7 @@ class SamlIdp(LoopbackHttp):
         """Its metadata, as the IdP's administrator publishes it: entity ID, the SSO URL
         (HTTP-Redirect) and a KeyDescriptor per signing certificate."""
         self.metadata_fetches += 1
+        time.sleep(self.metadata_delay)
         if not self.metadata_up:
             return 503, "down"
         keys = "".join(

@@ -6,8 +6,10 @@ encrypted to its certificate. Every key is made by the test."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -83,7 +85,7 @@ def test_a_metadata_url_that_goes_down(idp: SamlIdp, settings: Any, monkeypatch:
     # When: the copy is due for a refetch and the URL answers 503
     idp.metadata_up = False
     clock = sso_saml_idp.time.time() + sso_saml_idp.METADATA_REFRESH_SECONDS + 1
-    monkeypatch.setattr(sso_saml_idp.time, "time", lambda: clock)
+    monkeypatch.setattr(sso_saml_idp, "time", SimpleNamespace(time=lambda: clock))
 
     # Then: sign-in goes on with the copy held, and waits the retry period to ask again
     assert sign_in(steplab_client(), idp, person("late"))["Location"] == "/"
@@ -99,6 +101,23 @@ def test_a_metadata_url_that_goes_down(idp: SamlIdp, settings: Any, monkeypatch:
     # ... while Steplab's own metadata, which needs nothing of the IdP's, is served
     assert client.get("/accounts/saml/acme/metadata/").status_code == 200
     assert idp.metadata_fetches == 3
+
+
+def test_a_slow_metadata_url_is_given_up_on(idp: SamlIdp, settings: Any, monkeypatch: Any) -> None:
+    _by_metadata(idp, settings)
+    assert sign_in(steplab_client(), idp, person("early"))["Location"] == "/"
+
+    # When: the copy is due for a refetch and the URL takes 2 s to answer
+    idp.metadata_delay = 2.0
+    monkeypatch.setattr(sso_saml_idp, "METADATA_TIMEOUT_SECONDS", 0.3)
+    clock = sso_saml_idp.time.time() + sso_saml_idp.METADATA_REFRESH_SECONDS + 1
+    monkeypatch.setattr(sso_saml_idp, "time", SimpleNamespace(time=lambda: clock))
+    started = time.monotonic()
+    landed = sign_in(steplab_client(), idp, person("late"))
+
+    # Then: the fetch gave up at the timeout and the copy held signed her in
+    assert landed["Location"] == "/" and idp.metadata_fetches == 2
+    assert time.monotonic() - started < 1.5
 
 
 def _sp_files(tmp_path: Path) -> dict[str, str]:
