@@ -13,6 +13,7 @@ not offered (signing out of Steplab signs out of Steplab only)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from allauth.socialaccount.models import SocialLogin
@@ -45,8 +46,10 @@ def acs(request: HttpRequest, organization_slug: str) -> HttpResponse:
 
 def _idp_metadata_guarded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """allauth's ``view``, but for an IdP known by a metadata URL that has not answered
-    yet: "Sign-in failed" (the log names the URL), 503 since trying later may work."""
+    yet: "Sign-in failed" (the log names the URL), 503 since trying later may work.
+    ``wraps`` keeps the marks allauth's view carries (login not required)."""
 
+    @wraps(view)
     def guarded(request: HttpRequest, organization_slug: str) -> HttpResponse:
         try:
             return view(request, organization_slug=organization_slug)
