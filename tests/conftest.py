@@ -34,8 +34,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """With pytest-xdist, the worker processes share the CPUs: each one's torch (and that
     of the Celery workers and children it starts) gets its share of threads, not one per
     CPU, which on 2 CPUs and 2 workers oversubscribed them (tests/prm_training and
-    tests/annotation/pages on 2 workers, 2026-11-26: 517 s with a thread per CPU, 443 s
-    with one each; 618 s on one process). OMP_NUM_THREADS set by hand wins."""
+    tests/annotation/pages, now the slices' browser tests, on 2 workers, 2026-11-26: 517 s
+    with a thread per CPU, 443 s with one each; 618 s on one process). OMP_NUM_THREADS set
+    by hand wins."""
     workers = config.getoption("numprocesses", None) or 0
     if workers and not hasattr(config, "workerinput"):  # the controller, before it forks
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1

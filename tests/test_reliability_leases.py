@@ -6,7 +6,7 @@ abandoned with a 2 s expiry goes to the next annotator no earlier than its expir
 within one second after it; the first holder's late submit is then a 409 that takes
 nothing from the new holder, whose own submit is stored as sent.
 
-The queue's rules themselves are pinned in tests/annotation/queue/test_queue_*.py with rewound
+The queue's rules themselves are pinned in tests/annotation/labeling/test_queue_*.py with rewound
 clocks; these tests check the same promises end to end, where a stale read, a missing
 lock or a cached answer would show.
 """

@@ -2,7 +2,7 @@
 
 (The sign-in lockout is tested in tests/test_sign_in_lockout.py; token revocation, CSRF
 on session API calls and the upload size limit beside their code:
-tests/annotation/api/test_auth_api.py and tests/annotation/api/test_import_api.py.)"""
+tests/annotation/api/test_auth_api.py and tests/annotation/datasets/test_import_api.py.)"""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ OK_STATUSES = {200, 201, 202, 204, 400, 409, 415}
 
 # Route names (or path prefixes) deliberately outside the matrix, with the reason.
 EXEMPT = {
-    "admin": "Django admin: its own is_staff check, tested in tests/annotation/pages/test_admin.py",
+    "admin": "Django admin: its own is_staff check, tested in tests/annotation/test_admin.py",
 }
 
 # Shorthands for common rows: (anonymous, annotator, lead, ml, outsider).

@@ -24,9 +24,9 @@ def private_imports_from_test_modules(source: str) -> list[str]:
 
 
 def test_the_check_sees_a_private_import_from_a_test_module() -> None:
-    source = "from tests.annotation.services.test_routing import _rules, trusted\n"
+    source = "from tests.annotation.routing.test_routing import _rules, trusted\n"
     assert private_imports_from_test_modules(source) == [
-        "tests.annotation.services.test_routing._rules"
+        "tests.annotation.routing.test_routing._rules"
     ]
     assert private_imports_from_test_modules("from tests.factories import _x\n") == []
 

@@ -4,7 +4,7 @@ newest first, and one of them reopened with their ratings.
 Only the annotator's own human annotations are read, gold chains among them and looking
 exactly like the others: an entry carries nothing but what the annotator sent (ratings,
 comments, rewrite) and the chain as the queue showed it, never a chain's status, another
-person's label, a consensus or a gold score (``tests/annotation/test_gold_leakage.py``).
+person's label, a consensus or a gold score (``tests/annotation/labeling/test_gold_leakage.py``).
 
 Pages are keyset pages on the annotation id (``annotation.keyset``; ids grow with submit
 time, and the cursor survives new submits between two pages): index ``annotation_history`` on

@@ -16,7 +16,7 @@ Open to change (``labeling.history.revision_closed_reason``) while:
 
 The same rule for every chain, gold or not, and on facts that move alike for both, so
 that nothing an annotator reads moves differently for gold work
-(``tests/annotation/test_gold_leakage.py``). Hence not "until the chain is finished" or
+(``tests/annotation/labeling/test_gold_leakage.py``). Hence not "until the chain is finished" or
 "until a snapshot holds the chain": gold chains never finish and no finished-only
 snapshot holds one, while at overlap 1 a real pass finishes its chain at once; a pass
 still open long after the others closed would tell gold from real work.

@@ -3,7 +3,7 @@ per day, label distribution, agreement, gold scores and time per chain, each as 
 and as a series per day.
 
 Everything is computed with a fixed number of aggregate queries, whatever the size of the
-project (pinned in tests/annotation/api/test_dashboard_api.py): the rows that come back are one
+project (pinned in tests/annotation/projects/test_dashboard_api.py): the rows that come back are one
 per (annotator, day), (day, rating) or day, never one per annotation or rating, except for
 the agreement, which ``annotation.quality.agreement`` computes from the ratings themselves.
 Access checks stay in ``annotation.access``.

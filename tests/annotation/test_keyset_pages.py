@@ -1,6 +1,7 @@
 """The keyset page plumbing both paged lists share (``annotation.keyset``): where a page
 starts and where it is cut. The lists themselves are tested through their selectors
-(tests/annotation/selectors/test_chain_order.py, test_history.py)."""
+(tests/annotation/chains/test_chain_order.py,
+tests/annotation/labeling/test_history.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ and the one write, a revision (``annotation.labeling.revisions``).
 A lead may name any member with ``?annotator=<user id>`` and reopen any member's
 annotation; anyone else who names another member gets 403, and another person's
 annotation is a 404. Non-members get 404, as everywhere (invariant 6). Nothing here says
-whether a chain is gold (``tests/annotation/test_gold_leakage.py``): chain and step ids
+whether a chain is gold (``tests/annotation/labeling/test_gold_leakage.py``): chain and step ids
 are public ids, as the workspace showed them (``annotation.public_ids``)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Token login, use and revocation; a user's own tokens listed, made and revoked; session
 auth with CSRF. (The sign-in lockout: tests/test_sign_in_lockout.py; what a token may do
-on each door: tests/annotation/queue/test_queue_token_auth.py.)"""
+on each door: tests/annotation/labeling/test_queue_token_auth.py.)"""
 
 from __future__ import annotations
 

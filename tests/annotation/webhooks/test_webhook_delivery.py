@@ -30,7 +30,7 @@ from annotation.webhooks.services import (
     webhook_delivery_replay,
     webhook_test_send,
 )
-from tests.annotation.queue.claiming import assignment_claim_next
+from tests.annotation.labeling.claiming import assignment_claim_next
 from tests.annotation.webhooks.receiver import Receiver
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory, annotation_with_ratings
 

@@ -29,7 +29,7 @@ from annotation.webhooks.services import webhook_create, webhook_test_send
 from prm_training.models import ModelVersion, RunStatus, ScoringRun, TrainingRun
 from prm_training.services.model_versions import model_version_activate
 from prm_training.services.runs import run_finish
-from tests.annotation.queue.claiming import assignment_claim_next
+from tests.annotation.labeling.claiming import assignment_claim_next
 from tests.annotation.webhooks.receiver import Receiver
 from tests.factories import ChainFactory, MembershipFactory, ProjectFactory
 from tests.prm_training.prm_worker import WorkerFactory, WorkerHandle, wait_until

@@ -15,7 +15,7 @@ from annotation.models import ChainRouting, Project
 from prm_training.models import RunStatus
 from prm_training.services.machine_label_work import machine_label_run_execute
 from prm_training.services.machine_labels import machine_label_run_start
-from tests.annotation.routing_lab import MC, RULES, routing_of, trusted_sources
+from tests.annotation.routing.routing_lab import MC, RULES, routing_of, trusted_sources
 from tests.factories import ChainFactory, machine_labels
 from tests.prm_training.lm_fixtures import LM, ScriptedEngine, lm_root  # noqa: F401 - fixtures
 from tests.prm_training.lm_fixtures import tiny_lm_dir as tiny_lm_dir  # noqa: F401

@@ -11,7 +11,7 @@ import pytest
 from annotation.labeling.queue.submit import RatingInput, assignment_submit
 from prm_training.services import autostart
 from prm_training.services.training_settings import project_training_settings_update
-from tests.annotation.queue.claiming import assignment_claim_next
+from tests.annotation.labeling.claiming import assignment_claim_next
 from tests.factories import ChainFactory
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ import pytest
 from annotation.models import Chain, ChainEvent, ChainEventKind, ChainRouting, Project
 from prm_training.models import ChainScore, ModelVersion, RunStatus, ScoringRun, TrainingRun
 from prm_training.services.second_look import chains_contradicted, second_looks_request
-from tests.annotation.queue.claiming import assignment_claim_next
+from tests.annotation.labeling.claiming import assignment_claim_next
 from tests.factories import (
     ChainFactory,
     UserFactory,
