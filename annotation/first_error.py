@@ -12,8 +12,9 @@ what a step left unlabeled means, and that is the caller's ``reading``:
 - ``"stated"``: what a labeler said so far. Its unlabeled steps say nothing (a judge
   labels nothing after the step it names, a person in first_error mode stops at the
   error): any labeled step and no -1 reads as no error, None only where it labeled
-  nothing. The review page's machine columns, the data manager's first errors and the
-  gold first-error match read this way, as the data manager's filters do in SQL
+  nothing. The review page's machine columns, the data manager's first errors, an
+  annotator's reopened pass in their history and the gold first-error match read this
+  way, as the data manager's filters do in SQL
   (``routing.machine_labels.machines_disagree``).
 - ``"settled"``: a source's verdict that routing may act on. A source that stopped before
   the last step (a cancelled run, an undecided first-error search) has not said the rest

@@ -24,6 +24,7 @@ from django.db.models.functions import Substr
 from django.http import Http404
 
 from annotation.access import membership_role
+from annotation.first_error import first_error
 from annotation.keyset import Keyset, page_cut
 from annotation.models import (
     Annotation,
@@ -312,15 +313,15 @@ def annotator_history_chain(
         ).values_list("step_id", "rating", "comment")
     }
     steps = []
-    first_error = None
     rows = Step.objects.filter(chain=chain).order_by("index").values_list("pk", "index", "text")
     for step_id, index, text in rows:
         rating, comment = ratings.get(step_id, (None, ""))
-        if rating == Rating.INCORRECT and first_error is None:
-            first_error = index + 1
         steps.append(
             HistoryStep(id=step_id, index=index, text=text, rating=rating, comment=comment)
         )
+    # What the annotator said, read as every labeler's is ("stated"); the entry shows no
+    # error (None) for a pass without a -1 as for one that rated nothing.
+    stated = first_error([step.rating for step in steps], reading="stated")
     annotator = annotation.annotator
     assert annotator is not None  # a human annotation has its annotator (a check constraint)
     try:
@@ -341,7 +342,7 @@ def annotator_history_chain(
         final_answer=chain.final_answer,
         steps=steps,
         rewrite=annotation.rewrite,
-        first_error=first_error,
+        first_error=None if stated is None or stated < 0 else steps[stated].index + 1,
         supersedes_id=annotation.supersedes_id,
         superseded_by_id=superseded_by_id,
         closed_reason=closed_reason,

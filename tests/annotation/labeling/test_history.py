@@ -111,6 +111,24 @@ def test_a_long_problem_line_is_cut(project: Project, make_member: Any) -> None:
     assert len(entry.problem_line) == 200 and entry.problem_line.endswith("…")
 
 
+@pytest.mark.parametrize(
+    ("labels", "shown"),
+    [
+        ([1, 1, 1], None),  # no error named
+        ([1, None, -1], 3),  # a step left unrated before the -1 does not hide it
+        ([0, -1, -1], 2),  # the first -1, counted from 1
+        ([None, None], None),  # nothing rated
+    ],
+)
+def test_a_reopened_pass_shows_the_first_step_it_rated_wrong(
+    project: Project, make_member: Any, labels: list[int | None], shown: int | None
+) -> None:
+    me = make_member(project)
+    mine = submitted(project, me, labels)
+    chain = annotator_history_chain(project=project, user=me, annotation_id=mine.pk)
+    assert chain.first_error == shown
+
+
 def test_reopened_chain_carries_own_ratings_comments_and_rewrite(
     project: Project, make_member: Any, django_assert_num_queries: Any
 ) -> None:
