@@ -18,7 +18,10 @@ losing needs both too. With the project's
 ``promotion_needs_evaluation_sets`` on, a version becomes active (after its run or by
 hand) only when it was measured on every evaluation set and loses on none; a set marked
 after the version was trained has no figures of it until an evaluation run fills them
-(``services.evaluation_runs``), and the version is not promoted on faith.
+(``services.evaluation_runs``), and the version is not promoted on faith. The rule reads
+only figures that were stored: a training run's figures on a set whose chains changed
+before it published are refused by ``evaluation_results_write``, and the version counts
+as unmeasured there (``model_versions.training_run_publish``).
 
 Torch is imported only inside ``evaluation_sets_measure`` (the worker's side)."""
 

@@ -117,23 +117,43 @@ def evaluation_sets_measure_new(
 
 
 def _evaluation_gate(
-    *, project_id: int, activate: bool, note: str, figures: list[SetFigures] | None
+    *,
+    project_id: int,
+    activate: bool,
+    note: str,
+    figures: list[SetFigures] | None,
+    stored: list[SetFigures],
 ) -> tuple[bool, str]:
     """(activate, note) after the project's evaluation set rule and the new version's
-    figures on each set (``services.evaluation.promotion_refusal``)."""
+    figures on each set (``services.evaluation.promotion_refusal``), judged on ``stored``
+    only: those of ``figures`` that were written for the sets' current chains. Figures
+    the write refused (a set changed after they were measured) describe chains the set
+    no longer holds: the version is judged as unmeasured there, and the note says so.
+
+    Precondition: called under the project lock, after ``evaluation_results_write``, so
+    the sets it reads are those the figures were stored against."""
     if figures is None:
         note += " Its evaluation on the evaluation sets failed (see the worker's log)."
-    elif figures:
-        losing = [f.name for f in figures if f.loses]
-        note += f" Measured on {len(figures)} evaluation set(s)" + (
+    elif stored:
+        losing = [f.name for f in stored if f.loses]
+        note += f" Measured on {len(stored)} evaluation set(s)" + (
             f"; below the strongest baseline on {', '.join(losing)}." if losing else "."
+        )
+    kept = {f.evaluation_set_id for f in stored}
+    refused = sorted(f.name for f in figures or [] if f.evaluation_set_id not in kept)
+    if refused:
+        note += (
+            f" Its figures on {', '.join(refused)} were not stored: the set's chains changed "
+            "after they were measured; an evaluation run measures it there again."
         )
     if not activate:
         return activate, note
-    measured = {f.evaluation_set_id: f.loses for f in figures or []}
+    measured = {f.evaluation_set_id: f.loses for f in stored}
     refusal = promotion_refusal(project_id=project_id, measured=measured, version="It")
     if refusal is None:
         return activate, note
+    if refused:
+        refusal += " Activate it by hand once it is measured there."
     return False, f"{note} {refusal}"
 
 
@@ -237,9 +257,6 @@ def training_run_publish(
         heldout=heldout,
         reporter=reporter,
     )
-    activate, note = _evaluation_gate(
-        project_id=run.project_id, activate=activate, note=note, figures=figures
-    )
     reporter(Phase("publishing", 0, 0, detail="the new version"))
     with transaction.atomic():
         # Lock order: the run, then the project (which serializes publishes per project).
@@ -263,9 +280,6 @@ def training_run_publish(
             or 0
         ) + 1
         now = timezone.now()
-        if activate and active is not None:
-            # Before the insert: the partial unique index allows one active row per project.
-            ModelVersion.objects.filter(pk=active.pk).update(is_active=False)
         published = ModelVersion.objects.create(
             project_id=run.project_id,
             training_run=locked,
@@ -273,10 +287,25 @@ def training_run_publish(
             version=number,
             checkpoint_dir=str(result.checkpoint_dir),
             metrics=metrics,
-            is_active=activate,
-            activated_at=now if activate else None,
         )
-        evaluation_results_write(version=published, figures=figures or [], snapshot=snapshot)
+        stored = evaluation_results_write(
+            version=published, figures=figures or [], snapshot=snapshot
+        )
+        # Judged on what was stored, under the project lock: a set changed since the
+        # figures were measured has none of them, and the version is not promoted on them.
+        activate, note = _evaluation_gate(
+            project_id=run.project_id,
+            activate=activate,
+            note=note,
+            figures=figures,
+            stored=stored,
+        )
+        if activate:
+            # The old one first: the partial unique index allows one active row per project.
+            if active is not None:
+                ModelVersion.objects.filter(pk=active.pk).update(is_active=False)
+            published.is_active, published.activated_at = True, now
+            published.save(update_fields=["is_active", "activated_at"])
         # Sets marked while it trained, and older versions on sets marked since they were
         # made: the next evaluation run fills them.
         evaluation_run_enqueue(project_id=run.project_id, trigger=EvaluationTrigger.VERSION)
