@@ -22,6 +22,12 @@ class PrmTrainingConfig(AppConfig):
 
         evaluation_set_changed_register(evaluation_results_stale_drop)
         evaluation_set_changed_register(evaluation_sets_changed)
+        # A held-out chain's labels changed (a ruling, a revision): its set's figures are
+        # measured again on the new labels (they stay shown until then).
+        from annotation.chains.events import chain_labels_changed_register
+        from prm_training.services.evaluation_runs import evaluation_set_labels_changed
+
+        chain_labels_changed_register(evaluation_set_labels_changed)
         # The data manager's PRM score and uncertainty columns, read through the ORM.
         from annotation.chains.scores import chain_score_source_register
         from prm_training.chain_scores import SOURCE

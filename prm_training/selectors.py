@@ -11,13 +11,13 @@ from typing import Any, TypeVar
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ObjectDoesNotExist, ValidationError
-from django.db.models import Model, QuerySet
+from django.db.models import Max, Model, QuerySet
 from django.http import Http404
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from annotation.access import project_get_for_member
-from annotation.models import Chain, EvaluationSet, Project, Role
+from annotation.models import Annotation, Chain, EvaluationSet, Project, Role
 from prm_training.models import (
     FINISHED_STATUSES,
     EvaluationResult,
@@ -179,16 +179,35 @@ def evaluation_result_list(*, project: Project) -> QuerySet[EvaluationResult]:
 
 @dataclass(frozen=True)
 class EvaluationGap:
-    """A version with no figures on a set of its project (``services.evaluation_runs``)."""
+    """A version with no figures on a set of its project, or with figures measured on
+    labels older than the set's latest label change (``stale``;
+    ``services.evaluation_runs``)."""
 
     model_version_id: int
     version: int
     evaluation_set_id: int
+    stale: bool = False
+
+
+def evaluation_sets_labels_changed_at(*, evaluation_set_ids: Iterable[int]) -> dict[int, datetime]:
+    """{set id: when the newest pass over one of its chains was made} for the sets whose
+    chains have any: a lead's ruling, an annotator's revision or pass, an import's labels
+    are each a new annotation, so this is when the labels a snapshot reads last changed.
+    One query over the sets' chains' annotations."""
+    rows = (
+        Annotation.objects.filter(chain__evaluation_set_id__in=list(evaluation_set_ids))
+        .values("chain__evaluation_set_id")
+        .annotate(at=Max("created_at"))
+        .values_list("chain__evaluation_set_id", "at")
+    )
+    return {set_id: at for set_id, at in rows if at is not None}
 
 
 def evaluation_gaps(*, project_id: int) -> list[EvaluationGap]:
-    """Each (version, set) of the project that holds no figures, newest version first,
-    then by set; three queries."""
+    """Each (version, set) of the project that holds no figures, or whose figures were
+    measured with a snapshot taken before the set's labels last changed (figures stored
+    before their snapshot was kept are left as they are), newest version first, then by
+    set; four queries."""
     sets = list(
         EvaluationSet.objects.filter(project_id=project_id)
         .order_by("pk")
@@ -196,18 +215,24 @@ def evaluation_gaps(*, project_id: int) -> list[EvaluationGap]:
     )
     if not sets:
         return []
-    measured = set(
-        EvaluationResult.objects.filter(evaluation_set_id__in=sets).values_list(
-            "model_version_id", "evaluation_set_id"
-        )
-    )
+    measured: dict[tuple[int, int], datetime | None] = {
+        (version_id, set_id): at
+        for version_id, set_id, at in EvaluationResult.objects.filter(
+            evaluation_set_id__in=sets
+        ).values_list("model_version_id", "evaluation_set_id", "snapshot__created_at")
+    }
+    changed = evaluation_sets_labels_changed_at(evaluation_set_ids=sets)
     versions = ModelVersion.objects.filter(project_id=project_id).order_by("-version")
-    return [
-        EvaluationGap(model_version_id=version_id, version=number, evaluation_set_id=set_id)
-        for version_id, number in versions.values_list("pk", "version")
-        for set_id in sets
-        if (version_id, set_id) not in measured
-    ]
+    gaps = []
+    for version_id, number in versions.values_list("pk", "version"):
+        for set_id in sets:
+            if (version_id, set_id) not in measured:
+                gaps.append(EvaluationGap(version_id, number, set_id))
+                continue
+            at, latest = measured[(version_id, set_id)], changed.get(set_id)
+            if at is not None and latest is not None and at < latest:
+                gaps.append(EvaluationGap(version_id, number, set_id, stale=True))
+    return gaps
 
 
 def evaluation_run_get_for_member(

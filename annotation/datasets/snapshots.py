@@ -70,6 +70,7 @@ def snapshot_create(
     ties: str = DEFAULT_TIES,
     machine_sources: tuple[str, ...] | list[str] = (),
     training_run: int | None = None,
+    evaluation_run: int | None = None,
 ) -> Snapshot:
     """Freeze the consensus of every chain (finished, with ``finished_only``) that has at
     least one labeled step once ``min_support`` and ``ties`` are applied (see
@@ -86,8 +87,9 @@ def snapshot_create(
     snapshot without ``include_imported`` leaves out); ``meta`` the label sources read
     (``sources``), the options (``options``), the consensus rules in force,
     ``trl_ambiguous``, the default mapping of ambiguous steps for TRL exports, and
-    ``training_run`` when a training run took it for itself. With ``machine_sources``,
-    ``counts`` also holds machine {source: chains whose labels rest on it},
+    ``training_run`` when a training run took it for itself (``evaluation_run`` when an
+    evaluation run did, to measure versions on an evaluation set's newer labels). With
+    ``machine_sources``, ``counts`` also holds machine {source: chains whose labels rest on it},
     machine_rows {source: rows carrying its labels} and machine_agreed (rows marked
     machine-agreed by routing).
 
@@ -114,7 +116,10 @@ def snapshot_create(
     )
     with transaction.atomic():
         _snapshots_lock(project=project)
-        kind = SnapshotKind.DATASET if training_run is None else SnapshotKind.TRAINING
+        # The loop's own snapshots (a training or an evaluation run's) number apart from
+        # the lead's datasets.
+        own = training_run is not None or evaluation_run is not None
+        kind = SnapshotKind.TRAINING if own else SnapshotKind.DATASET
         snapshot = Snapshot.objects.create(
             project=project,
             kind=kind,
@@ -123,9 +128,15 @@ def snapshot_create(
             created_by=user,
             heldout_fraction=heldout_fraction,
             seed=seed,
-            meta=_snapshot_meta(
-                project=project, options=options, ambiguous=ambiguous, training_run=training_run
-            ),
+            meta={
+                **_snapshot_meta(
+                    project=project,
+                    options=options,
+                    ambiguous=ambiguous,
+                    training_run=training_run,
+                ),
+                **({"evaluation_run": evaluation_run} if evaluation_run is not None else {}),
+            },
         )
         counts = _write_rows(snapshot=snapshot, project=project, options=options)
         if counts["chains"] == 0:

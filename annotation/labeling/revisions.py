@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from annotation.chains.events import chain_labels_changed_notify
 from annotation.datasets.snapshots import snapshots_hold_off
 from annotation.labeling.history import own_pass_chain_id, revision_closed_reason
 from annotation.labeling.queue.errors import RevisionClosed
@@ -109,4 +110,5 @@ def annotation_revise(
         if not chain.is_gold and chain.finished_count >= 2:
             # The chain's agreement is over its current passes: this one replaced one.
             chains_agreement_refresh(chains=Chain.objects.filter(pk=chain_id))
+        chain_labels_changed_notify(chain_id=chain_id)
     return revision

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
+from annotation.chains.events import chain_labels_changed_notify
 from annotation.models import Annotation, AnnotationSource, Chain, Rating, Step, StepRating
 
 if TYPE_CHECKING:
@@ -98,4 +99,5 @@ def adjudication_create(
             StepRating(annotation=annotation, step_id=item.step_id, rating=item.rating)
             for item in sorted(ratings, key=lambda r: steps[r.step_id])
         )
+        chain_labels_changed_notify(chain_id=chain.pk)
     return annotation

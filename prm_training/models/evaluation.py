@@ -64,6 +64,7 @@ class EvaluationTrigger(models.TextChoices):
     SETS_CHANGED = "sets_changed", "An evaluation set was marked or its chains changed"
     VERSION = "version", "A version was made"
     MANUAL = "manual", "Asked for by ML staff"
+    LABELS_CHANGED = "labels_changed", "The labels of an evaluation set's chains changed"
 
 
 class EvaluationRun(RunLifecycle):

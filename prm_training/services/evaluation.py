@@ -199,7 +199,11 @@ def evaluation_sets_measure(
 
 
 def evaluation_results_write(
-    *, version: ModelVersion, figures: Sequence[SetFigures], snapshot: Snapshot | None
+    *,
+    version: ModelVersion,
+    figures: Sequence[SetFigures],
+    snapshot: Snapshot | None,
+    replace: Iterable[int] = (),
 ) -> list[SetFigures]:
     """Store ``figures``, measured with ``snapshot``'s labels, as the version's results;
     those written. A set unmarked since it was measured is skipped, and so is one whose
@@ -207,7 +211,8 @@ def evaluation_results_write(
     set's figures and queues the next evaluation run in its own transaction
     (``evaluation_results_stale_drop``, ``services.evaluation_runs``), so figures of the
     old chains written after it would stand for chains the set no longer holds. Figures
-    already stored for a (version, set) are kept.
+    already stored for a (version, set) are kept, but on the sets in ``replace`` (figures
+    measured on labels that changed since: ``evaluation_sets_fill``).
 
     Lock order: the project row (as the data manager's mover and the marking take it),
     inside the caller's transaction when there is one (the publish holds it already)."""
@@ -219,6 +224,11 @@ def evaluation_results_write(
             ).values_list("pk", flat=True)
         )
         current = [f for f in figures if now.get(f.evaluation_set_id) == f.members]
+        renewed = set(replace) & {f.evaluation_set_id for f in current}
+        if renewed:
+            EvaluationResult.objects.filter(
+                model_version=version, evaluation_set_id__in=renewed
+            ).delete()
         EvaluationResult.objects.bulk_create(
             [
                 EvaluationResult(
@@ -239,11 +249,17 @@ def evaluation_results_write(
 
 
 def evaluation_sets_fill(
-    *, version: ModelVersion, snapshot: Snapshot | None, phase: PhaseReport | None = None
+    *,
+    version: ModelVersion,
+    snapshot: Snapshot | None,
+    phase: PhaseReport | None = None,
+    stale: frozenset[int] = frozenset(),
 ) -> int:
     """Measure ``version`` (an older one) on the project's evaluation sets that hold no
     figures of it (sets marked after it was trained, or whose figures were dropped when
-    their chains changed) with ``snapshot``'s labels; how many figures were written.
+    their chains changed) and on those in ``stale`` (its figures there measured on labels
+    that changed since; they are replaced) with ``snapshot``'s labels; how many figures
+    were written.
     Marked after it was trained, a set may hold chains the version learned from: those
     of its own snapshot's training split are left out, so its figures there count fewer
     chains than a newer version's."""
@@ -251,7 +267,7 @@ def evaluation_sets_fill(
         EvaluationSet.objects.filter(project_id=version.project_id)
         .exclude(results__model_version=version)
         .values_list("pk", flat=True)
-    )
+    ) | set(stale)
     if not missing or snapshot is None:
         return 0
     trained: frozenset[int] = frozenset()
@@ -268,7 +284,10 @@ def evaluation_sets_fill(
         only=missing,
         leave=trained,
     )
-    return len(evaluation_results_write(version=version, figures=figures, snapshot=snapshot))
+    written = evaluation_results_write(
+        version=version, figures=figures, snapshot=snapshot, replace=stale
+    )
+    return len(written)
 
 
 def evaluation_results_stale_drop(*, project_id: int, evaluation_set_ids: Sequence[int]) -> int:

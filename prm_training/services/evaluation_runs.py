@@ -10,7 +10,7 @@ a GPU worker, with the lifecycle every run shares (``services.runs``: outbox, cl
 heartbeat, reaper).
 
 When one is queued (``evaluation_run_enqueue``): when a set is marked or its chains
-change (the annotation app's ``evaluation_set_changed_register`` hook, in the
+or their labels change (the annotation app's ``evaluation_set_changed_register`` hook, in the
 transaction that changed them, after the stale figures are dropped), when a version is
 published and some version still lacks figures on some set, and when ML staff ask. At
 most one waits per project: a queued run reads the sets when it starts, so it covers
@@ -19,6 +19,15 @@ every change committed before; a change made while one runs queues the next.
 Which labels: those of the newest version's snapshot (the labels that version was
 measured with), so the versions filled together are scored on the same labels; each
 figure keeps its snapshot (``EvaluationResult.snapshot``), and the page says which.
+
+Labels that change: a set's chains are never leased, but a lead may rule on one (or an
+annotator revise a pass made before the set was marked). Figures measured with a
+snapshot taken before the set's newest pass (``selectors.evaluation_gaps``: ``stale``)
+stay shown and are measured again: the change queues a run (the annotation app's
+``chain_labels_changed_register`` hook, one waiting per project as for any change), which
+freezes the labels as they are now when its snapshot predates the change (the loop's
+own kind, ``meta["evaluation_run"]``; a later run reuses it while nothing changed) and
+replaces the stale figures. Figures stored before their snapshot was kept are left.
 
 A set whose chains change while a run scores it: the figures it measured on the old
 chains are not written (``evaluation_results_write`` compares the set's chains under the
@@ -38,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
+from annotation.models import EvaluationSet, Snapshot
 from prm_training.ml.progress import Phase, RunCancelled
 from prm_training.models import (
     EvaluationRun,
@@ -45,8 +55,9 @@ from prm_training.models import (
     ModelVersion,
     RunStatus,
 )
-from prm_training.selectors import evaluation_gaps
+from prm_training.selectors import evaluation_gaps, evaluation_sets_labels_changed_at
 from prm_training.services.evaluation import evaluation_sets_fill
+from prm_training.services.examples import loop_snapshot_create
 from prm_training.services.progress import RunProgress, run_kept_alive
 from prm_training.services.runs import (
     run_cancel,
@@ -58,8 +69,6 @@ from prm_training.services.runs import (
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
-
-    from annotation.models import Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +127,14 @@ def evaluation_run_cancel(*, run: EvaluationRun) -> EvaluationRun:
     return run_cancel(run)
 
 
+def evaluation_set_labels_changed(*, project_id: int, evaluation_set_ids: Any) -> None:
+    """The annotation app's hook (``chain_labels_changed_register``): a chain of a set got
+    new labels (a ruling, a revision), so every version's figures there rest on older
+    ones. They stay shown until a run measures them again on the new labels; one run is
+    queued for it, at most one waiting per project as for any change."""
+    evaluation_run_enqueue(project_id=project_id, trigger=EvaluationTrigger.LABELS_CHANGED)
+
+
 def evaluation_sets_changed(*, project_id: int, evaluation_set_ids: Any) -> None:
     """The annotation app's hook (``evaluation_set_changed_register``): sets were marked
     or their chains changed; their stale figures are dropped by the hook registered
@@ -153,15 +170,35 @@ def evaluation_run_execute(
     return run
 
 
-def _labels(project_id: int) -> Snapshot | None:
-    """The labels a run measures with: the newest version's snapshot (module docstring)."""
+def _labels(run: EvaluationRun) -> Snapshot | None:
+    """The labels a run measures with: the newest version's snapshot (module docstring),
+    or a newer one an evaluation run froze; frozen afresh (a training-kind snapshot of the
+    loop's options, ``evaluation_run`` in its meta) when an evaluation set's labels
+    changed after it, so figures on stale labels are measured on the new ones."""
     newest = (
-        ModelVersion.objects.filter(project_id=project_id, snapshot__isnull=False)
+        ModelVersion.objects.filter(project_id=run.project_id, snapshot__isnull=False)
         .select_related("snapshot")
         .order_by("-version")
         .first()
     )
-    return newest.snapshot if newest is not None else None
+    if newest is None or newest.snapshot is None:
+        return None
+    labels: Snapshot = newest.snapshot
+    frozen = (
+        Snapshot.objects.filter(
+            project_id=run.project_id,
+            meta__has_key="evaluation_run",
+            created_at__gt=labels.created_at,
+        )
+        .order_by("-created_at")
+        .first()
+    )
+    labels = frozen or labels
+    sets = EvaluationSet.objects.filter(project_id=run.project_id).values_list("pk", flat=True)
+    changed = evaluation_sets_labels_changed_at(evaluation_set_ids=sets).values()
+    if changed and max(changed) > labels.created_at:
+        labels = loop_snapshot_create(project=run.project, user=None, evaluation_run=run.pk)
+    return labels
 
 
 def _fill(run: EvaluationRun) -> None:
@@ -171,12 +208,20 @@ def _fill(run: EvaluationRun) -> None:
     others are measured all the same."""
     progress = RunProgress(run)
     progress(Phase("loading", 0, 0, detail="the versions without figures"))
-    snapshot = _labels(run.project_id)
+    gaps = evaluation_gaps(project_id=run.project_id)
+    if gaps:
+        progress(Phase("snapshot", 0, 0, detail="the labels to measure with"))
+    snapshot = _labels(run) if gaps else None
     EvaluationRun.objects.filter(pk=run.pk).update(snapshot=snapshot)
-    lacking = sorted(
-        {(gap.version, gap.model_version_id) for gap in evaluation_gaps(project_id=run.project_id)},
-        reverse=True,
-    )
+    lacking = sorted({(gap.version, gap.model_version_id) for gap in gaps}, reverse=True)
+    stale: dict[int, frozenset[int]] = {
+        version_id: frozenset(
+            gap.evaluation_set_id
+            for gap in gaps
+            if gap.model_version_id == version_id and gap.stale
+        )
+        for _, version_id in lacking
+    }
     filled = 0
     skipped: list[dict[str, Any]] = []
     for number, version_id in lacking:
@@ -189,7 +234,9 @@ def _fill(run: EvaluationRun) -> None:
             reason = CHECKPOINT_GONE
         if reason is None:
             try:
-                filled += evaluation_sets_fill(version=version, snapshot=snapshot, phase=progress)
+                filled += evaluation_sets_fill(
+                    version=version, snapshot=snapshot, phase=progress, stale=stale[version_id]
+                )
             except RunCancelled:
                 raise
             except Exception as exc:  # noqa: BLE001 - one broken checkpoint is its version's

@@ -8,10 +8,40 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from annotation.datasets.snapshot_reads import snapshot_examples_streamed, stated_verdict
-from annotation.models import Chain, Snapshot, Step
+from annotation.models import Chain, ImportLabels, Project, Snapshot, Step
 
 if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
     from prm_training.ml.data import ChainExample
+
+
+def loop_snapshot_create(
+    *,
+    project: Project,
+    user: User | None,
+    training_run: int | None = None,
+    evaluation_run: int | None = None,
+) -> Snapshot:
+    """A snapshot the loop takes for itself (a training run's, or an evaluation run's to
+    measure on newer labels): it learns from every label as soon as it is given,
+    unfinished chains too, an import's labels by the project's rule (none where the
+    project ignores them), and tied steps at the consensus rule's lowest rating (a lead's
+    dataset may choose less). A snapshot that includes imports reads "ignore" as
+    "fallback" (a lead who ticks imported labels asked for them), so the loop asks only
+    where the project counts them."""
+    from annotation.datasets.snapshots import snapshot_create
+
+    return snapshot_create(
+        project=project,
+        user=user,
+        finished_only=False,
+        include_imported=project.import_labels != ImportLabels.IGNORE,
+        ties="lowest",
+        training_run=training_run,
+        evaluation_run=evaluation_run,
+    )
+
 
 # Chains whose subsets are read per query.
 SUBSET_CHUNK = 2_000

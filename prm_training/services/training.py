@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from annotation.models import Chain, EvaluationSet, ImportLabels, Project, Snapshot, SnapshotSplit
+from annotation.models import Chain, EvaluationSet, Project, Snapshot, SnapshotSplit
 from prm_training.ml.progress import Phase, RunCancelled
 from prm_training.models import ProjectTrainingSettings, RunStatus, RunTrigger, TrainingRun
 from prm_training.services.backbones import backbone_path
-from prm_training.services.examples import snapshot_chain_examples
+from prm_training.services.examples import loop_snapshot_create, snapshot_chain_examples
 from prm_training.services.model_versions import evaluation_sets_measure_new, training_run_publish
 from prm_training.services.progress import run_kept_alive
 from prm_training.services.runs import (
@@ -106,25 +106,11 @@ def training_run_retry(*, run: TrainingRun, user: User | None) -> TrainingRun:
 
 
 def run_snapshot_ensure(run: TrainingRun) -> Snapshot:
-    """The run's own snapshot, taken on first use. The loop learns from every label as
-    soon as it is given: unfinished chains too, an import's labels by the project's rule
-    (none where the project ignores them), and tied steps at the consensus rule's lowest
-    rating (a lead's dataset may choose less)."""
+    """The run's own snapshot, taken on first use (``examples.loop_snapshot_create``: the
+    loop learns from every label as soon as it is given)."""
     if run.snapshot_id is not None:
         return run.snapshot  # type: ignore[return-value]
-    from annotation.datasets.snapshots import snapshot_create
-
-    # A snapshot that includes imports reads "ignore" as "fallback" (a lead who ticks
-    # imported labels asked for them); a training run asks only where the project counts
-    # them.
-    snapshot = snapshot_create(
-        project=run.project,
-        user=run.started_by,
-        finished_only=False,
-        include_imported=run.project.import_labels != ImportLabels.IGNORE,
-        ties="lowest",
-        training_run=run.pk,
-    )
+    snapshot = loop_snapshot_create(project=run.project, user=run.started_by, training_run=run.pk)
     TrainingRun.objects.filter(pk=run.pk).update(snapshot=snapshot)
     run.snapshot = snapshot
     return snapshot

@@ -1,7 +1,8 @@
 """Evaluation runs on a real Celery worker (Redis, PostgreSQL, the tiny BERT): a set marked
 after a version was made gets that version's figures without another training run, and
 when a lead changes the set's chains in the data manager the figures are dropped and
-measured again on the chains it holds now."""
+measured again on the chains it holds now; when a lead rules on one of its chains, they
+are measured again on labels frozen after the ruling."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from annotation.datasets.evaluation_sets import (
     evaluation_set_mark_chains,
 )
 from annotation.models import Chain, SnapshotChain, SnapshotSplit
+from annotation.quality.review import AdjudicatedRating, adjudication_create
 from prm_training.models import (
     EvaluationResult,
     EvaluationRun,
@@ -84,12 +86,28 @@ def test_a_version_is_scored_on_a_set_marked_later_and_again_when_its_chains_cha
     assert "model" in first.report["scores"]
     assert TrainingRun.objects.count() == 1
 
+    # When a lead rules on one of its chains (its labels change)
+    ruled_chain = Chain.objects.get(pk=unseen[0])
+    adjudication_create(
+        chain=ruled_chain,
+        lead=make_member(project, "lead"),
+        ratings=[AdjudicatedRating(step_id=ruled_chain.steps.order_by("index")[0].pk, rating=-1)],
+    )
+
+    # Then a run freezes the labels as they are now and measures v1 there again with them
+    [relabel] = EvaluationRun.objects.filter(trigger=EvaluationTrigger.LABELS_CHANGED)
+    relabel = _finished(relabel.pk, worker, "the evaluation run after the ruling")
+    assert relabel.filled == 1 and relabel.snapshot is not None
+    assert relabel.snapshot.meta["evaluation_run"] == relabel.pk
+    ruled = EvaluationResult.objects.get(model_version=version, evaluation_set=held)
+    assert ruled.snapshot_id == relabel.snapshot_id and ruled.created_at > first.created_at
+
     # When the lead takes two of its chains out from the data manager
     chains_evaluation_set_remove(project=project, chain_ids=unseen[:2], evaluation_set=held)
 
     # Then the figures of the old chains are gone at once, and measured again on the rest
-    assert not EvaluationResult.objects.filter(pk=first.pk).exists()
-    [again] = EvaluationRun.objects.filter(project=project).exclude(pk=run.pk)
+    assert not EvaluationResult.objects.filter(pk__in=[first.pk, ruled.pk]).exists()
+    [again] = EvaluationRun.objects.filter(project=project).exclude(pk__in=[run.pk, relabel.pk])
     again = _finished(again.pk, worker, "the evaluation run after the chains changed")
     second = EvaluationResult.objects.get(model_version=version, evaluation_set=held)
     assert second.chains == len(unseen) - 2

@@ -75,7 +75,7 @@ def test_a_running_run_cancelled_stops_at_its_next_check_and_keeps_what_it_wrote
     [held] = {gap.evaluation_set_id for gap in evaluation_gaps(project_id=project.pk)}
     measured: list[int] = []
 
-    def measure(*, version: Any, snapshot: Any, phase: Any) -> int:
+    def measure(*, version: Any, snapshot: Any, phase: Any, stale: Any) -> int:
         # The newest is measured first and written; while the older one is measured,
         # ML staff cancel the run, which its next progress report (one per batch) reads.
         measured.append(version.version)
