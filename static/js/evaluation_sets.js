@@ -142,6 +142,7 @@ function gapRow(version, set, latest) {
   let why = "no figures yet";
   if (skip) why = `not measured: ${skip.reason}`;
   else if (latest && latest.status === "failed") why = "not measured: the last evaluation run failed";
+  else if (latest && latest.status === "cancelled") why = "not measured: the last evaluation run was cancelled";
   return { cells: [`v${version.version}`, head], className: "evaluation-gap",
     wide: el("span", { text: why, cls: "muted" }) };
 }
@@ -176,13 +177,21 @@ function renderRefill(latest, gaps) {
     text = `Scoring the versions without figures: ${phase ? phase.name : "starting"}${counted}${detail}.`;
   } else if (latest && latest.status === "failed" && gaps) {
     text = `The last evaluation run failed (${when(latest.finished_at)}): ${latest.error}`;
+  } else if (latest && latest.status === "cancelled" && gaps) {
+    text = `The last evaluation run was cancelled (${when(latest.finished_at)}), ${latest.filled} figure(s) written.`;
   } else if (latest && gaps) {
     text = `The last evaluation run ended ${when(latest.finished_at)}, ${latest.filled} figure(s) written.`;
   }
   line.textContent = text;
   line.hidden = !text;
   if (button) button.hidden = !(canManage && gaps && !isPending(latest));
+  const cancel = document.getElementById("evaluation-refill-cancel");
+  cancelling = isPending(latest) && !latest.cancel_requested ? latest : null;
+  if (cancel) cancel.hidden = !(canManage && cancelling);
 }
+
+// The pending run ML staff may cancel (renderRefill's latest), or null.
+let cancelling = null;
 
 let timer = null;
 
@@ -219,6 +228,25 @@ if (refill) {
       showMessage(message, errorText(error), "error");
     } finally {
       refill.disabled = false;
+    }
+  });
+}
+
+const cancelButton = document.getElementById("evaluation-refill-cancel");
+if (cancelButton) {
+  cancelButton.addEventListener("click", async () => {
+    const run = cancelling;
+    const message = document.getElementById("evaluation-refill-message");
+    if (!run || !window.confirm(`Cancel evaluation run #${run.id}? The figures it wrote stay; the rest stay missing until the next run.`)) return;
+    cancelButton.disabled = true;
+    try {
+      await api(`/api/v1/evaluation-runs/${run.id}/cancel/`, { method: "POST" });
+      showMessage(message, "");
+      refresh();
+    } catch (error) {
+      showMessage(message, errorText(error), "error");
+    } finally {
+      cancelButton.disabled = false;
     }
   });
 }

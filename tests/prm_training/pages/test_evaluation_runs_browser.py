@@ -2,7 +2,7 @@
 Playwright, the site's CSP): each version's figures say when they were measured and with
 which labels; a version without figures on a set reads "scoring…" while a run is queued,
 its figures once the run wrote them, and why not when a run could not measure it, with
-ML staff's button to ask again."""
+ML staff's buttons to ask again and to cancel a pending run."""
 
 from __future__ import annotations
 
@@ -109,6 +109,7 @@ def test_a_version_without_figures_reads_scoring_until_a_run_fills_them(
     assert cells[4][:2] == ["v1", "later"]
     expect(page.locator("#evaluation-refill")).to_contain_text("an evaluation run is queued")
     expect(page.locator("#evaluation-refill-start")).to_be_hidden()
+    expect(page.locator("#evaluation-refill-cancel")).to_be_visible()
     assert page_overflow(page, 1366) == []
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator("#evaluation-sets").screenshot(path=str(ARTIFACTS / "models-scoring.png"))
@@ -149,3 +150,14 @@ def test_a_version_without_figures_reads_scoring_until_a_run_fills_them(
     expect(gaps.first).to_contain_text("scoring…")
     asked = EvaluationRun.objects.get(status=RunStatus.QUEUED)
     assert (asked.trigger, asked.started_by_id) == ("manual", ml.pk)
+
+    # When ML staff cancel it (the page asks first)
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("#evaluation-refill-cancel").click()
+
+    # Then it is cancelled, the gaps say so, and the button to ask again is back
+    expect(page.locator("#evaluation-refill")).to_contain_text("was cancelled")
+    expect(gaps.first).to_contain_text("not measured: the last evaluation run was cancelled")
+    expect(page.locator("#evaluation-refill-cancel")).to_be_hidden()
+    expect(page.locator("#evaluation-refill-start")).to_be_visible()
+    assert EvaluationRun.objects.get(pk=asked.pk).status == RunStatus.CANCELLED
