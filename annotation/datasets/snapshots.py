@@ -97,12 +97,12 @@ def snapshot_create(
     its column holds (0 .. 2**31 - 1: a larger one would not be stored as given, and the
     stored seed would not reproduce the split), an unknown ``ambiguous`` or ``ties``, a
     ``min_support`` outside 1 .. MIN_SUPPORT_MAX, an unknown or repeated machine source,
-    or nothing to freeze (no labeled step
-    left once the options are applied). Snapshots of one project are
-    serialised by an advisory lock, so versions are gapless and never collide; each kind
-    numbers its own (a training run's snapshot, ``training_run``, is of kind training, so
-    the lead's datasets read v1, v2, v3 with no gaps left by training runs); labeling
-    goes on meanwhile (the snapshot sees what was committed when each chunk was read)."""
+    or nothing to freeze (no labeled step left once the options are applied). Snapshots
+    of one project are serialised by an advisory lock, so versions are gapless and never
+    collide; each kind numbers its own (a training or evaluation run's snapshot is of kind
+    training, so the lead's datasets read v1, v2, v3 with no gaps left by the loop);
+    labeling goes on meanwhile (the snapshot sees what was committed when each chunk was
+    read)."""
     if ambiguous not in AMBIGUOUS_CHOICES:
         raise ValidationError({"ambiguous": f"Must be one of {', '.join(AMBIGUOUS_CHOICES)}."})
     options = options_checked(
@@ -114,29 +114,17 @@ def snapshot_create(
         seed=seed,
         machine_sources=tuple(machine_sources),
     )
+    runs = {"training_run": training_run, "evaluation_run": evaluation_run}
     with transaction.atomic():
         _snapshots_lock(project=project)
-        # The loop's own snapshots (a training or an evaluation run's) number apart from
-        # the lead's datasets.
-        own = training_run is not None or evaluation_run is not None
-        kind = SnapshotKind.TRAINING if own else SnapshotKind.DATASET
-        snapshot = Snapshot.objects.create(
+        snapshot = _snapshot_started(
             project=project,
-            kind=kind,
-            version=_next_version(project=project, kind=kind),
-            content_hash="",
-            created_by=user,
+            user=user,
+            options=options,
+            ambiguous=ambiguous,
+            runs=runs,
             heldout_fraction=heldout_fraction,
             seed=seed,
-            meta={
-                **_snapshot_meta(
-                    project=project,
-                    options=options,
-                    ambiguous=ambiguous,
-                    training_run=training_run,
-                ),
-                **({"evaluation_run": evaluation_run} if evaluation_run is not None else {}),
-            },
         )
         counts = _write_rows(snapshot=snapshot, project=project, options=options)
         if counts["chains"] == 0:
@@ -148,11 +136,39 @@ def snapshot_create(
     return snapshot
 
 
+def _snapshot_started(
+    *,
+    project: Project,
+    user: User | None,
+    options: SnapshotOptions,
+    ambiguous: str,
+    runs: dict[str, int | None],
+    heldout_fraction: float,
+    seed: int,
+) -> Snapshot:
+    """The snapshot's row before its rows are written (under ``_snapshots_lock``). The
+    loop's own snapshots (a training or an evaluation run's) number apart from the lead's
+    datasets."""
+    own = any(run is not None for run in runs.values())
+    kind = SnapshotKind.TRAINING if own else SnapshotKind.DATASET
+    return Snapshot.objects.create(
+        project=project,
+        kind=kind,
+        version=_next_version(project=project, kind=kind),
+        content_hash="",
+        created_by=user,
+        heldout_fraction=heldout_fraction,
+        seed=seed,
+        meta=_snapshot_meta(project=project, options=options, ambiguous=ambiguous, runs=runs),
+    )
+
+
 def _snapshot_meta(
-    *, project: Project, options: SnapshotOptions, ambiguous: str, training_run: int | None
+    *, project: Project, options: SnapshotOptions, ambiguous: str, runs: dict[str, int | None]
 ) -> dict[str, Any]:
     """What a snapshot says of itself: the options it was taken with (an export says
-    them from here), the rules in force, and the training run that took it, if one did."""
+    them from here), the rules in force, and the training or evaluation run that took
+    it, if one did (``runs``: {"training_run": id or None, "evaluation_run": ...})."""
     finished = FINISHED_RULE_IMPORTED if options.include_imported else FINISHED_RULE
     if options.machine_sources:
         finished += ", or machine labels of an included source on a chain no person has started"
@@ -170,8 +186,8 @@ def _snapshot_meta(
         },
         "split": "sha256(seed:problem content hash) < heldout_fraction",
         "trl_ambiguous": ambiguous,
-        # A training run's own snapshot, listed apart from the lead's datasets.
-        **({"training_run": training_run} if training_run is not None else {}),
+        # A training or evaluation run's own snapshot, listed apart from the lead's datasets.
+        **{key: run for key, run in runs.items() if run is not None},
     }
 
 

@@ -239,6 +239,24 @@ def _compare_with_active(
     )
 
 
+def _version_create(
+    *, run: TrainingRun, snapshot: Snapshot | None, result: Any, metrics: dict[str, float]
+) -> ModelVersion:
+    """The run's version, numbered after the project's highest (under the project lock,
+    which serializes publishes: two never take one number)."""
+    number = (
+        ModelVersion.objects.filter(project_id=run.project_id).aggregate(n=Max("version"))["n"] or 0
+    ) + 1
+    return ModelVersion.objects.create(
+        project_id=run.project_id,
+        training_run=run,
+        snapshot=snapshot,
+        version=number,
+        checkpoint_dir=str(result.checkpoint_dir),
+        metrics=metrics,
+    )
+
+
 def training_run_publish(
     *,
     run: TrainingRun,
@@ -275,19 +293,8 @@ def training_run_publish(
         if activate and active is not None and (compared is None or active.pk != compared.pk):
             activate = False
             note = "Another version was activated meanwhile; the new version is not active."
-        number = (
-            ModelVersion.objects.filter(project_id=run.project_id).aggregate(n=Max("version"))["n"]
-            or 0
-        ) + 1
         now = timezone.now()
-        published = ModelVersion.objects.create(
-            project_id=run.project_id,
-            training_run=locked,
-            snapshot=snapshot,
-            version=number,
-            checkpoint_dir=str(result.checkpoint_dir),
-            metrics=metrics,
-        )
+        published = _version_create(run=locked, snapshot=snapshot, result=result, metrics=metrics)
         stored = evaluation_results_write(
             version=published, figures=figures or [], snapshot=snapshot
         )
