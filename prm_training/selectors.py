@@ -203,6 +203,22 @@ def evaluation_sets_labels_changed_at(*, evaluation_set_ids: Iterable[int]) -> d
     return {set_id: at for set_id, at in rows if at is not None}
 
 
+def figures_outdated(*, measured_with: datetime | None, labels_changed: datetime | None) -> bool:
+    """Whether figures measured on a snapshot taken at ``measured_with`` rest on labels
+    older than the set's last change (``evaluation_sets_labels_changed_at``); figures
+    stored before their snapshot was kept (None) are left as they are.
+
+    >>> from datetime import datetime as at
+    >>> figures_outdated(measured_with=at(2026, 1, 1), labels_changed=at(2026, 1, 2))
+    True
+    >>> figures_outdated(measured_with=None, labels_changed=at(2026, 1, 2))
+    False
+    """
+    return (
+        measured_with is not None and labels_changed is not None and measured_with < labels_changed
+    )
+
+
 def evaluation_gaps(*, project_id: int) -> list[EvaluationGap]:
     """Each (version, set) of the project that holds no figures, or whose figures were
     measured with a snapshot taken before the set's labels last changed (figures stored
@@ -229,8 +245,9 @@ def evaluation_gaps(*, project_id: int) -> list[EvaluationGap]:
             if (version_id, set_id) not in measured:
                 gaps.append(EvaluationGap(version_id, number, set_id))
                 continue
-            at, latest = measured[(version_id, set_id)], changed.get(set_id)
-            if at is not None and latest is not None and at < latest:
+            if figures_outdated(
+                measured_with=measured[(version_id, set_id)], labels_changed=changed.get(set_id)
+            ):
                 gaps.append(EvaluationGap(version_id, number, set_id, stale=True))
     return gaps
 

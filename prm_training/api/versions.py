@@ -14,11 +14,13 @@ from rest_framework.views import APIView
 from annotation.access import project_get_for_member
 from annotation.api.permissions import request_user
 from prm_training.api.runs import FORBIDDEN, NOT_FOUND
-from prm_training.models import ModelVersion
+from prm_training.models import EvaluationResult, ModelVersion
 from prm_training.selectors import (
     ML_AND_LEADS,
     ML_ONLY,
     evaluation_result_list,
+    evaluation_sets_labels_changed_at,
+    figures_outdated,
     model_version_get_for_member,
     model_version_list,
 )
@@ -147,6 +149,17 @@ class EvaluationResultOutputSerializer(serializers.Serializer):
         "figures stored before this was kept.",
     )
     created_at = serializers.DateTimeField(help_text="When it was measured.")
+    labels_changed_since = serializers.SerializerMethodField(
+        help_text="The set's labels changed after the snapshot it was measured with (a "
+        "ruling, a revision): an evaluation run measures it again and replaces it."
+    )
+
+    def get_labels_changed_since(self, result: EvaluationResult) -> bool:
+        snapshot = result.snapshot
+        return figures_outdated(
+            measured_with=snapshot.created_at if snapshot is not None else None,
+            labels_changed=self.context["labels_changed"].get(result.evaluation_set_id),
+        )
 
 
 class ProjectEvaluationResultsApi(APIView):
@@ -163,5 +176,11 @@ class ProjectEvaluationResultsApi(APIView):
         project = project_get_for_member(
             user=request.user, project_id=project_id, roles=ML_AND_LEADS
         )
-        results = evaluation_result_list(project=project)
-        return Response(EvaluationResultOutputSerializer(results, many=True).data)
+        results = list(evaluation_result_list(project=project))
+        changed = evaluation_sets_labels_changed_at(
+            evaluation_set_ids={result.evaluation_set_id for result in results}
+        )
+        serialized = EvaluationResultOutputSerializer(
+            results, many=True, context={"labels_changed": changed}
+        )
+        return Response(serialized.data)

@@ -85,7 +85,7 @@ function renderSets(sets) {
 
 // One row per subset and one for their mean: the version's F1, the strongest baseline's
 // (the one that reads no step and scores best there) and the paired difference.
-function resultRows(result) {
+function resultRows(result, latest) {
   const report = result.report || {};
   const scores = report.scores || {};
   const model = scores.model || {};
@@ -100,6 +100,12 @@ function resultRows(result) {
     text: `measured ${when(result.created_at)}${labels}`,
     cls: "muted evaluation-when",
   }));
+  if (result.labels_changed_since) {
+    const again = isPending(latest) ? "measuring again…" : "not yet measured again";
+    head.append(el("div", {
+      text: `labels changed since: ${again}`, cls: "evaluation-outdated",
+    }));
+  }
   const notes = [];
   if (result.unlabeled_chains) notes.push(`${result.unlabeled_chains} chains without labels`);
   const cut = result.truncation && result.truncation.truncated_chains;
@@ -154,13 +160,15 @@ function renderResults(sets, results, versions, latest) {
   const bySet = [...sets].sort((a, b) => a.id - b.id);
   const rows = ordered.flatMap((version) => bySet.flatMap((set) => {
     const result = measured.get(`${version.id}:${set.id}`);
-    return result ? resultRows(result) : [gapRow(version, set, latest)];
+    return result ? resultRows(result, latest) : [gapRow(version, set, latest)];
   }));
   const empty = sets.length
     ? "No model version yet: each is measured on every set once it is made."
     : "No evaluation set yet: every version is measured on each one marked.";
   fill(document.getElementById("evaluation-results-table"), rows, empty);
-  return rows.filter((row) => row.className === "evaluation-gap").length;
+  // Figures on labels changed since want a run as much as missing ones do.
+  const outdated = results.filter((result) => result.labels_changed_since).length;
+  return rows.filter((row) => row.className === "evaluation-gap").length + outdated;
 }
 
 // What the newest evaluation run does or did, and (ML staff) a way to ask for one.
@@ -169,12 +177,12 @@ function renderRefill(latest, gaps) {
   const button = document.getElementById("evaluation-refill-start");
   let text = "";
   if (latest && latest.status === "queued") {
-    text = `Scoring the versions without figures: an evaluation run is queued (since ${when(latest.created_at)}).`;
+    text = `Scoring the versions without current figures: an evaluation run is queued (since ${when(latest.created_at)}).`;
   } else if (latest && latest.status === "running") {
     const phase = latest.phase;
     const counted = phase && phase.total ? ` ${phase.done} of ${phase.total} ${phase.unit}` : "";
     const detail = phase && phase.detail ? ` (${phase.detail})` : "";
-    text = `Scoring the versions without figures: ${phase ? phase.name : "starting"}${counted}${detail}.`;
+    text = `Scoring the versions without current figures: ${phase ? phase.name : "starting"}${counted}${detail}.`;
   } else if (latest && latest.status === "failed" && gaps) {
     text = `The last evaluation run failed (${when(latest.finished_at)}): ${latest.error}`;
   } else if (latest && latest.status === "cancelled" && gaps) {

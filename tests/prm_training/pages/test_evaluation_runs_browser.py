@@ -25,7 +25,12 @@ from prm_training.models import (
 )
 from prm_training.services.evaluation_runs import CHECKPOINT_GONE
 from tests.browser import ARTIFACTS, chromium_running, page_login, page_overflow, page_watched
-from tests.factories import ChainFactory, MembershipFactory, ProjectFactory
+from tests.factories import (
+    ChainFactory,
+    MembershipFactory,
+    ProjectFactory,
+    annotation_with_ratings,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -161,3 +166,43 @@ def test_a_version_without_figures_reads_scoring_until_a_run_fills_them(
     expect(page.locator("#evaluation-refill-cancel")).to_be_hidden()
     expect(page.locator("#evaluation-refill-start")).to_be_visible()
     assert EvaluationRun.objects.get(pk=asked.pk).status == RunStatus.CANCELLED
+
+
+def test_figures_on_labels_changed_since_say_so_until_measured_again(
+    live_server: Any, page: Page
+) -> None:
+    # Given v1 measured on a set, then a new pass over one of its chains (its labels
+    # changed after v1's snapshot), and no run waiting
+    project = ProjectFactory()
+    ml = MembershipFactory(project=project, role=Role.ML).user
+    first = _version(project, 1)
+    chain = ChainFactory(project=project)
+    held = evaluation_set_mark_chains(project=project, chain_ids=[chain.pk], name="held")
+    EvaluationResult.objects.create(
+        model_version=first,
+        evaluation_set=held,
+        chains=8,
+        report=REPORT,
+        loses=False,
+        snapshot=first.snapshot,
+    )
+    EvaluationRun.objects.all().delete()
+    annotation_with_ratings(chain=chain, labels=[1, -1, None])
+    page_login(page=page, base_url=live_server.url, username=ml.username)
+
+    # When ML staff open the ML page
+    page.goto(f"{live_server.url}/projects/{project.pk}/models/")
+
+    # Then the figures stay, saying their labels changed since, and ML staff may ask for
+    # them to be measured again
+    head = page.locator("#evaluation-results-table tbody tr").first.locator("td").nth(1)
+    expect(head).to_contain_text("with the labels of t1")
+    expect(head).to_contain_text("labels changed since: not yet measured again")
+    start = page.locator("#evaluation-refill-start")
+    expect(start).to_be_visible()
+    page.locator("#evaluation-sets").screenshot(path=str(ARTIFACTS / "models-outdated.png"))
+
+    # When they ask, the figures read as being measured again
+    start.click()
+    expect(head).to_contain_text("labels changed since: measuring again…")
+    assert EvaluationRun.objects.filter(status=RunStatus.QUEUED).count() == 1

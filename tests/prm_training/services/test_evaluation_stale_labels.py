@@ -6,6 +6,7 @@ stood in for (its own tests run a real checkpoint on a worker)."""
 
 from __future__ import annotations
 
+import doctest
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from django.core.exceptions import ValidationError
 from annotation.datasets.evaluation_sets import evaluation_set_mark_chains
 from annotation.models import Chain, SnapshotKind
 from annotation.quality.review import AdjudicatedRating, adjudication_create
+from prm_training import selectors
 from prm_training.models import EvaluationResult, EvaluationRun, EvaluationTrigger, RunStatus
 from prm_training.selectors import EvaluationGap, evaluation_gaps
 from prm_training.services import evaluation
@@ -107,3 +109,30 @@ def test_a_run_measures_stale_figures_again_on_labels_it_freezes(
     assert evaluation_gaps(project_id=project.pk) == []
     with pytest.raises(ValidationError, match="Every version has figures"):
         evaluation_run_request(project_id=project.pk, user=None)
+
+
+def test_the_figures_say_when_their_set_s_labels_changed_since(
+    project: Any, make_member: Any, client_for: Any, tmp_path: Any
+) -> None:
+    # Given v1 measured on a set, read by ML staff and a lead
+    _, held, chains, _ = _measured_set(project, tmp_path)
+    url = f"/api/v1/projects/{project.pk}/evaluation-results/"
+    ml = client_for(make_member(project, "ml"))
+
+    def changed_since() -> list[bool]:
+        response = ml.get(url)
+        assert response.status_code == 200
+        return [row["labels_changed_since"] for row in response.json()]
+
+    assert changed_since() == [False]
+
+    # When a lead rules on a chain of the set
+    _rule(chains[0], make_member(project, "lead"), -1)
+
+    # Then the figures, still shown, say their labels changed since
+    assert changed_since() == [True]
+
+
+def test_the_outdated_rule_s_examples_hold() -> None:
+    result = doctest.testmod(selectors)
+    assert result.attempted and not result.failed
