@@ -12,10 +12,12 @@ not offered (signing out of Steplab signs out of Steplab only)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+import xmlsec
 from allauth.socialaccount.models import SocialLogin
 from allauth.socialaccount.providers.saml import views as saml_views
 from django.conf import settings
@@ -23,9 +25,26 @@ from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
+from lxml import etree
+from onelogin.saml2.errors import OneLogin_Saml2_ValidationError
+from onelogin.saml2.xmlparser import DTDForbidden, EntitiesForbidden, NotSupportedError
 
 from annotation.projects.sso_roles import claim_groups, group_roles_apply
 from annotation.sso_saml_idp import IdpMetadataUnavailable
+
+logger = logging.getLogger(__name__)
+
+# What python3-saml raises, past allauth, while it reads a posted response before any
+# check (OneLogin_Saml2_Response's constructor): not XML, a DTD or entities, an
+# EncryptedAssertion that is malformed or not encrypted to Steplab's key.
+_UNREADABLE_RESPONSE = (
+    etree.LxmlError,
+    DTDForbidden,
+    EntitiesForbidden,
+    NotSupportedError,
+    OneLogin_Saml2_ValidationError,
+    xmlsec.Error,
+)
 
 
 def saml_provider(provider_id: str) -> dict[str, Any] | None:
@@ -46,7 +65,9 @@ def acs(request: HttpRequest, organization_slug: str) -> HttpResponse:
 
 def _idp_metadata_guarded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """allauth's ``view``, but for an IdP known by a metadata URL that has not answered
-    yet: "Sign-in failed" (the log names the URL), 503 since trying later may work.
+    yet: "Sign-in failed" (the log names the URL), 503 since trying later may work; and
+    for a posted response python3-saml cannot read (whoever posts to the assertion
+    consumer chooses it): "Sign-in failed", 400, not a server error.
     ``wraps`` keeps the marks allauth's view carries (login not required)."""
 
     @wraps(view)
@@ -55,6 +76,9 @@ def _idp_metadata_guarded(view: Callable[..., HttpResponse]) -> Callable[..., Ht
             return view(request, organization_slug=organization_slug)
         except IdpMetadataUnavailable:
             return render(request, "socialaccount/authentication_error.html", status=503)
+        except _UNREADABLE_RESPONSE as exc:
+            logger.warning("SAML %s: the response cannot be read: %r", organization_slug, exc)
+            return render(request, "socialaccount/authentication_error.html", status=400)
 
     return guarded
 

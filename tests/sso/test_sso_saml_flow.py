@@ -217,3 +217,22 @@ def test_an_organization_not_configured_is_a_404(idp: SamlIdp) -> None:
     assert client.post("/accounts/saml/nope/acs/", {"SAMLResponse": "x"}).status_code == 404
     # Single logout is not offered, for a configured organization either
     assert client.get("/accounts/saml/acme/sls/?SAMLRequest=x").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not XML", b"<a><b></a>", b"<!DOCTYPE r [<!ENTITY e 'x'>]><r>&e;</r>", b""],
+    ids=["not XML", "not well-formed", "a DTD", "empty"],
+)
+def test_a_response_that_is_not_saml_is_a_failed_sign_in(idp: SamlIdp, body: bytes) -> None:
+    # Given: anyone posting to the assertion consumer whatever they like
+    client = steplab_client()
+    client.raise_request_exception = False
+
+    # When: its SAMLResponse is not XML, or XML that python3-saml will not parse
+    landed = post_back(
+        client, "/accounts/saml/acme/acs/", {"SAMLResponse": base64.b64encode(body).decode()}
+    )
+
+    # Then: Steplab's failure page, a 400, not a server error
+    assert landed.status_code == 400 and failed(landed, client), landed.content

@@ -181,3 +181,21 @@ def test_the_metadata_offers_steplabs_certificate(
     cert_body = "".join(Path(sp["sp_x509cert"]).read_text().splitlines()[1:-1])
     assert 'AuthnRequestsSigned="true"' in body and cert_body in body
     assert 'use="encryption"' in body and 'use="signing"' in body
+
+
+def test_an_assertion_encrypted_to_another_key_is_a_failed_sign_in(
+    idp: SamlIdp, settings: Any, tmp_path: Path
+) -> None:
+    # Given: Acme's entry wants the assertion encrypted to Steplab's certificate
+    sp = _sp_files(tmp_path)
+    saml_configure(settings, [idp.entry("acme", "Acme SSO", want_assertions_encrypted=True, **sp)])
+
+    # When: the IdP encrypts it to a certificate that is not Steplab's
+    idp.encrypt_to = key_and_certificate("elsewhere.saml.test")[1]
+    client = steplab_client()
+    client.raise_request_exception = False
+    landed = sign_in(client, idp, person("enc"))
+
+    # Then: Steplab's failure page (it cannot be read), not a server error
+    assert landed.status_code == 400 and failed(landed, client), landed.content
+    assert not User.objects.filter(username="enc").exists()
