@@ -28,6 +28,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest
 from onelogin.saml2.idp_metadata_parser import OneLogin_Saml2_IdPMetadataParser
+from onelogin.saml2.xml_utils import OneLogin_Saml2_XML
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,11 @@ METADATA_REFRESH_SECONDS = 4 * 60 * 60
 METADATA_RETRY_SECONDS = 5 * 60
 
 _allauth_build_saml_config = saml_utils.build_saml_config
+# The IdP's signing certificates, as python3-saml's metadata parser reads them.
+_SIGNING_CERTS = (
+    "//md:IDPSSODescriptor/md:KeyDescriptor[not(contains(@use, 'encryption'))]"
+    "/ds:KeyInfo/ds:X509Data/ds:X509Certificate"
+)
 
 
 class IdpMetadataUnavailable(Exception):
@@ -47,19 +53,27 @@ def _metadata_cache_key(provider: dict[str, Any]) -> str:
     return "steplab.saml.metadata." + hashlib.sha256(where).hexdigest()
 
 
+def _signing_listed(xml: bytes, cert: str) -> bool:
+    """Whether the metadata lists ``cert`` for signing (a KeyDescriptor whose use is not
+    encryption alone): python3-saml's parser hands a lone encryption certificate on as
+    the IdP's ``x509cert``, which it then checks signatures with."""
+    found = OneLogin_Saml2_XML.query(OneLogin_Saml2_XML.to_etree(xml), _SIGNING_CERTS)
+    return any("".join(OneLogin_Saml2_XML.element_text(node).split()) == cert for node in found)
+
+
 def _metadata_fetch(provider: dict[str, Any]) -> dict[str, Any]:
     """python3-saml's "idp" from the metadata; one that names no SSO URL or no signing
     certificate is refused like a URL that does not answer."""
-    parsed = OneLogin_Saml2_IdPMetadataParser.parse_remote(
-        provider["metadata_url"],
-        entity_id=provider["entity_id"] or None,
-        timeout=METADATA_TIMEOUT_SECONDS,
+    xml = OneLogin_Saml2_IdPMetadataParser.get_metadata(
+        provider["metadata_url"], timeout=METADATA_TIMEOUT_SECONDS
     )
+    parsed = OneLogin_Saml2_IdPMetadataParser.parse(xml, entity_id=provider["entity_id"] or None)
     idp: dict[str, Any] = parsed.get("idp") or {}
-    signing = idp.get("x509certMulti", {}).get("signing") or idp.get("x509cert")
+    multi = idp.get("x509certMulti", {}).get("signing")
+    single = idp.get("x509cert")
     if not idp.get("entityId") or not idp.get("singleSignOnService", {}).get("url"):
         raise ValueError("the metadata names no IdP entity ID or HTTP-Redirect SSO URL")
-    if not signing:
+    if not multi and not (single and _signing_listed(xml, single)):
         raise ValueError("the metadata names no signing certificate")
     return idp
 

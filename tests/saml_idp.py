@@ -148,13 +148,14 @@ def redirect_signature_valid(raw_query: str, cert_pem: bytes) -> bool:
 
 class SamlIdp(LoopbackHttp):
     """Start with ``start()``, stop with ``stop()``. ``person`` is whoever signs in next:
-        ``{"name_id": ..., "attributes": {name: [values]}}``. ``sign_assertion`` and
-        ``sign_response`` say what it signs; ``signing_key`` replaces the key it signs with
-        (a certificate Steplab does not hold). ``metadata_certs``: the signing certificates
-        its metadata lists (``metadata_up`` False: the URL answers 503; ``metadata_delay``:
-    seconds before it answers). ``sp_cert_pem``: the
-        SP's certificate, whose key must sign every AuthnRequest (else 403). ``encrypt_to``:
-        the certificate the assertion is encrypted to."""
+    ``{"name_id": ..., "attributes": {name: [values]}}``. ``sign_assertion`` and
+    ``sign_response`` say what it signs; ``signing_key`` replaces the key it signs with
+    (a certificate Steplab does not hold). ``metadata_certs``: the signing certificates
+    its metadata lists (``metadata_key_use``: the use they are listed for, "signing";
+    ``metadata_up`` False: the URL answers 503; ``metadata_delay``: seconds before it
+    answers). ``sp_cert_pem``: the SP's certificate, whose key must sign every
+    AuthnRequest (else 403). ``encrypt_to``: the certificate the assertion is
+    encrypted to."""
 
     def __init__(self, name: str = "idp") -> None:
         self.key_pem, self.cert_pem = key_and_certificate(f"{name}.saml.test")
@@ -162,6 +163,7 @@ class SamlIdp(LoopbackHttp):
         self.sign_assertion = True
         self.sign_response = False
         self.metadata_certs = [self.cert_pem]
+        self.metadata_key_use = "signing"
         self.metadata_up = True
         self.metadata_delay = 0.0
         self.metadata_fetches = 0
@@ -202,7 +204,8 @@ class SamlIdp(LoopbackHttp):
         if not self.metadata_up:
             return 503, "down"
         keys = "".join(
-            f'<md:KeyDescriptor use="signing"><ds:KeyInfo><ds:X509Data><ds:X509Certificate>'
+            f"<md:KeyDescriptor use={quoteattr(self.metadata_key_use)}><ds:KeyInfo>"
+            "<ds:X509Data><ds:X509Certificate>"
             f"{''.join(cert.decode().splitlines()[1:-1])}"
             "</ds:X509Certificate></ds:X509Data></ds:KeyInfo></md:KeyDescriptor>"
             for cert in self.metadata_certs

@@ -199,3 +199,17 @@ def test_an_assertion_encrypted_to_another_key_is_a_failed_sign_in(
     # Then: Steplab's failure page (it cannot be read), not a server error
     assert landed.status_code == 400 and failed(landed, client), landed.content
     assert not User.objects.filter(username="enc").exists()
+
+
+def test_metadata_whose_only_key_is_for_encryption_is_refused(idp: SamlIdp, settings: Any) -> None:
+    # Given: Acme's metadata lists its one certificate for encryption only
+    idp.metadata_key_use = "encryption"
+    _by_metadata(idp, settings)
+
+    # When: someone signs in (the IdP signs with that certificate's key)
+    client = steplab_client()
+    start = client.post("/accounts/saml/acme/login/", {"next": "/"})
+
+    # Then: no certificate is trusted to sign, so that IdP's sign-in fails, 503
+    assert start.status_code == 503 and failed(start, client)
+    assert idp.metadata_fetches == 1
