@@ -11,7 +11,9 @@ the SP and the security options and replaces only the IdP's part.
 The metadata: fetched at the first sign-in that needs it, then again after
 ``METADATA_REFRESH_SECONDS``. A refetch that fails or times out keeps the copy held and
 is tried again after ``METADATA_RETRY_SECONDS``, so a slow or down metadata URL costs
-one sign-in at most ``METADATA_TIMEOUT_SECONDS`` per retry period, never every sign-in.
+one sign-in at most ``METADATA_TIMEOUT_SECONDS`` per retry period (the whole answer, not
+each read; at most ``METADATA_MAX_BYTES``; redirects followed only to https), never
+every sign-in.
 With no copy held yet, the organization's sign-in fails (503) until the URL answers."""
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ import copy
 import hashlib
 import logging
 import time
-from typing import Any
+import urllib.error
+import urllib.request
+from http.client import HTTPMessage
+from time import monotonic  # the fetch's deadline; tests move time.time alone
+from typing import IO, Any
+from urllib.parse import urlsplit
 
 from allauth.socialaccount.providers.saml import utils as saml_utils
 from allauth.socialaccount.providers.saml import views as saml_views
@@ -30,11 +37,15 @@ from django.http import HttpRequest
 from onelogin.saml2.idp_metadata_parser import OneLogin_Saml2_IdPMetadataParser
 from onelogin.saml2.xml_utils import OneLogin_Saml2_XML
 
+from config.sso_saml import LOOPBACK_HOSTS
+
 logger = logging.getLogger(__name__)
 
 METADATA_TIMEOUT_SECONDS = 5
 METADATA_REFRESH_SECONDS = 4 * 60 * 60
 METADATA_RETRY_SECONDS = 5 * 60
+# An IdP's metadata is a few kB; one with many certificates or entities some hundreds.
+METADATA_MAX_BYTES = 1 << 20
 
 _allauth_build_saml_config = saml_utils.build_saml_config
 # The IdP's signing certificates, as python3-saml's metadata parser reads them.
@@ -61,12 +72,48 @@ def _signing_listed(xml: bytes, cert: str) -> bool:
     return any("".join(OneLogin_Saml2_XML.element_text(node).split()) == cert for node in found)
 
 
+class _HttpsRedirectsOnly(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to https (or loopback http, as the setting allows): the
+    metadata names the certificate Steplab trusts, so it must not be read in clear."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        parts = urlsplit(newurl)
+        if parts.scheme != "https" and parts.hostname not in LOOPBACK_HOSTS:
+            raise urllib.error.URLError(f"redirected to {newurl!r}, which is not https")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _metadata_read(url: str) -> bytes:
+    """The metadata's bytes, within METADATA_TIMEOUT_SECONDS in all (urllib's timeout is
+    per read: a server that trickles bytes would hold a sign-in longer) and
+    METADATA_MAX_BYTES."""
+    deadline = monotonic() + METADATA_TIMEOUT_SECONDS
+    opener = urllib.request.build_opener(_HttpsRedirectsOnly)
+    chunks: list[bytes] = []
+    size = 0
+    with opener.open(url, timeout=METADATA_TIMEOUT_SECONDS) as response:
+        while chunk := response.read(64 * 1024):
+            size += len(chunk)
+            if size > METADATA_MAX_BYTES:
+                raise ValueError(f"the metadata is over {METADATA_MAX_BYTES} bytes")
+            if monotonic() > deadline:
+                raise TimeoutError(f"the metadata took over {METADATA_TIMEOUT_SECONDS} s")
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def _metadata_fetch(provider: dict[str, Any]) -> dict[str, Any]:
     """python3-saml's "idp" from the metadata; one that names no SSO URL or no signing
     certificate is refused like a URL that does not answer."""
-    xml = OneLogin_Saml2_IdPMetadataParser.get_metadata(
-        provider["metadata_url"], timeout=METADATA_TIMEOUT_SECONDS
-    )
+    xml = _metadata_read(provider["metadata_url"])
     parsed = OneLogin_Saml2_IdPMetadataParser.parse(xml, entity_id=provider["entity_id"] or None)
     idp: dict[str, Any] = parsed.get("idp") or {}
     multi = idp.get("x509certMulti", {}).get("signing")

@@ -43,6 +43,9 @@ ATTRIBUTE_MAPPING: dict[str, list[str]] = {
     ],
 }
 
+# Hosts a metadata URL may reach over plain http (tests on loopback).
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
 
 def _certificate(where: str, raw: Any) -> str:
     """An IdP's signing certificate as the base64 of its DER (what python3-saml and the
@@ -96,7 +99,7 @@ def _metadata_url(where: str, raw: Any) -> str:
     chooses the certificate Steplab trusts (plain http only on loopback, for tests)."""
     url = _url(where, "metadata_url", raw)
     parts = urlsplit(url)
-    if parts.scheme != "https" and parts.hostname not in {"127.0.0.1", "localhost", "::1"}:
+    if parts.scheme != "https" and parts.hostname not in LOOPBACK_HOSTS:
         raise ImproperlyConfigured(
             f"{where}: metadata_url {url!r} must be https (the metadata names the "
             "certificate that is trusted)."

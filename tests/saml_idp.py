@@ -153,7 +153,10 @@ class SamlIdp(LoopbackHttp):
     (a certificate Steplab does not hold). ``metadata_certs``: the signing certificates
     its metadata lists (``metadata_key_use``: the use they are listed for, "signing";
     ``metadata_up`` False: the URL answers 503; ``metadata_delay``: seconds before it
-    answers). ``sp_cert_pem``: the SP's certificate, whose key must sign every
+    answers; ``metadata_padding``: bytes of comment after it; ``metadata_moved_to``: the
+    URL answers 302 there instead; ``/metadata-moved`` serves the metadata too;
+    ``metadata_trickle``: seconds between each tenth of it).
+    ``sp_cert_pem``: the SP's certificate, whose key must sign every
     AuthnRequest (else 403). ``encrypt_to``: the certificate the assertion is
     encrypted to."""
 
@@ -167,6 +170,9 @@ class SamlIdp(LoopbackHttp):
         self.metadata_up = True
         self.metadata_delay = 0.0
         self.metadata_fetches = 0
+        self.metadata_padding = 0
+        self.metadata_trickle = 0.0
+        self.metadata_moved_to: str | None = None
         self.sp_cert_pem: bytes | None = None
         self.encrypt_to: bytes | None = None
         self.person: dict[str, Any] = {}
@@ -216,6 +222,7 @@ class SamlIdp(LoopbackHttp):
             f'<md:IDPSSODescriptor protocolSupportEnumeration="{SAMLP}">{keys}'
             f'<md:SingleSignOnService Binding="{REDIRECT}" Location="{self.url}/sso"/>'
             "</md:IDPSSODescriptor></md:EntityDescriptor>"
+            + (f"<!--{'x' * self.metadata_padding}-->" if self.metadata_padding else "")
         )
 
     def sso(self, query: dict[str, str], raw_query: str = "") -> tuple[int, str]:
@@ -337,8 +344,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
-        if parts.path == "/metadata":
-            self._answer(*self.owner.metadata())
+        if parts.path == "/metadata" and self.owner.metadata_moved_to:
+            self.owner.metadata_fetches += 1
+            self._answer(302, "moved", location=self.owner.metadata_moved_to)
+            return
+        if parts.path in ("/metadata", "/metadata-moved"):
+            self._answer(*self.owner.metadata(), trickle=self.owner.metadata_trickle)
             return
         if parts.path != "/sso":
             self._answer(404, "not found")
@@ -346,13 +357,24 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[0] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         self._answer(*self.owner.sso(query, parts.query))
 
-    def _answer(self, status: int, body: str) -> None:
+    def _answer(
+        self, status: int, body: str, location: str | None = None, trickle: float = 0.0
+    ) -> None:
         data = body.encode()
         self.send_response(status)
+        if location is not None:
+            self.send_header("Location", location)
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        if not trickle:
+            self.wfile.write(data)
+            return
+        step = len(data) // 10 + 1
+        for start in range(0, len(data), step):  # each piece before any read's timeout
+            self.wfile.write(data[start : start + step])
+            self.wfile.flush()
+            time.sleep(trickle)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the tests read ``requests`` instead."""

@@ -213,3 +213,61 @@ def test_metadata_whose_only_key_is_for_encryption_is_refused(idp: SamlIdp, sett
     # Then: no certificate is trusted to sign, so that IdP's sign-in fails, 503
     assert start.status_code == 503 and failed(start, client)
     assert idp.metadata_fetches == 1
+
+
+@pytest.mark.parametrize(
+    ("how", "fetches"),
+    [("too large", 1), ("moved to plain http", 1), ("moved to https", 1)],
+)
+def test_metadata_too_large_or_moved_off_https_is_refused(
+    idp: SamlIdp, settings: Any, monkeypatch: Any, how: str, fetches: int
+) -> None:
+    # Given: Acme's metadata URL answers with more than the cap, or moves: to a plain
+    # http address not named loopback (127.1 reaches the same server, so only the
+    # redirect rule refuses it), or to https (followed; no https server answers there,
+    # so it fails at the connection)
+    monkeypatch.setattr(sso_saml_idp, "METADATA_MAX_BYTES", 4096)
+    if how == "too large":
+        idp.metadata_padding = 8192
+    elif how == "moved to plain http":
+        assert idp.url.startswith("http://127.0.0.1:")
+        idp.metadata_moved_to = idp.url.replace("127.0.0.1", "127.1") + "/metadata-moved"
+    else:
+        idp.metadata_moved_to = idp.url.replace("http://", "https://") + "/metadata"
+    _by_metadata(idp, settings)
+
+    # When: someone signs in
+    client = steplab_client()
+    start = client.post("/accounts/saml/acme/login/", {"next": "/"})
+
+    # Then: no metadata is trusted, so that IdP's sign-in fails, 503
+    assert start.status_code == 503 and failed(start, client)
+    assert idp.metadata_fetches == fetches
+
+
+def test_metadata_moved_on_loopback_is_followed(idp: SamlIdp, settings: Any) -> None:
+    # Given: Acme's metadata URL moved to another path of its loopback server
+    idp.metadata_moved_to = f"{idp.url}/metadata-moved"
+    _by_metadata(idp, settings)
+
+    # Then: the metadata is read where it moved (the 302, then the metadata), and she
+    # signs in
+    assert sign_in(steplab_client(), idp, person("moved"))["Location"] == "/"
+    assert idp.metadata_fetches == 2
+
+
+def test_metadata_that_trickles_in_is_given_up_on_at_the_timeout(
+    idp: SamlIdp, settings: Any, monkeypatch: Any
+) -> None:
+    # Given: Acme's metadata URL sends a tenth of its answer every 0.15 s (1.5 s in all),
+    # so no single read waits the 0.5 s timeout
+    monkeypatch.setattr(sso_saml_idp, "METADATA_TIMEOUT_SECONDS", 0.5)
+    idp.metadata_trickle = 0.15
+    _by_metadata(idp, settings)
+
+    # When: someone signs in, with no copy held
+    client = steplab_client()
+    start = client.post("/accounts/saml/acme/login/", {"next": "/"})
+
+    # Then: the fetch is given up on (the whole answer took over the timeout), 503
+    assert start.status_code == 503 and failed(start, client)
