@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import doctest
 import json
 import math
 from io import StringIO
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from prm_training.ml import simulation_plot
 from prm_training.ml.config import PRMConfig
 from prm_training.ml.data import ChainExample
 from prm_training.ml.machine_labeler import MachineArm, prm_machine_labels
@@ -574,3 +576,13 @@ def test_command_rejects_a_machine_arm_that_is_no_confidence(
         call_command(
             "simulate_active_learning", str(source), "--machine-arms", arms, "--out", str(tmp_path)
         )
+
+
+def test_baselines_that_score_alike_get_labels_apart() -> None:
+    # The learning curves print each baseline's name on its line; two rules 0.004 apart
+    # printed over each other (2026-11-26's 10-seed table): the examples hold the rule
+    assert simulation_plot.label_heights([0.5, 0.5], 0.0, 1.0) == pytest.approx(
+        [0.5, 0.5 + simulation_plot.LABEL_GAP]
+    )
+    result = doctest.testmod(simulation_plot)
+    assert result.attempted and not result.failed
