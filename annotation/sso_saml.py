@@ -15,12 +15,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
 
 import xmlsec
 from allauth.socialaccount.models import SocialLogin
 from allauth.socialaccount.providers.saml import views as saml_views
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -30,7 +28,7 @@ from onelogin.saml2.errors import OneLogin_Saml2_ValidationError
 from onelogin.saml2.xmlparser import DTDForbidden, EntitiesForbidden, NotSupportedError
 
 from annotation.projects.sso_roles import claim_groups, group_roles_apply
-from annotation.sso_saml_idp import IdpMetadataUnavailable
+from annotation.sso_saml_idp import IdpMetadataUnavailable, saml_provider
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +43,6 @@ _UNREADABLE_RESPONSE = (
     OneLogin_Saml2_ValidationError,
     xmlsec.Error,
 )
-
-
-def saml_provider(provider_id: str) -> dict[str, Any] | None:
-    """The configured SAML provider with this id, or None."""
-    return next((p for p in settings.STEPLAB_SAML_PROVIDERS if p["id"] == provider_id), None)
 
 
 @csrf_exempt

@@ -163,6 +163,11 @@ def idp_settings(provider: dict[str, Any]) -> dict[str, Any]:
     return idp
 
 
+def saml_provider(provider_id: str) -> dict[str, Any] | None:
+    """The configured SAML provider with this id, or None."""
+    return next((p for p in settings.STEPLAB_SAML_PROVIDERS if p["id"] == provider_id), None)
+
+
 def _sp_metadata_only(request: HttpRequest) -> bool:
     """allauth's metadata view: python3-saml writes the SP's metadata without the IdP's
     part (``sp_validation_only``), so it never waits on the IdP's metadata URL."""
@@ -172,7 +177,7 @@ def _sp_metadata_only(request: HttpRequest) -> bool:
 
 def build_saml_config(request: HttpRequest, provider_config: dict[str, Any], org: str) -> Any:
     """allauth's ``build_saml_config`` with the IdP's part from ``idp_settings``."""
-    provider = next((p for p in settings.STEPLAB_SAML_PROVIDERS if p["id"] == org), None)
+    provider = saml_provider(org)
     if provider is None:
         return _allauth_build_saml_config(request, provider_config, org)
     if provider["metadata_url"] and _sp_metadata_only(request):
