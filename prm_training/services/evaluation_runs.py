@@ -41,6 +41,7 @@ missing writes nothing. Torch is imported only by what measures
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -214,14 +215,10 @@ def _fill(run: EvaluationRun) -> None:
     snapshot = _labels(run) if gaps else None
     EvaluationRun.objects.filter(pk=run.pk).update(snapshot=snapshot)
     lacking = sorted({(gap.version, gap.model_version_id) for gap in gaps}, reverse=True)
-    stale: dict[int, frozenset[int]] = {
-        version_id: frozenset(
-            gap.evaluation_set_id
-            for gap in gaps
-            if gap.model_version_id == version_id and gap.stale
-        )
-        for _, version_id in lacking
-    }
+    stale: dict[int, set[int]] = defaultdict(set)  # version: sets whose figures it renews
+    for gap in gaps:
+        if gap.stale:
+            stale[gap.model_version_id].add(gap.evaluation_set_id)
     filled = 0
     skipped: list[dict[str, Any]] = []
     for number, version_id in lacking:
@@ -235,7 +232,10 @@ def _fill(run: EvaluationRun) -> None:
         if reason is None:
             try:
                 filled += evaluation_sets_fill(
-                    version=version, snapshot=snapshot, phase=progress, stale=stale[version_id]
+                    version=version,
+                    snapshot=snapshot,
+                    phase=progress,
+                    stale=frozenset(stale[version_id]),
                 )
             except RunCancelled:
                 raise
