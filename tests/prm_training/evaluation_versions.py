@@ -10,15 +10,17 @@ from prm_training.models import ModelVersion, RunStatus, TrainingRun
 
 
 def stored_version(
-    project: Any, number: int, *, checkpoint_dir: str = "/nonexistent"
+    project: Any, number: int, *, checkpoint_dir: str = "/nonexistent", snapshot: bool = True
 ) -> ModelVersion:
     """Version ``number`` of ``project``, published by a succeeded run, with snapshot
-    ``v<number>`` and ``checkpoint_dir`` (absent by default)."""
+    ``v<number>`` (none without ``snapshot``) and ``checkpoint_dir`` (absent by default)."""
     return ModelVersion.objects.create(
         project=project,
         training_run=TrainingRun.objects.create(project=project, status=RunStatus.SUCCEEDED),
-        snapshot=Snapshot.objects.create(
-            project=project, version=number, content_hash=f"s{number}"
+        snapshot=(
+            Snapshot.objects.create(project=project, version=number, content_hash=f"s{number}")
+            if snapshot
+            else None
         ),
         version=number,
         checkpoint_dir=checkpoint_dir,

@@ -19,7 +19,6 @@ from annotation.datasets.evaluation_sets import (
     evaluation_set_mark_chains,
     evaluation_set_unmark,
 )
-from annotation.models import Snapshot
 from prm_training.models import (
     EvaluationResult,
     EvaluationRun,
@@ -39,25 +38,9 @@ from prm_training.services.evaluation_runs import (
 from prm_training.services.model_versions import training_run_publish
 from prm_training.services.training_progress import TrainingReporter
 from tests.factories import ChainFactory, ImportBatchFactory
+from tests.prm_training.evaluation_versions import stored_version
 
 pytestmark = pytest.mark.django_db
-
-
-def _version(project: Any, number: int, *, snapshot: bool = True) -> ModelVersion:
-    """A published version whose checkpoint is not on disk."""
-    labels = (
-        Snapshot.objects.create(project=project, version=number, content_hash=f"s{number}")
-        if snapshot
-        else None
-    )
-    return ModelVersion.objects.create(
-        project=project,
-        training_run=TrainingRun.objects.create(project=project, status=RunStatus.SUCCEEDED),
-        snapshot=labels,
-        version=number,
-        checkpoint_dir="/nonexistent",
-        metrics={},
-    )
 
 
 def _chains(project: Any, n: int) -> list[int]:
@@ -70,7 +53,7 @@ def _waiting(project: Any) -> list[EvaluationRun]:
 
 def test_the_gaps_are_every_version_on_every_set_without_figures(project: Any) -> None:
     # Given two versions and two sets, v2 measured on the first
-    first, second = _version(project, 1), _version(project, 2)
+    first, second = stored_version(project, 1), stored_version(project, 2)
     ids = _chains(project, 3)
     a = evaluation_set_mark_chains(project=project, chain_ids=ids[:1], name="a")
     b = evaluation_set_mark_chains(project=project, chain_ids=ids[1:2], name="b")
@@ -90,7 +73,7 @@ def test_a_set_marked_queues_one_run_and_a_later_change_waits_for_it(project: An
     assert not EvaluationRun.objects.exists()
 
     # When a version exists and a lead marks another set
-    _version(project, 1)
+    stored_version(project, 1)
     later = evaluation_set_mark_chains(project=project, chain_ids=ids[1:2], name="later")
 
     # Then one run waits, queued by the change
@@ -114,7 +97,7 @@ def test_a_set_marked_queues_one_run_and_a_later_change_waits_for_it(project: An
 def test_an_import_marked_as_a_set_queues_a_run_for_the_versions_made_before(
     project: Any,
 ) -> None:
-    _version(project, 1)
+    stored_version(project, 1)
     batch = ImportBatchFactory(project=project, filename="unseen.jsonl")
     ChainFactory(project=project, import_batch=batch)
     evaluation_set_mark(project=project, import_batch_id=batch.pk)
@@ -126,7 +109,7 @@ def test_a_changed_set_loses_its_figures_and_a_run_is_queued_to_measure_it_again
     project: Any,
 ) -> None:
     # Given v1 measured on a set, nothing missing, no run waiting
-    version = _version(project, 1)
+    version = stored_version(project, 1)
     ids = _chains(project, 2)
     held = evaluation_set_mark_chains(project=project, chain_ids=ids[:1], name="held")
     EvaluationRun.objects.all().delete()
@@ -148,7 +131,7 @@ def test_a_changed_set_loses_its_figures_and_a_run_is_queued_to_measure_it_again
 
 def test_figures_of_chains_a_set_no_longer_holds_are_not_written(project: Any) -> None:
     # Given v1's figures measured on a set of two chains
-    version = _version(project, 1)
+    version = stored_version(project, 1)
     ids = _chains(project, 3)
     held = evaluation_set_mark_chains(project=project, chain_ids=ids[:2], name="held")
     figures = SetFigures(
@@ -181,7 +164,7 @@ def test_figures_of_chains_a_set_no_longer_holds_are_not_written(project: Any) -
 
 def test_a_run_skips_a_version_whose_checkpoint_is_gone_and_says_why(project: Any) -> None:
     # Given v1 without figures on a set, its checkpoint not on disk
-    version = _version(project, 1)
+    version = stored_version(project, 1)
     evaluation_set_mark_chains(project=project, chain_ids=_chains(project, 1), name="held")
     [run] = _waiting(project)
 
@@ -197,7 +180,7 @@ def test_a_run_skips_a_version_whose_checkpoint_is_gone_and_says_why(project: An
 
 
 def test_without_labels_a_run_says_there_are_none_to_measure_with(project: Any) -> None:
-    version = _version(project, 1, snapshot=False)
+    version = stored_version(project, 1, snapshot=False)
     evaluation_set_mark_chains(project=project, chain_ids=_chains(project, 1), name="held")
     [run] = _waiting(project)
     ended = evaluation_run_execute(run_id=run.pk)
@@ -206,7 +189,7 @@ def test_without_labels_a_run_says_there_are_none_to_measure_with(project: Any) 
 
 
 def test_ml_staff_ask_for_a_run_and_leads_follow_it(project: Any, make_member: Any) -> None:
-    version = _version(project, 1)
+    version = stored_version(project, 1)
     held = evaluation_set_mark_chains(project=project, chain_ids=_chains(project, 1), name="held")
     [waiting] = _waiting(project)
     url = reverse("api-evaluation-runs", kwargs={"project_id": project.pk})
@@ -236,7 +219,7 @@ def test_ml_staff_ask_for_a_run_and_leads_follow_it(project: Any, make_member: A
 
 
 def test_the_results_say_which_labels_and_when(project: Any, make_member: Any) -> None:
-    version = _version(project, 1)
+    version = stored_version(project, 1)
     held = evaluation_set_mark_chains(project=project, chain_ids=_chains(project, 1), name="held")
     EvaluationResult.objects.create(
         model_version=version, evaluation_set=held, snapshot=version.snapshot
