@@ -153,10 +153,14 @@ function showSort() {
   }
 }
 
+let listRequest = 0; // the newest list load; an older answer arriving late is dropped
+
 async function load(cursor) {
+  const ticket = ++listRequest;
   root.dataset.state = "loading";
   try {
     const page = await api(`${config.api.chains}?${query(cursor)}`);
+    if (ticket !== listRequest) return;
     $("ch-rows").replaceChildren(...page.results.map(row));
     $("ch-empty").hidden = page.results.length > 0;
     nextCursor = page.next_cursor;
@@ -168,6 +172,7 @@ async function load(cursor) {
     if (message.classList.contains("error")) showMessage(message, "");
     root.dataset.state = "ready";
   } catch (error) {
+    if (ticket !== listRequest) return;
     showMessage(message, `Could not load the chains: ${errorText(error)}`, "error");
     root.dataset.state = "error";
   }

@@ -134,9 +134,12 @@ function formatChosen() {
 
 // One list (kind "dataset" or "training"): the first page, "More" appends the next.
 function makeList(kind, ids) {
-  const state = { next: null, rows: [] };
+  // ticket: the newest reload; a "More" asked for before it answers late and is dropped
+  const state = { next: null, rows: [], ticket: 0 };
   async function load(url, append) {
+    const ticket = append ? state.ticket : ++state.ticket;
     const page = await api(url);
+    if (ticket !== state.ticket) return;
     const body = $(ids.table).querySelector("tbody");
     if (!append) {
       body.replaceChildren();

@@ -214,25 +214,33 @@ async function act(control, call, done, failed) {
   await reload();
 }
 
+let loadRequest = 0; // the newest load; an older one finishing late is dropped
+
+// Whether this load's answer was shown (false: a newer load superseded it).
 async function load() {
+  const ticket = ++loadRequest;
   const hooks = await api(config.api.webhooks);
-  $("webhooks-count").textContent = `(${hooks.length})`;
-  $("webhooks-empty").hidden = hooks.length > 0;
+  if (ticket !== loadRequest) return false;
   const open = new Set([...list.querySelectorAll("details[open]")].map((d) => d.closest("[data-webhook]")?.dataset.webhook));
   const cards = hooks.map(hookCard);
   await Promise.all(hooks.map((hook, i) => deliveryLog(hook, cards[i].log)));
+  if (ticket !== loadRequest) return false;
+  $("webhooks-count").textContent = `(${hooks.length})`;
+  $("webhooks-empty").hidden = hooks.length > 0;
   for (const { card } of cards) {
     if (open.has(card.dataset.webhook)) card.querySelector(".webhook-edit").open = true;
   }
   list.replaceChildren(...cards.map(({ card }) => card));
+  return true;
 }
 
 async function reload() {
   root.dataset.state = "loading";
+  const ticket = loadRequest + 1;
   try {
-    await load();
-    root.dataset.state = "ready";
+    if (await load()) root.dataset.state = "ready";
   } catch (error) {
+    if (ticket !== loadRequest) return;
     showMessage(message, `The webhooks could not be loaded: ${errorText(error)}.`, "error");
     root.dataset.state = "error";
   }

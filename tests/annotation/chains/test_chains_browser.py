@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, Route, expect
 
 from annotation.models import Chain, Role, Step
 from annotation.quality.consensus_fit import dawid_skene_fit
@@ -216,6 +216,41 @@ def test_lead_filters_searches_pages_and_opens_a_chain(
     expect(page.locator("#cp-message")).to_contain_text("Requeued")
     expect(page.locator("#cp-counts")).to_contain_text("2 of 3 human passes")
     expect(page.locator("#cp-status")).to_have_text("in progress")
+
+
+def test_a_late_answer_to_an_older_filter_does_not_replace_the_newer_list(
+    live_server: Any, page: Page, lab: dict[str, Any]
+) -> None:
+    # Given: the answer for ann's finished chains is held back on its way to the page
+    held: list[Route] = []
+    older = "status=finished"
+
+    def hold(route: Route) -> None:
+        if older in route.request.url and "annotator=" in route.request.url:
+            held.append(route)
+        else:
+            route.continue_()
+
+    _open_list(page, live_server, lab)
+    page.route(re.compile(r".*/chains/\?.*"), hold)
+    page.locator("#ch-status").select_option("finished")
+    page.locator("#ch-annotator").select_option(label="ann")
+    while not held:
+        page.wait_for_timeout(20)
+
+    # When: the lead widens the filter to ann's chains in any state before it answers
+    page.locator("#ch-status").select_option("")
+    expect(page.locator("#ch-rows tr")).to_have_count(3)
+    newer = _shown(page)
+    # ...and the older answer (two chains) arrives after the newer one
+    with page.expect_event("requestfinished", lambda request: older in request.url):
+        held[0].continue_()
+    page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 300))")
+
+    # Then: the list still shows what the filters now ask for
+    assert newer == [lab["agreed"].pk, lab["disputed"].pk, lab["half"].pk]
+    assert _shown(page) == newer
+    expect(page.locator("#ch-status")).to_have_value("")
 
 
 def test_a_chain_without_an_answer_key_is_not_offered_as_gold(

@@ -6,11 +6,12 @@ compares two versions; at 1366x768 and on a 390 px phone, with screenshots."""
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import APIResponse, Browser, Page, Route, expect
 
 from annotation.datasets.snapshots import snapshot_create
 from annotation.models import Role, Snapshot, SnapshotChain
@@ -236,6 +237,44 @@ def test_a_snapshot_the_options_leave_empty_says_why(
 
     expect(page.locator("#sn-message.error")).to_contain_text("lower min_support")
     assert not Snapshot.objects.filter(project=lab["project"], kind="dataset", version=2).exists()
+
+
+def test_a_late_more_answer_does_not_mix_into_the_list_a_new_snapshot_reloaded(
+    live_server: Any, page: Page, lab: Any
+) -> None:
+    # Given: 51 datasets (v1..v51), one more than a page; the lead's list shows v51..v2
+    for _ in range(50):
+        snapshot_create(project=lab["project"], user=lab["lead"], finished_only=False)
+    _open(page, live_server, lab)
+    datasets = page.locator("#sn-datasets tbody tr")
+    expect(datasets).to_have_count(50)
+
+    # When: the answer to "More" (v1) is held on its way back...
+    held: list[tuple[Route, APIResponse]] = []
+
+    def hold(route: Route) -> None:
+        if "page=2" in route.request.url and not held:
+            held.append((route, route.fetch()))
+        else:
+            route.continue_()
+
+    page.route(re.compile(r".*/api/.*/snapshots/\?.*"), hold)
+    page.locator("#sn-datasets-more").click()
+    while not held:
+        page.wait_for_timeout(20)
+    # ...while the lead takes v52, which reloads the list (v52..v3, v2 on the next page)
+    page.get_by_role("button", name="Take snapshot").click()
+    expect(page.locator("#sn-message.ok")).to_contain_text("Snapshot v52 taken")
+    expect(datasets.first).to_have_attribute("data-version", "52")
+    with page.expect_event("requestfinished", lambda request: "page=2" in request.url):
+        route, answer = held[0]
+        route.fulfill(response=answer)
+    page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 300))")
+
+    # Then: the stale page is dropped: the list is the new first page, v2 one "More" away
+    shown = [int(row.get_attribute("data-version") or 0) for row in datasets.all()]
+    assert shown == list(range(52, 2, -1))
+    expect(page.locator("#sn-datasets-more")).to_be_visible()
 
 
 def test_the_snapshots_page_fits_a_phone(browser: Browser, live_server: Any, lab: Any) -> None:

@@ -9,11 +9,12 @@ Screenshots go to tests/artifacts/."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import APIResponse, Browser, Page, Route, expect
 
 from annotation.models import WebhookDelivery
 from tests.annotation.webhooks.receiver import Receiver
@@ -137,3 +138,47 @@ def test_a_lead_adds_a_webhook_and_replays_a_failed_delivery(
         expect(page.locator("section.webhook")).to_have_count(0)
         expect(page.locator("#webhooks-empty")).to_be_visible()
     assert not WebhookDelivery.objects.exists()
+
+
+def test_a_late_answer_does_not_bring_back_a_deleted_webhook(
+    live_server: Any, browser: Browser
+) -> None:
+    # Given: a lead's webhook on the page
+    lab = lab_build()
+    receiver = Receiver()
+    receiver.reserve_port()
+    with page_watched(browser=browser, width=1366, height=900, csp_errors=True) as page:
+        page_login(page=page, base_url=live_server.url, username=lab.lead.username)
+        page.goto(f"{live_server.url}/projects/{lab.project.pk}/webhooks/")
+        page.wait_for_selector("#webhooks[data-state=ready]")
+        page.fill("#f-webhook-url", receiver.url)
+        page.check("#webhook-new input[value='snapshot.created']")
+        page.click("#btn-webhook-new")
+        expect(page.locator("section.webhook")).to_have_count(1)
+
+        # When: a refresh's answer (the webhook still there) is held on its way back...
+        held: list[tuple[Route, APIResponse]] = []
+
+        def hold(route: Route) -> None:
+            if route.request.method == "GET" and not held:
+                held.append((route, route.fetch()))
+            else:
+                route.continue_()
+
+        page.route(re.compile(r".*/api/.*/webhooks/$"), hold)
+        page.click("text=Refresh log")
+        while not held:
+            page.wait_for_timeout(20)
+        # ...while the lead deletes the webhook, and the list is read again
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.locator("section.webhook").get_by_role("button", name="Delete").click()
+        expect(page.locator("#webhooks-empty")).to_be_visible()
+        with page.expect_event("requestfinished"):
+            route, answer = held[0]
+            route.fulfill(response=answer)
+        page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 300))")
+
+        # Then: the older answer is dropped: the webhook stays gone, the page is ready
+        expect(page.locator("section.webhook")).to_have_count(0)
+        expect(page.locator("#webhooks-empty")).to_be_visible()
+        expect(page.locator("#webhooks")).to_have_attribute("data-state", "ready")
