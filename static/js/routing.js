@@ -70,10 +70,15 @@ function render(data) {
   card.dataset.state = "ready";
 }
 
+let loadRequest = 0; // the newest read; an older answer arriving late is dropped
+
 async function load() {
+  const ticket = ++loadRequest;
   try {
-    render(await api(config.api.routing));
+    const data = await api(config.api.routing);
+    if (ticket === loadRequest) render(data);
   } catch {
+    if (ticket !== loadRequest) return;
     card.hidden = false;
     card.dataset.state = "error";
     showMessage(message, "Could not load routing's figures; reload to try again.", "error");

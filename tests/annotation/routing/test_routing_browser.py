@@ -7,17 +7,19 @@ scrolls sideways. Screenshots go to tests/artifacts/."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import APIResponse, Browser, Page, Route, expect
 
 from annotation.models import MachineSource, Role
+from annotation.routing.services import chains_route
 from tests.annotation.import_worker import import_worker  # noqa: F401 - a fixture
-from tests.annotation.routing.routing_lab import routing_chains
+from tests.annotation.routing.routing_lab import routing_chains, with_rules
 from tests.browser import ARTIFACTS, page_overflow, page_signed_in, page_watched
 from tests.factories import MembershipFactory, ProjectFactory
-from tests.prm_training.prm_worker import WorkerHandle
+from tests.prm_training.prm_worker import WorkerHandle, worker_broker_flush
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
@@ -116,3 +118,46 @@ def test_the_lead_sets_routing_and_routes_from_the_dashboard(
         page.goto(f"{live_server.url}/projects/{project.pk}/chains/{chains['agreed'].pk}/")
         expect(page.locator("#cp-routing .routing-badge")).to_have_text("machine-agreed")
         page.locator(".project-head").screenshot(path=str(ARTIFACTS / f"chain-routing-{width}.png"))
+
+
+def test_an_older_reread_does_not_replace_newer_figures(
+    live_server: Any, browser: Browser, settings: Any
+) -> None:
+    # Given: a lead's dashboard with routing's rules set and nothing routed yet
+    project = with_rules(ProjectFactory())
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    routing_chains(project)
+    counts = ["1", "0", "0", "1", "0"]  # machine-agreed, ..., machines disagree, ...
+    try:
+        with page_watched(browser=browser, width=1366, height=768, csp_errors=True) as page:
+            page_signed_in(page=page, base_url=live_server.url, user=lead)
+            page.goto(f"{live_server.url}/projects/{project.pk}/")
+            figures = page.locator("#db-routing-chains tbody td:nth-child(2)")
+            expect(figures).to_have_text(["0"] * 5)
+
+            # When: "Route now", and the first reread's answer (read before the pass) is
+            # held on its way back...
+            held: list[tuple[Route, APIResponse]] = []
+
+            def hold(route: Route) -> None:
+                if route.request.method == "GET" and not held:
+                    held.append((route, route.fetch()))
+                else:
+                    route.continue_()
+
+            page.route(re.compile(r".*/api/.*/routing/$"), hold)
+            page.get_by_role("button", name="Route now").click()
+            while not held:
+                page.wait_for_timeout(20)
+            # ...while the pass runs and the next reread shows its figures
+            chains_route(project=project)
+            expect(figures).to_have_text(counts, timeout=15_000)
+            with page.expect_event("requestfinished"):
+                route, answer = held[0]
+                route.fulfill(response=answer)
+            page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 300))")
+
+            # Then: the older answer is dropped
+            expect(figures).to_have_text(counts)
+    finally:
+        worker_broker_flush(settings)  # the pass "Route now" queued, never run
