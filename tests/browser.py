@@ -4,12 +4,13 @@ benchmark. Never a downloaded browser: ``playwright install`` is not part of the
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+from playwright.sync_api import APIResponse, Browser, Page, Playwright, Route, sync_playwright
 
 CHROMIUM = Path(os.environ.get("STEPLAB_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -141,3 +142,36 @@ def page_signed_in(*, page: Page, base_url: str, user: Any) -> None:
     client.force_login(user)
     cookie = client.cookies["sessionid"]
     page.context.add_cookies([{"name": "sessionid", "value": cookie.value, "url": base_url}])
+
+
+class AnswerHeld:
+    """The first request of ``page`` to a URL matching ``pattern`` (and ``wanted``, when
+    given): answered by the server at once, handed to the page only on ``release()``, so
+    that it arrives after any newer one. The page's other requests go as usual."""
+
+    def __init__(
+        self, page: Page, pattern: str, wanted: Callable[[str], bool] = lambda url: True
+    ) -> None:
+        self.page = page
+        self.wanted = wanted
+        self.held: list[tuple[Route, APIResponse]] = []
+        page.route(re.compile(pattern), self._route)
+
+    def _route(self, route: Route) -> None:
+        if not self.held and route.request.method == "GET" and self.wanted(route.request.url):
+            self.held.append((route, route.fetch()))
+        else:
+            route.continue_()
+
+    def wait(self) -> None:
+        """Until the request is made (and answered, held)."""
+        while not self.held:
+            self.page.wait_for_timeout(20)
+
+    def release(self) -> None:
+        """Hands the held answer to the page, and gives its script time to draw it."""
+        route, answer = self.held[0]
+        url = route.request.url
+        with self.page.expect_event("requestfinished", lambda request: request.url == url):
+            route.fulfill(response=answer)
+        self.page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 300))")

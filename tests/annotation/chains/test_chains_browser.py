@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
-from playwright.sync_api import Browser, Page, Route, expect
+from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import Chain, Role, Step
 from annotation.quality.consensus_fit import dawid_skene_fit
 from tests.annotation.import_worker import import_worker  # noqa: F401 - a fixture
-from tests.browser import ARTIFACTS, page_login, page_overflow, page_watched
+from tests.browser import ARTIFACTS, AnswerHeld, page_login, page_overflow, page_watched
 from tests.factories import (
     ChainFactory,
     MembershipFactory,
@@ -222,30 +222,20 @@ def test_a_late_answer_to_an_older_filter_does_not_replace_the_newer_list(
     live_server: Any, page: Page, lab: dict[str, Any]
 ) -> None:
     # Given: the answer for ann's finished chains is held back on its way to the page
-    held: list[Route] = []
-    older = "status=finished"
-
-    def hold(route: Route) -> None:
-        if older in route.request.url and "annotator=" in route.request.url:
-            held.append(route)
-        else:
-            route.continue_()
-
     _open_list(page, live_server, lab)
-    page.route(re.compile(r".*/chains/\?.*"), hold)
+    older = AnswerHeld(
+        page, r".*/chains/\?.*", lambda url: "status=finished" in url and "annotator=" in url
+    )
     page.locator("#ch-status").select_option("finished")
     page.locator("#ch-annotator").select_option(label="ann")
-    while not held:
-        page.wait_for_timeout(20)
+    older.wait()
 
     # When: the lead widens the filter to ann's chains in any state before it answers
     page.locator("#ch-status").select_option("")
     expect(page.locator("#ch-rows tr")).to_have_count(3)
     newer = _shown(page)
     # ...and the older answer (two chains) arrives after the newer one
-    with page.expect_event("requestfinished", lambda request: older in request.url):
-        held[0].continue_()
-    page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 300))")
+    older.release()
 
     # Then: the list still shows what the filters now ask for
     assert newer == [lab["agreed"].pk, lab["disputed"].pk, lab["half"].pk]

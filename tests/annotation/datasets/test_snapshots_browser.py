@@ -6,16 +6,15 @@ compares two versions; at 1366x768 and on a 390 px phone, with screenshots."""
 from __future__ import annotations
 
 import csv
-import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import APIResponse, Browser, Page, Route, expect
+from playwright.sync_api import Browser, Page, expect
 
 from annotation.datasets.snapshots import snapshot_create
 from annotation.models import Role, Snapshot, SnapshotChain
-from tests.browser import ARTIFACTS, page_login, page_watched
+from tests.browser import ARTIFACTS, AnswerHeld, page_login, page_watched
 from tests.factories import (
     ChainFactory,
     MembershipFactory,
@@ -250,26 +249,14 @@ def test_a_late_more_answer_does_not_mix_into_the_list_a_new_snapshot_reloaded(
     expect(datasets).to_have_count(50)
 
     # When: the answer to "More" (v1) is held on its way back...
-    held: list[tuple[Route, APIResponse]] = []
-
-    def hold(route: Route) -> None:
-        if "page=2" in route.request.url and not held:
-            held.append((route, route.fetch()))
-        else:
-            route.continue_()
-
-    page.route(re.compile(r".*/api/.*/snapshots/\?.*"), hold)
+    older = AnswerHeld(page, r".*/api/.*/snapshots/\?.*", lambda url: "page=2" in url)
     page.locator("#sn-datasets-more").click()
-    while not held:
-        page.wait_for_timeout(20)
+    older.wait()
     # ...while the lead takes v52, which reloads the list (v52..v3, v2 on the next page)
     page.get_by_role("button", name="Take snapshot").click()
     expect(page.locator("#sn-message.ok")).to_contain_text("Snapshot v52 taken")
     expect(datasets.first).to_have_attribute("data-version", "52")
-    with page.expect_event("requestfinished", lambda request: "page=2" in request.url):
-        route, answer = held[0]
-        route.fulfill(response=answer)
-    page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 300))")
+    older.release()
 
     # Then: the stale page is dropped: the list is the new first page, v2 one "More" away
     shown = [int(row.get_attribute("data-version") or 0) for row in datasets.all()]

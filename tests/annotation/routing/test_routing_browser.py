@@ -7,17 +7,16 @@ scrolls sideways. Screenshots go to tests/artifacts/."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
-from playwright.sync_api import APIResponse, Browser, Page, Route, expect
+from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import MachineSource, Role
 from annotation.routing.services import chains_route
 from tests.annotation.import_worker import import_worker  # noqa: F401 - a fixture
 from tests.annotation.routing.routing_lab import routing_chains, with_rules
-from tests.browser import ARTIFACTS, page_overflow, page_signed_in, page_watched
+from tests.browser import ARTIFACTS, AnswerHeld, page_overflow, page_signed_in, page_watched
 from tests.factories import MembershipFactory, ProjectFactory
 from tests.prm_training.prm_worker import WorkerHandle, worker_broker_flush
 
@@ -137,25 +136,13 @@ def test_an_older_reread_does_not_replace_newer_figures(
 
             # When: "Route now", and the first reread's answer (read before the pass) is
             # held on its way back...
-            held: list[tuple[Route, APIResponse]] = []
-
-            def hold(route: Route) -> None:
-                if route.request.method == "GET" and not held:
-                    held.append((route, route.fetch()))
-                else:
-                    route.continue_()
-
-            page.route(re.compile(r".*/api/.*/routing/$"), hold)
+            older = AnswerHeld(page, r".*/api/.*/routing/$")
             page.get_by_role("button", name="Route now").click()
-            while not held:
-                page.wait_for_timeout(20)
+            older.wait()
             # ...while the pass runs and the next reread shows its figures
             chains_route(project=project)
             expect(figures).to_have_text(counts, timeout=15_000)
-            with page.expect_event("requestfinished"):
-                route, answer = held[0]
-                route.fulfill(response=answer)
-            page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 300))")
+            older.release()
 
             # Then: the older answer is dropped
             expect(figures).to_have_text(counts)

@@ -9,16 +9,22 @@ Screenshots go to tests/artifacts/."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import APIResponse, Browser, Page, Route, expect
+from playwright.sync_api import Browser, Page, expect
 
 from annotation.models import WebhookDelivery
 from tests.annotation.webhooks.receiver import Receiver
-from tests.browser import ARTIFACTS, chromium_running, page_login, page_overflow, page_watched
+from tests.browser import (
+    ARTIFACTS,
+    AnswerHeld,
+    chromium_running,
+    page_login,
+    page_overflow,
+    page_watched,
+)
 from tests.pages_lab import lab_build
 from tests.prm_training.prm_worker import WorkerFactory, wait_until
 
@@ -157,26 +163,14 @@ def test_a_late_answer_does_not_bring_back_a_deleted_webhook(
         expect(page.locator("section.webhook")).to_have_count(1)
 
         # When: a refresh's answer (the webhook still there) is held on its way back...
-        held: list[tuple[Route, APIResponse]] = []
-
-        def hold(route: Route) -> None:
-            if route.request.method == "GET" and not held:
-                held.append((route, route.fetch()))
-            else:
-                route.continue_()
-
-        page.route(re.compile(r".*/api/.*/webhooks/$"), hold)
+        older = AnswerHeld(page, r".*/api/.*/webhooks/$")
         page.click("text=Refresh log")
-        while not held:
-            page.wait_for_timeout(20)
+        older.wait()
         # ...while the lead deletes the webhook, and the list is read again
         page.once("dialog", lambda dialog: dialog.accept())
         page.locator("section.webhook").get_by_role("button", name="Delete").click()
         expect(page.locator("#webhooks-empty")).to_be_visible()
-        with page.expect_event("requestfinished"):
-            route, answer = held[0]
-            route.fulfill(response=answer)
-        page.evaluate("() => new Promise((resolve) => setTimeout(resolve, 300))")
+        older.release()
 
         # Then: the older answer is dropped: the webhook stays gone, the page is ready
         expect(page.locator("section.webhook")).to_have_count(0)
