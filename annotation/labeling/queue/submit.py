@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
+from annotation.chains.events import chain_labels_changed_notify
 from annotation.labeling.queue.errors import LeaseClosed, LeaseConflict
 from annotation.labeling.queue.leases import (
     lease_with_steps,
@@ -460,5 +461,10 @@ def _submit_new(
         if chain.is_finished:
             # In this transaction: a submit rolled back sends nothing (webhooks.events).
             webhook_chain_finished(chain=chain)
+    if chain.evaluation_set_id is not None:
+        # A lease taken before the chain was held out, submitted after: the set's labels
+        # changed, so the figures measured on it are measured again (rare: set chains
+        # are never leased afterwards, and the read below runs only here).
+        chain_labels_changed_notify(chain_id=chain.pk)
     annotation.chain = chain
     return Submitted(annotation=annotation, created=True, ratings=ratings)

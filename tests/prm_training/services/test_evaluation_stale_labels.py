@@ -13,6 +13,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from annotation.datasets.evaluation_sets import evaluation_set_mark_chains
+from annotation.labeling.queue.submit import RatingInput, assignment_submit
 from annotation.models import Chain, SnapshotKind
 from annotation.quality.review import AdjudicatedRating, adjudication_create
 from prm_training import selectors
@@ -21,6 +22,7 @@ from prm_training.selectors import EvaluationGap, evaluation_gaps
 from prm_training.services import evaluation
 from prm_training.services.evaluation import SetFigures
 from prm_training.services.evaluation_runs import evaluation_run_execute, evaluation_run_request
+from tests.annotation.labeling.claiming import assignment_claim_next
 from tests.factories import ChainFactory, annotation_with_ratings
 from tests.prm_training.evaluation_versions import stored_version
 
@@ -76,6 +78,40 @@ def test_a_ruling_on_a_set_chain_makes_its_figures_stale_and_queues_one_run(
     # And a second ruling before it starts is covered by the same run
     _rule(chains[1], lead, 1)
     assert list(EvaluationRun.objects.filter(status=RunStatus.QUEUED)) == [run]
+
+
+def test_a_late_submit_on_a_set_chain_makes_its_figures_stale(
+    project: Any, make_member: Any, tmp_path: Any
+) -> None:
+    # Given: ann holds a lease on a labeled chain when the lead puts it into a set, and
+    # v1 is measured there (a leased chain keeps its lease: evaluation_sets' docstring)
+    ann = make_member(project, "annotator")
+    chain = ChainFactory(project=project)
+    annotation_with_ratings(chain=chain, labels=[1, 1, -1])
+    lease = assignment_claim_next(project=project, user=ann)
+    assert lease is not None and lease.chain_id == chain.pk
+    version = stored_version(project, 1, checkpoint_dir=str(tmp_path))
+    held = evaluation_set_mark_chains(project=project, chain_ids=[chain.pk], name="held")
+    EvaluationResult.objects.create(
+        model_version=version, evaluation_set=held, chains=1, snapshot=version.snapshot
+    )
+    EvaluationRun.objects.all().delete()
+    assert evaluation_gaps(project_id=project.pk) == []
+
+    # When: ann submits it
+    steps = chain.steps.order_by("index")
+    assignment_submit(
+        assignment_id=lease.pk,
+        user=ann,
+        ratings=[RatingInput(step_id=step.pk, rating=1) for step in steps],
+    )
+
+    # Then: v1's figures there rest on older labels, and a run waits to measure again
+    assert evaluation_gaps(project_id=project.pk) == [
+        EvaluationGap(version.pk, 1, held.pk, stale=True)
+    ]
+    [run] = EvaluationRun.objects.filter(status=RunStatus.QUEUED)
+    assert run.trigger == EvaluationTrigger.LABELS_CHANGED
 
 
 def test_a_run_measures_stale_figures_again_on_labels_it_freezes(
