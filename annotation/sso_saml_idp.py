@@ -34,6 +34,7 @@ from allauth.socialaccount.providers.saml import views as saml_views
 from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest
+from onelogin.saml2.constants import OneLogin_Saml2_Constants
 from onelogin.saml2.idp_metadata_parser import OneLogin_Saml2_IdPMetadataParser
 from onelogin.saml2.xml_utils import OneLogin_Saml2_XML
 
@@ -48,9 +49,11 @@ METADATA_RETRY_SECONDS = 5 * 60
 METADATA_MAX_BYTES = 1 << 20
 
 _allauth_build_saml_config = saml_utils.build_saml_config
-# The IdP's signing certificates, as python3-saml's metadata parser reads them.
+# The signing certificates of the IdP entity ``$entity``, as python3-saml's metadata
+# parser reads them (an entity ID is data: an XPath variable, never spliced in).
 _SIGNING_CERTS = (
-    "//md:IDPSSODescriptor/md:KeyDescriptor[not(contains(@use, 'encryption'))]"
+    "//md:EntityDescriptor[@entityID=$entity]/md:IDPSSODescriptor"
+    "/md:KeyDescriptor[not(contains(@use, 'encryption'))]"
     "/ds:KeyInfo/ds:X509Data/ds:X509Certificate"
 )
 
@@ -64,11 +67,14 @@ def _metadata_cache_key(provider: dict[str, Any]) -> str:
     return "steplab.saml.metadata." + hashlib.sha256(where).hexdigest()
 
 
-def _signing_listed(xml: bytes, cert: str) -> bool:
+def _signing_listed(xml: bytes, entity_id: str, cert: str) -> bool:
     """Whether the metadata lists ``cert`` for signing (a KeyDescriptor whose use is not
-    encryption alone): python3-saml's parser hands a lone encryption certificate on as
-    the IdP's ``x509cert``, which it then checks signatures with."""
-    found = OneLogin_Saml2_XML.query(OneLogin_Saml2_XML.to_etree(xml), _SIGNING_CERTS)
+    encryption alone) under the IdP ``entity_id`` (a federation's file lists several):
+    python3-saml's parser hands a lone encryption certificate on as the IdP's
+    ``x509cert``, which it then checks signatures with."""
+    found = OneLogin_Saml2_XML.to_etree(xml).xpath(
+        _SIGNING_CERTS, namespaces=OneLogin_Saml2_Constants.NSMAP, entity=entity_id
+    )
     return any("".join(OneLogin_Saml2_XML.element_text(node).split()) == cert for node in found)
 
 
@@ -120,7 +126,7 @@ def _metadata_fetch(provider: dict[str, Any]) -> dict[str, Any]:
     single = idp.get("x509cert")
     if not idp.get("entityId") or not idp.get("singleSignOnService", {}).get("url"):
         raise ValueError("the metadata names no IdP entity ID or HTTP-Redirect SSO URL")
-    if not multi and not (single and _signing_listed(xml, single)):
+    if not multi and not (single and _signing_listed(xml, idp["entityId"], single)):
         raise ValueError("the metadata names no signing certificate")
     return idp
 

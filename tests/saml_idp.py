@@ -155,7 +155,9 @@ class SamlIdp(LoopbackHttp):
     ``metadata_up`` False: the URL answers 503; ``metadata_delay``: seconds before it
     answers; ``metadata_padding``: bytes of comment after it; ``metadata_moved_to``: the
     URL answers 302 there instead; ``/metadata-moved`` serves the metadata too;
-    ``metadata_trickle``: seconds between each tenth of it).
+    ``metadata_trickle``: seconds between each tenth of it; ``metadata_sibling_use``:
+    when set, the metadata is a federation's file whose first entity, another IdP, lists
+    the same certificates for that use).
     ``sp_cert_pem``: the SP's certificate, whose key must sign every
     AuthnRequest (else 403). ``encrypt_to``: the certificate the assertion is
     encrypted to."""
@@ -173,6 +175,7 @@ class SamlIdp(LoopbackHttp):
         self.metadata_padding = 0
         self.metadata_trickle = 0.0
         self.metadata_moved_to: str | None = None
+        self.metadata_sibling_use: str | None = None
         self.sp_cert_pem: bytes | None = None
         self.encrypt_to: bytes | None = None
         self.person: dict[str, Any] = {}
@@ -209,20 +212,29 @@ class SamlIdp(LoopbackHttp):
         time.sleep(self.metadata_delay)
         if not self.metadata_up:
             return 503, "down"
+        entity = self._entity(self.entity_id, self.metadata_key_use)
+        if self.metadata_sibling_use is not None:
+            sibling = self._entity("https://other.saml.test/idp", self.metadata_sibling_use)
+            entity = f"<md:EntitiesDescriptor>{sibling}{entity}</md:EntitiesDescriptor>"
+        root = entity.index(">")
+        namespaced = f'{entity[:root]} xmlns:md="{MD}" xmlns:ds="{DS}"{entity[root:]}'
+        return 200, namespaced + (
+            f"<!--{'x' * self.metadata_padding}-->" if self.metadata_padding else ""
+        )
+
+    def _entity(self, entity_id: str, use: str) -> str:
         keys = "".join(
-            f"<md:KeyDescriptor use={quoteattr(self.metadata_key_use)}><ds:KeyInfo>"
+            f"<md:KeyDescriptor use={quoteattr(use)}><ds:KeyInfo>"
             "<ds:X509Data><ds:X509Certificate>"
             f"{''.join(cert.decode().splitlines()[1:-1])}"
             "</ds:X509Certificate></ds:X509Data></ds:KeyInfo></md:KeyDescriptor>"
             for cert in self.metadata_certs
         )
-        return 200, (
-            f'<md:EntityDescriptor xmlns:md="{MD}" xmlns:ds="{DS}"'
-            f" entityID={quoteattr(self.entity_id)}>"
+        return (
+            f"<md:EntityDescriptor entityID={quoteattr(entity_id)}>"
             f'<md:IDPSSODescriptor protocolSupportEnumeration="{SAMLP}">{keys}'
             f'<md:SingleSignOnService Binding="{REDIRECT}" Location="{self.url}/sso"/>'
             "</md:IDPSSODescriptor></md:EntityDescriptor>"
-            + (f"<!--{'x' * self.metadata_padding}-->" if self.metadata_padding else "")
         )
 
     def sso(self, query: dict[str, str], raw_query: str = "") -> tuple[int, str]:

@@ -215,6 +215,40 @@ def test_metadata_whose_only_key_is_for_encryption_is_refused(idp: SamlIdp, sett
     assert idp.metadata_fetches == 1
 
 
+def _federation(idp: SamlIdp, settings: Any, acme_use: str, other_use: str) -> None:
+    """A federation's metadata file at Acme's URL: Acme's entry (picked by its entity ID)
+    lists its certificate for ``acme_use``, another IdP's entry before it for
+    ``other_use``."""
+    idp.metadata_key_use = acme_use
+    idp.metadata_sibling_use = other_use
+    url = f"{idp.url}/metadata"
+    saml_configure(
+        settings,
+        [{"id": "acme", "name": "Acme SSO", "metadata_url": url, "entity_id": idp.entity_id}],
+    )
+
+
+def test_a_federation_s_file_is_read_for_acme_s_entry(idp: SamlIdp, settings: Any) -> None:
+    # Given: Acme's entry lists its certificate for signing, the other's for encryption
+    _federation(idp, settings, "signing", "encryption")
+    # When: someone signs in; Then: Acme's signature is trusted
+    assert sign_in(steplab_client(), idp, person("fed"))["Location"] == "/"
+
+
+def test_another_idp_signing_with_acme_s_key_does_not_make_it_acme_s(
+    idp: SamlIdp, settings: Any
+) -> None:
+    # Given: Acme's entry lists its certificate for encryption only, the other's for signing
+    _federation(idp, settings, "encryption", "signing")
+
+    # When: someone signs in
+    client = steplab_client()
+    start = client.post("/accounts/saml/acme/login/", {"next": "/"})
+
+    # Then: Acme trusts no certificate to sign, as with its own file alone
+    assert start.status_code == 503 and failed(start, client)
+
+
 @pytest.mark.parametrize(
     ("how", "fetches"),
     [("too large", 1), ("moved to plain http", 1), ("moved to https", 1)],
