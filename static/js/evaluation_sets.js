@@ -203,7 +203,13 @@ let cancelling = null;
 
 let timer = null;
 
+// The newest refresh: one that answers after a newer one began draws nothing and sets no
+// timer (an older answer would put back what an action just changed, and each overlap
+// would leave one more polling loop behind).
+let refreshRequest = 0;
+
 async function refresh() {
+  const ticket = ++refreshRequest;
   window.clearTimeout(timer);
   let pending = false;
   try {
@@ -213,11 +219,13 @@ async function refresh() {
       api(`/api/v1/projects/${projectId}/model-versions/`),
       api(`/api/v1/projects/${projectId}/evaluation-runs/`),
     ]);
+    if (ticket !== refreshRequest) return;
     const latest = runs[0] || null;
     pending = isPending(latest);
     renderSets(sets);
     renderRefill(latest, renderResults(sets, results, versions, latest));
   } catch (error) {
+    if (ticket !== refreshRequest) return;
     console.error(error);
   }
   timer = window.setTimeout(refresh, pending ? POLL_PENDING_MS : POLL_MS);

@@ -546,7 +546,13 @@ async function refreshEvidence() {
   }
 }
 
+// The newest refresh: one that answers after a newer one began draws nothing and sets no
+// timer (an older answer would put back what an action just changed, and each overlap
+// would leave one more polling loop behind).
+let refreshRequest = 0;
+
 async function refresh() {
+  const ticket = ++refreshRequest;
   window.clearTimeout(timer);
   let busy = false;
   try {
@@ -557,10 +563,12 @@ async function refresh() {
       api(`/api/v1/projects/${projectId}/simulation-runs/`),
       api(`/api/v1/projects/${projectId}/machine-label-runs/`),
     ]);
+    if (ticket !== refreshRequest) return;
     busy = renderRuns(runs) | renderScoring(scoring) | renderSimulations(simulations)
       | renderMachineLabels(machineRuns);
     renderVersions(versions);
   } catch (error) {
+    if (ticket !== refreshRequest) return;
     console.error(error);
   }
   // Poll quickly while something runs, slowly otherwise (an automatic run may start).
