@@ -12,10 +12,11 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from annotation.datasets.evaluation_sets import evaluation_set_mark
-from annotation.models import Role, Snapshot
+from annotation.models import Role
 from prm_training.models import ModelVersion, RunStatus, TrainingRun
 from tests.browser import AnswerHeld, chromium_running, page_login, page_watched
 from tests.factories import ChainFactory, ImportBatchFactory, MembershipFactory, ProjectFactory
+from tests.prm_training.evaluation_versions import stored_version
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -32,25 +33,13 @@ def page(browser: Browser) -> Iterator[Page]:
         yield opened
 
 
-def _version(project: Any, number: int, active: bool) -> ModelVersion:
-    snapshot = Snapshot.objects.create(project=project, version=number, content_hash=f"h{number}")
-    return ModelVersion.objects.create(
-        project=project,
-        training_run=TrainingRun.objects.create(project=project, status=RunStatus.SUCCEEDED),
-        snapshot=snapshot,
-        version=number,
-        checkpoint_dir="/nonexistent",
-        metrics={"processbench_f1": 0.3},
-        is_active=active,
-    )
-
-
 def test_an_activation_is_not_undone_by_an_older_refresh(live_server: Any, page: Page) -> None:
     # Given: v1 active, v2 not, and a finished run whose loss curve can be chosen
     project = ProjectFactory()
     ml = MembershipFactory(project=project, role=Role.ML).user
-    _version(project, 1, active=True)
-    second = _version(project, 2, active=False)
+    first = stored_version(project, 1)
+    ModelVersion.objects.filter(pk=first.pk).update(is_active=True)
+    second = stored_version(project, 2)
     done = TrainingRun.objects.create(
         project=project, status=RunStatus.SUCCEEDED, last_loss=0.3, loss_history=[0.9, 0.3]
     )
