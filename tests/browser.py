@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -163,9 +164,12 @@ class AnswerHeld:
         else:
             route.continue_()
 
-    def wait(self) -> None:
-        """Until the request is made (and answered, held)."""
+    def wait(self, timeout: float = 15.0) -> None:
+        """Until the request is made (and answered, held); fails after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
         while not self.held:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no request was held within {timeout:g} s")
             self.page.wait_for_timeout(20)
 
     def release(self) -> None:
