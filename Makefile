@@ -90,15 +90,15 @@ web: install
 		config.wsgi:application --bind $(HOST):$(PORT) --workers $(WEB_WORKERS) \
 		--worker-class gthread --threads 4 --timeout 120 --access-logfile -
 
+# The workers' commands are defined once, in config/workers.py: the prefork pool, as
+# `make demo`, Compose and the tests' worker fixture run them.
 worker: install
-	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.prod} exec $(VENV)/bin/celery \
-		-A config worker -Q default -n default@%h --concurrency $(WORKER_CONCURRENCY) -l info
+	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.prod} \
+		WORKER_CONCURRENCY=$(WORKER_CONCURRENCY) exec $(PY) -m config.workers default
 
 # One task at a time, nothing reserved ahead, a fresh child per task (frees GPU memory).
 gpu-worker: install
-	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.prod} exec $(VENV)/bin/celery \
-		-A config worker -Q gpu -n gpu@%h --concurrency 1 --prefetch-multiplier 1 \
-		--max-tasks-per-child 1 -l info
+	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.prod} exec $(PY) -m config.workers gpu
 
 # docker-compose.yml against the Compose schema, with Debian's docker-compose (no engine).
 /usr/bin/docker-compose:

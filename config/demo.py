@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from config.workers import worker_argv
+
 # A worker restarted this many times, each within RESTART_WINDOW seconds of its start, is
 # broken (a bad setting, say): the demo stops instead of restarting it for ever.
 MAX_QUICK_RESTARTS = 5
@@ -34,37 +36,8 @@ WEB_STOP_SECONDS = 30.0
 WORKER_WARM_STOP_SECONDS = 10.0
 WORKER_COLD_STOP_SECONDS = 10.0
 
-WORKER_COMMON = [
-    sys.executable,
-    "-m",
-    "celery",
-    "-A",
-    "config",
-    "worker",
-    "--concurrency",
-    "1",
-    "--loglevel",
-    "info",
-    # Gossip, mingle and worker heartbeats are broadcasts among workers; a folder broker
-    # would keep each as a file for no reader.
-    "--without-gossip",
-    "--without-mingle",
-    "--without-heartbeat",
-]
-WORKERS = {
-    "worker-default": [*WORKER_COMMON, "--queues", "default", "--hostname", "default@%h"],
-    "worker-gpu": [
-        *WORKER_COMMON,
-        "--queues",
-        "gpu",
-        "--hostname",
-        "gpu@%h",
-        "--prefetch-multiplier",
-        "1",
-        "--max-tasks-per-child",
-        "1",
-    ],
-}
+# The workers' commands are defined once (``config.workers``), as production runs them.
+WORKERS = {f"worker-{name}": worker_argv(name) for name in ("default", "gpu")}
 
 
 def _parent_death_signal(signum: int) -> Callable[[], None]:

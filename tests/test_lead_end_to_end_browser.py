@@ -89,9 +89,10 @@ def lab_worker(
     tiny_bert_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[WorkerHandle]:
-    """One ``celery -A config worker`` on queues default and gpu, as ``make demo`` runs
-    beside the web server: it imports the upload and trains, sharing the server's import
-    folder, model folder and backbone root; stopped before the database is flushed."""
+    """The default and gpu workers by their production commands (``config.workers``), as
+    ``make demo`` runs them beside the web server: it imports the upload and trains,
+    sharing the server's import folder, model folder and backbone root; stopped before the
+    database is flushed."""
     models = tmp_path / "models"
     models.mkdir()
     monkeypatch.setenv("STEPLAB_MODEL_DIR", str(models))

@@ -8,22 +8,31 @@ intervals, tuples, equations, matrices and units that a hand-written grader miss
 
 math-verify enforces its own time limits with SIGALRM, which only works in the main thread
 (a Celery thread pool or a gunicorn thread calling it raises). So it runs with its limits
-off inside a long-lived child process this module owns (``spawn`` context, so no torch or
-Django state is inherited), and each call has a deadline: a child that has not answered
-by then is killed and restarted, and the call answers None (undecidable). sympy can spend
-minutes on ``9^{9^{9^9}}``; only a process-level limit stops it for sure.
+off inside a long-lived child process this module owns, and each call has a deadline: a
+child that has not answered by then is killed and restarted, and the call answers None
+(undecidable). sympy can spend minutes on ``9^{9^{9^9}}``; only a process-level limit
+stops it for sure. The child is a plain subprocess (``child_process``), ``python -m
+prm_training.ml.grading``, speaking one JSON line per question and answer over its stdin
+and stdout: it starts the same from a Celery prefork child (daemonic, so
+``multiprocessing`` may not start children there), a thread or a script, and inherits no
+torch or Django state.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import math
-import multiprocessing
+import os
 import re
+import select
+import subprocess
+import sys
 import threading
-from multiprocessing.connection import Connection
-from typing import Any
+import time
+
+from .child_process import exit_when_orphaned, python_child, stop_child
 
 logger = logging.getLogger(__name__)
 
@@ -167,67 +176,88 @@ def _math_verify(given: str, reference: str) -> bool | None:
     return bool(verify(gold, target, timeout_seconds=None))
 
 
-def _serve(conn: Connection) -> None:
-    """The child's loop: answers each (given, reference) with True, False or None."""
+def _serve() -> None:
+    """The child's loop (``python -m prm_training.ml.grading``): reads one JSON
+    ``[given, reference]`` a line from stdin, answers ``true``, ``false`` or ``null`` a line
+    on stdout. Anything else that writes to stdout (sympy prints) goes to stderr instead,
+    so the answers' channel carries answers only."""
+    exit_when_orphaned()
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     import math_verify  # noqa: F401 - imported before "ready", so startup is not a call's time
 
-    conn.send("ready")
-    while True:
+    answers.write("ready\n")
+    for line in sys.stdin:
         try:
-            given, reference = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            result = _math_verify(given, reference)
+            given, reference = json.loads(line)
+            result = _math_verify(str(given), str(reference))
         except Exception:  # noqa: BLE001 - sympy raises many types on odd input
             result = None
-        conn.send(result)
+        answers.write(json.dumps(result) + "\n")
+
+
+def _read_line(fd: int, pending: bytearray, timeout_s: float) -> str | None:
+    """The next line the child writes on ``fd`` (``pending`` holds what came before it),
+    or None when none came within ``timeout_s`` or the child closed its end."""
+    deadline = time.monotonic() + timeout_s
+    while b"\n" not in pending:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None
+        pending += chunk
+    line, _, rest = bytes(pending).partition(b"\n")
+    pending[:] = rest
+    return line.decode()
 
 
 class _Verifier:
-    """The child process and its pipe. One call at a time (a lock): the child is
+    """The child process and its pipes. One call at a time (a lock): the child is
     single-threaded, and a deadline must belong to one call."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._process: Any = None
-        self._conn: Connection | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._pending = bytearray()
 
-    def _start(self) -> Connection:
-        context = multiprocessing.get_context("spawn")
-        parent, child = context.Pipe()
-        process = context.Process(target=_serve, args=(child,), daemon=True, name="math-verify")
-        process.start()
-        child.close()
-        if not parent.poll(STARTUP_S) or parent.recv() != "ready":
-            process.kill()
-            process.join()
+    def _start(self) -> subprocess.Popen[bytes]:
+        process = python_child(
+            "prm_training.ml.grading", stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        self._process, self._pending = process, bytearray()
+        assert process.stdout is not None
+        if _read_line(process.stdout.fileno(), self._pending, STARTUP_S) != "ready":
+            self.stop()
             raise RuntimeError("the math-verify child did not start")
-        self._process, self._conn = process, parent
-        return parent
+        return process
 
     def stop(self) -> None:
         if self._process is not None:
-            self._process.kill()
-            self._process.join()
-        if self._conn is not None:
-            self._conn.close()
-        self._process = self._conn = None
+            for pipe in (self._process.stdin, self._process.stdout):
+                if pipe is not None:
+                    pipe.close()
+            stop_child(self._process, grace_s=0)
+        self._process = None
 
     def check(self, given: str, reference: str, timeout_s: float) -> bool | None:
         with self._lock:
-            conn = self._conn
-            if conn is None or not self._process.is_alive():
+            process = self._process
+            if process is None or process.poll() is not None:
                 self.stop()
-                conn = self._start()
+                process = self._start()
+            assert process.stdin is not None and process.stdout is not None
             try:
-                conn.send((given, reference))
-                if conn.poll(timeout_s):
-                    result: bool | None = conn.recv()
-                    return result
-            except (EOFError, OSError):
-                pass  # the child died on this input: restart it for the next call
+                process.stdin.write((json.dumps([given, reference]) + "\n").encode())
+                process.stdin.flush()
+                answer = _read_line(process.stdout.fileno(), self._pending, timeout_s)
+            except OSError:
+                answer = None  # the child died on this input: restart it for the next call
+            if answer is not None:
+                result: bool | None = json.loads(answer)
+                return result
             logger.warning("math-verify gave no answer within %.1f s; restarting it", timeout_s)
             self.stop()
             return None
@@ -253,3 +283,7 @@ def answers_equivalent(given: str, reference: str, *, timeout_s: float = 5.0) ->
     if fast is not None:
         return fast
     return _verifier.check(given, reference, timeout_s)
+
+
+if __name__ == "__main__":
+    _serve()

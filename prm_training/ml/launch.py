@@ -10,25 +10,32 @@ equal. Rank 0 writes the checkpoint, the others wait for it.
 ``train_prm`` is where every caller starts training: it chooses how. A zero-shot
 configuration is written without training (``train.zero_shot_prm``); one process trains
 in the caller's (``train.train_in_process``); ``processes`` > 1 from a caller that has no
-process group (the Celery worker) goes to ``train_prm_processes``, which relays rank 0's
-progress and phases back to the caller and polls its ``should_stop``; a stop, or a
-failure of any rank, ends every process. Under ``torchrun`` the launcher's group is used
-as it is and each process trains in its own. Which rank a process is and its share of
-the batches: ``ranks``.
+process group (the Celery worker) goes to ``train_prm_processes``, which starts one
+``python -m prm_training.ml.launch`` subprocess per rank (``child_process``: the worker's
+prefork children are daemonic, and ``multiprocessing`` may not start children there),
+relays rank 0's progress and phases back to the caller over a pipe, and polls its
+``should_stop``; a stop, or a failure of any rank, ends every process. Under ``torchrun``
+the launcher's group is used as it is and each process trains in its own. Which rank a
+process is and its share of the batches: ``ranks``.
 """
 
 from __future__ import annotations
 
 import os
-import queue
+import pickle
 import socket
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import distributed as dist
 
+from .child_process import exit_when_orphaned, python_child, stop_child
 from .config import PRMConfig
 from .data import ChainExample
 from .fitting import TrainingCancelled, TrainProgress
@@ -36,7 +43,7 @@ from .progress import PhaseReport
 from .ranks import process_group
 from .train import TrainResult, train_in_process, zero_shot_prm
 
-# How often the launching process looks at its children, the progress queue and
+# How often the launching process looks at its children, rank 0's events and
 # should_stop.
 POLL_S = 0.2
 
@@ -47,32 +54,100 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _worker(
-    rank: int,
-    world: int,
-    port: int,
-    config: PRMConfig,
-    train: Sequence[ChainExample],
-    heldout: Sequence[ChainExample],
-    out_dir: str,
-    events: Any,
-) -> None:
+# The environment variable naming rank 0's end of the events pipe.
+EVENTS_FD = "STEPLAB_RANK_EVENTS_FD"
+# How much of a failed rank's output its error carries.
+FAILURE_TAIL_CHARS = 2000
+
+
+def _rank_main(inputs: str) -> None:
+    """One rank (``python -m prm_training.ml.launch INPUTS``): its rank, world and rendezvous
+    come in the environment as torchrun sets them (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT); the configuration and chains in the pickle ``inputs`` its launcher wrote."""
     from dataclasses import replace
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    exit_when_orphaned()
+    with open(inputs, "rb") as handle:
+        config, train, heldout, out_dir = pickle.load(handle)  # noqa: S301 - our own file
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cuda = config.device != "cpu" and torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(rank)
         config = replace(config, device=f"cuda:{rank}")
+    events = Connection(int(os.environ[EVENTS_FD]), readable=False) if rank == 0 else None
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     try:
-        progress = (lambda event: events.put(("progress", event))) if rank == 0 else None
-        phase = (lambda event: events.put(("phase", event))) if rank == 0 else None
+        progress = phase = None
+        if events is not None:
+            progress = lambda event: events.send(("progress", event))  # noqa: E731
+            phase = lambda event: events.send(("phase", event))  # noqa: E731
         result = train_in_process(config, train, heldout, out_dir, progress=progress, phase=phase)
-        if rank == 0:
-            events.put(("result", result))
+        if events is not None:
+            events.send(("result", result))
     finally:
         dist.destroy_process_group()
+
+
+def _start_ranks(world: int, work: Path, inputs: Path) -> tuple[list[Any], Connection]:
+    """Starts ``world`` rank subprocesses; returns them and the read end of rank 0's
+    events pipe. Each rank's output goes to ``work/rank<N>.log``."""
+    port = _free_port()
+    read_fd, write_fd = os.pipe()
+    ranks = []
+    try:
+        for rank in range(world):
+            env = {
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": str(world),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            }
+            if rank == 0:
+                env[EVENTS_FD] = str(write_fd)
+            with open(work / f"rank{rank}.log", "wb") as log:
+                ranks.append(
+                    python_child(
+                        "prm_training.ml.launch",
+                        [str(inputs)],
+                        env=env,
+                        pass_fds=(write_fd,) if rank == 0 else (),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+    except BaseException:
+        os.close(read_fd)
+        for process in ranks:
+            stop_child(process)
+        raise
+    finally:
+        os.close(write_fd)
+    return ranks, Connection(read_fd, writable=False)
+
+
+def _rank_failure(ranks: Sequence[Any], work: Path) -> RuntimeError | None:
+    """An error naming the first rank that ended badly, with the end of its output."""
+    for rank, process in enumerate(ranks):
+        code = process.poll()
+        if code not in (None, 0):
+            output = (work / f"rank{rank}.log").read_text(errors="replace")
+            tail = output[-FAILURE_TAIL_CHARS:].strip()
+            return RuntimeError(f"training process {rank} of {len(ranks)} failed ({code}):\n{tail}")
+    return None
+
+
+def _check_world(config: PRMConfig) -> None:
+    world = config.processes
+    if config.device != "cpu" and torch.cuda.is_available():
+        if torch.cuda.device_count() < world:
+            raise ValueError(
+                f"processes={world} but this node has {torch.cuda.device_count()} GPUs"
+            )
+    elif world > (os.cpu_count() or 1):
+        # On the CPU each process loads the whole backbone: more than the cores is only
+        # memory (64 asked for once spawned 64 backbones and took the node down).
+        raise ValueError(f"processes={world} but this node has {os.cpu_count()} CPU cores")
 
 
 def train_prm_processes(
@@ -89,51 +164,56 @@ def train_prm_processes(
     TrainResult, relaying its ``progress`` and ``phase`` reports (a report that raises
     stops every process). Raises TrainingCancelled when ``should_stop()`` turns true,
     RuntimeError when a process fails."""
-    from torch import multiprocessing
+    _check_world(config)
+    with tempfile.TemporaryDirectory(prefix="steplab-ranks-") as folder:
+        work = Path(folder)
+        inputs = work / "inputs.pickle"
+        with open(inputs, "wb") as handle:
+            pickle.dump((config, list(train), list(heldout), str(out_dir)), handle)
+        ranks, events = _start_ranks(config.processes, work, inputs)
+        try:
+            result = _relay(ranks, events, work, progress, should_stop, phase)
+            for process in ranks:  # every rank returns once the checkpoint is written
+                process.wait()
+            if (failure := _rank_failure(ranks, work)) is not None:
+                raise failure
+            return result
+        finally:
+            events.close()
+            for process in ranks:
+                stop_child(process)
 
-    world = config.processes
-    if config.device != "cpu" and torch.cuda.is_available():
-        if torch.cuda.device_count() < world:
-            raise ValueError(
-                f"processes={world} but this node has {torch.cuda.device_count()} GPUs"
-            )
-    elif world > (os.cpu_count() or 1):
-        # On the CPU each process loads the whole backbone: more than the cores is only
-        # memory (64 asked for once spawned 64 backbones and took the node down).
-        raise ValueError(f"processes={world} but this node has {os.cpu_count()} CPU cores")
-    spawn = multiprocessing.get_context("spawn")
-    events = spawn.Queue()
-    context = multiprocessing.start_processes(
-        _worker,
-        args=(world, _free_port(), config, list(train), list(heldout), str(out_dir), events),
-        nprocs=world,
-        join=False,
-        start_method="spawn",
-    )
-    result = None
-    try:
-        while result is None:
-            if should_stop is not None and should_stop():
-                raise TrainingCancelled("training stopped on request")
-            try:
-                kind, payload = events.get(timeout=POLL_S)
-            except queue.Empty:
-                # join() raises ProcessRaisedException when a rank failed.
-                if context.join(timeout=0) and result is None:
-                    raise RuntimeError("the training processes ended without a result") from None
-                continue
-            if kind == "progress" and progress is not None:
-                progress(payload)
-            elif kind == "phase" and phase is not None:
-                phase(payload)
-            elif kind == "result":
-                result = payload
-        context.join()  # every rank returns once the checkpoint is written
-        return result
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.terminate()
+
+def _relay(
+    ranks: Sequence[Any],
+    events: Connection,
+    work: Path,
+    progress: Callable[[Any], None] | None,
+    should_stop: Callable[[], bool] | None,
+    phase: Callable[[Any], None] | None,
+) -> Any:
+    """Rank 0's events relayed to the caller until its result comes."""
+    while True:
+        if should_stop is not None and should_stop():
+            raise TrainingCancelled("training stopped on request")
+        if (failure := _rank_failure(ranks, work)) is not None:
+            raise failure
+        if not events.poll(POLL_S):
+            continue
+        try:
+            kind, payload = events.recv()
+        except EOFError:
+            # Rank 0 closed its end: it ended; its status (or a sibling's) says how.
+            ranks[0].wait()
+            raise _rank_failure(ranks, work) or RuntimeError(
+                "the training processes ended without a result"
+            ) from None
+        if kind == "progress" and progress is not None:
+            progress(payload)
+        elif kind == "phase" and phase is not None:
+            phase(payload)
+        elif kind == "result":
+            return payload
 
 
 def train_prm(
@@ -167,3 +247,7 @@ def train_prm(
         baselines=baselines,
         phase=phase,
     )
+
+
+if __name__ == "__main__":
+    _rank_main(sys.argv[1])

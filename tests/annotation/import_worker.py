@@ -1,8 +1,8 @@
-"""A real Celery worker for the default queue's job tests (imports, bulk actions, and the
-import page's browser test): ``celery -A config worker`` on the test broker, against the
-test database, with this test's STEPLAB_IMPORT_DIR; and ``job_wait``, which follows a
-job's URL until the worker has finished it. Tests that use it commit their rows
-(``django_db(transaction=True)``): the worker is another process."""
+"""Real Celery workers for the default queue's job tests (imports, bulk actions, and the
+import page's browser test): the production workers (``config.workers``) on the test
+broker, against the test database, with this test's STEPLAB_IMPORT_DIR; and
+``job_wait``, which follows a job's URL until the worker has finished it. Tests that use
+it commit their rows (``django_db(transaction=True)``): the worker is another process."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tests.prm_training.prm_worker import (
 def import_worker(
     transactional_db: Any, settings: Any, tmp_path: Path, import_dir: Path
 ) -> Iterator[WorkerHandle]:
-    """One worker, started and ready; stopped before the database is flushed."""
+    """A node's workers, started and ready; stopped before the database is flushed."""
     env = worker_env(settings, STEPLAB_IMPORT_DIR=str(import_dir))
     factory = WorkerFactory(env=env, tmp=tmp_path)
     try:

@@ -88,7 +88,7 @@ def worker(
     tiny_bert_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[WorkerHandle]:
-    """One ``celery -A config worker`` on queues default and gpu, started and ready,
+    """The production default and gpu workers (``config.workers``), started and ready,
     sharing the server's import folder, model folder and backbone root; stopped before
     the database is flushed."""
     monkeypatch.setenv("STEPLAB_BACKBONE_DIR", str(tiny_bert_dir.parent))

@@ -65,7 +65,8 @@ def model_dir(tmp_path: Path) -> Path:
 def celery_workers(
     transactional_db: Any, settings: Any, tmp_path: Path, model_dir: Path, monkeypatch: Any
 ) -> Iterator[WorkerFactory]:
-    """Start ``celery -A config worker -Q default,gpu -c 1 --pool=solo`` subprocesses
+    """Start a node's workers by the production commands (``config.workers``: the default
+    and gpu workers, prefork pool) as subprocesses
     against the pytest-django test database and the run's Redis broker (flushed first).
     They are terminated before the database is flushed at teardown."""
     env = worker_env(settings, STEPLAB_MODEL_DIR=str(model_dir))

@@ -1,4 +1,5 @@
-"""A real Celery worker for the PRM loop tests (used by this folder's conftest and tests)."""
+"""Real Celery workers for the tests that need them (this folder's conftest, the import and
+webhook tests): started by the production commands (``config.workers``), prefork pool."""
 
 from __future__ import annotations
 
@@ -20,18 +21,32 @@ WORKER_READY_SECONDS = 90
 
 @dataclass
 class WorkerHandle:
-    """One ``celery worker`` subprocess; ``log`` collects its output."""
+    """One node's Celery workers, as production starts them (``config.workers``): the
+    ``default`` worker and the ``gpu`` worker, each a ``python -m config.workers NAME``
+    subprocess running the prefork pool; ``output()`` is both logs."""
 
-    process: subprocess.Popen[bytes]
-    log: Path
+    processes: list[subprocess.Popen[bytes]]
+    logs: list[Path]
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        """The gpu worker's main process (the one whose node name runs are claimed by)."""
+        return self.processes[-1]
 
     def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(log.read_text(errors="replace") for log in self.logs if log.exists())
+
+    def alive(self) -> bool:
+        return all(process.poll() is None for process in self.processes)
 
     def kill(self) -> None:
-        """SIGKILL: no warm shutdown, unacknowledged messages stay where they are."""
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=30)
+        """SIGKILL to every worker's main process (their pool children get SIGKILL from
+        Celery's parent-death signal): no warm shutdown, unacknowledged messages stay
+        where they are."""
+        for process in self.processes:
+            process.send_signal(signal.SIGKILL)
+        for process in self.processes:
+            process.wait(timeout=30)
 
 
 @dataclass
@@ -43,41 +58,29 @@ class WorkerFactory:
     def start(
         self, *, name: str = "trn-worker@%h", env: dict[str, str] | None = None
     ) -> WorkerHandle:
-        """Start a worker and wait until it is ready; ``env`` overrides the environment
-        (e.g. another ``CELERY_BROKER_URL``)."""
-        log = self.tmp / f"worker-{len(self.started)}.log"
-        handle = open(log, "wb")  # noqa: SIM115 - the worker writes to it until it ends
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "config",
-                "worker",
-                "-Q",
-                "default,gpu",
-                "-c",
-                "1",
-                "--pool=solo",
-                "-l",
-                "info",
-                "-n",
-                name,
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
-            cwd=REPO_ROOT,
-            env={**self.env, **(env or {})},
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-        )
-        worker = WorkerHandle(process=process, log=log)
+        """Start a node's two workers by the production commands (``config.workers``) and
+        wait until both are ready: the gpu worker named ``name``, the default worker
+        ``default-<name>``. ``env`` overrides the environment (e.g. another
+        ``CELERY_BROKER_URL``)."""
+        processes, logs = [], []
+        for kind, hostname in (("default", f"default-{name}"), ("gpu", name)):
+            log = self.tmp / f"worker-{len(self.started)}-{kind}.log"
+            handle = open(log, "wb")  # noqa: SIM115 - the worker writes to it until it ends
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "config.workers", kind, "--hostname", hostname],
+                    cwd=REPO_ROOT,
+                    env={**self.env, **(env or {})},
+                    stdout=handle,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+            logs.append(log)
+        worker = WorkerHandle(processes=processes, logs=logs)
         self.started.append(worker)
         deadline = time.monotonic() + WORKER_READY_SECONDS
-        while " ready." not in worker.output():
-            if process.poll() is not None:
+        while not all(" ready." in log.read_text(errors="replace") for log in logs):
+            if not worker.alive():
                 raise RuntimeError(f"celery worker exited early:\n{worker.output()}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"celery worker not ready:\n{worker.output()}")
@@ -86,16 +89,19 @@ class WorkerFactory:
 
     def stop_all(self) -> None:
         for worker in self.started:
-            if worker.process.poll() is None:
-                worker.process.terminate()
+            for process in worker.processes:
+                if process.poll() is None:
+                    process.terminate()
+            for process in worker.processes:
                 try:
-                    worker.process.wait(timeout=30)
+                    process.wait(timeout=30)
                 except subprocess.TimeoutExpired:
-                    worker.kill()
+                    process.kill()
+                    process.wait(timeout=30)
 
 
 def worker_env(settings: Any, **extra: str) -> dict[str, str]:
-    """The environment of a ``celery -A config worker`` subprocess of a test: the test
+    """The environment of a test's worker subprocesses (``WorkerFactory``): the test
     database and the run's Redis broker (flushed first, so no stale message is
     delivered), with ``extra`` variables. Skips without PostgreSQL or Redis, except that
     in CI a missing Redis fails (``CI=true``)."""

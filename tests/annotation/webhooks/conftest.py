@@ -1,7 +1,7 @@
 """Fixtures of the webhook tests: a real HTTP receiver on loopback (``receiver``), and real
-Celery workers (``hook_workers``: ``celery -A config worker`` on the test broker, against
-the test database, with retries an hour apart so that none comes during a test; a backoff
-is read from the row). Tests that start a worker commit their rows
+Celery workers (``hook_workers``: the production workers, ``config.workers``, on the test
+broker, against the test database, with retries an hour apart so that none comes during a
+test; a backoff is read from the row). Tests that start a worker commit their rows
 (``django_db(transaction=True)``)."""
 
 from __future__ import annotations

@@ -125,3 +125,37 @@ def test_it_works_outside_the_main_thread() -> None:
     thread.join()
     # Then math-verify answers (its own SIGALRM limits would raise there)
     assert results == [True, False]
+
+
+def test_the_grader_child_ends_when_the_process_that_started_it_dies() -> None:
+    """A worker killed while its grader is deep in sympy leaves no grader behind."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = (
+        "from prm_training.ml.grading import _verifier, answers_equivalent\n"
+        "answers_equivalent(r'\\frac{1}{2}', '0.5')\n"
+        "print(_verifier._process.pid, flush=True)\n"
+        "answers_equivalent('9^{9^{9^{9}}}', '3', timeout_s=600)\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=root)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    time.sleep(0.5)  # the child is busy with the power tower
+    parent.kill()
+    parent.wait()
+
+    def gone() -> bool:
+        try:
+            status = Path(f"/proc/{child}/status").read_text()
+        except FileNotFoundError:
+            return True
+        return "State:\tZ" in status
+
+    deadline = time.monotonic() + 10
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone()
