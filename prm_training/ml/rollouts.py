@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .generation import GenerationEngine, SamplingParams
 from .grading import answers_equivalent, extract_answer
@@ -25,9 +26,10 @@ from .sampling import sample_prompt
 STEP_SEPARATOR = "\n\n"
 
 
-def rollout_prompt(problem: str, steps: Sequence[str], upto: int) -> str:
-    """The sampling prompt (``sampling.sample_prompt``) followed by steps 0..``upto``,
-    each its own paragraph, ending with a blank line so the model writes the next step.
+def rollout_prompt(problem: str, steps: Sequence[str], upto: int, engine: Any = None) -> str:
+    """The sampling prompt (``sampling.sample_prompt``, in ``engine``'s chat template when
+    it has one) followed by steps 0..``upto``, each its own paragraph, ending with a blank
+    line so the model writes the next step.
 
     >>> rollout_prompt("What is 2 + 3?", ["2 + 3 = 5.", "So 5.", "Done."], 1).endswith(
     ...     "Solution:\\n2 + 3 = 5.\\n\\nSo 5.\\n\\n")
@@ -36,7 +38,7 @@ def rollout_prompt(problem: str, steps: Sequence[str], upto: int) -> str:
     if not 0 <= upto < len(steps):
         raise ValueError(f"upto must name one of the {len(steps)} steps, not {upto}")
     prefix = STEP_SEPARATOR.join(step.strip() for step in steps[: upto + 1])
-    return sample_prompt(problem) + prefix + STEP_SEPARATOR
+    return sample_prompt(problem, engine) + prefix + STEP_SEPARATOR
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,8 @@ def _rolled_out(
     ``generate`` call, each step's value yielded as soon as it is graded. The answer is
     read from prefix + completion: a prefix that already holds the final answer (the
     last step) is graded on it unless the completion writes another."""
-    prompts = [rollout_prompt(problem, steps, index) for index in indexes]
-    start = len(sample_prompt(problem))
+    prompts = [rollout_prompt(problem, steps, index, engine) for index in indexes]
+    start = len(sample_prompt(problem, engine))
     for index, prompt, completions in zip(
         indexes, prompts, engine.generate(prompts, params), strict=True
     ):

@@ -115,5 +115,23 @@ def test_sample_chains(lm_dir: Path) -> None:
     chains = sample_chains(["what is a", "what is b"], engine, params)
     # Then each problem has n completions, the same as the engine draws for its prompt
     assert [len(c) for c in chains] == [3, 3]
-    assert chains[1] == engine.generate([sample_prompt("what is b")], params)[0]
+    assert chains[1] == engine.generate([sample_prompt("what is b", engine)], params)[0]
     assert r"\boxed{}" in sample_prompt("x") and "Problem: x" in sample_prompt("x")
+
+
+def test_an_instruction_model_is_asked_in_its_chat_template_and_answers_in_its_turn() -> None:
+    from prm_training.ml.rollouts import rollout_prompt
+
+    class ChatEngine:
+        def chat_prompt(self, text: str) -> str:
+            return f"<|user|>{text}<|end|><|assistant|>"
+
+    engine = ChatEngine()
+    prompt = sample_prompt("What is 2 + 3?", engine)
+    # The request is the user's message, with no "Solution:" cue: the turn is the model's
+    assert prompt.startswith("<|user|>Solve the following") and "Problem: What is 2 + 3?" in prompt
+    assert prompt.endswith("<|end|><|assistant|>") and "Solution:" not in prompt
+    # A rollout continues the assistant's turn after the chain's prefix
+    assert rollout_prompt("What is 2 + 3?", ["2 + 3 = 5.", "So 5."], 0, engine) == (
+        prompt + "2 + 3 = 5.\n\n"
+    )
