@@ -31,10 +31,18 @@ from annotation.models import AnnotationSource, Chain, Step, StepRating
 def disputed_steps() -> Coalesce:
     """How many steps of the chain (the outer query's row) two or more current human
     passes rated differently: per step, the spread of its current human ratings; the
-    steps whose spread is above zero, counted."""
+    steps whose spread is above zero, counted.
+
+    The ratings are looked up through the chain's own passes (a rating's pass is always
+    of its step's chain), so PostgreSQL has an index key on each side of the join:
+    filtered on the source alone, the pass table matched the partial index of human passes
+    and, when its statistics predate the passes (a new project, a fresh deployment),
+    PostgreSQL read every human pass in the database once per step, so a counted submit's
+    refresh grew with every pass ever stored (BENCHMARKS.md, the queue under concurrency)."""
     spread = (
         StepRating.objects.filter(
             step=OuterRef("pk"),
+            annotation__chain=OuterRef("chain"),
             annotation__source=AnnotationSource.HUMAN,
             annotation__superseded_by__isnull=True,
         )
