@@ -11,12 +11,20 @@ from typing import Any
 from django.db import connection, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from annotation.datasets.import_rows import ImportRow, NewProblem, chain_ratings
+from annotation.datasets.import_rows import (
+    IMPORT_RUN_KIND,
+    ImportRow,
+    NewProblem,
+    chain_ratings,
+    label_source_name,
+)
 from annotation.models import (
     Annotation,
     AnnotationSource,
     Chain,
     ImportBatch,
+    MachineLabel,
+    MachineSource,
     Problem,
     Project,
     Step,
@@ -105,6 +113,19 @@ class CopyWriter:
                 ("id", "chain_id", "source", "source_name", "import_batch_id"),
             ),
             "rating": (StepRating, ("annotation_id", "step_id", "rating")),
+            "machine_label": (
+                MachineLabel,
+                (
+                    "project_id",
+                    "chain_id",
+                    "step_id",
+                    "source",
+                    "rating",
+                    "model",
+                    "run_kind",
+                    "run_id",
+                ),
+            ),
         }
         self.tables = {
             name: CopyTable(model, columns, now=now, db=connection)
@@ -216,26 +237,49 @@ class CopyWriter:
                 for chain_id, offset, row in zip(chain_ids, offsets, rows, strict=True)
                 if chain_ratings(row.chain)
             ]
-            annotation_ids = self._ids(cursor, Annotation, len(labeled))
-            self.tables["annotation"].copy(
-                cursor,
+            return self._labels_insert(cursor, labeled=labeled, step_ids=step_ids)
+
+    def _labels_insert(
+        self, cursor: Any, *, labeled: list[tuple[int, int, ImportRow]], step_ids: list[int]
+    ) -> int:
+        """The labeled chains' import annotations, their ratings and their import machine
+        labels (``labeled``: chain id, where its step ids start, row); the rating count."""
+        project_id, batch_id = self.project.pk, self.batch.pk
+        annotation_ids = self._ids(cursor, Annotation, len(labeled))
+        self.tables["annotation"].copy(
+            cursor,
+            (
                 (
-                    (
-                        annotation_id,
-                        chain_id,
-                        AnnotationSource.IMPORT.value,
-                        row.chain.label_source or self.batch.format,
-                        batch_id,
-                    )
-                    for annotation_id, (chain_id, _, row) in zip(
-                        annotation_ids, labeled, strict=True
-                    )
-                ),
-            )
-            rating_rows = [
-                (annotation_id, step_ids[offset + index], rating)
-                for annotation_id, (_, offset, row) in zip(annotation_ids, labeled, strict=True)
+                    annotation_id,
+                    chain_id,
+                    AnnotationSource.IMPORT.value,
+                    label_source_name(chain=row.chain, batch_format=self.batch.format),
+                    batch_id,
+                )
+                for annotation_id, (chain_id, _, row) in zip(annotation_ids, labeled, strict=True)
+            ),
+        )
+        rating_rows = [
+            (annotation_id, step_ids[offset + index], rating)
+            for annotation_id, (_, offset, row) in zip(annotation_ids, labeled, strict=True)
+            for index, rating in chain_ratings(row.chain)
+        ]
+        self.tables["rating"].copy(cursor, rating_rows)
+        self.tables["machine_label"].copy(
+            cursor,
+            (
+                (
+                    project_id,
+                    chain_id,
+                    step_ids[offset + index],
+                    MachineSource.IMPORT.value,
+                    rating,
+                    label_source_name(chain=row.chain, batch_format=self.batch.format),
+                    IMPORT_RUN_KIND,
+                    batch_id,
+                )
+                for chain_id, offset, row in labeled
                 for index, rating in chain_ratings(row.chain)
-            ]
-            self.tables["rating"].copy(cursor, rating_rows)
+            ),
+        )
         return len(rating_rows)

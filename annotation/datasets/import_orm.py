@@ -6,12 +6,20 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from annotation.datasets.import_rows import ImportRow, NewProblem, chain_ratings
+from annotation.datasets.import_rows import (
+    IMPORT_RUN_KIND,
+    ImportRow,
+    NewProblem,
+    chain_ratings,
+    label_source_name,
+)
 from annotation.models import (
     Annotation,
     AnnotationSource,
     Chain,
     ImportBatch,
+    MachineLabel,
+    MachineSource,
     Problem,
     Project,
     Step,
@@ -97,13 +105,18 @@ class OrmWriter:
         labeled = [row for row in rows if chain_ratings(row.chain)]
         if not labeled:
             return 0
+        return self._labels_insert(labeled=labeled, chain_ids=chain_ids)
+
+    def _labels_insert(self, *, labeled: Sequence[ImportRow], chain_ids: dict[str, int]) -> int:
+        """The labeled chains' import annotations, their ratings and their import machine
+        labels (``chain_ids``: by content hash); the rating count."""
         labeled_chain_ids = [chain_ids[row.chain_hash] for row in labeled]
         Annotation.objects.bulk_create(
             [
                 Annotation(
                     chain_id=chain_ids[row.chain_hash],
                     source=AnnotationSource.IMPORT,
-                    source_name=row.chain.label_source or self.batch.format,
+                    source_name=label_source_name(chain=row.chain, batch_format=self.batch.format),
                     import_batch=self.batch,
                 )
                 for row in labeled
@@ -131,4 +144,21 @@ class OrmWriter:
             for index, rating in chain_ratings(row.chain)
         ]
         StepRating.objects.bulk_create(ratings, batch_size=self.batch_size)
+        MachineLabel.objects.bulk_create(
+            [
+                MachineLabel(
+                    project=self.project,
+                    chain_id=chain_ids[row.chain_hash],
+                    step_id=step_ids[(chain_ids[row.chain_hash], index)],
+                    source=MachineSource.IMPORT,
+                    rating=rating,
+                    model=label_source_name(chain=row.chain, batch_format=self.batch.format),
+                    run_kind=IMPORT_RUN_KIND,
+                    run_id=self.batch.pk,
+                )
+                for row in labeled
+                for index, rating in chain_ratings(row.chain)
+            ],
+            batch_size=self.batch_size,
+        )
         return len(ratings)

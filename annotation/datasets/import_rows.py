@@ -1,6 +1,13 @@
 """What an import hands from its reading (``import_reading``) to its writing
 (``import_dedupe``, and the writers ``import_copy`` and ``import_orm``): a checked chain
-with its hashes, a checked problem, and the one interface both writers keep."""
+with its hashes, a checked problem, and the one interface both writers keep.
+
+A chain's labels are written twice over by both writers, from the same ``chain_ratings``:
+as the import annotation (what consensus counts by the project's ``import_labels`` rule)
+and as machine labels of source "import" (``MachineLabel``, ``run_kind`` "import", the
+batch as the run, the label source as the model), what pre-labels, routing and the
+machine-quality figures read, as they read every machine source from that one table.
+Never votes either way: neither counts toward the finished count."""
 
 from __future__ import annotations
 
@@ -42,8 +49,20 @@ class ChunkWriter(Protocol):
         ...
 
     def chains_insert(self, *, rows: Sequence[ImportRow], problem_ids: dict[str, int]) -> int:
-        """Insert the chains, their steps and their import annotations; the rating count."""
+        """Insert the chains, their steps, their import annotations and their import machine
+        labels; the rating count."""
         ...
+
+
+# What an import's machine labels name as their run (``MachineLabel.run_kind``; the run
+# id is the import batch's).
+IMPORT_RUN_KIND = "import"
+
+
+def label_source_name(*, chain: ParsedChain, batch_format: str) -> str:
+    """Where a chain's imported labels came from ("prm800k", a line's own ``label_source``):
+    the import annotation's ``source_name`` and its machine labels' ``model``."""
+    return chain.label_source or batch_format
 
 
 def chain_ratings(chain: ParsedChain) -> list[tuple[int, int]]:

@@ -100,8 +100,8 @@ def chain_import(
     progress: Callable[[int], None] | None = None,
 ) -> ImportResult:
     """Import every chain in the file at ``path`` into ``project``, with the labels it
-    carries as import annotations (never a person's: they do not count toward
-    ``Chain.finished_count``).
+    carries as import annotations and as machine labels of source "import"
+    (``import_rows``; never a person's: neither counts toward ``Chain.finished_count``).
 
     ``path`` may also be a seekable binary file (an upload), read from its start.
     ``fmt`` is one of FORMATS or "auto". A file already imported into the project (same

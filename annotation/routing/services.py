@@ -58,6 +58,7 @@ from annotation.models import (
 from annotation.public_ids import purpose_key
 from annotation.quality.machine_quality import machine_source_quality
 from annotation.routing.machine_labels import machine_chain_labels
+from annotation.routing.sources import HOW_TO_WRITE
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -131,7 +132,7 @@ def routing_sources(*, project: Project) -> list[RoutingSource]:
         kappa = against.kappa if against is not None else None
         compared = against.chains if against is not None else 0
         if found is None:
-            reason = "has labeled no step of this project"
+            reason = f"has labeled no step of this project: {HOW_TO_WRITE.get(source, '')}"
         elif kappa is None:
             reason = "has no steps in common with people's consensus yet"
         elif kappa < project.routing_min_kappa:

@@ -100,3 +100,35 @@ def most_likely_first_error(step_probs: Sequence[float]) -> int:
     if len(step_probs) == 0:
         return -1
     return int(np.argmax(first_error_distribution(step_probs)[:-1]))  # "no error" left out
+
+
+def step_verdicts(
+    step_probs: Sequence[float], readout: Readout, answer_correct: bool | None = None
+) -> list[int]:
+    """Each step's verdict, +1 (correct) or -1, as ``readout`` reads the chain: its first
+    error (``Readout.first_error``, the reading the version's F1 measures) is -1 and every
+    step before it +1; a step after it is -1 where P(correct) is below the threshold the
+    readout applies to the chain (``threshold_right`` for a chain graded right, else
+    ``threshold``), else +1. ``answer_correct`` is read only where the readout reads
+    answers.
+
+    >>> step_verdicts([0.9, 0.4, 0.8, 0.2], Readout(0.5))
+    [1, -1, 1, -1]
+    >>> step_verdicts([0.3, 0.9, 0.1], Readout(0.5, 0.2), True)
+    [1, 1, -1]
+    >>> step_verdicts([0.6, 0.9, 0.1], Readout(0.5, 0.2), False), step_verdicts([], Readout())
+    ([1, 1, -1], [])
+    """
+    first = readout.first_error(step_probs, answer_correct)
+    threshold = readout.threshold
+    if readout.threshold_right is not None and answer_correct:
+        threshold = readout.threshold_right
+    verdicts = []
+    for index, p in enumerate(step_probs):
+        if first == -1 or index < first:
+            verdicts.append(1)
+        elif index == first:
+            verdicts.append(-1)
+        else:
+            verdicts.append(1 if p >= threshold else -1)
+    return verdicts

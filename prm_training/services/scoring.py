@@ -6,12 +6,17 @@ RUNNING under a row lock, scores are written with the unique key (scoring_run, c
 a redelivered task that takes over a dead worker's run (stale heartbeat) rewrites the
 same rows.
 
+Once every chain is scored, the version's verdicts on them are written as machine labels
+of the PRM source (``services.scoring_labels``: the version's readout, with run and
+version; rewritten by a takeover), which pre-labels and routing read.
+
 Priorities are written by the queue (``annotation.labeling.queue.priorities``) a chunk of chains
 per short transaction, so while they are written the queue mixes old and new priorities
 for a moment.
 
 Once a run succeeds, a person's label the active PRM contradicts with the project's
-``routing_second_look`` confidence is sent to another annotator (``services.second_look``).
+``routing_second_look`` confidence is sent to another annotator (``services.second_look``),
+and a project that routes by the PRM gets a routing pass.
 
 Torch is imported only inside ``scoring_run_execute`` (worker side)."""
 
@@ -28,7 +33,15 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet, Sum
 
 from annotation.labeling.queue.priorities import PRIORITY_CHUNK, chain_priorities_write
-from annotation.models import Annotation, AnnotationSource, Chain, LabelingMode, Project
+from annotation.models import (
+    Annotation,
+    AnnotationSource,
+    Chain,
+    LabelingMode,
+    MachineSource,
+    Project,
+)
+from annotation.routing.services import chains_route_enqueue_on_commit
 from prm_training.ml.progress import Phase, PhaseMeter, RunCancelled
 from prm_training.models import (
     AUTO_STRATEGY,
@@ -51,6 +64,7 @@ from prm_training.services.runs import (
     run_finish,
     run_retry_check,
 )
+from prm_training.services.scoring_labels import prm_labels_write
 from prm_training.services.second_look import second_looks_request
 from prm_training.services.strategy import (
     acquisition_strategy_resolve,
@@ -59,6 +73,8 @@ from prm_training.services.strategy import (
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
+
+    from prm_training.ml.readout import Readout
 
 logger = logging.getLogger(__name__)
 
@@ -285,7 +301,18 @@ def scoring_run_execute(
     run.refresh_from_db()
     if run.status == RunStatus.SUCCEEDED:
         _second_looks(run)
+        _route(run)
     return run
+
+
+def _route(run: ScoringRun) -> None:
+    """New PRM verdicts may change what routing does where the lead routes by the PRM (as
+    the project stands now): a routing pass is sent."""
+    sources = (
+        Project.objects.filter(pk=run.project_id).values_list("routing_sources", flat=True).first()
+    )
+    if sources and MachineSource.PRM in sources:
+        chains_route_enqueue_on_commit(project_id=run.project_id)
 
 
 def _second_looks(run: ScoringRun) -> None:
@@ -299,18 +326,21 @@ def _second_looks(run: ScoringRun) -> None:
 
 
 def _score(run: ScoringRun) -> None:
-    """Score the run's chains (``_score_chains``), then rank them and write the queue's
+    """Score the run's chains (``_score_chains``), write the version's verdicts on them as
+    PRM machine labels (``scoring_labels``), then rank them and write the queue's
     priorities (``_prioritize``), every phase reported (``progress.RunProgress``)."""
     progress = RunProgress(run)
-    _score_chains(run, progress)
+    readout = _score_chains(run, progress)
+    progress(Phase("writing", 0, 0, detail="machine labels"))
+    prm_labels_write(run=run, readout=readout)
     progress(Phase("writing", 0, 0, detail="queue priorities"))
     _prioritize(run)
 
 
-def _score_chains(run: ScoringRun, progress: RunProgress) -> None:
+def _score_chains(run: ScoringRun, progress: RunProgress) -> Readout:
     """Every chain to score through the run's version, a page at a time, into ChainScore
     rows (rewritten by a takeover); the phase counts steps a batch at a time, and a cancel
-    stops it between two batches."""
+    stops it between two batches. The version's readout (its threshold)."""
     from prm_training.ml.checkpoint import load_prm
     from prm_training.ml.score import score_chains, truncation_counts
 
@@ -348,6 +378,7 @@ def _score_chains(run: ScoringRun, progress: RunProgress) -> None:
         progress.note(chains_scored=scored)
         meter.set(meter.phase.done, detail=f"{scored:,}/{len(chain_ids):,} chains")
     ScoringRun.objects.filter(pk=run.pk).update(truncation=cut)
+    return prm.readout
 
 
 def _chain_score(run: ScoringRun, item: Any) -> ChainScore:

@@ -87,8 +87,22 @@ function valueOf(field) {
   return input.value;
 }
 
+// The API's warnings: a pre-label or routing source with no machine label in the project
+// yet. Saved as asked; shown beside its field until its labels exist.
+function showWarnings(project) {
+  const warnings = project.warnings || [];
+  for (const field of ["prelabel_source", "routing_sources"]) {
+    const slot = $(`w-${field}`);
+    if (!slot) continue;
+    const messages = warnings.filter((warning) => warning.field === field).map((w) => w.message);
+    slot.textContent = messages.join(" ");
+    slot.hidden = messages.length === 0;
+  }
+}
+
 function fill(project) {
   loaded = project;
+  showWarnings(project);
   for (const [field, input] of Object.entries(inputs)) {
     if (!(field in project)) continue;
     if (field in radios) {
@@ -145,7 +159,13 @@ async function save(event) {
     const project = await api(config.api.project, { method: "PATCH", body });
     fill(project);
     const names = Object.keys(body).map(label).join(", ");
-    showMessage(message, `Saved: ${names}.`, "ok");
+    const warnings = project.warnings || [];
+    if (warnings.length) {
+      const why = warnings.map((warning) => warning.message).join(" ");
+      showMessage(message, `Saved: ${names}. ${why}`, "warn", { sticky: true });
+    } else {
+      showMessage(message, `Saved: ${names}.`, "ok");
+    }
     root.dataset.saved = String(Number(root.dataset.saved || 0) + 1);
   } catch (error) {
     if (error.status === 400) {

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
 from annotation.api.inputs import InputSerializer
@@ -22,6 +23,7 @@ from annotation.models import (
     StepSplit,
 )
 from annotation.routing.services import ROUTING_FIELDS
+from annotation.routing.sources import machine_source_warnings
 
 # Routing's rules are for leads and ML staff: an annotator never learns that some chains
 # are spot checks of machine agreement (they must look like any other chain).
@@ -268,10 +270,40 @@ class ProjectOutputSerializer(serializers.ModelSerializer):
         return ProjectProgressSerializer(project).data
 
 
+# One warning of ``warnings`` (``routing.sources.SourceWarning``). Inline: a field named
+# "source" cannot be a serializer's attribute (every field has a ``source``).
+SOURCE_WARNINGS = inline_serializer(
+    "SourceWarning",
+    fields={
+        "field": serializers.CharField(
+            help_text="The setting: prelabel_source or routing_sources."
+        ),
+        "source": serializers.CharField(help_text="The machine source it names."),
+        "message": serializers.CharField(
+            help_text="Why it shows nothing, and what writes its labels."
+        ),
+    },
+    many=True,
+    allow_null=True,
+)
+
+
 class ProjectDetailOutputSerializer(ProjectOutputSerializer):
+    warnings = serializers.SerializerMethodField(
+        help_text=f"{ROUTING_HIDDEN} Settings that name a machine source with no label in the "
+        "project yet (the pre-label source while pre-labels are on, each routing source): "
+        "saved as asked, but it shows no verdict and routes nothing until labels exist."
+    )
+
     class Meta(ProjectOutputSerializer.Meta):
-        fields = [*ProjectOutputSerializer.Meta.fields, "guidelines"]
+        fields = [*ProjectOutputSerializer.Meta.fields, "guidelines", "warnings"]
         read_only_fields = fields
+
+    @extend_schema_field(SOURCE_WARNINGS)
+    def get_warnings(self, project: Project) -> list[dict[str, Any]] | None:
+        if getattr(project, "my_role", None) not in (Role.LEAD, Role.ML):
+            return None
+        return [asdict(warning) for warning in machine_source_warnings(project=project)]
 
 
 class MemberAddInputSerializer(InputSerializer):

@@ -63,3 +63,40 @@ def test_the_lead_turns_pre_labels_on(
         ARTIFACTS.mkdir(exist_ok=True)
         section.screenshot(path=str(ARTIFACTS / f"settings-prelabels-{width}.png"))
         assert page_overflow(page, width) == []
+
+
+def test_a_source_without_labels_is_saved_with_a_warning_beside_it(
+    live_server: Any, browser: Browser
+) -> None:
+    # Given a project with no machine label at all
+    project = ProjectFactory()
+    lead = MembershipFactory(project=project, role=Role.LEAD).user
+    with page_watched(browser=browser, width=1366, height=768, csp_errors=True) as page:
+        page_signed_in(page=page, base_url=live_server.url, user=lead)
+        page.goto(f"{live_server.url}/projects/{project.pk}/settings/")
+        page.wait_for_selector("#project-settings[data-state=ready]")
+        expect(page.locator("#w-prelabel_source")).to_be_hidden()
+
+        # When the lead turns pre-labels on from the PRM and routes by the PRM
+        page.check("#f-prelabels")
+        page.select_option("#f-prelabel_source", "prm")
+        page.check("#f-routing_sources input[value=prm]")
+        page.get_by_role("button", name="Save settings").click()
+
+        # Then it is saved, and the page says why the PRM shows nothing yet and what to do
+        expect(page.locator("#form-message")).to_contain_text("Saved")
+        expect(page.locator("#form-message")).to_contain_text("No PRM machine labels yet")
+        for field in ("prelabel_source", "routing_sources"):
+            expect(page.locator(f"#w-{field}")).to_have_text(
+                "No PRM machine labels yet: activate a model version and run scoring (the "
+                "Models page, or score_chains), which writes its verdicts on the chains it "
+                "scores."
+            )
+        project.refresh_from_db()
+        assert (project.prelabels, project.prelabel_source) == (True, MachineSource.PRM)
+        assert project.routing_sources == [MachineSource.PRM]
+
+        # And a reload shows the same warning beside the field
+        page.reload()
+        page.wait_for_selector("#project-settings[data-state=ready]")
+        expect(page.locator("#w-prelabel_source")).to_contain_text("No PRM machine labels yet")

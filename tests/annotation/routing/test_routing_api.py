@@ -158,7 +158,7 @@ def test_a_source_under_the_threshold_says_why(
             "kappa": None,
             "chains_compared": 0,
             "usable": False,
-            "reason": "has labeled no step of this project",
+            "reason": "has labeled no step of this project: start a judge run on the Models page",
         }
     ]
 
