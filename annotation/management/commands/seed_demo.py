@@ -1,4 +1,8 @@
-"""`make demo`'s data: demo users, two projects and chains Steplab generates itself.
+"""`make demo`'s data: demo users, two projects and chains Steplab generates itself, and a
+third project of problems with known answers and no chains yet, for the machine-label
+loop on the language model `make install` puts under the backbone root: the ML page
+samples chains for them, rolls out from their steps and has the model judge them, and the
+workspace shows the Monte-Carlo verdicts for annotators to confirm or override.
 
 Idempotent: users, projects and memberships are looked up before they are created, and
 the chains go through the import service, whose file hash makes a second import of the
@@ -6,6 +10,8 @@ same (deterministic) file a no-op. A demo user's changed password is left alone.
 
 from __future__ import annotations
 
+import io
+import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from annotation.demo_data import generate_chains, write_jsonl
-from annotation.models import LabelingMode, Project, Role
+from annotation.models import LabelingMode, MachineSource, Project, Role
 from annotation.projects.services import membership_add, project_create
 
 
@@ -86,6 +92,23 @@ DEMO_PROJECTS = (
 )
 
 
+MACHINE_PROJECT = "Demo: machine labels"
+MACHINE_GUIDELINES = """The chains of this project were written by a language model.
+
+Each step shows the machine's verdict (MC: Monte-Carlo rollouts from that step). Press v to
+accept them all, change the steps you disagree with (1, 2, 3), then submit. Grade a step on
+its own merits: a right computation is +1 even when the final answer is wrong."""
+# GSM8K-style problems with their answers, for sampling runs.
+MACHINE_PROBLEMS = (
+    ("Tom has 3 apples and buys 4 more. How many apples does he have now?", "7"),
+    ("A box holds 6 eggs. How many eggs are in 3 boxes?", "18"),
+    ("Mia reads 12 pages a day. How many pages does she read in a week?", "84"),
+    ("A shirt costs 15 dollars and a hat costs 8 dollars. What do 2 shirts and a hat cost?", "38"),
+    ("There are 24 students split evenly into 4 teams. How many students are on each team?", "6"),
+    ("Sam had 50 stickers, gave away 18 and then got 7 more. How many does he have now?", "39"),
+)
+
+
 class Command(BaseCommand):
     help = (
         "Create the demo users and projects and fill the projects with generated arithmetic "
@@ -141,15 +164,55 @@ class Command(BaseCommand):
                 + (" (already imported)" if result.already_imported else "")
             )
 
+        machine = _machine_project_ensure(users)
+        self.stdout.write(
+            f"{machine.name} (id {machine.pk}): {machine.problems.count()} problems, no chains "
+            "yet (sample them on its Models page)"
+        )
         self.stdout.write(
             self.style.SUCCESS(
-                f"Demo ready: {len(DEMO_PROJECTS)} projects, {created_chains} chains added."
+                f"Demo ready: {len(DEMO_PROJECTS) + 1} projects, {created_chains} chains added."
             )
         )
         self.stdout.write(f"URL: http://{options['host']}/")
         for login in DEMO_USERS:
             what = "superuser" if login.is_superuser else (login.role or "")
             self.stdout.write(f"login: {login.username} / {login.password} ({what})")
+
+
+def _machine_project_ensure(users: dict[str, User]) -> Project:
+    """The machine-label project: its problems (a problems file, deduplicated by the
+    import), pre-labels from the Monte-Carlo source shown to every chain, and routing on
+    Monte-Carlo and the judge."""
+    from annotation.datasets.imports import chain_import
+
+    with transaction.atomic():
+        project = Project.objects.filter(name=MACHINE_PROJECT).first()
+        if project is None:
+            project = project_create(
+                name=MACHINE_PROJECT,
+                created_by=users["lead"],
+                labeling_mode=LabelingMode.FIRST_ERROR,
+                guidelines=MACHINE_GUIDELINES,
+                prelabels=True,
+                prelabel_source=MachineSource.MONTE_CARLO,
+                prelabel_holdout=0.0,
+            )
+            Project.objects.filter(pk=project.pk).update(
+                routing_sources=[MachineSource.MONTE_CARLO, MachineSource.JUDGE]
+            )
+        for spec in DEMO_USERS:
+            if spec.role is not None:
+                membership_add(project=project, user=users[spec.username], role=spec.role)
+    lines = "".join(json.dumps({"problem": p, "answer": a}) + "\n" for p, a in MACHINE_PROBLEMS)
+    chain_import(
+        project=project,
+        path=io.BytesIO(lines.encode()),
+        filename="demo-problems.jsonl",
+        fmt="problems",
+        user=users["lead"],
+    )
+    return project
 
 
 def _user_ensure(spec: DemoUser) -> User:
