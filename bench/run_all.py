@@ -211,6 +211,52 @@ SUITE: tuple[Bench, ...] = (
         "consensus_fits.json",
         "8 processes ask for one project's Dawid-Skene fit at once: fits run",
     ),
+    Bench(
+        "ab",
+        "bench_ab.py",
+        ("--a", "HEAD~1", "--b", "HEAD", "--json", "bench/out/ab.json"),
+        (
+            *("--a", "HEAD", "--b", "HEAD", "--rounds", "1", "--json", "bench/out/ab.json"),
+            *("--", "--chains", "200", "--steps", "4", "--clients", "2", "--seconds", "1"),
+        ),
+        "ab.json",
+        "the foundation bench on two commits, alternated: paired ratios B/A",
+    ),
+    Bench(
+        "small_lm",
+        "bench_small_lm.py",
+        ("--json", "bench/out/small_lm.json"),
+        (
+            "--problems",
+            "2",
+            "--b1-problems",
+            "1",
+            "--max-new-tokens",
+            "32",
+            "--json",
+            "bench/out/small_lm.json",
+        ),
+        "small_lm.json",
+        "the packaged language model: load, memory, tokens/s, GSM8K solved",
+    ),
+    Bench(
+        "machine_sources",
+        "bench_machine_sources.py",
+        ("--json", "bench/out/machine_sources.json"),
+        (
+            *("--chains", "2", "--rollouts", "1", "--max-new-tokens", "16"),
+            *(
+                "--judge-tokens",
+                "16",
+                "--sources",
+                "judge",
+                "--json",
+                "bench/out/machine_sources.json",
+            ),
+        ),
+        "machine_sources.json",
+        "Monte-Carlo, judge and PRM first errors against ProcessBench's experts",
+    ),
 )
 
 
