@@ -1,7 +1,7 @@
 """The Celery workers are defined once (``config.workers``) and every place that starts one
 starts that definition: `make worker`, `make gpu-worker`, the Compose file, `make demo`
 (``config.demo``) and the tests' worker fixture. A lab runs what the tests run: before,
-the tests ran ``--pool=solo`` while every lab ran prefork, and the runs that start
+the tests ran the solo pool while every lab ran prefork, and the runs that start
 processes of their own failed only in the lab."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 per task) runs the tasks that start processes of their own: the math-verify grader of
 answers that only it can decide, and data-parallel training ranks.
 
-Before the workers were defined once, the tests ran ``--pool=solo`` while every lab ran
+Before the workers were defined once, the tests ran the solo pool while every lab ran
 prefork, where ``multiprocessing`` refuses children of a daemonic process: each of these
 runs failed there with "daemonic processes are not allowed to have children"."""
 
