@@ -9,6 +9,7 @@ import {
   errorText,
   formatFixed,
   formatCount,
+  formatCounted,
   showMessage,
   NONE,
 } from "./steplab.js";
@@ -455,13 +456,13 @@ function machineResult(run) {
   const r = run.result || {};
   const parts = [];
   if (run.kind === "sample") {
-    if (r.chains_created !== undefined) parts.push(`${formatCount(r.chains_created)} chains imported`);
-    if (r.chains_duplicate) parts.push(`${formatCount(r.chains_duplicate)} duplicates`);
+    if (r.chains_created !== undefined) parts.push(`${formatCounted(r.chains_created, "chain")} imported`);
+    if (r.chains_duplicate) parts.push(formatCounted(r.chains_duplicate, "duplicate"));
     if (r.graded) parts.push(`${formatCount(r.correct || 0)}/${formatCount(r.graded)} answers right`);
     if (r.empty) parts.push(`${formatCount(r.empty)} empty`);
   } else {
-    if (r.labels !== undefined) parts.push(`${formatCount(r.labels)} step labels`);
-    if (r.samples !== undefined) parts.push(`${formatCount(r.samples)} judge samples`);
+    if (r.labels !== undefined) parts.push(formatCounted(r.labels, "step label"));
+    if (r.samples !== undefined) parts.push(formatCounted(r.samples, "judge sample"));
     if (r.unparsed) parts.push(`${formatCount(r.unparsed)} unparsed`);
   }
   return parts.join(", ");
@@ -474,12 +475,12 @@ function renderMachineLabels(runs) {
     const status = statusCell(run);
     if (run.error) status.append(el("div", { text: run.error, cls: "muted" }));
     const name = el("div", { text: `#${run.id} ${run.kind}` });
-    name.append(el("div", { text: `${formatCount(run.items_done)}/${formatCount(run.items_total)} ` +
-      (run.kind === "sample" ? "problems" : "chains"), cls: "muted" }));
+    name.append(el("div", { text: `${formatCount(run.items_done)}/` +
+      formatCounted(run.items_total, run.kind === "sample" ? "problem" : "chain"), cls: "muted" }));
     const model = el("div", { text: run.model_name });
     model.append(el("div", { text: machineParams(run), cls: "muted" }));
     return [name, model, status, phaseCell(run, null),
-      `${formatCount(run.completions)} completions, ${formatCount(run.tokens)} tokens`,
+      `${formatCounted(run.completions, "completion")}, ${formatCounted(run.tokens, "token")}`,
       machineResult(run), when(run.finished_at),
       runAction(run, "machine-label-runs", `${run.kind} run`, canRunMachines)];
   }), 8, "No machine-label runs yet.");

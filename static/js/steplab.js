@@ -80,6 +80,11 @@ export function formatCount(n) {
   return Number(n || 0).toLocaleString("en-US");
 }
 
+// "1 chain", "2 chains": a count and its noun, singular only for exactly one.
+export function formatCounted(n, noun, nouns = `${noun}s`) {
+  return `${formatCount(n)} ${Number(n || 0) === 1 ? noun : nouns}`;
+}
+
 export function formatFixed(value, digits = 2) {
   return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : NONE;
 }

@@ -272,10 +272,15 @@ function buildView(data) {
     // The machine's verdict on this step, when shown: text only, never markup. A step
     // without one, in a chain with verdicts, keeps the place empty so the texts align.
     let machine = null;
+    const name = SOURCE_NAMES[shown.prelabel_source] || shown.prelabel_source;
     if (anyVerdict && (step.prelabel === null || step.prelabel === undefined)) {
-      buttons.append(el("span", { cls: "ws-prelabel is-empty" }));
+      // The same words, unseen: as wide as the verdicts beside it, whatever the source.
+      const empty = el("span", { cls: "ws-prelabel is-empty" });
+      empty.setAttribute("aria-hidden", "true");
+      empty.append(el("span", { text: name, cls: "ws-prelabel-source" }),
+        el("span", { text: RATING_SYMBOLS[-1], cls: "ws-prelabel-value" }));
+      buttons.append(empty);
     } else if (anyVerdict) {
-      const name = SOURCE_NAMES[shown.prelabel_source] || shown.prelabel_source;
       machine = el("span", { cls: `ws-prelabel rate-${RATING_LABELS[step.prelabel]}` });
       machine.append(
         el("span", { text: name, cls: "ws-prelabel-source" }),

@@ -185,3 +185,38 @@ def test_first_error_mode_stops_at_the_first_wrong_verdict(
             list(annotation.ratings.values_list("prelabel", flat=True))
             == [PrelabelOutcome.CONFIRMED] * 3
         )
+
+
+def test_the_widest_source_s_verdicts_keep_clear_of_the_comment_button(
+    live_server: Any, browser: Browser
+) -> None:
+    # Given: Monte-Carlo verdicts (the longest source name) on three of four steps
+    project = ProjectFactory(
+        labeling_mode=LabelingMode.ALL_STEPS,
+        prelabels=True,
+        prelabel_source="monte_carlo",
+        prelabel_holdout=0.0,
+    )
+    annotator = MembershipFactory(project=project).user
+    chain = ChainFactory(project=project, step_count=4)
+    machine_labels(chain=chain, ratings=[1, 0, -1, None], run_kind="rollout")
+
+    with page_watched(browser=browser, width=1366, height=768, csp_errors=True) as page:
+        page_signed_in(page=page, base_url=live_server.url, user=annotator)
+        workspace_open(page=page, base_url=live_server.url, project_id=project.pk)
+        expect(page.locator("#prelabel-source")).to_have_text("Monte-Carlo")
+        _step(page, 1).hover()
+
+        # Then: each verdict's words sit inside its pill, right of the comment button,
+        # and every pill (the empty place of the step without one too) is as wide
+        pencil = _step(page, 1).locator(".ws-comment-btn").bounding_box()
+        words = _step(page, 1).locator(".ws-prelabel-source").bounding_box()
+        assert pencil and words and pencil["x"] + pencil["width"] <= words["x"], (pencil, words)
+        pills = page.eval_on_selector_all(
+            "#steps .ws-prelabel",
+            "nodes => nodes.map(n => [Math.round(n.getBoundingClientRect().width), "
+            "n.scrollWidth <= n.clientWidth])",
+        )
+        assert len(pills) == 4 and all(inside for _, inside in pills), pills
+        assert len({width for width, _ in pills}) == 1, pills
+        page.screenshot(path=str(ARTIFACTS / "prelabels-monte-carlo.png"), full_page=True)

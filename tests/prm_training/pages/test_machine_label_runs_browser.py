@@ -53,6 +53,18 @@ def test_a_lead_starts_a_sampling_run_and_sees_the_runs(live_server: Any, page: 
         tokens=2048,
         result={"samples": 12, "unparsed": 5, "labels": 6},
     )
+    MachineLabelRun.objects.create(
+        project=project,
+        kind="sample",
+        model_name=LM,
+        status=RunStatus.SUCCEEDED,
+        params={"n": 1, "temperature": 0.0, "top_p": 0.95, "max_new_tokens": 512, "seed": 0},
+        items_total=1,
+        items_done=1,
+        completions=1,
+        tokens=1,
+        result={"chains_created": 1, "graded": 1, "correct": 1},
+    )
     page_login(page=page, base_url=live_server.url, username=lead.username)
 
     # When: the lead opens the ML page and starts a sampling run of 3 chains per problem
@@ -66,7 +78,7 @@ def test_a_lead_starts_a_sampling_run_and_sees_the_runs(live_server: Any, page: 
 
     # Then: the message follows the queued run, and the table lists both runs
     rows = page.locator("#machine-label-table tbody tr")
-    expect(rows).to_have_count(2)
+    expect(rows).to_have_count(3)
     started = MachineLabelRun.objects.latest("pk")
     expect(page.locator("#machine-label-message")).to_have_text(f"Sample run #{started.pk} queued.")
     assert (started.kind, started.params["n"], started.item_ids) == (
@@ -77,9 +89,13 @@ def test_a_lead_starts_a_sampling_run_and_sees_the_runs(live_server: Any, page: 
     first = rows.nth(0).locator("td")
     assert first.nth(0).inner_text() == f"#{started.pk} sample\n0/2 problems"
     assert first.nth(1).inner_text() == f"{LM}\nn=3, T=0.7, top-p=0.95, ≤512 tokens, seed 0"
-    judge = rows.nth(1).locator("td")
+    judge = rows.nth(2).locator("td")
     expect(judge.nth(4)).to_have_text("12 completions, 2,048 tokens")
     expect(judge.nth(5)).to_have_text("6 step labels, 12 judge samples, 5 unparsed")
+    one = rows.nth(1).locator("td")  # counts of one read in the singular
+    expect(one.nth(0)).to_contain_text("1/1 problem")
+    expect(one.nth(4)).to_have_text("1 completion, 1 token")
+    expect(one.nth(5)).to_have_text("1 chain imported, 1/1 answers right")
     assert page_overflow(page) == []
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator("#machine-labels").screenshot(path=str(ARTIFACTS / "models-machine-labels.png"))
