@@ -115,9 +115,30 @@ function downloadCell(snapshot) {
     link.href = exportUrl(snapshot.version, snapshot.kind, split);
     link.setAttribute("download", "");
     link.title = `${snapshot.label}, ${split ? `${name} split` : "every chain"}, as ${$("sn-format").value}`;
+    link.addEventListener("click", downloadChecked);
     links.append(link);
   });
   return cell;
+}
+
+// A download asks first (check=true: no file): an export that cannot start (a format the
+// snapshot has no labels for, a snapshot deleted since) shows its error here instead of
+// the browser saving the error as the file. Once checked, the same click goes through.
+async function downloadChecked(event) {
+  const link = event.currentTarget;
+  if (link.dataset.checked === link.href) {
+    delete link.dataset.checked;
+    return;
+  }
+  event.preventDefault();
+  try {
+    await api(`${link.href}&check=true`);
+  } catch (error) {
+    showMessage($("sn-message"), `No download: ${errorText(error)}`, "error");
+    return;
+  }
+  link.dataset.checked = link.href;
+  link.click();
 }
 
 // A new format re-points every row's links; the line beside it says what the file holds.

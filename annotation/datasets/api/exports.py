@@ -15,12 +15,13 @@ from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
 )
-from rest_framework import serializers
+from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound
 from rest_framework.generics import GenericAPIView
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
+from rest_framework.response import Response
 
 from annotation.api.fields import INT32_MAX
 from annotation.api.inputs import InputSerializer
@@ -76,6 +77,12 @@ class ExportInputSerializer(InputSerializer):
         default="votes",
         help_text="openrlhf only: a step's soft label from the votes' shares, or its "
         "Monte-Carlo value (a snapshot that includes monte_carlo).",
+    )
+    check = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Only check: 204 when this export would start, else the error it would "
+        "answer, with no file.",
     )
 
 
@@ -159,9 +166,17 @@ class ExportApi(GenericAPIView):
                 description="openrlhf: soft labels from the votes (default) or the "
                 "Monte-Carlo values of a snapshot that includes them.",
             ),
+            OpenApiParameter(
+                "check",
+                bool,
+                description="Only check the parameters: 204 when the export would start, "
+                "else the 400 or 404 it would answer; no file. The snapshots page asks "
+                "first, so a failed download shows its error instead of saving it.",
+            ),
         ],
         responses={
             (200, "application/octet-stream"): OpenApiTypes.BINARY,
+            204: OpenApiResponse(description="check: the export would start."),
             400: OpenApiResponse(description="Bad parameters."),
             403: WRONG_ROLE,
             404: OpenApiResponse(description="No such project or snapshot, or not a member."),
@@ -191,6 +206,8 @@ class ExportApi(GenericAPIView):
             provenance=provenance,
             soft_labels=soft_labels,
         )
+        if params["check"]:
+            return Response(status=status.HTTP_204_NO_CONTENT)
         filename = export_filename(project=project, snapshot=snapshot, fmt=fmt, split=split)
         if fmt == "parquet":
             # Parquet writes its footer last and needs a seekable file: a temporary file,

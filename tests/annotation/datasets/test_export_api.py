@@ -170,6 +170,22 @@ def test_export_bad_parameters(labeled_project, make_member, client_for):
     assert bad_split.status_code == 400
 
 
+def test_a_check_answers_what_the_export_would_without_a_file(
+    labeled_project, make_member, client_for
+):
+    # Given a snapshot with people's labels and no Monte-Carlo values
+    client = client_for(make_member(labeled_project, "lead"))
+    client.post(_snapshots_url(labeled_project), {}, format="json")
+    url = _export_url(labeled_project)
+
+    # Then a format that can start answers 204 with no body, one that cannot its error
+    fine = client.get(url, {"format": "csv", "check": "true"})
+    assert fine.status_code == 204 and _body(fine) == b""
+    refused = client.get(url, {"format": "math_shepherd", "check": "true"})
+    assert refused.status_code == 400 and "monte_carlo" in refused.content.decode()
+    assert client.get(url, {"format": "csv", "snapshot": 9, "check": "true"}).status_code == 404
+
+
 @pytest.mark.parametrize(
     ("name", "fmt", "split", "want"),
     [

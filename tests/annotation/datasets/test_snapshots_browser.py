@@ -221,6 +221,35 @@ def test_every_snapshot_downloads_from_its_row_whole_or_by_split(
     assert held["all"] == set(rows.values_list("chain_id", flat=True))
 
 
+def test_a_download_that_cannot_start_shows_its_error_and_saves_nothing(
+    browser: Browser, live_server: Any, lab: Any
+) -> None:
+    # Given: v1 holds no Monte-Carlo labels, which math_shepherd's records are made of
+    with page_watched(
+        browser=browser, width=1366, height=768, accept_downloads=True, csp_errors=True
+    ) as page:
+        _open(page, live_server, lab)
+        row = page.locator("#sn-datasets tr[data-version='1'][data-kind=dataset]")
+        saved: list[Any] = []
+        page.on("download", lambda download: saved.append(download))
+
+        # When: the lead downloads it as math_shepherd
+        page.locator("#sn-format").select_option("math_shepherd")
+        row.locator(".sn-download-link[data-split=all]").click()
+
+        # Then: the page says why, and no file was saved
+        expect(page.locator("#sn-message.error")).to_contain_text("No download:")
+        expect(page.locator("#sn-message.error")).to_contain_text("monte_carlo")
+        page.wait_for_timeout(500)
+        assert saved == []
+
+        # And: a format that can start still downloads at the first click
+        page.locator("#sn-format").select_option("csv")
+        with page.expect_download() as download:
+            row.locator(".sn-download-link[data-split=all]").click()
+        assert download.value.suggested_filename.endswith("-v1-all.csv")
+
+
 def _csv_chains(path: Any) -> set[int]:
     with open(path, encoding="utf-8", newline="") as stream:
         return {int(row["chain_id"]) for row in csv.DictReader(stream)}
