@@ -2,10 +2,15 @@
 says, so without a check a lead could point one at the server's own neighbours (a
 database, a cloud metadata address) and read what answers in the delivery log: server-side
 request forgery. Only http and https are called, never with credentials in the URL, and
-unless STEPLAB_WEBHOOK_ALLOW_PRIVATE is on, never an address that is not globally
-routable (loopback, private, link-local, shared, reserved). The check runs when the URL is
-saved and again before every attempt, on the addresses the name resolves to then (a name
-may be pointed elsewhere after it was saved).
+unless STEPLAB_WEBHOOK_ALLOW_PRIVATE is on, only global unicast addresses
+(``address_allowed``): no loopback, private, link-local, shared, reserved, multicast or
+broadcast address, and an IPv6 address that carries an IPv4 one (IPv4-mapped, -translated
+or -compatible, 6to4, Teredo, NAT64) is judged by the IPv4 address inside it too, so
+``[64:ff9b::a9fe:a9fe]`` (NAT64 to 169.254.169.254) or ``[2002:7f00:1::1]`` (6to4 of
+loopback) is refused. ``ipaddress``'s ``is_global`` alone is not the rule: it calls
+multicast and those wrappers global. The check runs when the URL is saved and again before
+every attempt, on the addresses the name resolves to then (a name may be pointed elsewhere
+after it was saved).
 
 STEPLAB_WEBHOOK_ALLOW_PRIVATE is off in production settings, on in development (``make
 demo`` runs on one machine, with its receivers beside it) and in the tests (whose
@@ -85,12 +90,42 @@ def webhook_url_check(
         return []
     addresses = _addresses(parts.hostname, resolve=resolve)
     for address in addresses:
-        if not address.is_global:
+        if not address_allowed(address):
             raise WebhookTargetRefused(
-                f"{parts.hostname} is a private, loopback or reserved address ({address}); "
-                "webhooks are sent to public addresses only."
+                f"{parts.hostname} is a private, loopback, multicast or reserved address "
+                f"({address}); webhooks are sent to public addresses only."
             )
     return addresses
+
+
+# IPv6's global unicast space; everything outside it (multicast, unique local, link-local,
+# the IPv4-compatible and -translated ::/96 forms, NAT64's local-use 64:ff9b:1::/48) is
+# refused outright.
+_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+# NAT64's well-known prefix (RFC 6052): a DNS64 network's way to reach an IPv4-only host,
+# so allowed when the IPv4 address in its last 32 bits is.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def address_allowed(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether a webhook may connect to ``address``: a global unicast address, with every
+    IPv4 address an IPv6 one carries allowed as well.
+
+    >>> [address_allowed(ipaddress.ip_address(a)) for a in ("8.8.8.8", "224.0.0.1")]
+    [True, False]
+    >>> address_allowed(ipaddress.ip_address("2002:7f00:1::1"))  # 6to4 of 127.0.0.1
+    False
+    """
+    if isinstance(address, ipaddress.IPv4Address):
+        return address.is_global and not address.is_multicast
+    if address.ipv4_mapped is not None:
+        return address_allowed(address.ipv4_mapped)
+    if address in _NAT64:
+        return address_allowed(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    carried = [address.sixtofour, *(address.teredo or ())]
+    if not all(address_allowed(inner) for inner in carried if inner is not None):
+        return False
+    return address in _GLOBAL_UNICAST and address.is_global and not address.is_multicast
 
 
 def _addresses(host: str, *, resolve: bool) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
