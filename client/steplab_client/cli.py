@@ -56,7 +56,14 @@ from steplab_client.cli_commands import (
 )
 from steplab_client.cli_output import print_result
 from steplab_client.client import Client, token_create
-from steplab_client.config import URL_VARIABLE, config_path, config_write
+from steplab_client.config import (
+    TOKEN_FILE_HELP,
+    TOKEN_HELP,
+    TOKEN_WARNING,
+    URL_VARIABLE,
+    config_path,
+    config_write,
+)
 from steplab_client.errors import ApiError, ConfigError, JobFailed, SteplabError
 
 ROLES = ("annotator", "lead", "ml")
@@ -85,10 +92,11 @@ WEBHOOK_EVENTS = (
 
 
 def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
-    """--url, --token and --json, accepted before or after the subcommand."""
+    """--url, --token, --token-file and --json, accepted before or after the subcommand."""
     default: Any = None if top else argparse.SUPPRESS
     parser.add_argument("--url", default=default, help="the server (else STEPLAB_URL)")
-    parser.add_argument("--token", default=default, help="an API token (else STEPLAB_TOKEN)")
+    parser.add_argument("--token", default=default, help=TOKEN_HELP)
+    parser.add_argument("--token-file", default=default, metavar="PATH", help=TOKEN_FILE_HELP)
     parser.add_argument(
         "--json",
         action="store_true",
@@ -158,8 +166,10 @@ def _run_group(
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # No abbreviations: a subcommand's option (webhooks update --to) must never be read
+    # as a prefix of a global one (--token, --token-file).
     parser = argparse.ArgumentParser(
-        prog="steplab", description="Steplab's REST API from the command line."
+        prog="steplab", description="Steplab's REST API from the command line.", allow_abbrev=False
     )
     parser.add_argument("--version", action="version", version=f"steplab-client {__version__}")
     _common(parser, top=True)
@@ -458,7 +468,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if handler is _login:
             result = _login(None, args)
         else:
-            with Client(args.url, args.token) as client:
+            if args.token:
+                sys.stderr.write(f"steplab: warning: {TOKEN_WARNING}\n")
+            with Client(args.url, args.token, token_file=args.token_file) as client:
                 result = handler(client, args)
         print_result(result, as_json=args.json, out=sys.stdout)
     except ConfigError as exc:

@@ -38,8 +38,9 @@ def _retry_after(response: httpx.Response) -> float:
 class Client:
     """A session with one Steplab server as one user (their API token).
 
-    ``url`` and ``token`` default to STEPLAB_URL and STEPLAB_TOKEN, then to the config
-    file (``steplab_client.config``). ``poll_seconds`` is how often ``follow`` asks;
+    ``url`` and ``token`` (or ``token_file``, a file holding it) default to STEPLAB_URL
+    and STEPLAB_TOKEN (or STEPLAB_TOKEN_FILE), then to the config file
+    (``steplab_client.config``). ``poll_seconds`` is how often ``follow`` asks;
     ``retry_seconds`` how long a read is retried while the server is unavailable."""
 
     def __init__(
@@ -47,11 +48,12 @@ class Client:
         url: str | None = None,
         token: str | None = None,
         *,
+        token_file: str | None = None,
         timeout: float = 60.0,
         poll_seconds: float = 1.0,
         retry_seconds: float = 120.0,
     ) -> None:
-        settings = settings_resolve(url=url, token=token)
+        settings = settings_resolve(url=url, token=token, token_file=token_file)
         self.url = settings.url
         self.poll_seconds = poll_seconds
         self.retry_seconds = retry_seconds

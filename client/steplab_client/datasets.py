@@ -113,7 +113,25 @@ class Chains(Resource):
         return result
 
 
-_FILENAME = re.compile(r'filename="([^"]+)"')
+_FILENAME = re.compile(r'filename="([^"]*)"')
+# What is kept of the name a server gives its file: letters, digits, dot, dash, underscore.
+_UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+_NAME_CHARS = 200
+
+
+def download_filename(sent: str | None, *, fallback: str) -> str:
+    """The name an export is saved under when ``--out`` names no file: the last part of
+    the name the server sent, kept to letters, digits, ``.``, ``-`` and ``_``, never hidden
+    (no leading dot) and never ``..``; ``fallback`` when nothing is left. The client never
+    follows a path from the server, so a server answering ``filename="../../x"`` writes
+    ``x`` inside the folder asked for.
+
+    >>> [download_filename(s, fallback="export.trl") for s in ("../../x", "..", "a b.csv")]
+    ['x', 'export.trl', 'a_b.csv']
+    """
+    last = re.split(r"[/\\]", sent or "")[-1]
+    name = _UNSAFE_IN_NAME.sub("_", last).lstrip(".")[-_NAME_CHARS:]
+    return name or fallback
 
 
 class Snapshots(Resource):
@@ -149,7 +167,8 @@ class Snapshots(Resource):
         on_progress: Callable[[int], None] | None = None,
     ) -> Download:
         """Stream a snapshot's export to ``out`` (a file or a folder; the server's file
-        name in the current folder when None), a block at a time: a large export never
+        name, made safe by ``download_filename``, in the folder or in the current folder
+        when None), a block at a time: a large export never
         sits in memory. Written to ``<out>.part`` and renamed once complete, so a broken
         download leaves no file that looks whole. ``on_progress`` gets the bytes so far.
         ``provenance``: each record also names each step's label source and what each
@@ -181,7 +200,9 @@ class Snapshots(Resource):
                         body=response_body(response),
                     )
                 named = _FILENAME.search(response.headers.get("content-disposition", ""))
-                filename = named.group(1) if named else f"export.{format}"
+                filename = download_filename(
+                    named.group(1) if named else None, fallback=f"export.{format}"
+                )
                 target = Path(out) if out is not None else Path(filename)
                 if target.is_dir():
                     target = target / filename

@@ -62,7 +62,7 @@ def test_what_is_missing_or_wrong_is_said_in_a_sentence(
 ) -> None:
     with pytest.raises(ConfigError, match="No server URL: pass --url, set STEPLAB_URL"):
         settings_resolve()
-    with pytest.raises(ConfigError, match="No API token: pass --token, set STEPLAB_TOKEN"):
+    with pytest.raises(ConfigError, match="No API token: set STEPLAB_TOKEN or STEPLAB_TOKEN_FILE"):
         settings_resolve(url="https://lab.example")
 
     path = clean_env / "bad.toml"
