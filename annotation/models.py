@@ -1086,6 +1086,16 @@ class SnapshotChain(models.Model):
             "no person labeled. Empty when the snapshot includes no machine source."
         ),
     )
+    notes = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            "What the voters behind the row wrote, one entry per voter and step: "
+            '{"step", "by", "source", "rating", "rewrite"?, "comment"?} (rating: their '
+            "vote on that step; rewrite: their corrected text of it). Empty when no one "
+            "wrote anything (datasets.snapshot_notes)."
+        ),
+    )
 
     class Meta:
         constraints = [

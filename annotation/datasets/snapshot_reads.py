@@ -42,6 +42,7 @@ _STREAM_TYPES = (
     "text",
     "text",
     "bool",
+    "text",
     "text[]",
 )
 
@@ -92,6 +93,8 @@ class SnapshotExample:
     # Whether the row's labels are machine labels routing accepted (the snapshot marked
     # it: ``SnapshotChain.machine["routing"]``); read always, whatever ``with_machine``.
     machine_agreed: bool = False
+    # What the voters wrote (``SnapshotChain.notes``): rewrites and comments; read always.
+    notes: list[dict[str, Any]] = field(default_factory=list)
 
 
 # Which snapshots ``snapshot_list`` returns: a person's (or the command line's) datasets,
@@ -153,6 +156,21 @@ def snapshot_get(
     return snapshots.first()
 
 
+def snapshot_same_as(*, snapshot: Snapshot) -> Snapshot | None:
+    """The newest earlier snapshot of ``snapshot``'s project and kind with its content
+    hash (the same rows: a new version that adds nothing), or None."""
+    return (
+        Snapshot.objects.filter(
+            project_id=snapshot.project_id,
+            kind=snapshot.kind,
+            content_hash=snapshot.content_hash,
+            version__lt=snapshot.version,
+        )
+        .order_by("-version")
+        .first()
+    )
+
+
 def snapshot_examples(
     *,
     snapshot: Snapshot,
@@ -188,6 +206,7 @@ def snapshot_examples(
     # The whole machine column even when not asked for: ``machine_agreed`` reads it (a
     # key lookup would compile per database vendor; this path is the one off PostgreSQL).
     fields.append("machine")
+    fields.append("notes")
     rows = SnapshotChain.objects.filter(snapshot=snapshot)
     if split is not None:
         rows = rows.filter(split=split)
@@ -219,6 +238,7 @@ def snapshot_examples(
                 votes=row[11] if with_votes else [],
                 machine=row[12] if with_machine else {},
                 machine_agreed="routing" in (row[12] or {}),
+                notes=row[13] or [],
                 problem=row[8],
                 reference_answer=row[9],
                 final_answer=row[6],
@@ -250,7 +270,7 @@ _STREAM_SQL = f"""
         SELECT sc.chain_id, c.content_hash, sc.split, sc.labels::text, sc.support::text,
                {{votes}}, {{machine}}, p.text, p.reference_answer, c.final_answer, c.generator,
                (c.meta -> 'final_answer_correct')::text, (c.meta -> 'id')::text,
-               sc.machine -> 'routing' IS NOT NULL
+               sc.machine -> 'routing' IS NOT NULL, NULLIF(sc.notes, '[]'::jsonb)::text
         FROM {SnapshotChain._meta.db_table} sc
         JOIN {Chain._meta.db_table} c ON c.id = sc.chain_id
         JOIN {Problem._meta.db_table} p ON p.id = c.problem_id
@@ -332,6 +352,7 @@ def _streamed_example(row: tuple[Any, ...]) -> SnapshotExample:
         verdict,
         source_id,
         machine_agreed,
+        notes,
         steps,
     ) = row
     loads = _json_loads
@@ -351,4 +372,5 @@ def _streamed_example(row: tuple[Any, ...]) -> SnapshotExample:
         answer_correct=_verdict(loads(verdict) if verdict is not None else None),
         source_id=_source_id(loads(source_id) if source_id is not None else None),
         machine_agreed=bool(machine_agreed),
+        notes=loads(notes) if notes is not None else [],
     )

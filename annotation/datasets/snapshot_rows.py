@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from annotation.datasets.snapshot_notes import chain_notes
 from annotation.datasets.snapshot_options import SnapshotOptions
 from annotation.first_error import first_error
 from annotation.models import (
@@ -51,15 +52,18 @@ def snapshot_row_digest(
     labels: list[int | None],
     tied: list[int] | None = None,
     machine: dict[str, Any] | None = None,
+    notes: list[dict[str, Any]] | None = None,
 ) -> bytes:
-    """The canonical bytes of one snapshot row in the content hash. Tie marks and machine
-    labels are hashed only where a row has some, so a snapshot without them hashes as
-    before they existed."""
+    """The canonical bytes of one snapshot row in the content hash. Tie marks, machine
+    labels and people's notes are hashed only where a row has some, so a snapshot without
+    them hashes as before they existed."""
     row: list[Any] = [chain_hash, split, labels]
-    if tied or machine:
+    if tied or machine or notes:
         row.append(tied or [])
-    if machine:
-        row.append(machine)
+    if machine or notes:
+        row.append(machine or {})
+    if notes:
+        row.append(notes)
     return json.dumps(row, separators=(",", ":"), sort_keys=True).encode() + b"\n"
 
 
@@ -139,6 +143,7 @@ class SnapshotTally:
         problem_hash: str,
         sources: set[str],
         machine: dict[str, Any] | None = None,
+        notes: list[dict[str, Any]] | None = None,
     ) -> None:
         self.digest.update(
             snapshot_row_digest(
@@ -147,6 +152,7 @@ class SnapshotTally:
                 labels=row.labels,
                 tied=row.tied,
                 machine=machine,
+                notes=notes,
             )
         )
         if machine and self.machine is not None and self.machine_rows is not None:
@@ -214,6 +220,7 @@ def chunk_rows(
         chain_step_counts={chain_id: count for chain_id, _, count, _ in chunk}, options=options
     )
     agreed = _agreed_chains(chain_ids=list(machine))
+    notes = chain_notes(votes={chain_id: result.votes for chain_id, result in consensus.items()})
     rows: list[SnapshotChain] = []
     for chain_id, chain_hash, _, problem_hash in chunk:
         result = consensus[chain_id]
@@ -252,6 +259,7 @@ def chunk_rows(
             if labels_from is None
             else set(),
             machine=row_machine,
+            notes=notes.get(chain_id),
         )
         rows.append(
             SnapshotChain(
@@ -266,6 +274,7 @@ def chunk_rows(
                     for vote in result.votes
                 ],
                 machine=row_machine,
+                notes=notes.get(chain_id, []),
             )
         )
     return rows

@@ -22,11 +22,13 @@ Label = int | None
 @dataclass(frozen=True, slots=True)
 class Vote:
     """One voter's current labels on one chain: ``labels[i]`` is their rating of step i,
-    None where they did not rate it."""
+    None where they did not rate it. ``annotation`` is the pass the labels come from (its
+    rewrite and comments are that pass's: ``datasets.snapshot_notes``)."""
 
     by: str
     source: str  # AnnotationSource value
     labels: tuple[Label, ...]
+    annotation: int | None = None
 
 
 def step_consensus(ratings: Iterable[int]) -> tuple[Label, float | None]:
@@ -120,11 +122,12 @@ def current_votes(
     result: dict[int, list[Vote]] = {}
     for chain_id, voters in latest.items():
         votes = []
-        for _, _, by, source, ratings in sorted(voters.values(), key=lambda v: (v[0], v[1])):
+        for _, annotation, by, source, ratings in sorted(
+            voters.values(), key=lambda v: (v[0], v[1])
+        ):
             size = max(ratings) + 1 if ratings else 0
-            votes.append(
-                Vote(by=by, source=source, labels=tuple(ratings.get(i) for i in range(size)))
-            )
+            labels = tuple(ratings.get(i) for i in range(size))
+            votes.append(Vote(by=by, source=source, labels=labels, annotation=annotation))
         result[chain_id] = votes
     return result
 

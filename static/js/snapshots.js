@@ -281,7 +281,11 @@ async function takeSnapshot(event) {
           ? `, ${plural(counts.tied_steps, "tied step")} (${TIE_NAMES[snapshot.options.ties]})` : "") +
         (counts.steps_below_support
           ? `, ${plural(counts.steps_below_support, "step")} below the minimum votes` : "") +
-        ".",
+        "." +
+        (snapshot.same_as
+          ? ` It is identical to ${snapshot.same_as} (the same content hash): nothing ` +
+            "changed since, so either holds the same data."
+          : ""),
       "ok",
       { sticky: true },
     );

@@ -45,6 +45,7 @@ from annotation.datasets.snapshot_reads import (
     snapshot_get,
     snapshot_list,
     snapshot_options,
+    snapshot_same_as,
 )
 from annotation.datasets.snapshots import snapshot_create
 from annotation.models import MachineSource, Snapshot, SnapshotKind
@@ -177,6 +178,15 @@ def kind_field(side: str) -> serializers.ChoiceField:
     )
 
 
+class SnapshotCreatedOutputSerializer(SnapshotOutputSerializer):
+    same_as = serializers.CharField(
+        allow_null=True,
+        help_text="The newest earlier snapshot of this kind with the same content hash (the "
+        "same chains, splits and labels: the new version adds nothing), e.g. v3; null "
+        "when none.",
+    )
+
+
 class SnapshotDiffInputSerializer(InputSerializer):
     a = serializers.IntegerField(min_value=1, max_value=INT32_MAX, help_text="Version A.")
     b = serializers.IntegerField(min_value=1, max_value=INT32_MAX, help_text="Version B.")
@@ -272,7 +282,7 @@ class SnapshotListCreateApi(GenericAPIView):
         ),
         request=SnapshotCreateInputSerializer,
         responses={
-            201: SnapshotOutputSerializer,
+            201: SnapshotCreatedOutputSerializer,
             400: OpenApiResponse(
                 description="Bad input, or nothing to freeze once the options are applied."
             ),
@@ -287,7 +297,9 @@ class SnapshotListCreateApi(GenericAPIView):
         snapshot = snapshot_create(
             project=project, user=request_user(request), **data.validated_data
         )
-        return Response(SnapshotOutputSerializer(snapshot).data, status=status.HTTP_201_CREATED)
+        same = snapshot_same_as(snapshot=snapshot)
+        body = {**SnapshotOutputSerializer(snapshot).data, "same_as": same.label if same else None}
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class SnapshotDiffApi(GenericAPIView):

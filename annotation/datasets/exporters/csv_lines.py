@@ -8,6 +8,8 @@ import unicodedata
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import regex
+
 if TYPE_CHECKING:
     from annotation.datasets.snapshot_reads import SnapshotExample
 
@@ -24,25 +26,43 @@ CSV_HEADER = (
     # The id the chain's source record gave it (ProcessBench's, a generic line's): what
     # joins a row back to the file it came from. Empty where the record had none.
     "source_id",
+    # What the voters wrote on the step: a JSON list of {"by", "source", "rating",
+    # "rewrite"?, "comment"?} (``SnapshotChain.notes``). Empty where no one wrote.
+    "notes",
 )
 
 
 # OWASP's "CSV injection": a cell a spreadsheet evaluates as a formula, one that starts
 # with = + - @, a tab, a carriage return or a line feed (OWASP; ASVS 1.2.10 adds NUL). A
-# spreadsheet skips what it does not show before it decides: spaces of every kind, and
-# invisible characters (Unicode's format characters, such as the zero-width space U+200B,
-# the byte-order mark U+FEFF, joiners and direction marks, and control characters), so
-# "\u200b=1+1" ran as a formula. Those are skipped here too; and the fullwidth and small
-# forms of the signs (and the minus sign U+2212) count as the signs.
+# spreadsheet skips what it does not show before it decides, so the check does too, by
+# Unicode's properties rather than a list: White_Space (spaces of every kind, line and
+# paragraph separators), Default_Ignorable_Code_Point (zero-width characters, joiners,
+# direction marks, the byte-order mark, variation selectors, tags, the combining grapheme
+# joiner U+034F, the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0), control and format
+# characters, and what Unicode names a blank or a filler (the Braille blank U+2800, which
+# no property sets apart). "\u3164=1+1" so starts a formula. The fullwidth and small forms
+# of the signs (and the minus sign U+2212) count as the signs.
 _FORMULA_SIGNS = frozenset("=+-@\t\r\n\x00\uff1d\uff0b\uff0d\uff20\ufe62\ufe63\ufe66\ufe6b\u2212")
-_SKIPPED_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+_UNSEEN = regex.compile(r"[\p{White_Space}\p{Default_Ignorable_Code_Point}\p{Cc}\p{Cf}\p{Z}]")
+
+
+@lru_cache(maxsize=1024)
+def _unseen(char: str) -> bool:
+    """Whether a spreadsheet shows nothing for ``char`` (above).
+
+    >>> [_unseen(c) for c in ("\u3164", "\u2800", "\ufe0f", "\u2801", "a")]
+    [True, True, True, False, False]
+    """
+    if _UNSEEN.match(char) is not None:
+        return True
+    return unicodedata.name(char, "").endswith((" BLANK", " FILLER"))
 
 
 def _starts_a_formula(text: str) -> bool:
     for char in text:
         if char in _FORMULA_SIGNS:
             return True
-        if unicodedata.category(char) not in _SKIPPED_CATEGORIES:
+        if not _unseen(char):
             return False
     return False
 
@@ -51,10 +71,29 @@ def csv_cell(text: str) -> str:
     """A step text as a spreadsheet must show it: one that would start a formula gets a
     leading apostrophe (``'=1+1``), which spreadsheets read as "this is text" and hide;
     every other text is left as it is. Quoting is the CSV writer's business."""
-    # Most texts start with a letter or a digit: settled without the walk.
-    if text[:1].isalnum() or not _starts_a_formula(text):
+    # Most texts start with an ASCII letter or digit: settled without the walk (not any
+    # letter: the Hangul fillers are letters that show nothing).
+    first = text[:1]
+    if (first.isascii() and first.isalnum()) or not _starts_a_formula(text):
         return text
     return "'" + text
+
+
+def _notes_cells(example: SnapshotExample) -> list[str]:
+    """Each step's ``notes`` cell: its entries as quoted JSON (a list: no formula), or
+    empty. A rewrite written for no step (a pass that marked none wrong) goes on the
+    last step."""
+    by_step: dict[int, list[dict[str, object]]] = {}
+    last = len(example.steps) - 1
+    for note in example.notes:
+        step = note["step"] if note["step"] is not None else last
+        by_step.setdefault(step, []).append({k: v for k, v in note.items() if k != "step"})
+    return [
+        '"' + json.dumps(by_step[index], ensure_ascii=False).replace('"', '""') + '"'
+        if index in by_step
+        else ""
+        for index in range(len(example.steps))
+    ]
 
 
 def _source_id_cell(example: SnapshotExample) -> str:
@@ -97,6 +136,7 @@ def csv_text(*, example: SnapshotExample, version: int, extra: list[str] | None 
     source_id = _source_id_cell(example)
     if _CSV_SPECIAL.search(source_id) is not None:
         source_id = '"' + source_id.replace('"', '""') + '"'
+    notes = _notes_cells(example) if example.notes else None
     lines: list[str] = []
     for index, text in enumerate(example.steps):
         text = csv_cell(text)
@@ -112,7 +152,8 @@ def csv_text(*, example: SnapshotExample, version: int, extra: list[str] | None 
         lines.append(
             f"{prefix}{index},{text},{'' if label is None else label},"
             f"{'' if value is None else round(value, 4)},"
-            f"{_raw_labels_field(raw) if raw else ''},{source_id}"
+            f"{_raw_labels_field(raw) if raw else ''},{source_id},"
+            f"{notes[index] if notes is not None else ''}"
             + (f",{extra[index]}\n" if extra is not None else "\n")
         )
     return "".join(lines)

@@ -33,7 +33,7 @@ Formats (one record per chain unless said otherwise):
   it with ``--input_key input --label_key value --placeholder_token ки --reward_tokens +
   -`` (soft labels want the positive token first). The steps are TRL's labeled prefix.
   A chain whose text holds ``ки`` itself is not written: its labels would land on the
-  wrong placeholders. Nor is one holding a trainer's control token (below). The
+  wrong placeholders. Nor is one holding a targeted tokenizer's special token (below). The
   ``math_shepherd`` import reads the file back (without labels).
   With ``soft_labels=monte_carlo`` (a snapshot that includes the ``monte_carlo``
   source) ``value`` is each step's Monte-Carlo value instead, the share of rollouts from
@@ -48,6 +48,18 @@ Formats (one record per chain unless said otherwise):
   (``adjudication``, ``human``, ``import`` or ``machine:<source>``) and what every
   machine source in the snapshot said of it (rating, value, hard label, model, run); a
   CSV row gains the same entry as a JSON ``provenance`` column.
+- Notes (every format): what the voters behind a row wrote, each annotator's rewrite of
+  the step they marked first wrong and their comments on steps, with the voter and their
+  rating of that step (``SnapshotChain.notes``, from each voter's current pass). A JSON
+  record of a chain with notes on the steps it writes gains ``notes``, a list of
+  ``{"step", "by", "source", "rating", "rewrite"?, "comment"?}``, after
+  ``machine_agreed`` and before ``provenance``; a record of a chain without keeps the
+  format's keys alone. PRM800K also carries a step's rewrite where its own format has
+  the place, the step's ``human_completion`` (``{"text", "rating": null, "source":
+  "human", "flagged": false}``, as the real files have it; ``chosen_completion`` stays 0,
+  so an import follows the chain's own text). A CSV row has a ``notes`` column (the
+  step's entries as JSON, empty where none); Parquet a ``notes`` column, a list of
+  structs, empty where none.
 - Machine agreement (any format, a snapshot that includes a machine source): every
   record says whether its labels are machine labels that routing accepted
   (``routing.services``: the lead's trusted sources agreed on the chain's first error, and
@@ -66,24 +78,29 @@ Formats (one record per chain unless said otherwise):
   turn (Qwen2.5-Math's prompt), the problem as the user's turn and the steps as the
   assistant's, ``<extra_0>`` after each, and ``labels`` TRL's booleans of that prefix, one
   per separator. A chain whose text holds ``<extra_0>`` itself is not written, nor one
-  holding another token Qwen's tokenizer adds (``<extra_N>``, ``<tool_call>``) or a
-  control token.
-- Control tokens: text of the ``<|name|>`` shape (``<|im_start|>``, ``<|im_end|>``,
-  ``<|endoftext|>``, ``<|eot_id|>``; also with fullwidth bars, DeepSeek's) is what a Hugging
-  Face tokenizer turns into the special token itself, so a step holding ``<|im_end|>``
-  would end the assistant's turn inside the chat a trainer builds. The two formats a
-  trainer reads as they are (``openrlhf``, ``qwen_prm``) leave such a chain out (no escape
-  survives a chat template); the others carry the text byte for byte, for a reader to
-  tokenize with ``split_special_tokens=True``.
+  holding another special token of Qwen's tokenizers (``<extra_N>``, ``<tool_call>``,
+  ``<think>``, below).
+- Special tokens: text a trainer's tokenizer reads as one of its special tokens, not as
+  text (``</s>`` for Llama 2 and Mistral, ``<|im_end|>`` for Qwen, ``<end_of_turn>`` for
+  Gemma, ``[INST]``, ``<think>``; also spaced or split by invisible characters, as
+  ``<| im_end |>``), would end a sequence or a turn inside what the trainer builds. The
+  formats a trainer reads as they are (``openrlhf``, ``math_shepherd``, ``qwen_prm``) leave
+  such a chain out (no escape survives a chat template); which tokenizers each targets and
+  their tokens are in ``special_tokens.json`` (``special_tokens`` says why a list ships).
+  The others carry the text byte for byte, for a reader to tokenize with
+  ``split_special_tokens=True``.
 - ``csv``: one row per step: snapshot version, split, chain id and hash, step index and
   text, consensus, support, and ``raw_labels``, a JSON object {voter: rating} of the
   current votes on that step (per-annotator columns would change with every export),
-  and ``source_id``, the id the chain's source record gave it (empty where none).
+  and ``source_id``, the id the chain's source record gave it (empty where none), and
+  ``notes`` (above).
   A step text that a spreadsheet would read as a formula (it begins, after any spaces,
   with ``= + - @``, their fullwidth forms, a tab, a carriage return, a line feed or a NUL,
-  skipping what a spreadsheet skips: spaces and invisible characters such as U+200B and
-  U+FEFF) is written with a leading apostrophe (OWASP's rule against CSV injection, see
-  ``csv_cell``); the other outputs carry every text byte for byte.
+  skipping what a spreadsheet shows nothing for: Unicode's White_Space and
+  Default_Ignorable_Code_Point, control and format characters, blanks and fillers such as
+  U+200B, U+FEFF, U+3164 and U+2800) is written with a leading apostrophe (OWASP's rule
+  against CSV injection, see ``csv_cell``); the other outputs carry every text byte for
+  byte.
 """
 
 EXPORT_FORMATS = (

@@ -3,10 +3,12 @@ pure functions of one example."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import regex
+
+from annotation.datasets.exporters.special_tokens import holds_reserved, reserved_text
 from annotation.first_error import first_error
 
 if TYPE_CHECKING:
@@ -45,7 +47,33 @@ def trl_record(*, example: SnapshotExample, ambiguous: str) -> dict[str, Any] | 
     }
 
 
+def record_notes(*, example: SnapshotExample, written: int) -> list[dict[str, Any]]:
+    """The example's notes (``SnapshotChain.notes``) on the first ``written`` steps, the
+    steps a record writes, and a rewrite written for no step (a pass that marked none
+    wrong) wherever the record goes."""
+    return [note for note in example.notes if note["step"] is None or note["step"] < written]
+
+
+def human_completion(*, example: SnapshotExample, index: int) -> dict[str, Any] | None:
+    """PRM800K's ``human_completion`` of step ``index``: a rewrite written for that step,
+    shaped as the real files shape it (the text, a null rating, ``source: human``). Of
+    several, a lead's ruling's first, then one by a voter whose rating is the step's
+    label, then the first; the others are in the record's ``notes``."""
+    written = [note for note in example.notes if note["step"] == index and "rewrite" in note]
+    if not written:
+        return None
+    label = example.labels[index]
+    best = min(
+        written,
+        key=lambda note: (note["source"] != _ADJUDICATION, note["rating"] != label),
+    )
+    return {"text": best["rewrite"], "rating": None, "source": "human", "flagged": False}
+
+
 def prm800k_record(*, example: SnapshotExample) -> dict[str, Any]:
+    """PRM800K's line: every step as its single completion, followed (``chosen_completion``
+    0, so an import follows the chain's own text), with a rewrite written for it as its
+    ``human_completion``."""
     labels = example.labels
     if -1 in labels:
         finish_reason = "found_error"
@@ -62,10 +90,12 @@ def prm800k_record(*, example: SnapshotExample) -> dict[str, Any]:
             "steps": [
                 {
                     "completions": [{"text": text, "rating": rating, "flagged": False}],
-                    "human_completion": None,
+                    "human_completion": human_completion(example=example, index=index)
+                    if example.notes
+                    else None,
                     "chosen_completion": 0,
                 }
-                for text, rating in zip(example.steps, labels, strict=True)
+                for index, (text, rating) in enumerate(zip(example.steps, labels, strict=True))
             ],
             "total_time": None,
             "finish_reason": finish_reason,
@@ -121,19 +151,13 @@ QWEN_PRM_SYSTEM_PROMPT = "Please reason step by step, and put your final answer 
 # The ``source`` of a lead's ruling among ``SnapshotChain.votes`` (AnnotationSource).
 _ADJUDICATION = "adjudication"
 
-# Text that a trainer's tokenizer reads as one of its control tokens, not as text: the
-# ``<|name|>`` family (Qwen's <|im_start|>, <|im_end|> and <|endoftext|>, Llama 3's
-# <|eot_id|>, Phi's <|end|>), also with DeepSeek's fullwidth bars (<｜end▁of▁sentence｜>).
-# Hugging Face tokenizers split such text into the special token itself, so a step holding
-# <|im_end|> would end the assistant's turn inside the chat the trainer builds, and
-# whatever follows would be read as another turn. A chain holding one is not written to the
-# trainer formats (there is no escape inside a chat template that the tokenizer undoes).
-_CONTROL_TOKEN = r"<[|\uff5c][^\s<>|\uff5c]{1,64}[|\uff5c]>"
-# Per format, the control tokens and the format's own marker: Qwen2.5-Math-PRM's tokenizer
-# also adds <extra_N> (its separator is <extra_0>) and <tool_call>; OpenRLHF labels the
-# placeholder wherever it stands.
-_QWEN_PRM_RESERVED = re.compile(rf"{_CONTROL_TOKEN}|<extra_\d+>|</?tool_call>")
-_OPENRLHF_RESERVED = re.compile(rf"{_CONTROL_TOKEN}|{OPENRLHF_PLACEHOLDER}")
+# What each trainer format reserves: the special tokens of the tokenizers it targets
+# (``special_tokens``: Llama 2's and Mistral's </s>, Qwen's <|im_end|>, Gemma's
+# <end_of_turn>, ...) and its own marker, which OpenRLHF labels wherever it stands and
+# Qwen2.5-Math-PRM reads a step's score at. A chain holding one is not written.
+_OPENRLHF_RESERVED = reserved_text("openrlhf", (OPENRLHF_PLACEHOLDER,))
+_MATH_SHEPHERD_RESERVED = reserved_text("math_shepherd", (OPENRLHF_PLACEHOLDER,))
+_QWEN_PRM_RESERVED = reserved_text("qwen_prm", (QWEN_PRM_SEPARATOR,))
 
 
 def _vote_target(rating: int, ambiguous: str) -> float | None:
@@ -210,10 +234,11 @@ def soft_labels(
     return out
 
 
-def _holds(reserved: re.Pattern[str], example: SnapshotExample, steps: list[str]) -> bool:
+def _holds(reserved: regex.Pattern[str], example: SnapshotExample, steps: list[str]) -> bool:
     """Whether the problem or a written step holds text the format reserves."""
-    search = reserved.search
-    return search(example.problem) is not None or any(search(step) for step in steps)
+    return holds_reserved(reserved, example.problem) or any(
+        holds_reserved(reserved, step) for step in steps
+    )
 
 
 def _shepherd_text(problem: str, steps: list[str]) -> str:
@@ -255,7 +280,7 @@ def openrlhf_record(
     *, example: SnapshotExample, ambiguous: str, soft_labels_from: str = "votes"
 ) -> dict[str, Any] | None:
     """OpenRLHF's PRM record in Math-Shepherd's layout (``formats`` says why), or None
-    when no step is labeled or the text holds the placeholder or a control token. With
+    when no step is labeled or the text holds the placeholder or a special token. With
     ``soft_labels_from="monte_carlo"`` each step's soft label is its Monte-Carlo value
     (the share of rollouts from its prefix that reached the answer), over the steps
     that have one from the first on.
@@ -304,7 +329,7 @@ def math_shepherd_record(*, example: SnapshotExample) -> dict[str, Any] | None:
     if not hard:
         return None
     steps = example.steps[: len(hard)]
-    if _holds(_OPENRLHF_RESERVED, example, steps):
+    if _holds(_MATH_SHEPHERD_RESERVED, example, steps):
         return None
     text = _shepherd_text(example.problem, steps)
     pieces = text.split(OPENRLHF_PLACEHOLDER)
@@ -357,7 +382,7 @@ def step_provenance(*, example: SnapshotExample) -> list[dict[str, Any]]:
 def qwen_prm_record(*, example: SnapshotExample, ambiguous: str) -> dict[str, Any] | None:
     """Qwen2.5-Math-PRM's chat messages with TRL's labels of the prefix they hold, or None
     when no step is labeled or the text holds the separator, another token the Qwen
-    tokenizer adds, or a control token."""
+    tokenizer adds, or a special token."""
     labels = trl_labels(labels=example.labels, ambiguous=ambiguous)
     if not labels:
         return None
@@ -389,22 +414,26 @@ def json_record_builder(
     """The record function of JSON Lines format ``fmt``; its None means "not written".
     With ``machine_agreed`` (a snapshot that includes a machine source) each record also
     holds ``machine_agreed``, whether its labels are machine labels routing accepted;
-    with ``provenance`` then ``provenance``, ``step_provenance`` of the steps it writes.
-    Both after the format's own keys, which stay as the format has them."""
+    a record of a chain whose voters wrote a rewrite or a comment on a step it writes
+    holds ``notes``, those of ``record_notes``; with ``provenance`` then ``provenance``,
+    ``step_provenance`` of the steps it writes. All after the format's own keys, which
+    stay as the format has them."""
     record_of = _record_builder(
         fmt=fmt, ambiguous=ambiguous, project_id=project_id, soft_labels_from=soft_labels_from
     )
-    if not provenance and not machine_agreed:
-        return record_of
 
     def with_extras(example: SnapshotExample) -> dict[str, Any] | None:
         record = record_of(example)
-        if record is not None:
-            if machine_agreed:
-                record["machine_agreed"] = example.machine_agreed
-            if provenance:
-                written = record_steps(fmt=fmt, record=record, example=example)
-                record["provenance"] = step_provenance(example=example)[:written]
+        if record is None or not (provenance or machine_agreed or example.notes):
+            return record
+        if machine_agreed:
+            record["machine_agreed"] = example.machine_agreed
+        written = record_steps(fmt=fmt, record=record, example=example)
+        notes = record_notes(example=example, written=written)
+        if notes:
+            record["notes"] = notes
+        if provenance:
+            record["provenance"] = step_provenance(example=example)[:written]
         return record
 
     return with_extras

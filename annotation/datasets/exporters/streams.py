@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import orjson
 
 from annotation.datasets.exporters.csv_lines import CSV_HEADER, csv_text
-from annotation.datasets.exporters.records import step_provenance, trl_record
+from annotation.datasets.exporters.records import record_notes, step_provenance, trl_record
 
 if TYPE_CHECKING:
     from annotation.datasets.snapshot_reads import SnapshotExample
@@ -147,7 +147,8 @@ def parquet_write(
     PARQUET_ROWS_PER_GROUP rows, so only one group is ever held in memory. With
     ``machine_agreed`` (a snapshot that includes a machine source) a boolean column
     ``machine_agreed`` after TRL's: whether the row's labels are machine labels routing
-    accepted."""
+    accepted. Then ``notes``: what the voters wrote on the row's steps (``record_notes``),
+    a list of {step, by, source, rating, rewrite, comment}, empty where no one wrote."""
     import pyarrow as pa  # lazily: only exports need it
     import pyarrow.parquet as pq
 
@@ -158,6 +159,7 @@ def parquet_write(
     ]
     if machine_agreed:
         fields.append(("machine_agreed", pa.bool_()))
+    fields.append(("notes", pa.list_(_notes_type(pa))))
     schema = pa.schema(fields, metadata=metadata)
     stats = ExportStats()
     columns: dict[str, list[Any]] = {name: [] for name, _ in fields}
@@ -168,6 +170,7 @@ def parquet_write(
                 continue
             if machine_agreed:
                 record["machine_agreed"] = example.machine_agreed
+            record["notes"] = record_notes(example=example, written=len(record["labels"]))
             for name, values in columns.items():
                 values.append(record[name])
             stats.records += 1
@@ -178,3 +181,17 @@ def parquet_write(
         if columns["prompt"] or stats.records == 0:
             writer.write_table(pa.table(columns, schema=schema))
     return stats
+
+
+def _notes_type(pa: Any) -> Any:
+    """A note as a Parquet struct: a field it lacks (a comment without a rewrite) is null."""
+    return pa.struct(
+        [
+            ("step", pa.int32()),
+            ("by", pa.string()),
+            ("source", pa.string()),
+            ("rating", pa.int8()),
+            ("rewrite", pa.string()),
+            ("comment", pa.string()),
+        ]
+    )

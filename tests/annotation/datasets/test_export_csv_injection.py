@@ -42,6 +42,20 @@ FORMULAS = [
     "\u200b\t",
     "\nleading newline",
     "\ufe66small equals",
+    # Code points that show nothing, found by Unicode's properties (Default_Ignorable_Code_Point,
+    # White_Space) and names (BLANK, FILLER): Hangul fillers, the Braille blank, the
+    # combining grapheme joiner, a variation selector, a Mongolian vowel separator, a tag
+    # character, a Khmer inherent vowel.
+    "\u3164=1+1",
+    "\u2800=1+1",
+    "\u115f=1+1",
+    "\u034f=1+1",
+    "\ufe0f=1+1",
+    "\uffa0\u1160=1+1",
+    "\u180e=1+1",
+    "\U000e0041=1+1",
+    "\u17b4+1",
+    "\u3164\u2800\u034f\ufe0f\u115f@SUM(A1)",
 ]
 PLAIN = [
     "x = 5",
@@ -52,6 +66,10 @@ PLAIN = [
     "1+1=2",
     "\u200bx = 5",  # an invisible start before plain text
     "é = 1",
+    "\u3164x = 5",  # a filler before plain text
+    "\u2801=1",  # a Braille pattern with a dot is a character one sees
+    "\u0301=1",  # neither is a combining accent, though it has no base
+    "\ud55c = 1",  # a Hangul syllable
 ]
 
 

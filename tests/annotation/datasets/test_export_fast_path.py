@@ -247,6 +247,11 @@ def test_csv_text_is_what_the_csv_module_writes(text):
         generator="g",
         steps=[text, text + "!", "x", text],
         source_id=f"=id {text}",
+        notes=[
+            {"step": 2, "by": 'ann, "the" reviewer', "source": "human", "rating": -1},
+            {"step": 2, "by": "bob", "source": "human", "rating": 1, "comment": text},
+            {"step": None, "by": "bob", "source": "human", "rating": None, "rewrite": text},
+        ],
     )
 
     # When written by the fast builder and by csv.writer over the plain rows (the old path)
@@ -265,6 +270,10 @@ def test_csv_text_is_what_the_csv_module_writes(text):
 def _csv_rows(example: SnapshotExample, *, version: int) -> list[tuple[object, ...]]:
     """The rows ``csv_text`` writes, built the plain way (the path it replaced)."""
     source_id = "" if example.source_id is None else csv_lines.csv_cell(str(example.source_id))
+    notes: dict[int, list[dict[str, object]]] = {}
+    for note in example.notes:  # a rewrite written for no step goes on the last
+        step = len(example.steps) - 1 if note["step"] is None else note["step"]
+        notes.setdefault(step, []).append({k: v for k, v in note.items() if k != "step"})
     rows = []
     for index, text in enumerate(example.steps):
         raw = {
@@ -285,6 +294,7 @@ def _csv_rows(example: SnapshotExample, *, version: int) -> list[tuple[object, .
                 "" if support is None else round(support, 4),
                 json.dumps(raw, ensure_ascii=False) if raw else "",
                 source_id,
+                json.dumps(notes[index], ensure_ascii=False) if index in notes else "",
             )
         )
     return rows

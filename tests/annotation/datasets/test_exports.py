@@ -198,7 +198,8 @@ def test_trl_jsonl_loads_with_datasets_and_parquet_with_pyarrow(labeled, tmp_pat
     # pyarrow reads the Parquet file: the same rows, typed, with the mapping in metadata
     table = pq.read_table(parquet)
     assert str(table.schema.field("labels").type) == "list<element: bool>"
-    assert table.to_pylist() == rows
+    # With a column of what voters wrote after TRL's three (none wrote here)
+    assert table.to_pylist() == [{**row, "notes": []} for row in rows]
     meta = json.loads(table.schema.metadata[b"steplab"])
     assert meta["ambiguous"] == "negative"
     assert meta["snapshot_hash"] == snapshot.content_hash
@@ -206,7 +207,7 @@ def test_trl_jsonl_loads_with_datasets_and_parquet_with_pyarrow(labeled, tmp_pat
     from_parquet = datasets.load_dataset(
         "parquet", data_files=str(parquet), split="train", cache_dir=str(tmp_path / "hf2")
     )
-    assert from_parquet.to_list() == rows
+    assert from_parquet.to_list() == [{**row, "notes": []} for row in rows]
 
 
 def test_parquet_writes_row_groups_in_batches(labeled, tmp_path, monkeypatch):

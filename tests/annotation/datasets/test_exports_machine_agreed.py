@@ -119,7 +119,7 @@ def test_a_snapshot_without_machine_sources_exports_as_before(project, agreed, t
         out = tmp_path / f"export.{fmt}"
         export_write(snapshot=snapshot, fmt=fmt, path=out)
         if fmt == "parquet":
-            assert pq.read_table(out).column_names == ["prompt", "completions", "labels"]
+            assert pq.read_table(out).column_names == ["prompt", "completions", "labels", "notes"]
         elif fmt == "csv":
             assert "machine_agreed" not in out.read_text().splitlines()[0]
         else:

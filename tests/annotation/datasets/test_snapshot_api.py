@@ -138,6 +138,20 @@ def test_nothing_finished_is_a_400_that_says_what_to_do(project, make_member, cl
     assert "without finished_only" in str(response.json())
 
 
+def test_a_snapshot_identical_to_an_earlier_one_says_so(tied_project, make_member, client_for):
+    # Given a first snapshot
+    client = client_for(make_member(tied_project, "lead"))
+    first = client.post(_snapshots_url(tied_project), {}, format="json").json()
+    assert first["same_as"] is None
+
+    # When the lead takes another with nothing changed
+    again = client.post(_snapshots_url(tied_project), {}, format="json").json()
+
+    # Then it names the first it repeats
+    assert (again["label"], again["same_as"]) == ("v2", "v1")
+    assert again["content_hash"] == first["content_hash"]
+
+
 def test_the_list_by_kind(tied_project, make_member, client_for):
     lead = make_member(tied_project, "lead")
     dataset = snapshot_create(project=tied_project, user=lead)

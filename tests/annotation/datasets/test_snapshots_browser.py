@@ -114,6 +114,14 @@ def test_lead_takes_a_snapshot_with_options_and_compares_it(
     assert "finished only" in datasets.first.inner_text()
     assert "ties marked" in datasets.first.inner_text()
     assert "seed 7" in datasets.first.inner_text()
+    expect(page.locator("#sn-message")).not_to_contain_text("identical")
+
+    # When: the same snapshot is taken again, nothing changed
+    page.get_by_role("button", name="Take snapshot").click()
+
+    # Then: v3 says it repeats v2
+    expect(page.locator("#sn-message.ok")).to_contain_text("Snapshot v3 taken")
+    expect(page.locator("#sn-message")).to_contain_text("It is identical to v2")
 
     # When: the lead compares v1 with v2
     page.locator("#sn-diff-a").select_option("dataset:1")

@@ -100,7 +100,12 @@ def test_current_votes_keeps_only_the_newest_pass_per_annotator():
     votes = current_votes(rows=rows)
 
     # Then
-    assert votes == {1: [human("bob", 1), human("ann", -1, 0)]}
+    assert votes == {
+        1: [
+            Vote(by="bob", source="human", labels=(1,), annotation=30),
+            Vote(by="ann", source="human", labels=(-1, 0), annotation=20),
+        ]
+    }
 
 
 # --- loading from the database -------------------------------------------------------
