@@ -59,6 +59,7 @@ def annotation_revise(
     rewrite: str = "",
     duration_ms: int | None = None,
     public_step_ids: bool = False,
+    rewrite_moved: bool = False,
 ) -> Annotation:
     """Replace ``user``'s pass ``annotation_id`` in ``project`` with a new revision that
     rates the chain as ``ratings`` say (the whole pass, checked as a submit is: every
@@ -68,7 +69,12 @@ def annotation_revise(
     RevisionClosed (with the reason the history page shows) once it is no longer open to
     change, a newer revision of it included, so two tabs cannot overwrite each other;
     ValidationError for bad ratings, naming the step. Steps are named by row id, or by
-    public id with ``public_step_ids``. One transaction."""
+    public id with ``public_step_ids``. One transaction.
+
+    A rewrite is written for one step, the pass's first −1: a revision that moves the
+    first −1 elsewhere and sends the old rewrite unchanged answers ValidationError unless
+    ``rewrite_moved`` says the text now belongs to the new first wrong step (the history
+    page asks the annotator), so no text lands on a step it was not written for."""
     rewrite = rewrite.strip()
     if duration_ms is not None and duration_ms < 0:
         raise ValidationError({"duration_ms": "A duration cannot be negative."})
@@ -89,6 +95,10 @@ def annotation_revise(
         submission_validate(
             steps=steps, ratings=ratings, mode=project.labeling_mode, rewrite=rewrite
         )
+        if rewrite and not rewrite_moved:
+            _rewrite_stays(
+                annotation_id=annotation_id, rewrite=rewrite, ratings=ratings, steps=steps
+            )
         revision = Annotation.objects.create(
             chain=chain,
             source=AnnotationSource.HUMAN,
@@ -112,3 +122,34 @@ def annotation_revise(
             chains_agreement_refresh(chains=Chain.objects.filter(pk=chain_id))
         chain_labels_changed_notify(chain_id=chain_id)
     return revision
+
+
+def _rewrite_stays(
+    *,
+    annotation_id: int,
+    rewrite: str,
+    ratings: Sequence[RatingInput],
+    steps: list[tuple[int, int]],
+) -> None:
+    """Raise ValidationError when ``rewrite`` is the revised pass's own rewrite and the
+    first −1 it was written for is not the first −1 of ``ratings``."""
+    earlier = Annotation.objects.get(pk=annotation_id)
+    if earlier.rewrite.strip() != rewrite:
+        return
+    was = (
+        earlier.ratings.filter(rating=-1)
+        .order_by("step__index")
+        .values_list("step__index", flat=True)
+        .first()
+    )
+    index_of = dict(steps)
+    now = min((index_of[item.step_id] for item in ratings if item.rating == -1), default=None)
+    if was is not None and now is not None and was != now:
+        raise ValidationError(
+            {
+                "rewrite": f"This rewrite was written for step {was + 1}, the first step rated "
+                f"-1 in the pass you revise; step {now + 1} is the first now. Leave the "
+                f"rewrite out, write one for step {now + 1}, or send rewrite_moved to keep "
+                f"this text for step {now + 1}."
+            }
+        )

@@ -342,15 +342,105 @@ function cancelEdit() {
   showChain(shown);
 }
 
+// Texts written for a step whose rating the revision changes: a comment on a re-rated
+// step, and the rewrite when the first −1 moved (it was written for the old one). Each
+// is {kind, index, text}; index is where it was written (the rewrite: the old first −1).
+function textsToAsk() {
+  const asked = [];
+  for (const step of shown.steps) {
+    const comment = (edit.comments[step.index] || "").trim();
+    if (comment && comment === (step.comment || "").trim() && edit.ratings[step.index] !== step.rating) {
+      asked.push({ kind: "comment", index: step.index, text: comment });
+    }
+  }
+  const rewrite = els.rewriteBox.value.trim();
+  const firstNow = shown.steps.findIndex((step) => edit.ratings[step.index] === -1);
+  if (rewrite && rewrite === (shown.rewrite || "").trim() && shown.first_error
+      && firstNow !== -1 && firstNow !== shown.first_error - 1) {
+    asked.push({ kind: "rewrite", index: shown.first_error - 1, text: rewrite, to: firstNow });
+  }
+  return asked;
+}
+
+// One row a text: keep it (a comment where it was written; the rewrite for the new first
+// −1) or delete it. A comment is kept unless the annotator says otherwise; the rewrite is
+// deleted unless they say it now belongs to the new first wrong step.
+function askRow(item, number) {
+  const li = el("li", { cls: "hist-text" });
+  li.dataset.kind = item.kind;
+  li.dataset.index = String(item.index);
+  const what = item.kind === "comment" ? `Your comment on step ${item.index + 1}`
+    : `Your rewrite of step ${item.index + 1}, the first −1 when you wrote it`;
+  li.append(el("p", { text: `${what}:` }), el("blockquote", { text: item.text }));
+  const choices = item.kind === "comment"
+    ? [["keep", `Keep it on step ${item.index + 1}`], ["delete", "Delete it"]]
+    : [["delete", "Delete it"], ["keep", `Keep it for step ${item.to + 1}, the first −1 now`]];
+  choices.forEach(([value, text], position) => {
+    const label = el("label", { cls: "hist-text-choice" });
+    const input = el("input");
+    input.type = "radio";
+    input.name = `hist-text-${number}`;
+    input.value = value;
+    input.checked = position === 0;
+    label.append(input, document.createTextNode(` ${text}`));
+    li.append(label);
+  });
+  return li;
+}
+
+function askTexts(asked) {
+  const dialog = $("hist-texts-dialog");
+  $("hist-texts-list").replaceChildren(...asked.map(askRow));
+  dialog.showModal();
+  return new Promise((resolve) => {
+    const done = (answer) => {
+      $("hist-texts-save").onclick = $("hist-texts-back").onclick = dialog.oncancel = null;
+      dialog.close();
+      resolve(answer);
+    };
+    $("hist-texts-back").onclick = () => done(null);
+    dialog.oncancel = () => done(null);
+    $("hist-texts-save").onclick = () => done([...$("hist-texts-list").children].map((li) => ({
+      kind: li.dataset.kind,
+      index: Number(li.dataset.index),
+      keep: li.querySelector("input:checked").value === "keep",
+    })));
+  });
+}
+
+// The pass to send once every asked text has its answer; null: back to editing.
+async function passToSave() {
+  const asked = textsToAsk();
+  const body = editedPass();
+  if (!asked.length) return body;
+  const answers = await askTexts(asked);
+  if (answers === null) return null;
+  for (const answer of answers) {
+    if (answer.kind === "rewrite") {
+      if (answer.keep) body.rewrite_moved = true;
+      else body.rewrite = "";
+    } else if (!answer.keep) {
+      const step = shown.steps[answer.index];
+      body.ratings.find((item) => item.step === step.id).comment = "";
+    }
+  }
+  return body;
+}
+
 async function saveEdit() {
   if (!edit || edit.saving) return;
   edit.saving = true;
   els.message.hidden = true;
+  const body = await passToSave();
+  if (body === null) {
+    edit.saving = false;
+    return;
+  }
   let revised;
   try {
     revised = await api(`${config.api.chain}${shown.annotation}/revise/`, {
       method: "POST",
-      body: editedPass(),
+      body,
     });
   } catch (error) {
     edit.saving = false;
@@ -382,6 +472,7 @@ function onKey(event) {
     return;
   }
   const key = event.key;
+  if ($("hist-texts-dialog").open) return; // the dialog's own buttons answer it
   if (!edit) {
     if (key === "e" && shown && shown.can_revise) {
       event.preventDefault();

@@ -232,6 +232,13 @@ class ReviseInputSerializer(InputSerializer):
         max_length=20_000,
         help_text="The corrected text of the first incorrect step (needs a -1 rating).",
     )
+    rewrite_moved = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="The pass's earlier rewrite, sent unchanged, now belongs to the new first "
+        "-1: without this a revision that moves the first -1 and keeps the text answers 400, "
+        "so a rewrite never lands on a step it was not written for.",
+    )
     duration_ms = serializers.IntegerField(
         required=False, allow_null=True, default=None, min_value=0, max_value=INT32_MAX
     )
@@ -272,6 +279,7 @@ class HistoryReviseView(APIView):
             rewrite=body.validated_data["rewrite"],
             duration_ms=body.validated_data["duration_ms"],
             public_step_ids=True,
+            rewrite_moved=body.validated_data["rewrite_moved"],
         )
         chain = annotator_history_chain(project=project, user=user, annotation_id=revision.pk)
         return Response(

@@ -69,6 +69,36 @@ def test_an_annotator_revises_a_pass_and_reopens_the_revision(project, make_memb
     assert Annotation.objects.filter(chain=chain).count() == 2
 
 
+def test_a_rewrite_does_not_move_to_another_step_unless_the_annotator_says_so(
+    project, make_member, client_for
+):
+    # Given: a pass whose first -1 is step 2, with a rewrite written for step 2
+    me = make_member(project)
+    chain = ChainFactory(project=project, step_count=4)
+    mine = annotation_with_ratings(chain=chain, annotator=me, labels=[1, -1, -1, 1])
+    Annotation.objects.filter(pk=mine.pk).update(rewrite="So 12 + 6 = 18.")
+    api = client_for(me)
+
+    # When: a revision makes step 3 the first -1 and sends the rewrite unchanged
+    moved = body_for(chain, [1, 1, -1, 1], rewrite="So 12 + 6 = 18.")
+    refused = api.post(url(project, mine.pk, "revise/"), moved, format="json")
+
+    # Then: 400, naming both steps; nothing is written
+    assert refused.status_code == 400, refused.content
+    assert "written for step 2" in refused.json()["rewrite"][0]
+    assert "step 3 is the first now" in refused.json()["rewrite"][0]
+    assert Annotation.objects.filter(chain=chain).count() == 1
+
+    # When: the same revision says the text now belongs to step 3, or leaves it out
+    kept = api.post(
+        url(project, mine.pk, "revise/"), {**moved, "rewrite_moved": True}, format="json"
+    )
+
+    # Then: saved, the rewrite on the new first -1
+    assert kept.status_code == 201, kept.content
+    assert (kept.json()["rewrite"], kept.json()["first_error"]) == ("So 12 + 6 = 18.", 3)
+
+
 def test_someone_else_s_pass_is_a_404_and_bad_ratings_a_400(project, make_member, client_for):
     me, other, lead = make_member(project), make_member(project), make_member(project, "lead")
     chain = ChainFactory(project=project)

@@ -139,3 +139,55 @@ def test_a_pass_closed_while_editing_is_not_saved_and_says_why(
     expect(page.locator("#hist-closed-reason")).to_have_text(CLOSED_SNAPSHOT)
     expect(page.locator("#history")).to_have_attribute("data-revisable", "no")
     assert Annotation.objects.filter(chain=chain).count() == 1
+
+
+def test_a_revision_asks_about_texts_on_re_rated_steps(
+    live_server: Any, page: Page, width: str
+) -> None:
+    # Given: a pass with step 2 the first -1, a comment on it and a rewrite written for it
+    project = ProjectFactory(labeling_mode=LabelingMode.ALL_STEPS)
+    user = MembershipFactory(project=project, role=Role.ANNOTATOR).user
+    chain = ChainFactory(project=project, step_count=4)
+    mine = annotation_with_ratings(chain=chain, annotator=user, labels=[1, -1, -1, 1])
+    Annotation.objects.filter(pk=mine.pk).update(rewrite="So 12 + 6 = 18.")
+    mine.ratings.filter(step__index=1).update(comment="Sue has 12 pink, not 18")
+    page_login(page=page, base_url=live_server.url, username=user.username)
+    page.goto(f"{live_server.url}/projects/{project.pk}/history/#annotation-{mine.pk}")
+    root = page.locator("#history")
+    expect(root).to_have_attribute("data-revisable", "yes")
+
+    # When: they rate step 2 correct (step 3 becomes the first -1) and save
+    page.keyboard.press("e")
+    page.keyboard.press("j")
+    page.keyboard.press("1")
+    page.keyboard.press("Enter")
+
+    # Then: before anything is saved, the page asks about the comment and the rewrite
+    dialog = page.locator("#hist-texts-dialog")
+    expect(dialog).to_be_visible()
+    texts = dialog.locator(".hist-text")
+    expect(texts).to_have_count(2)
+    expect(texts.nth(0)).to_contain_text("Your comment on step 2")
+    expect(texts.nth(1)).to_contain_text("Your rewrite of step 2")
+    assert Annotation.objects.filter(chain=chain).count() == 1
+    _shot(page, "history-revise-texts", width)
+    assert page_overflow(page) == [], "the page scrolls sideways"
+
+    # When: they go back to editing, nothing is saved; saving asks again
+    dialog.get_by_role("button", name="Back to editing").click()
+    expect(dialog).to_be_hidden()
+    assert Annotation.objects.filter(chain=chain).count() == 1
+    page.locator("#hist-save").click()
+    expect(dialog).to_be_visible()
+
+    # When: they delete the comment and keep the rewrite for step 3
+    texts.nth(0).get_by_label("Delete it").check()
+    texts.nth(1).get_by_label("Keep it for step 3, the first −1 now").check()
+    dialog.get_by_role("button", name="Save revision").click()
+
+    # Then: the revision holds each text where they said
+    expect(page.locator("#hist-message")).to_contain_text("Saved")
+    revision = Annotation.objects.get(supersedes=mine)
+    rows = list(revision.ratings.order_by("step__index").values_list("rating", "comment"))
+    assert rows == [(1, ""), (1, ""), (-1, ""), (1, "")]
+    assert revision.rewrite == "So 12 + 6 = 18."
