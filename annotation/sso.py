@@ -76,6 +76,14 @@ class AccountAdapter(DefaultAccountAdapter):
         user.backend = _SESSION_BACKEND
         super().login(request, user)
 
+    def is_safe_url(self, url: str | None) -> bool:
+        """allauth's rule, and at most STEPLAB_NEXT_URL_MAX_CHARS long: a next URL is kept
+        in the session (allauth's state) across the sign-in, before anyone is signed in,
+        so a longer one is dropped (the sign-in lands at home) rather than stored."""
+        if url and len(url) > settings.STEPLAB_NEXT_URL_MAX_CHARS:
+            return False
+        return bool(super().is_safe_url(url))
+
 
 class SocialAccountAdapter(DefaultSocialAccountAdapter):
     """Accounts are made at a configured provider's first sign-in (a provider id that is

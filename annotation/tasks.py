@@ -125,5 +125,42 @@ class SweepWebhooks(bootsteps.StartStopStep):
         self.trefs = []
 
 
+# How often a worker deletes expired session rows (an anonymous one lives an hour at most:
+# annotation/sessions.py); Django leaves them to a ``clearsessions`` nobody runs.
+SESSION_PRUNE_SECONDS = 3600.0
+
+
+def sessions_prune() -> None:
+    """Delete the session rows past their expiry (``SessionStore.clear_expired``)."""
+    from annotation.sessions import SessionStore
+
+    try:
+        SessionStore.clear_expired()
+    except Exception:  # noqa: BLE001 - pruned at the next tick
+        logger.exception("Pruning expired sessions failed")
+    finally:
+        connections.close_all()
+
+
+class PruneSessions(bootsteps.StartStopStep):
+    """A worker bootstep: every SESSION_PRUNE_SECONDS, and once at start, the main
+    process deletes expired session rows."""
+
+    requires = {"celery.worker.components:Timer"}
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        self.tref: Any = None
+
+    def start(self, worker: Any) -> None:
+        worker.timer.call_after(5.0, sessions_prune)
+        self.tref = worker.timer.call_repeatedly(SESSION_PRUNE_SECONDS, sessions_prune)
+
+    def stop(self, worker: Any) -> None:
+        if self.tref is not None:
+            self.tref.cancel()
+        self.tref = None
+
+
 current_app.steps["consumer"].add(DispatchPendingWebhooks)
 current_app.steps["worker"].add(SweepWebhooks)
+current_app.steps["worker"].add(PruneSessions)

@@ -1,8 +1,9 @@
-"""Sign-in lockout (django-axes): failed attempts lock a username on every entry point
-(the login page, the token endpoint, the admin login); successful sign-ins are never
-counted, so a lab behind one office address signs in at once; an address is locked only
+"""Sign-in lockout (django-axes): failed attempts lock a username at the guesser's address
+on every entry point (the login page, the token endpoint, the admin login), in any letter
+case; successful sign-ins are never counted, so a lab behind one office address signs in
+at once; a username across addresses, and an address across usernames, are locked only
 after many more failures, by the trusted proxies' rule for X-Forwarded-For, and then only
-for usernames that have not signed in from it lately.
+where the username has not signed in lately.
 (Across two gunicorn workers: tests/test_deploy_processes.py.)"""
 
 from __future__ import annotations
@@ -219,3 +220,50 @@ def test_a_forged_forwarded_for_header_does_not_dodge_the_address_lock(
             assert attempt(user.username, PASSWORD, "", client_ip="198.51.100.2") == 200
     finally:
         api_settings.reload()
+
+
+# ------------------------------------------------- whose failures count against whom
+
+STRANGER = "198.51.100.66"
+
+
+@pytest.mark.parametrize("variant", ["LENA", "Lena", "lEna", " lena ", "ｌｅｎａ"])
+def test_letter_case_spaces_and_width_do_not_buy_more_guesses(variant: str) -> None:
+    # Given: a guesser who used up the limit on one spelling of a username
+    UserFactory(username="lena")
+    for i in range(settings.AXES_FAILURE_LIMIT):
+        _token(Client(), "lena", f"guess-{i}")
+    # When: they go on with another spelling, which a directory compares as the same name
+    answer = _token(Client(), variant, "guess-more")
+    # Then: it is the same count, already at its limit
+    assert answer.status_code == 429
+
+
+def test_a_stranger_s_guesses_do_not_lock_the_owner_out() -> None:
+    # Given: an account its owner uses from the office, and a stranger elsewhere who
+    # guesses its password well past the limit
+    user = UserFactory()
+    assert _token(Client(), user.username, PASSWORD).status_code == 200
+    codes = [_token(Client(), user.username, f"g-{i}", STRANGER).status_code for i in range(15)]
+    assert codes[-1] == 429
+    # Then: the stranger is refused even the right password, the owner is not
+    assert _token(Client(), user.username, PASSWORD, STRANGER).status_code == 429
+    assert _token(Client(), user.username, PASSWORD).status_code == 200
+    assert _login_page(Client(), user.username, PASSWORD).status_code == 302
+
+
+def test_guesses_spread_over_many_addresses_meet_a_site_wide_bound_per_account(
+    settings: Any,
+) -> None:
+    settings.STEPLAB_LOGIN_USERNAME_FAILURE_LIMIT = 24
+    # Given: an account its owner signed in to from the office
+    user = UserFactory()
+    assert _token(Client(), user.username, PASSWORD).status_code == 200
+    # When: guesses come from many addresses, each below its own limit, 24 in all
+    for net in range(8):
+        for i in range(3):
+            _token(Client(), user.username, f"g-{i}", f"192.0.2.{net + 1}")
+    # Then: the account is refused at every address it has not signed in from lately,
+    # even with the right password, and still signs in from the office
+    assert _token(Client(), user.username, PASSWORD, "192.0.2.200").status_code == 429
+    assert _token(Client(), user.username, PASSWORD).status_code == 200

@@ -9,9 +9,11 @@ invitation again and the token is never in a URL (Django's password-reset page d
 same). Without JavaScript a person pastes the link into the same form.
 
 A link that opens no invitation is counted as a failed sign-in by django-axes, under one
-name per client address (``invite-link:<address>``): past AXES_FAILURE_LIMIT of them
-within the cool-off that address gets a 429 for links, as a guessed password does for an
-account (``annotation.login_lockout``; ``manage.py axes_reset_ip`` lifts it). A used,
+name per client address (``invite-link:<address>``): past STEPLAB_INVITE_LINK_FAILURE_LIMIT
+of them within the cool-off that address gets a 429 for links (``annotation.login_lockout``;
+``manage.py axes_reset_ip`` lifts it). The bound is far above a sign-in's: a link's secret
+is 256 random bits, so the bound only caps the work a guesser makes, and the people behind
+one office address who mistype or half-paste their links do not lock each other out. A used,
 expired or revoked link says so on a page of its own (410)."""
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_http_methods
 
-from annotation.login_lockout import client_address, lockout_response
+from annotation.login_lockout import INVITE_LINK_PREFIX, client_address, lockout_response
 from annotation.models import Invite, InviteState, Membership, Role
 from annotation.projects.invite_reads import invite_find, invite_state, invite_token_read
 from annotation.projects.invites import InviteUnusable, invite_accept
@@ -47,7 +49,7 @@ SIGN_IN_BACKEND = "django.contrib.auth.backends.ModelBackend"
 def _link_credentials(request: HttpRequest) -> dict[str, Any]:
     """What axes counts invalid links under: one name per client address. Django's
     usernames cannot hold a colon, so no account shares it."""
-    return get_credentials(f"invite-link:{client_address(request)}")
+    return get_credentials(f"{INVITE_LINK_PREFIX}{client_address(request)}")
 
 
 def _session_invite(request: HttpRequest) -> Invite | None:

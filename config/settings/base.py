@@ -175,15 +175,14 @@ REST_FRAMEWORK = {
     "NUM_PROXIES": int(os.environ.get("STEPLAB_NUM_PROXIES", "0")),
 }
 
-# Sign-in (django-axes): failed attempts are counted, never successful ones, on every entry
-# point that calls `authenticate` (the login page, the token endpoint, the admin login).
-# The counters are rows in the database, so every gunicorn worker and every host sees the
-# same ones with nothing else to configure. A username is locked after
-# STEPLAB_LOGIN_FAILURE_LIMIT failures; a client address only after
-# STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT, so a lab behind one office address is not locked
-# out by one person's typos, and then only for usernames that have not signed in from it
-# within STEPLAB_LOGIN_KNOWN_ADDRESS_DAYS, so a guesser spraying usernames from that
-# address locks out none of the people who work there (annotation/login_lockout.py).
+# Sign-in (django-axes): failed attempts, never successful ones, are counted on every entry
+# point that calls `authenticate`, as rows in the database (shared by every worker and
+# host). A username (case-folded) is locked at one client address after
+# STEPLAB_LOGIN_FAILURE_LIMIT failures from there; across addresses after
+# STEPLAB_LOGIN_USERNAME_FAILURE_LIMIT, and an address across usernames after
+# STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT, each only where the username has not signed in from
+# that address within STEPLAB_LOGIN_KNOWN_ADDRESS_DAYS. Invitation links that open nothing
+# lock an address after STEPLAB_INVITE_LINK_FAILURE_LIMIT (annotation/login_lockout.py).
 # A lock lifts after the cool-off, counted from the last failure.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
@@ -196,11 +195,17 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_HANDLER = "annotation.login_lockout.LoginLockoutHandler"
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# In this order: the handler reads the pair's, the username's and the address's counts.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "username", "ip_address"]
+AXES_USERNAME_CALLABLE = "annotation.login_lockout.lockout_username"
 AXES_FAILURE_LIMIT = int(os.environ.get("STEPLAB_LOGIN_FAILURE_LIMIT", "10"))
+STEPLAB_LOGIN_USERNAME_FAILURE_LIMIT = int(
+    os.environ.get("STEPLAB_LOGIN_USERNAME_FAILURE_LIMIT", "50")
+)
 STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT = int(
     os.environ.get("STEPLAB_LOGIN_ADDRESS_FAILURE_LIMIT", "200")
 )
+STEPLAB_INVITE_LINK_FAILURE_LIMIT = int(os.environ.get("STEPLAB_INVITE_LINK_FAILURE_LIMIT", "100"))
 STEPLAB_LOGIN_KNOWN_ADDRESS_DAYS = int(os.environ.get("STEPLAB_LOGIN_KNOWN_ADDRESS_DAYS", "90"))
 AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("STEPLAB_LOGIN_COOLOFF_MINUTES", "15")))
 # The client address by the same rule as DRF's NUM_PROXIES above (one spelling of it).
@@ -269,6 +274,9 @@ STEPLAB_WEBHOOK_ALLOW_PRIVATE = env_bool("STEPLAB_WEBHOOK_ALLOW_PRIVATE", False)
 # older ones hourly); a message still waiting is never pruned.
 STEPLAB_WEBHOOK_LOG_DAYS = int(os.environ.get("STEPLAB_WEBHOOK_LOG_DAYS", "30"))
 
+# What one request or one person may cost (sessions, SAML, previews, queued runs), then
+# single sign-on.
+from .limits import *  # noqa: E402,F401,F403
 from .single_sign_on import *  # noqa: E402,F401,F403
 from .single_sign_on import STEPLAB_OIDC_PROVIDERS, STEPLAB_SAML_PROVIDERS  # noqa: E402
 
@@ -314,6 +322,7 @@ SPECTACULAR_SETTINGS = {
         "ModeEnum": "prm_training.ml.config.MODES",
         "MachineLabelRunKindEnum": "prm_training.models.MachineLabelRunKind",
         "RolloutModeEnum": "prm_training.services.machine_labels.ROLLOUT_MODES",
+        "SnapshotKindEnum": "annotation.datasets.snapshot_reads.SNAPSHOT_KINDS",
     },
 }
 
@@ -352,17 +361,16 @@ STEPLAB_TASK_TIME_LIMIT = int(os.environ.get("STEPLAB_TASK_TIME_LIMIT", str(15 *
 STEPLAB_GPU_TASK_TIME_LIMIT = int(os.environ.get("STEPLAB_GPU_TASK_TIME_LIMIT", str(8 * 3600)))
 CELERY_TASK_TIME_LIMIT = STEPLAB_TASK_TIME_LIMIT
 CELERY_TASK_SOFT_TIME_LIMIT = max(STEPLAB_TASK_TIME_LIMIT - 60, 1)
+# Every task routed to queue "gpu" gets the long limit: the list is read from the routes,
+# so a kind of run added there cannot fall back to the short default (machine-label runs
+# once did, and were killed after 15 minutes).
 CELERY_TASK_ANNOTATIONS = {
     name: {
         "time_limit": STEPLAB_GPU_TASK_TIME_LIMIT,
         "soft_time_limit": max(STEPLAB_GPU_TASK_TIME_LIMIT - 300, 1),
     }
-    for name in (
-        "prm_training.train",
-        "prm_training.score",
-        "prm_training.simulate",
-        "prm_training.evaluate",
-    )
+    for name, route in CELERY_TASK_ROUTES.items()
+    if route.get("queue") == "gpu"
 }
 # An uploaded file's import (queue "default"): a 2 GB upload is millions of chains.
 STEPLAB_IMPORT_TASK_TIME_LIMIT = int(os.environ.get("STEPLAB_IMPORT_TASK_TIME_LIMIT", "7200"))

@@ -93,6 +93,20 @@ def test_a_wrong_password_is_refused_and_counted(ldap_on: LdapServer, settings: 
     assert not User.objects.filter(username="lena").exists()
 
 
+def test_another_letter_case_of_a_locked_directory_name_is_locked_too(
+    ldap_on: LdapServer, settings: Any
+) -> None:
+    settings.AXES_FAILURE_LIMIT = 3
+    # Given: the limit of wrong passwords reached for "lena"
+    for _ in range(3):
+        _log_in(Client(), "lena", "not-her-password")
+    # When: her name is written in other letter cases, which the directory matches as hers
+    # Then: each is held by the same lock, the right password included
+    for variant in ("Lena", "LENA", "lEna"):
+        assert _log_in(Client(), variant, password_of("lena")).status_code == 429, variant
+    assert not User.objects.filter(username__iexact="lena").exists()
+
+
 def test_a_person_in_no_mapped_group_gets_no_project(ldap_on: LdapServer) -> None:
     ProjectFactory(name="Demo")
     client = Client()
