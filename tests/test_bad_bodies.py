@@ -129,8 +129,10 @@ def test_every_api_endpoint_answers_bad_bodies_with_a_json_4xx(
         # Past the access checks the size is what is wrong, and the answer says the limit
         assert response.status_code == 413
         assert payload == {"detail": TOO_LARGE_DETAIL}
-    elif body == "deep-100000" and response.status_code == 400:
-        assert payload == {"detail": "JSON parse error - nested too deeply"}
+    elif body.startswith("deep") and response.status_code == 400:
+        # Refused by the scan of its shape (annotation/api/parsers.py) before any decoding:
+        # deeper, and with more values, than any endpoint takes
+        assert payload["detail"].startswith("JSON parse error - the body holds"), payload
 
 
 def _unknown_field_cases() -> list[Any]:

@@ -58,6 +58,10 @@ class ChainOrder:
         return f"{'-' if self.descending else ''}{self.key}"
 
 
+# Far above what ``ChainCursor.encode`` writes (the order's name and three numbers).
+CURSOR_MAX_CHARS = 512
+
+
 @dataclass(frozen=True)
 class ChainCursor:
     """Where a page ended: the phase of its last row, that row's value in the phase's
@@ -74,7 +78,10 @@ class ChainCursor:
     @classmethod
     def decode(cls, text: str, *, order: ChainOrder, phases: int) -> ChainCursor:
         """The cursor ``encode`` wrote for ``order``; ValueError for anything else (a
-        cursor of another order, a phase past ``phases``, a value or id out of range)."""
+        cursor of another order, a phase past ``phases``, a value or id out of range).
+        A cursor is four scalars, so a longer text is refused before it is decoded."""
+        if len(text) > CURSOR_MAX_CHARS:
+            raise ValueError("Not a cursor of this list.")
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
             made_for, phase, value, chain_id = json.loads(raw)

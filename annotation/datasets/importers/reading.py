@@ -23,23 +23,27 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections import deque
 from collections.abc import Iterator
-from itertools import accumulate
 from typing import Any, BinaryIO
 
 import ijson
 
 from annotation.datasets.importers.records import LineError, RecordAt
+from annotation.json_shape import (  # noqa: F401 - the names importers and tests read here
+    MAX_JSON_DEPTH,
+    MAX_JSON_VALUES,
+    TOO_DEEP,
+    TOO_MANY_VALUES,
+    JsonGauge,
+    finite_float,
+    json_shape_problem,
+    reject_constant,
+    string_too_long,
+    too_deep,
+    too_many_values,
+)
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
-# Levels of arrays and objects a record may hold, itself included: PRM800K's lines need
-# six, and free-form `meta` gets room to spare.
-MAX_JSON_DEPTH = 64
-# Values (arrays, objects, and the items and members in them) a record may hold. Python
-# spends about 60 bytes on each decoded, ijson about 150 while building one, so an 8 MB
-# line of `{},{},...` took over 600 MB; real lines hold a few thousand.
-MAX_JSON_VALUES = 100_000
 
 _BOM = b"\xef\xbb\xbf"
 _JSON_WHITESPACE = b" \t\r\n"
@@ -50,153 +54,6 @@ _IJSON_CHUNK = 64 * 1024
 _SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 JsonRecord = tuple[RecordAt, Any]
-
-# One JSON string (to its closing quote, or to the end of the data when cut), one
-# bracket or one comma; the group holds the bracket or comma. Possessive, so a long
-# string keeps no backtracking state.
-_JSON_TOKEN = re.compile(rb'"(?:[^"\\]++|\\[\s\S])*+"?|([\[\]{},])')
-_DEPTH_CHANGE = {b"": 0, b",": 0, b"[": 1, b"{": 1, b"]": -1, b"}": -1}
-_STRUCTURE = re.compile(rb'["\[\]{},]')
-# The body of a string, from just after its opening quote; the group is its closing quote.
-_STRING_BODY = re.compile(rb'(?:[^"\\]++|\\[\s\S])*+(")?')
-_OPENERS = frozenset(b"[{")
-_QUOTE, _COMMA = ord('"'), ord(",")
-_SIGNIFICANT = re.compile(rb"[^ \t\r\n]")
-_CLOSE_ARRAY = ord("]")
-TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
-TOO_MANY_VALUES = f"more than {MAX_JSON_VALUES:,} values (array items and object members)"
-
-
-def json_shape_problem(
-    data: bytes, *, max_depth: int = MAX_JSON_DEPTH, max_values: int = MAX_JSON_VALUES
-) -> str | None:
-    """Why the JSON text `data` (one whole record) is too deep or too big to decode, or
-    None. Values are counted as the commas and brackets that open arrays and objects.
-
-    Counting bytes first settles nearly every real line without scanning it. On text
-    that is not JSON what is found still bounds what a parser reaches before it fails,
-    since both read the same up to the first error.
-    """
-    openers = data.count(b"[") + data.count(b"{")
-    if openers <= max_depth and openers + data.count(b",") <= max_values:
-        return None
-    tokens = _JSON_TOKEN.findall(data)
-    if max(accumulate(map(_DEPTH_CHANGE.__getitem__, tokens)), default=0) > max_depth:
-        return TOO_DEEP
-    if tokens.count(b",") + tokens.count(b"[") + tokens.count(b"{") > max_values:
-        return TOO_MANY_VALUES
-    return None
-
-
-class JsonGauge:
-    """Reads JSON fed to it in pieces without parsing it, for the nesting depth and, in
-    a JSON array of records, the values of each record (those inside the outer array).
-    Brackets and commas inside strings do not count; a string or an escape may be cut
-    between two pieces.
-
-    With `record_lines`, it also notes the line on which each record of the outer array
-    starts, in `record_starts` (the reader takes them off as the records are parsed;
-    the gauge reads ahead of the parser by at most a read or two)."""
-
-    def __init__(
-        self, *, max_depth: int, max_record_values: int | None = None, record_lines: bool = False
-    ) -> None:
-        self.max_depth = max_depth
-        self.max_record_values = max_record_values
-        self.depth = 0
-        self.record_values = 0
-        # Why feed() stopped: TOO_DEEP or TOO_MANY_VALUES.
-        self.problem: str | None = None
-        self.record_starts: deque[int] | None = deque() if record_lines else None
-        self._in_string = False
-        self._escaped = False
-        # After the outer array's `[` or a `,` between records: the next significant
-        # byte starts a record (or, if it is `]`, ends the array).
-        self._record_next = False
-        self._line = 1  # the line at offset `_counted_to` of the piece being fed
-        self._counted_to = 0
-
-    @property
-    def line_reached(self) -> int:
-        """The line the scan has reached: where an error that starts no record is."""
-        return self._line
-
-    def feed(self, data: bytes) -> int | None:
-        """The offset in `data` of the byte that goes past a limit, or None."""
-        self._counted_to = 0
-        try:
-            return self._feed(data)
-        finally:
-            self._line += data.count(b"\n", self._counted_to)
-
-    def _line_at(self, data: bytes, position: int) -> int:
-        self._line += data.count(b"\n", self._counted_to, position)
-        self._counted_to = position
-        return self._line
-
-    def _note_record_start(self, data: bytes, position: int) -> int:
-        """Past the whitespace after a record's separator: notes the line where the
-        record starts, if it does here; where the search for structure goes on."""
-        found = _SIGNIFICANT.search(data, position)
-        if found is None:
-            return len(data)  # still between records: look on in the next piece
-        self._record_next = False
-        if self.record_starts is not None and data[found.start()] != _CLOSE_ARRAY:
-            self.record_starts.append(self._line_at(data, found.start()))
-        return found.start()
-
-    def _feed(self, data: bytes) -> int | None:
-        position = self._skip_string(data, 0) if self._in_string else 0
-        most_values = self.max_record_values
-        while True:
-            if self._record_next:
-                position = self._note_record_start(data, position)
-            found = _STRUCTURE.search(data, position)
-            if found is None:
-                return None
-            position = found.end()
-            char = data[found.start()]
-            if char == _QUOTE:
-                position = self._skip_string(data, position)
-                continue
-            if char in _OPENERS:
-                self.depth += 1
-                if self.depth > self.max_depth:
-                    self.problem = TOO_DEEP
-                    return found.start()
-                counted = self.depth > 1  # a record or a value in one, not the outer array
-                self._record_next = self.depth == 1
-            elif char == _COMMA:
-                counted = self.depth > 1
-                if not counted:  # between two records of the outer array
-                    self.record_values = 0
-                    self._record_next = True
-            else:
-                self.depth = max(self.depth - 1, 0)
-                counted = False
-            if counted:
-                self.record_values += 1
-                if most_values is not None and self.record_values > most_values:
-                    self.problem = TOO_MANY_VALUES
-                    return found.start()
-
-    def _skip_string(self, data: bytes, position: int) -> int:
-        """Where the string whose body starts at `position` ends: after its closing
-        quote, or at the end of `data` when the string goes on in the next piece."""
-        if self._escaped:
-            if position >= len(data):
-                return position
-            position, self._escaped = position + 1, False
-        body = _STRING_BODY.match(data, position)
-        assert body is not None  # the pattern matches the empty string
-        if body.group(1) is not None:
-            self._in_string = False
-            return body.end()
-        self._in_string = True
-        # The body stops short of the end only at a lone backslash: an escape whose
-        # second byte comes with the next piece.
-        self._escaped = body.end() < len(data)
-        return len(data)
 
 
 def iter_json_records(
@@ -322,21 +179,6 @@ def _decode_line(content: bytes, line_number: int) -> JsonRecord | LineError:
         if problem:
             return LineError(line_number, problem)
     return RecordAt(line=line_number), value
-
-
-def reject_constant(name: str) -> Any:
-    # Python's json accepts NaN and Infinity; PostgreSQL's jsonb does not, and they are
-    # not JSON, so a file carrying them is refused at the line rather than at COPY time.
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def finite_float(text: str) -> float:
-    """A JSON number with a fraction or an exponent, as a float; one past a double's range
-    (``1e400``) is valid JSON but becomes infinity, which no JSON column stores."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:40]} is out of range (beyond a 64-bit float)")
-    return value
 
 
 def _iter_array(reader: _PrefixedReader, max_record_bytes: int) -> Iterator[JsonRecord | LineError]:

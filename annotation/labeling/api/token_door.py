@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from annotation.api.authentication import token_key
 from annotation.api.errors import api_exception_handler
+from annotation.api.parsers import DEFAULT_JSON_LIMITS, json_shape_refusal
 
 # Request bodies above this go through DRF, which enforces the upload limits itself.
 TOKEN_DOOR_BODY_MAX_BYTES = 1024 * 1024
@@ -90,11 +91,14 @@ def _error_response(request: HttpRequest, exc: Exception) -> HttpResponseBase:
 
 def json_body(request: HttpRequest) -> Any | None:
     """The token door's body: parsed JSON, or None for what DRF's parsers should answer
-    (another content type, an oversized or malformed body: DRF explains it)."""
+    (another content type, an oversized or malformed body, one past the API's bounds on
+    what a body parses into: DRF explains it)."""
     if request.content_type != "application/json":
         return None
     try:
         if int(request.META.get("CONTENT_LENGTH") or 0) > TOKEN_DOOR_BODY_MAX_BYTES:
+            return None
+        if json_shape_refusal(request.body, DEFAULT_JSON_LIMITS) is not None:
             return None
         return orjson.loads(request.body)
     except (ValueError, orjson.JSONDecodeError):

@@ -21,6 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from annotation.api.inputs import InputSerializer
+from annotation.api.parsers import DEFAULT_JSON_LIMITS, JsonLimits, text_field_bytes
 from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.models import Invite, InviteState, Role
 from annotation.projects.invite_lists import (
@@ -229,6 +230,12 @@ class InviteListCreateApi(GenericAPIView):
 
 class InviteListUploadApi(GenericAPIView):
     serializer_class = InviteListOutputSerializer
+    # The list is one text of up to MAX_LIST_CHARS characters, however escaped.
+    json_limits = JsonLimits(
+        max_depth=DEFAULT_JSON_LIMITS.max_depth,
+        max_values=DEFAULT_JSON_LIMITS.max_values,
+        max_string_bytes=text_field_bytes(MAX_LIST_CHARS),
+    )
 
     @extend_schema(
         tags=["projects"],
