@@ -3,52 +3,63 @@ that shows them (the workspace's guidelines dialog, the project overview and das
 and the settings page's preview through ``POST /api/v1/guidelines/preview/``), so a lead
 previews exactly what annotators will read.
 
-Bounded in size and in time: guidelines are at most GUIDELINES_MAX_CHARS characters, and
-a rendering that runs past RENDER_SECONDS stops (``GuidelinesTooSlow``): Markdown's link
-brackets cost time per bracket and per character after it (20,000 ``![`` took 1.6 s of
-CPU, 1,000 ``[`` before 24,000 short lines 2.6 s). A project stores its rendering when
-its guidelines are saved, so pages serve the stored HTML (``projects.services``)."""
+Bounded in size and in CPU: guidelines are at most GUIDELINES_MAX_CHARS characters, and
+each rendering runs in a child process (``annotation.guidelines_markdown``) that the
+kernel stops after RENDER_CPU_SECONDS of CPU, at a lower priority than the web process
+and in a bounded address space; one that is stopped is refused (``GuidelinesTooSlow``).
+Markdown's costs are not all in one place: link brackets cost time per bracket and per
+character after them (inline parsing), tables per row and cell and nested lists per
+marker (block parsing), so the bound is the process's CPU, not a check inside the parser,
+and not the wall clock (a busy machine would refuse what an idle one renders). A project
+stores its rendering when its guidelines are saved, so pages serve the stored HTML
+(``projects.services``); the preview is rate-limited per user
+(``projects.api.projects``)."""
 
 from __future__ import annotations
 
 import hashlib
-import time
-from collections.abc import Sequence
-from functools import cache
-from typing import Any
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 from django.utils.safestring import SafeString, mark_safe
-from markdown_it import MarkdownIt
-from markdown_it.common.utils import escapeHtml
-from markdown_it.rules_inline import StateInline
-from markdown_it.token import Token
-from mdit_py_plugins.dollarmath import dollarmath_plugin
-from mdit_py_plugins.texmath import texmath_plugin
 
-# Formulas leave the Markdown parser as their source text, escaped, in a box the pages
-# typeset with KaTeX (static/js/steplab.js, typesetGuidelines): Markdown never reads
-# inside them (its backslash escapes and emphasis would eat \{, \( or a*b*c), and no
-# markup is ever built from the formula's text.
-MATH_INLINE = '<span class="math-tex">{}</span>'
-MATH_INLINE_DISPLAY = '<span class="math-tex math-display">{}</span>'
-MATH_BLOCK = '<div class="math-tex math-display">{}</div>\n'
+from annotation.guidelines_markdown import RENDER_CPU_SECONDS
+
+__all__ = ["GUIDELINES_MAX_CHARS", "RENDER_CPU_SECONDS", "GuidelinesTooSlow", "guidelines_html"]
 
 # About 30 pages of prose; the longest guidelines seen (ProcessBench's, PRM800K's) are a
-# tenth of it. At this size ordinary Markdown renders in well under 0.1 s.
+# tenth of it. At this size ordinary Markdown renders in about 0.2 s of CPU.
 GUIDELINES_MAX_CHARS = 100_000
-RENDER_SECONDS = 1.0
-# The deadline is read once per this many inline positions (a clock read costs ~50 ns).
-_CHECK_EVERY = 256
+# How long the web process waits for a child that is not spending its CPU (a machine so
+# busy that the low-priority child waits its turn): far past any rendering's own bound.
+RENDER_WAIT_SECONDS = 60.0
+# The child: no user site, no PYTHON* variables; run from the project's root, so it
+# imports this code whether or not it is installed.
+_CHILD = (sys.executable, "-s", "-E", "-m", "annotation.guidelines_markdown")
+_ROOT = Path(__file__).resolve().parent.parent
+# Renderings one web process runs at once. A burst of previews would otherwise hold every
+# request thread while their children run, and a health check or a page would wait for a
+# free thread; past this a preview is told to come back (GuidelinesBusy), a save waits.
+RENDERS_AT_ONCE = 2
+_RENDERING = threading.BoundedSemaphore(RENDERS_AT_ONCE)
 
 
 class GuidelinesTooSlow(Exception):
-    """The rendering ran past its deadline (what was written is not rendered)."""
+    """The rendering ran past its CPU bound (what was written is not rendered)."""
+
+
+class GuidelinesBusy(Exception):
+    """RENDERS_AT_ONCE renderings are running in this process; nothing was rendered."""
 
 
 def too_slow_message() -> str:
     return (
-        f"These guidelines take more than {RENDER_SECONDS:g} s to render; simplify the "
-        "Markdown (unclosed [ or ![ brackets are the usual cause)."
+        f"These guidelines take more than {RENDER_CPU_SECONDS:g} s of CPU to render; "
+        "simplify the Markdown (unclosed [ or ![ brackets, and tables or nested lists of "
+        "tens of thousands of rows, are the usual cause)."
     )
 
 
@@ -57,69 +68,39 @@ def guidelines_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _check_deadline(state: StateInline) -> None:
-    env = state.env
-    env["calls"] = calls = env.get("calls", 0) + 1
-    if calls % _CHECK_EVERY == 0 and time.monotonic() > env["deadline"]:
-        raise GuidelinesTooSlow(too_slow_message())
-
-
-def _deadline_rule(state: StateInline, silent: bool) -> bool:
-    """An inline rule that matches nothing: it runs first at every inline position and
-    stops the rendering once the deadline in ``env`` has passed."""
-    _check_deadline(state)
-    return False
-
-
-def _bounded_skip_token(skip_token: Any) -> Any:
-    """markdown-it's ``skipToken`` (how a link label is scanned, one call per position
-    and per bracket, mostly from its cache) with the same deadline."""
-
-    def skip(state: StateInline) -> None:
-        _check_deadline(state)
-        skip_token(state)
-
-    return skip
-
-
-def _rule(template: str) -> Any:
-    def render(self: Any, tokens: Sequence[Token], idx: int, *args: Any) -> str:
-        return template.format(escapeHtml(tokens[idx].content.strip()))
-
-    return render
-
-
-@cache
-def _renderer() -> MarkdownIt:
-    # markdown-it's "js-default" preset: CommonMark plus tables and strikethrough, with raw
-    # HTML off, so markup written in the guidelines is shown as text (a lead's typo or a
-    # pasted <script> never runs in an annotator's page), and its link check drops
-    # javascript:, vbscript:, file: and data: (but image) URLs. Math as the steps write
-    # it: $...$ and $$...$$ (a dollar before a digit stays a price: "$5 and $10"), and
-    # \(...\) and \[...\] that Markdown would otherwise read as escaped brackets.
-    renderer = (
-        MarkdownIt("js-default")
-        .use(dollarmath_plugin, allow_space=True, allow_digits=False, double_inline=True)
-        .use(texmath_plugin, delimiters="brackets")
-    )
-    # Both plugins name their tokens alike; one rendering for all of them (above).
-    renderer.add_render_rule("math_inline", _rule(MATH_INLINE))
-    renderer.add_render_rule("math_inline_double", _rule(MATH_INLINE_DISPLAY))
-    for name in ("math_block", "math_block_label", "math_block_eqno"):
-        renderer.add_render_rule(name, _rule(MATH_BLOCK))
-    renderer.inline.ruler.before("text", "deadline", _deadline_rule)
-    renderer.inline.skipToken = _bounded_skip_token(renderer.inline.skipToken)  # type: ignore[method-assign]
-    return renderer
-
-
-def guidelines_html(*, text: str, seconds: float = RENDER_SECONDS) -> SafeString:
+def guidelines_html(*, text: str, wait: bool = True) -> SafeString:
     """The guidelines' Markdown as HTML that is safe to put in a page as it is. Raises
-    GuidelinesTooSlow when it takes more than ``seconds``.
+    GuidelinesTooSlow when the rendering runs past its CPU bound, and GuidelinesBusy when
+    ``wait`` is off and RENDERS_AT_ONCE renderings are running here.
 
     >>> guidelines_html(text="Rate **each** step. <b>no</b>")
     '<p>Rate <strong>each</strong> step. &lt;b&gt;no&lt;/b&gt;</p>\\n'
     >>> guidelines_html(text="Say $a*b<b>$.")
     '<p>Say <span class="math-tex">a*b&lt;b&gt;</span>.</p>\\n'
     """
-    env = {"deadline": time.monotonic() + seconds}
-    return mark_safe(_renderer().render(text, env))  # raw HTML is off (above)
+    if not text:
+        return mark_safe("")
+    if not _RENDERING.acquire(blocking=wait, timeout=RENDER_WAIT_SECONDS if wait else None):
+        raise GuidelinesBusy
+    try:
+        return _rendered(text)
+    finally:
+        _RENDERING.release()
+
+
+def _rendered(text: str) -> SafeString:
+    try:
+        done = subprocess.run(
+            _CHILD,
+            input=text.encode("utf-8", "surrogatepass"),
+            capture_output=True,
+            cwd=_ROOT,
+            env={"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"},
+            timeout=RENDER_WAIT_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise GuidelinesTooSlow(too_slow_message()) from None
+    if done.returncode != 0:
+        raise GuidelinesTooSlow(too_slow_message())
+    return mark_safe(done.stdout.decode("utf-8", "surrogatepass"))  # raw HTML is off

@@ -123,23 +123,21 @@ SLOW = "[" * 1000 + "a\n" * 24_500
 def test_guidelines_that_render_too_slowly_are_refused_in_about_the_time_bound(
     client_for: Callable[..., APIClient],
 ) -> None:
-    import time
-
-    from annotation.guidelines import RENDER_SECONDS, too_slow_message
+    from annotation.guidelines import RENDER_CPU_SECONDS, too_slow_message
 
     assert len(SLOW) < GUIDELINES_MAX_CHARS
     # Given: a lead, and guidelines within the size bound that take seconds to render
     project = ProjectFactory(guidelines="Old.")
     lead = client_for(MembershipFactory(project=project, role=Role.LEAD).user)
     # When: they are previewed, and saved
-    started = time.monotonic()
+    started = _cpu_seconds()
     preview = lead.post("/api/v1/guidelines/preview/", {"guidelines": SLOW}, format="json")
-    preview_seconds = time.monotonic() - started
+    preview_cpu = _cpu_seconds() - started
     saved = lead.patch(f"/api/v1/projects/{project.pk}/", {"guidelines": SLOW}, format="json")
-    # Then: both are a 400 naming the bound, soon after it; nothing was saved
+    # Then: both are a 400 naming the bound, after no more CPU than it; nothing was saved
     assert (preview.status_code, saved.status_code) == (400, 400)
     assert preview.json() == saved.json() == {"guidelines": [too_slow_message()]}
-    assert preview_seconds < RENDER_SECONDS + 1.5
+    assert preview_cpu < RENDER_CPU_SECONDS + 0.6
     project.refresh_from_db()
     assert project.guidelines == "Old."
 
@@ -182,3 +180,106 @@ def test_saved_guidelines_are_rendered_once_and_pages_serve_the_stored_html(
     for path in ("", "label/"):
         page = browser.get(f"/projects/{project.pk}/{path}").content.decode()
         assert "<p>stored once</p>" in page and "<h1>Grading</h1>" not in page, path
+
+
+# Block constructs cost CPU too, per row and per marker, where the parser reads few inline
+# positions: 100,000 characters of a table of empty cells took 1.5 s of CPU in process and
+# answered 200 with 1 MB (markdown-it-py 4, on the 2-core development machine, 2026-12);
+# lines of nested list markers 1.1 to 1.6 s.
+EMPTY_CELLS = ("|a|b|c|d|\n|-|-|-|-|\n" + "||||\n" * 20_000)[:100_000]
+NESTED_LISTS = (("- " * 20 + "x\n") * 2400)[:100_000]
+# What a lead writes: 100,000 characters of ordinary Markdown (bench/bench_attacks.py's).
+LEGIT = ("Rate **each** step; see [the rules](https://example.org/) and $a^2$.\n\n" * 1500)[
+    :100_000
+]
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "text", [EMPTY_CELLS, NESTED_LISTS, SLOW], ids=["table", "nested lists", "slow brackets"]
+)
+def test_any_markdown_costs_at_most_the_cpu_bound_and_then_is_refused(
+    client_for: Callable[..., APIClient], text: str
+) -> None:
+    from annotation.guidelines import RENDER_CPU_SECONDS, too_slow_message
+
+    # Given: an annotator, and 100,000 characters whose blocks or brackets take seconds
+    annotator = client_for(MembershipFactory(role=Role.ANNOTATOR).user)
+    # When: they are previewed
+    before = _cpu_seconds()
+    answer = annotator.post("/api/v1/guidelines/preview/", {"guidelines": text}, format="json")
+    spent = _cpu_seconds() - before
+    # Then: a 400 naming the bound, after no more CPU than the bound (and a process's start)
+    assert answer.status_code == 400
+    assert answer.json() == {"guidelines": [too_slow_message()]}
+    assert spent < RENDER_CPU_SECONDS + 0.6
+
+
+def test_long_ordinary_guidelines_render_however_slow_the_wall_clock_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import itertools
+    import types
+
+    import annotation.guidelines as guidelines
+
+    # Given: a machine so busy that every clock read finds ten more seconds gone
+    ticks = itertools.count(step=10.0)
+    busy = types.SimpleNamespace(monotonic=lambda: next(ticks))
+    monkeypatch.setattr(guidelines, "time", busy, raising=False)
+    # When: a lead's 100,000 characters of ordinary Markdown are rendered
+    html = guidelines_html(text=LEGIT)
+    # Then: they render (the bound is CPU, not the wall clock)
+    assert html.count("<strong>each</strong>") == 1429
+
+
+@pytest.mark.django_db
+def test_the_preview_is_rate_limited_per_user(
+    client_for: Callable[..., APIClient], settings: Any
+) -> None:
+    # Given: a rate of three previews a minute
+    settings.STEPLAB_GUIDELINES_PREVIEW_RATE = "3/min"
+    annotator, lead = client_for(UserFactory()), client_for(UserFactory())
+    body = {"guidelines": "Rate **each** step."}
+    # When: one user previews five times in a row
+    codes = [
+        annotator.post("/api/v1/guidelines/preview/", body, format="json").status_code
+        for _ in range(5)
+    ]
+    # Then: the fourth and fifth wait, told for how long; another user is not held
+    assert codes == [200, 200, 200, 429, 429]
+    held = annotator.post("/api/v1/guidelines/preview/", body, format="json")
+    assert int(held["Retry-After"]) > 0
+    assert lead.post("/api/v1/guidelines/preview/", body, format="json").status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_preview_while_this_process_renders_enough_is_told_to_come_back(
+    client_for: Callable[..., APIClient],
+) -> None:
+    import annotation.guidelines as guidelines
+
+    # Given: as many renderings running in this process as it runs at once
+    held = [
+        guidelines._RENDERING.acquire(blocking=False) for _ in range(guidelines.RENDERS_AT_ONCE)
+    ]
+    assert all(held)
+    try:
+        # When: one more preview comes
+        answer = client_for(UserFactory()).post(
+            "/api/v1/guidelines/preview/", {"guidelines": "Rate."}, format="json"
+        )
+    finally:
+        for _ in held:
+            guidelines._RENDERING.release()
+    # Then: it holds no request thread waiting: a 429 that says when to come back
+    assert answer.status_code == 429 and int(answer["Retry-After"]) >= 1

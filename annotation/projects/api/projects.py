@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.exceptions import Throttled
 from rest_framework.generics import GenericAPIView
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
 
+from annotation.api.parsers import DEFAULT_JSON_LIMITS, JsonLimits, text_field_bytes
 from annotation.api.permissions import LEADS, IsStaffUser, project_for_request, request_user
-from annotation.guidelines import GuidelinesTooSlow, guidelines_html
+from annotation.guidelines import (
+    GUIDELINES_MAX_CHARS,
+    GuidelinesBusy,
+    GuidelinesTooSlow,
+    guidelines_html,
+)
 from annotation.models import Membership, Project
 from annotation.projects.api.serializers import (
     GuidelinesPreviewInputSerializer,
@@ -45,10 +54,17 @@ NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is no
 NOT_A_LEAD = OpenApiResponse(description="A member who is not a lead of the project.")
 NOT_STAFF = OpenApiResponse(description="Only staff users create projects.")
 INVALID = OpenApiResponse(description="Invalid input; the body names each field's errors.")
+# The bodies that carry guidelines: a string of GUIDELINES_MAX_CHARS however escaped.
+GUIDELINES_JSON_LIMITS = JsonLimits(
+    max_depth=DEFAULT_JSON_LIMITS.max_depth,
+    max_values=DEFAULT_JSON_LIMITS.max_values,
+    max_string_bytes=text_field_bytes(GUIDELINES_MAX_CHARS),
+)
 
 
 class ProjectListCreateApi(GenericAPIView):
     serializer_class = ProjectOutputSerializer
+    json_limits = GUIDELINES_JSON_LIMITS
 
     def get_permissions(self) -> list[BasePermission]:
         if self.request.method == "POST":
@@ -87,6 +103,7 @@ class ProjectDetailApi(GenericAPIView):
     # Only for the schema generator; every method looks its project up through the
     # access check instead.
     queryset = Project.objects.none()
+    json_limits = GUIDELINES_JSON_LIMITS
     serializer_class = ProjectDetailOutputSerializer
 
     @extend_schema(
@@ -220,24 +237,46 @@ class MemberDetailApi(GenericAPIView):
         return Response(MemberOutputSerializer(membership).data)
 
 
+class GuidelinesPreviewThrottle(UserRateThrottle):
+    """STEPLAB_GUIDELINES_PREVIEW_RATE previews per user: each costs up to the renderer's
+    CPU bound (``annotation.guidelines``), and any signed-in user may ask. Counted in the
+    cache, so per web process unless CACHE_URL shares it."""
+
+    scope = "guidelines_preview"
+
+    def get_rate(self) -> str:
+        rate: str = settings.STEPLAB_GUIDELINES_PREVIEW_RATE
+        return rate
+
+
 class GuidelinesPreviewApi(GenericAPIView):
     """Any signed-in user: it reads nothing but its body (the create page previews before
-    there is a project to be a lead of)."""
+    there is a project to be a lead of); rate-limited per user."""
 
+    json_limits = GUIDELINES_JSON_LIMITS
     serializer_class = GuidelinesPreviewOutputSerializer
+    throttle_classes = [GuidelinesPreviewThrottle]
 
     @extend_schema(
         tags=["projects"],
         operation_id="guidelines_preview",
         summary="Render guidelines written in Markdown as the pages show them",
         request=GuidelinesPreviewInputSerializer,
-        responses={200: GuidelinesPreviewOutputSerializer, 400: INVALID},
+        responses={
+            200: GuidelinesPreviewOutputSerializer,
+            400: INVALID,
+            429: OpenApiResponse(
+                description="Too many previews, or others rendering; Retry-After says when."
+            ),
+        },
     )
     def post(self, request: Request) -> Response:
         data = GuidelinesPreviewInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         try:
-            html = guidelines_html(text=data.validated_data["guidelines"])
+            html = guidelines_html(text=data.validated_data["guidelines"], wait=False)
+        except GuidelinesBusy:
+            raise Throttled(wait=1, detail="Other guidelines are rendering; try again.") from None
         except GuidelinesTooSlow as exc:
             raise ValidationError({"guidelines": [str(exc)]}) from None
         return Response(GuidelinesPreviewOutputSerializer({"html": html}).data)

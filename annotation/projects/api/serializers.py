@@ -11,7 +11,7 @@ from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
 from annotation.api.inputs import InputSerializer
-from annotation.guidelines import GUIDELINES_MAX_CHARS, RENDER_SECONDS
+from annotation.guidelines import GUIDELINES_MAX_CHARS, RENDER_CPU_SECONDS
 from annotation.models import (
     ConsensusMethod,
     ImportLabels,
@@ -31,7 +31,7 @@ ROUTING_HIDDEN = "Null for annotators."
 
 GUIDELINES_HELP = (
     f"Markdown (raw HTML is shown as text), at most {GUIDELINES_MAX_CHARS:,} characters "
-    f"that render within {RENDER_SECONDS:g} s (else a 400)."
+    f"that render within {RENDER_CPU_SECONDS:g} s of CPU (else a 400)."
 )
 
 
