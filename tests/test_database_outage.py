@@ -74,3 +74,21 @@ def test_any_other_error_is_still_a_500() -> None:
         response = server_error(request)
     assert response.status_code == 500
     assert not response.has_header("Retry-After")
+
+
+def test_a_statement_psycopg_refuses_on_a_live_connection_is_a_500_not_an_outage() -> None:
+    # A client's input that makes a statement of more than 65,535 parameters is a bug of
+    # the statement: a 500, never "the database is unavailable" (the connection is fine).
+    from django.db import OperationalError
+
+    if connection.vendor != "postgresql":
+        pytest.skip("psycopg's parameter limit")
+    params = list(range(70_000))
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT 1 WHERE 1 IN ({', '.join(['%s'] * len(params))})", params)
+    except OperationalError:
+        response = server_error(RequestFactory().get("/api/v1/projects/"))
+    else:
+        pytest.fail("psycopg took 70,000 parameters")
+    assert response.status_code == 500

@@ -55,7 +55,8 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 NAME_MAX = 200
-# Chains updated per statement when a lead names them.
+# Chains read or updated per statement when a lead names them: PostgreSQL takes at most
+# 65,535 parameters a statement, and the API takes 100,000 ids.
 CHAIN_CHUNK = 10_000
 
 # Why a chain is not put into a set.
@@ -146,8 +147,12 @@ def evaluation_set_mark_chains(
         raise ValidationError({"chain_ids": "Name at least one chain."})
     with transaction.atomic():
         Project.objects.select_for_update().get(pk=project.pk)
-        chains = Chain.objects.filter(project=project, pk__in=wanted)
-        free = set(chains.exclude(_held(hold_out_reasons())).values_list("pk", flat=True))
+        held = _held(hold_out_reasons())
+        free: set[int] = set()
+        for start in range(0, len(wanted), CHAIN_CHUNK):
+            chunk = wanted[start : start + CHAIN_CHUNK]
+            chains = Chain.objects.filter(project=project, pk__in=chunk).exclude(held)
+            free.update(chains.values_list("pk", flat=True))
         refused = [chain_id for chain_id in wanted if chain_id not in free]
         if refused:
             shown = ", ".join(map(str, refused[:20])) + (" ..." if len(refused) > 20 else "")

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from annotation.access import project_get_for_member
 from annotation.api.fields import IdField
 from annotation.api.inputs import InputSerializer
+from annotation.api.parsers import DEFAULT_JSON_LIMITS, JsonLimits
 from annotation.api.permissions import LEADS, project_for_request, request_user
 from annotation.datasets.evaluation_set_reads import evaluation_set_list
 from annotation.datasets.evaluation_sets import (
@@ -31,6 +32,12 @@ NOT_A_MEMBER = OpenApiResponse(description="No such project, or the caller is no
 
 
 MAX_CHAINS_PER_REQUEST = 100_000
+# A body of that many ids (about 1.5 MB, some 4 MB decoded) with room for its other fields.
+JSON_LIMITS = JsonLimits(
+    max_depth=DEFAULT_JSON_LIMITS.max_depth,
+    max_values=MAX_CHAINS_PER_REQUEST + 16,
+    max_string_bytes=DEFAULT_JSON_LIMITS.max_string_bytes,
+)
 
 
 class EvaluationSetInputSerializer(InputSerializer):
@@ -73,6 +80,8 @@ class EvaluationSetOutputSerializer(serializers.Serializer):
 
 
 class ProjectEvaluationSetsApi(APIView):
+    json_limits = JSON_LIMITS  # chain_ids: up to MAX_CHAINS_PER_REQUEST values
+
     @extend_schema(
         tags=["evaluation sets"],
         operation_id="evaluation_sets_list",

@@ -67,3 +67,24 @@ def test_a_lead_holds_out_chains_named_all_or_nothing(project, make_member):
     assert again.status_code == 400
     held = set(Chain.objects.filter(evaluation_set__isnull=False).values_list("pk", flat=True))
     assert held == set(ids)
+
+
+def test_a_hundred_thousand_ids_are_read_in_batches_not_a_database_outage(project, make_member):
+    # Given: the schema's most ids (100,000: more parameters than PostgreSQL takes in one
+    # statement), of which three are the project's chains
+    chains = [ChainFactory(project=project) for _ in range(3)]
+    client = _client(make_member(project, "lead"))
+    client.raise_request_exception = False
+    url = reverse("api-evaluation-sets", kwargs={"project_id": project.pk})
+    start = max(chain.pk for chain in chains) + 1
+    ids = [chain.pk for chain in chains] + list(range(start, start + 99_997))
+
+    # When: a lead names them all
+    response = client.post(url, {"chain_ids": ids, "name": "all of them"}, format="json")
+
+    # Then: the answer is about the ids (most are no chains of the project), not a 503
+    assert response.status_code == 400, response.content
+    assert str(start) in response.json()["chain_ids"][0]
+    # ...and one id more than the schema takes is refused by the schema
+    over = client.post(url, {"chain_ids": [*ids, start + 99_997], "name": "x"}, format="json")
+    assert over.status_code == 400 and "chain_ids" in over.json()
