@@ -20,9 +20,9 @@ def test_the_training_app_registers_its_hook_on_finished_chains() -> None:
 
 # Where app code may run SQL it wrote: the queue's hot path, the import's and the
 # export's COPY paths (with the import's advisory lock), a job's progress (an import's, a
-# bulk action's: on a connection of its own, which the ORM cannot name), the snapshot's
-# and the consensus fit's advisory locks, and the health check's SELECT 1. Everything
-# else goes through the ORM.
+# bulk action's: on a connection of its own, which the ORM cannot name), the snapshot's,
+# the consensus fit's and the run admission's advisory locks, and the health check's
+# SELECT 1. Everything else goes through the ORM.
 SQL_ALLOWED = {
     "annotation/datasets/imports.py",
     "annotation/datasets/import_copy.py",
@@ -32,6 +32,7 @@ SQL_ALLOWED = {
     "annotation/datasets/snapshot_diff.py",
     "annotation/datasets/snapshots.py",
     "config/health.py",
+    "prm_training/services/runs.py",
 }
 
 

@@ -3,7 +3,8 @@
 The data layer raises Django's and the queue's own errors (it does not depend on DRF);
 this turns them into DRF's before DRF's handler renders them, so no view wraps its
 service calls: Django's ValidationError is a 400 with field errors, a missing assignment
-a 404, a lost or closed lease a 409 whose ``code`` tells which, a busy queue a 503. The
+a 404, a lost or closed lease a 409 whose ``code`` tells which, a busy queue a 503, a
+start past the bound on waiting runs a 429 that lists what waits. The
 queue's token door (``labeling.api.token_door.QueueView``) answers its errors through this same
 handler."""
 
@@ -21,6 +22,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from annotation.labeling.queue.errors import LeaseConflict, QueueBusy, RevisionClosed
 from annotation.models import Assignment
+from annotation.work_limits import TooManyWaiting
 
 
 class Conflict(APIException):
@@ -33,6 +35,12 @@ class ServiceUnavailable(APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_detail = "Try again."
     default_code = "queue_busy"
+
+
+class TooManyRequests(APIException):
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    default_detail = "Too much of this work waits already."
+    default_code = "runs_waiting"
 
 
 def validation_error_detail(exc: DjangoValidationError) -> dict[str, list[str]] | list[str]:
@@ -57,6 +65,17 @@ def as_api_error(exc: Exception) -> Exception:
         return Conflict({"detail": exc.message, "code": exc.code})
     if isinstance(exc, RevisionClosed):
         return Conflict({"detail": exc.message, "code": exc.code})
+    if isinstance(exc, TooManyWaiting):
+        error = TooManyRequests()
+        # Set after the constructor, which would turn every number and id into a string.
+        payload: Any = {
+            "detail": exc.detail,
+            "code": "runs_waiting",
+            "limit": exc.limit,
+            "waiting": exc.waiting,
+        }
+        error.detail = payload
+        return error
     if isinstance(exc, QueueBusy):
         return ServiceUnavailable({"detail": exc.message, "code": exc.code})
     return exc

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import re
+import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .generation import GenerationEngine, SamplingParams
 
 # ProcessBench's critique template (QwenLM/ProcessBench, code/templates/
-# critique_template.txt; paper arXiv:2412.06559, appendix), filled by ``str.format`` with
-# ``problem`` and ``tagged_response``.
+# critique_template.txt; paper arXiv:2412.06559, appendix), written for ``str.format`` with
+# ``problem`` and ``tagged_response`` and filled by ``template_fill``.
 DEFAULT_TEMPLATE = """The following is a math problem and a solution (split into paragraphs, \
 enclosed with tags and indexed from 0):
 
@@ -36,6 +37,60 @@ Please put your final answer (i.e., the index) in \\boxed{{}}.
 """
 
 _BOXED = re.compile(r"\\boxed\s*\{\s*(?:\\text\s*\{)?\s*\$?\s*(-?\d+)\s*\$?\s*\}?\s*\}")
+
+
+# The fields a judge template names, each at most once ({tagged_response} exactly once).
+TEMPLATE_FIELDS = ("problem", "tagged_response")
+
+
+def template_fields(template: str, allowed: Sequence[str] = TEMPLATE_FIELDS) -> list[str]:
+    """The fields ``template`` names, in order. A template is text with ``{name}`` for a
+    field of ``allowed`` and ``{{`` and ``}}`` for braces, nothing else: a format spec
+    (``{problem:>1000000000}`` is a gigabyte of spaces), a conversion, an index or an
+    attribute is a ValueError, as is a lone brace or a field named twice, so what a
+    template fills into is never larger than the template and its values once each.
+
+    >>> template_fields("{problem}|{tagged_response} {{x}}")
+    ['problem', 'tagged_response']
+    >>> template_fields("{problem:>9}")
+    Traceback (most recent call last):
+    ...
+    ValueError: {problem:>9}: a field is {name} alone, without a format, conversion or index
+    """
+    names: list[str] = []
+    for _literal, name, spec, conversion in string.Formatter().parse(template):
+        if name is None:
+            continue
+        if spec or conversion or name not in allowed:
+            shown = "{" + name + (f"!{conversion}" if conversion else "")
+            shown += (f":{spec}" if spec else "") + "}"
+            if name in allowed:
+                raise ValueError(
+                    f"{shown}: a field is {{name}} alone, without a format, conversion or index"
+                )
+            raise ValueError(f"{shown}: not a field (the fields: {', '.join(allowed)})")
+        if name in names:
+            raise ValueError(f"{{{name}}} twice: each field goes in once")
+        names.append(name)
+    return names
+
+
+def template_fill(template: str, values: Mapping[str, str]) -> str:
+    """``template`` with each field replaced by its value in ``values`` and ``{{``, ``}}``
+    by braces (``template_fields`` says what a template may hold; ValueError otherwise).
+    Nothing of ``str.format``'s language runs, so the text is built from the template's
+    own pieces and the values, once each.
+
+    >>> template_fill("{{{problem}}}", {"problem": "P"})
+    '{P}'
+    """
+    template_fields(template, tuple(values))
+    pieces: list[str] = []
+    for literal, name, _spec, _conversion in string.Formatter().parse(template):
+        pieces.append(literal)
+        if name is not None:
+            pieces.append(values[name])
+    return "".join(pieces)
 
 
 def template_hash(template: str) -> str:
@@ -59,7 +114,7 @@ def judge_prompt(template: str, problem: str, steps: Sequence[str]) -> str:
     tagged = "\n\n".join(
         f"<paragraph_{index}>\n{step}\n</paragraph_{index}>" for index, step in enumerate(steps)
     )
-    return template.format(problem=problem, tagged_response=tagged)
+    return template_fill(template, {"problem": problem, "tagged_response": tagged})
 
 
 def parse_verdict(text: str, n_steps: int) -> int | None:

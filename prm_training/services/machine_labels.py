@@ -54,7 +54,12 @@ from prm_training.services.backbones import (
     backbone_choices,
     backbone_path,
 )
-from prm_training.services.runs import run_cancel, run_enqueue_on_commit, run_retry_check
+from prm_training.services.runs import (
+    run_admission_check,
+    run_cancel,
+    run_enqueue_on_commit,
+    run_retry_check,
+)
 
 if TYPE_CHECKING:
     pass
@@ -191,21 +196,22 @@ def machine_label_params_clean(
 
 
 def judge_template_problem(template: object) -> str:
-    """What is wrong with a judge template ("" when nothing is): it is filled by
-    ``str.format`` with ``{problem}`` and ``{tagged_response}`` (the tagged steps), so
-    any other field, or a lone brace, is an error (write ``{{}}`` for a brace)."""
-    from prm_training.ml.judge import judge_prompt
+    """What is wrong with a judge template ("" when nothing is): it names
+    ``{tagged_response}`` (the tagged steps) once and may name ``{problem}`` once, with
+    ``{{`` and ``}}`` for braces, and nothing else: no format spec, conversion, index or
+    attribute (``ml.judge.template_fields``). It is only read here, never filled."""
+    from prm_training.ml.judge import template_fields
 
     if not isinstance(template, str) or not template.strip():
         return "Must be a non-empty text."
     try:
-        judge_prompt(template, "problem", ["step"])
-    except (KeyError, IndexError, ValueError) as exc:
+        fields = template_fields(template)
+    except ValueError as exc:
         return (
-            "Must fill only {problem} and {tagged_response}, with {{ and }} for braces "
-            f"({type(exc).__name__}: {exc})."
+            "Must name only {problem} and {tagged_response}, each once and alone, with "
+            f"{{{{ and }}}} for braces ({exc})."
         )
-    if "{tagged_response}" not in template:
+    if "tagged_response" not in fields:
         return "Must hold {tagged_response}, where the steps go."
     return ""
 
@@ -313,6 +319,7 @@ def machine_label_run_start(
         raise ValidationError(errors)
     selection: dict[str, Any] = {"ids": list(ids)} if ids is not None else {"filter": filter}
     with transaction.atomic():
+        run_admission_check(MachineLabelRun, project_id=project.pk)
         run = MachineLabelRun.objects.create(
             project=project,
             kind=kind,
@@ -339,6 +346,7 @@ def machine_label_run_retry(*, run: MachineLabelRun, user: User | None) -> Machi
     was cancelled. It starts afresh: what ``run`` stored stays under ``run``."""
     run_retry_check(run)
     with transaction.atomic():
+        run_admission_check(MachineLabelRun, project_id=run.project_id)
         retry = MachineLabelRun.objects.create(
             project=run.project,
             kind=run.kind,

@@ -25,6 +25,13 @@ Cancelling: a QUEUED run is CANCELLED at once (its task finds it so and returns)
 RUNNING one gets ``cancel_requested``, which its progress report reads once a second and
 stops at, between two batches (``progress.RunProgress``).
 
+How much may wait. A person's start (training, scoring, simulation, machine labels, and
+their retries) is admitted only while fewer runs of its kind than STEPLAB_RUN_LIMITS
+allows are queued or running in its project and on the node; otherwise
+``run_admission_check`` raises TooManyWaiting (the API's 429), naming what waits. The
+check and the new row share one transaction, under a lock per kind (PostgreSQL's
+advisory lock), so two starts at once cannot both pass it.
+
 The row is the outbox. A run is sent after its row commits; when the broker is
 unreachable the row stays QUEUED with ``enqueued_at`` empty and ``runs_dispatch_pending``
 sends it once a worker reaches the broker again.
@@ -45,10 +52,11 @@ from typing import Any, TypeVar
 from celery import current_app
 from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from annotation.work_limits import TooManyWaiting
 from prm_training.models import (
     FINISHED_STATUSES,
     EvaluationRun,
@@ -81,6 +89,62 @@ RUN_TASKS: dict[type[Run], str] = {
     MachineLabelRun: MACHINE_LABEL_TASK,
     EvaluationRun: EVALUATE_TASK,
 }
+
+
+# The kinds of run people start, by the names STEPLAB_RUN_LIMITS knows them by.
+RUN_LIMIT_KINDS: dict[type[Run], str] = {
+    TrainingRun: "training",
+    ScoringRun: "scoring",
+    SimulationRun: "simulation",
+    MachineLabelRun: "machine_label",
+}
+# The advisory lock's key: "steplab" in ASCII, then the kind's index in RUN_LIMIT_KINDS.
+_ADMISSION_LOCK = 0x737465706C6162 << 8
+
+
+def run_admission_check(run_model: type[Run], *, project_id: int) -> None:
+    """Raise TooManyWaiting when ``project_id`` already has its limit of queued or
+    running runs of ``run_model``'s kind, or the node (every project) has its own; the
+    project's stale runs are reaped first, so a lost worker's run does not count.
+
+    Precondition: called inside the transaction that creates the run, which then holds
+    this kind's lock until it commits (PostgreSQL; SQLite writes one at a time anyway)."""
+    kind = RUN_LIMIT_KINDS[run_model]
+    limits = django_settings.STEPLAB_RUN_LIMITS[kind]
+    runs_reap_stale_of_project(project_id=project_id)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s)",
+                [_ADMISSION_LOCK + list(RUN_LIMIT_KINDS.values()).index(kind)],
+            )
+    active = run_model.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING])
+    waiting = [
+        {"id": pk, "status": status, "created_at": created_at.isoformat()}
+        for pk, status, created_at in active.filter(project_id=project_id)
+        .order_by("created_at", "pk")
+        .values_list("pk", "status", "created_at")
+    ]
+    noun = f"{run_model._meta.verbose_name}s"
+    listed = ", ".join(f"#{run['id']} {run['status']}" for run in waiting) or "none"
+    most, variable = limits["project"]
+    if len(waiting) >= most:
+        raise TooManyWaiting(
+            f"This project has {len(waiting)} {noun} queued or running ({listed}); at most "
+            f"{most} may be ({variable}). Wait for one to finish, or cancel one.",
+            waiting=waiting,
+            limit=most,
+        )
+    most, variable = limits["node"]
+    on_node = active.count()
+    if on_node >= most:
+        raise TooManyWaiting(
+            f"The node has {on_node} {noun} queued or running in all projects (this "
+            f"project's: {listed}); at most {most} may be ({variable}). Try again when "
+            "one has finished.",
+            waiting=waiting,
+            limit=most,
+        )
 
 
 def model_dir_root() -> Path:

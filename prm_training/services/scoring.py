@@ -57,6 +57,7 @@ from prm_training.services.examples import chain_examples_build
 from prm_training.services.progress import RunProgress, run_kept_alive
 from prm_training.services.runs import (
     feature_cache_dir,
+    run_admission_check,
     run_cancel,
     run_claim,
     run_enqueue_on_commit,
@@ -124,6 +125,7 @@ def scoring_run_start(
     if not 0.0 <= fraction <= 1.0 or math.isnan(fraction):
         raise ValidationError({"random_fraction": "Must be between 0 and 1."})
     with transaction.atomic():
+        run_admission_check(ScoringRun, project_id=project.pk)
         run = ScoringRun.objects.create(
             project=project,
             model_version=model_version,

@@ -44,6 +44,7 @@ from prm_training.services.backbones import backbone_path
 from prm_training.services.progress import RunProgress, run_kept_alive
 from prm_training.services.runs import (
     feature_cache_dir,
+    run_admission_check,
     run_cancel,
     run_claim,
     run_enqueue_on_commit,
@@ -258,6 +259,7 @@ def simulation_run_start(
     failed or cancelled run it retries."""
     seeds, rounds = simulation_size_clean(size=size, seeds=seeds, rounds=rounds)
     with transaction.atomic():
+        run_admission_check(SimulationRun, project_id=project.pk)
         run = SimulationRun.objects.create(
             project=project,
             size=size,

@@ -20,6 +20,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from annotation.models import Chain, EvaluationSet, Project, Snapshot, SnapshotSplit
+from annotation.work_limits import TooManyWaiting
 from prm_training.ml.progress import Phase, RunCancelled
 from prm_training.models import ProjectTrainingSettings, RunStatus, RunTrigger, TrainingRun
 from prm_training.services.backbones import backbone_path
@@ -28,6 +29,7 @@ from prm_training.services.model_versions import evaluation_sets_measure_new, tr
 from prm_training.services.progress import run_kept_alive
 from prm_training.services.runs import (
     feature_cache_dir,
+    run_admission_check,
     run_cancel,
     run_claim,
     run_enqueue_on_commit,
@@ -68,11 +70,15 @@ def training_run_start(
     With the ``zero_shot`` setting (and ``step_prior``) nothing trains: the version scores
     every step with the backbone's own step head (``ml.train.zero_shot_prm``), so a
     project with no labels yet can order its queue; labels, when there are any, only
-    choose its readout and measure it."""
+    choose its readout and measure it.
+
+    Raises ValidationError for bad settings, TooManyWaiting when the project or the node
+    has its limit of training runs queued or running (``runs.run_admission_check``)."""
     config = training_config_clean(config=settings or {}, project=project)
     if snapshot is not None and snapshot.project_id != project.pk:
         raise ValidationError({"snapshot": "The snapshot belongs to another project."})
     with transaction.atomic():
+        run_admission_check(TrainingRun, project_id=project.pk)
         run = TrainingRun.objects.create(
             project=project,
             settings=config,
@@ -237,12 +243,16 @@ def training_maybe_autostart(*, project: Project) -> TrainingRun | None:
         since = finished - (last.finished_chains_at_start if last is not None else 0)
         if since < every:
             return None
-        return training_run_start(
-            project=project,
-            user=None,
-            settings=loop.default_config,
-            trigger=RunTrigger.AUTO,
-        )
+        try:
+            return training_run_start(
+                project=project,
+                user=None,
+                settings=loop.default_config,
+                trigger=RunTrigger.AUTO,
+            )
+        except TooManyWaiting as exc:  # the node is full: a later check starts it
+            logger.info("Auto-retrain of project %s waits: %s", project.pk, exc.detail)
+            return None
 
 
 def training_autostart_check_all() -> int:

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.access import project_resolve
 from annotation.models import Project
+from annotation.work_limits import TooManyWaiting
 from prm_training.management.commands._wait import wait_for_run
 from prm_training.models import AcquisitionStrategy, RunStatus, ScoringRun
 from prm_training.services.scoring import scoring_run_start
@@ -41,6 +42,8 @@ class Command(BaseCommand):
             )
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from None
+        except TooManyWaiting as exc:
+            raise CommandError(exc.detail) from None
         if not options["wait"]:
             self.stdout.write(f'queued scoring run {run.pk} for "{project.name}"')
             return

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from annotation.access import project_resolve
 from annotation.models import Project
+from annotation.work_limits import TooManyWaiting
 from prm_training.management.commands._wait import wait_for_run
 from prm_training.ml.config import AMBIGUOUS_RULES, MODES
 from prm_training.models import ModelVersion, RunStatus, TrainingRun
@@ -71,6 +72,8 @@ class Command(BaseCommand):
             run = training_run_start(project=project, user=user, settings=config)
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from None
+        except TooManyWaiting as exc:
+            raise CommandError(exc.detail) from None
         if not options["wait"]:
             self.stdout.write(f'queued training run {run.pk} for "{project.name}"')
             return

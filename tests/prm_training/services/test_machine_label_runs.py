@@ -6,6 +6,7 @@ runs' work is tests/prm_training/services/test_machine_label_work.py."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -187,6 +188,65 @@ def test_the_project_s_judge_template_is_checked_and_used_by_judge_runs(
         project=project, user=None, kind="judge", model=LM, ids=[chain.pk]
     )
     assert run.params["template"] == DEFAULT_TEMPLATE
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{problem:>1000000000}{tagged_response}",
+        "{problem!r}{tagged_response}",
+        "{problem.__class__}{tagged_response}",
+        "{tagged_response[0]}",
+        "{tagged_response}{tagged_response}",
+    ],
+    ids=["width", "conversion", "attribute", "index", "twice"],
+)
+def test_a_template_names_fields_and_nothing_else(
+    project: Any, make_member: Any, client_for: Any, template: str
+) -> None:
+    import tracemalloc
+
+    # Given: ML staff, and a lead who starts a judge run with its own template
+    chain = ChainFactory(project=project)
+    url = reverse("api-training-settings", args=[project.pk])
+    ml = client_for(make_member(project, Role.ML))
+    lead = client_for(make_member(project, Role.LEAD))
+
+    # When: a template with a format spec, a conversion, an attribute, an index or a
+    # field twice is saved as the project's, or sent with a run
+    tracemalloc.start()
+    saved = ml.patch(url, {"judge_template": template}, format="json")
+    started = lead.post(
+        reverse("api-machine-label-runs", args=[project.pk]),
+        {"kind": "judge", "model": LM, "chains": [chain.pk], "template": template},
+        format="json",
+    )
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+
+    # Then: both are 400s naming what is wrong, and checking it built no text (the
+    # width once cost 1.5 GB here)
+    assert saved.status_code == 400, saved.content
+    assert "each once and alone" in saved.json()["judge_template"][0]
+    assert started.status_code == 400, started.content
+    assert "template" in json.dumps(started.json())
+    assert not MachineLabelRun.objects.exists()
+    assert peak < 20 * 2**20
+
+
+def test_a_judge_prompt_is_the_template_s_text_with_its_fields_filled() -> None:
+    from prm_training.ml.judge import DEFAULT_TEMPLATE, judge_prompt, template_fill
+
+    # The ProcessBench template fills as str.format did, braces included
+    assert judge_prompt(DEFAULT_TEMPLATE, "P", ["a"]) == DEFAULT_TEMPLATE.format(
+        problem="P", tagged_response="<paragraph_0>\na\n</paragraph_0>"
+    )
+    # A value is put in as it is: braces or format fields in it are text
+    assert template_fill("{problem}!", {"problem": "{tagged_response:>9}"}) == (
+        "{tagged_response:>9}!"
+    )
+    with pytest.raises(ValueError, match="not a field"):
+        template_fill("{other}", {"problem": "P"})
 
 
 # --- the API -----------------------------------------------------------------------------
