@@ -15,15 +15,23 @@ Then, one at a time, it sends:
   assignments/{id}/flag/ as a non-member (point 1);
 - guidelines of 200,000 `[` and of 50,000 characters whose brackets take markdown-it
   seconds, to the preview and saved on the project, then the workspace page of a project
-  whose stored guidelines are 100,000 characters (point 3);
+  whose stored guidelines are 100,000 characters (point 3); 100,000 characters of a
+  table and of nested lists (block Markdown, which the renderer's CPU bound stops), each
+  alone and 16 at once, with /healthz's answer time during each burst;
 - training runs asking for 64 processes, a batch of 4,096 and a 32,768-token window
   (point 4);
+- what an anonymous caller may make the server hold or store: an 8 MiB SAMLResponse of
+  random base64 to an organization's assertion consumer (no cookie, no CSRF token), a
+  body of 10 MiB of `[{},{},...]` to the token sign-in, and ML staff's judge template
+  `{problem:>1000000000}{tagged_response}`, each alone and 16 at once, with the session
+  rows each left in the database;
 - and, for reference, the lead's own upload with the token in the header (accepted: its
   written bytes are the spooled file and the job's copy, what the measure sees).
 
 Per attack it prints the status, the bytes the server's workers wrote (Linux
 /proc/PID/io `wchar`: every write() to a file, pipe or socket, so the response and the
-log line count too), their peak resident memory (sampled every 10 ms) and the seconds.
+log line count too), their peak resident memory (sampled every 10 ms), the seconds, and
+the CPU seconds the workers and their finished children (the guidelines renderer) spent.
 Exit status 1 when an answer is not the expected one or a worker wrote 1 MiB or more.
 """
 
@@ -63,6 +71,21 @@ BOUNDARY = "steplab-bench-attack"
 WRITE_BOUND = 1024 * 1024
 REFERENCE = "reference"
 SLOW_GUIDELINES = "[" * 1000 + "a\n" * 24_500
+# Block Markdown that costs CPU per row and per marker: 100,000 characters of a table of
+# empty cells, and of lines of nested list markers.
+TABLE_GUIDELINES = ("|a|b|c|d|\n|-|-|-|-|\n" + "||||\n" * 20_000)[:100_000]
+NESTED_LIST_GUIDELINES = (("- " * 20 + "x\n") * 2400)[:100_000]
+AT_ONCE = 16
+# The SAML organization the server is configured with (its IdP never answers: nothing
+# posted here gets as far as needing it), and what anonymous callers post.
+SAML_ORG = "bench-idp"
+SAML_BODY_BYTES = 8 * 1024 * 1024
+EMPTY_OBJECTS_BYTES = 10 * 1024 * 1024 - 64
+WIDE_TEMPLATE = "{problem:>1000000000}{tagged_response}"
+# /healthz's answer time (s) while each burst of AT_ONCE requests ran, and the answers the
+# burst got (status: count), by attack.
+HEALTHZ_DURING: dict[str, float] = {}
+BURST_ANSWERS: dict[str, dict[int, int]] = {}
 
 
 @dataclass
@@ -74,11 +97,16 @@ class Result:
     peak_rss_mib: float
     seconds: float
     reference: bool = False  # an accepted request, to show what the measure sees
+    # The CPU the workers and their finished children (the guidelines renderer) spent.
+    cpu_seconds: float = 0.0
+    requests: int = 1  # sent at once; the write bound is per request
+    rows_stored: int = 0  # session rows the attack left in the database
 
     @property
     def ok(self) -> bool:
-        bounded = self.reference or self.written_bytes < WRITE_BOUND
-        return self.status == self.expected and bounded
+        bounded = self.reference or self.written_bytes < WRITE_BOUND * self.requests
+        stored = self.reference or self.rows_stored == 0
+        return self.status == self.expected and bounded and stored
 
 
 # --------------------------------------------------------------------------- server
@@ -183,6 +211,103 @@ def send_json(port: int, method: str, path: str, headers: dict[str, str], data: 
     return _send(port, method, path, {**content_type, **headers}, iter([body]), len(body))
 
 
+def _cpu_seconds(pids: Sequence[int]) -> float:
+    """utime + stime + cutime + cstime of each process (/proc/PID/stat, in clock ticks)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += sum(int(value) for value in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def at_once(port: int, name: str, send: Callable[[int], int]) -> int:
+    """AT_ONCE copies of ``send`` together: 429 when each was refused, some as too slow
+    (400) and the rest told to come back (429: the renderings one process runs at once),
+    else 0; /healthz's answer time meanwhile in HEALTHZ_DURING."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        sent = [pool.submit(send, port) for _ in range(AT_ONCE)]
+        time.sleep(0.2)
+        started = time.perf_counter()
+        get(port, "/healthz", {})
+        HEALTHZ_DURING[name] = round(time.perf_counter() - started, 2)
+        statuses = [future.result() for future in sent]
+    BURST_ANSWERS[name] = {code: statuses.count(code) for code in sorted(set(statuses))}
+    return 429 if 429 in statuses and set(statuses) <= {400, 429} else 0
+
+
+def all_at_once(port: int, name: str, send: Callable[[int], int]) -> int:
+    """AT_ONCE copies of ``send`` together: their status when all got the same, else 0;
+    the answers in BURST_ANSWERS."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        statuses = list(pool.map(send, [port] * AT_ONCE))
+    BURST_ANSWERS[name] = {code: statuses.count(code) for code in sorted(set(statuses))}
+    return statuses[0] if len(set(statuses)) == 1 else 0
+
+
+def saml_response_post(port: int) -> int:
+    """An anonymous POST of SAML_BODY_BYTES of form body (a SAMLResponse of random
+    base64) to the organization's assertion consumer: no cookie, no CSRF token."""
+    import base64
+
+    head = b"SAMLResponse="
+    raw = os.urandom((SAML_BODY_BYTES - len(head)) * 3 // 4)
+    body = head + base64.b64encode(raw).replace(b"+", b"-").replace(b"/", b"_")
+    content_type = {"Content-Type": "application/x-www-form-urlencoded"}
+    path = f"/accounts/saml/{SAML_ORG}/acs/"
+    return _send(port, "POST", path, content_type, iter([body]), len(body))
+
+
+def empty_objects_post(port: int) -> int:
+    """An anonymous token sign-in whose body is EMPTY_OBJECTS_BYTES of `[{},{},...]`."""
+    body = b"[" + b"{}," * ((EMPTY_OBJECTS_BYTES - 4) // 3) + b"{}]"
+    content_type = {"Content-Type": "application/json"}
+    return _send(port, "POST", "/api/v1/auth/token/", content_type, iter([body]), len(body))
+
+
+def saml_provider_entry() -> str:
+    """STEPLAB_SAML_PROVIDERS for one organization whose IdP's certificate is a fresh
+    self-signed one (nothing here is signed with its key)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench idp")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .sign(key, hashes.SHA256())
+    )
+    pem = cert.public_bytes(serialization.Encoding.PEM).decode()
+    entry = {
+        "id": SAML_ORG,
+        "name": "Bench IdP",
+        "entity_id": "https://idp.bench.invalid/",
+        "sso_url": "https://idp.bench.invalid/sso",
+        "x509cert": pem,
+    }
+    return json.dumps([entry])
+
+
+def _session_rows() -> int:
+    from django.contrib.sessions.models import Session
+
+    return Session.objects.count()
+
+
 def get(port: int, path: str, headers: dict[str, str]) -> int:
     return _send(port, "GET", path, headers, iter([]), 0)
 
@@ -261,11 +386,15 @@ def attacks(
     preview = "/api/v1/guidelines/preview/"
     project = f"/api/v1/projects/{world.project_id}/"
     runs = f"{project}training-runs/"
+    loop_settings = f"{project}training-settings/"
+    wide = {"judge_template": WIDE_TEMPLATE}
     workspace = f"/projects/{world.big_project_id}/label/"
     mib = f"{size / 2**20:,.0f} MiB"
     wrong_csrf = {**session, "X-CSRFToken": "x" * 32}
     stranger, annotator, ml = bearer("stranger"), bearer("annotator"), bearer("ml")
     slow = {"guidelines": SLOW_GUIDELINES}
+    # Each user's previews are rate-limited: the bursts come from users with few others.
+    table, nested = {"guidelines": TABLE_GUIDELINES}, {"guidelines": NESTED_LIST_GUIDELINES}
     return [
         (f"{mib} upload: imports, non-member", 404, lambda p: upload(p, imports, stranger, size)),
         (f"{mib} upload: imports, annotator", 403, lambda p: upload(p, imports, annotator, size)),
@@ -291,6 +420,28 @@ def attacks(
             lambda p: send_json(p, "POST", preview, annotator, slow),
         ),
         (
+            "preview: 100,000-char table",
+            400,
+            lambda p: send_json(p, "POST", preview, annotator, {"guidelines": TABLE_GUIDELINES}),
+        ),
+        (
+            f"preview: 100,000-char table, {AT_ONCE} at once",
+            429,
+            lambda p: at_once(p, "table", lambda q: send_json(q, "POST", preview, ml, table)),
+        ),
+        (
+            "preview: 100,000-char nested lists",
+            400,
+            lambda p: send_json(p, "POST", preview, annotator, nested),
+        ),
+        (
+            f"preview: 100,000-char nested lists, {AT_ONCE} at once",
+            429,
+            lambda p: at_once(
+                p, "lists", lambda q: send_json(q, "POST", preview, stranger, nested)
+            ),
+        ),
+        (
             "save guidelines: slow brackets",
             400,
             lambda p: send_json(p, "PATCH", project, session, slow),
@@ -310,6 +461,30 @@ def attacks(
             400,
             lambda p: send_json(p, "POST", runs, ml, {"batch_size": 4096, "max_length": 32_768}),
         ),
+        ("SAML: 8 MiB SAMLResponse, anonymous", 413, saml_response_post),
+        (
+            f"SAML: 8 MiB SAMLResponse, {AT_ONCE} at once",
+            413,
+            lambda p: all_at_once(p, "saml", saml_response_post),
+        ),
+        ("token sign-in: 10 MiB of [{},...], anonymous", 400, empty_objects_post),
+        (
+            f"token sign-in: 10 MiB of [{{}},...], {AT_ONCE} at once",
+            400,
+            lambda p: all_at_once(p, "empty objects", empty_objects_post),
+        ),
+        (
+            "judge template: width 1,000,000,000",
+            400,
+            lambda p: send_json(p, "PATCH", loop_settings, ml, wide),
+        ),
+        (
+            f"judge template: width 1,000,000,000, {AT_ONCE} at once",
+            400,
+            lambda p: all_at_once(
+                p, "template", lambda q: send_json(q, "PATCH", loop_settings, ml, wide)
+            ),
+        ),
         (
             f"{REFERENCE}: {mib} upload, the lead's own",
             202,
@@ -328,6 +503,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         temp.mkdir()
         os.environ["TMPDIR"] = str(temp)  # the server's temporary directory
         os.environ["STEPLAB_IMPORT_DIR"] = str(Path(workdir) / "imports")
+        os.environ["STEPLAB_SAML_PROVIDERS"] = saml_provider_entry()
         with gunicorn_running(
             database_url=args.database_url, workers=2, log_path=Path(workdir) / "gunicorn.log"
         ) as (port, master):
@@ -335,15 +511,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             session = sign_in(port, world.tokens["lead_username"])
             results = []
             for name, expected, send in attacks(world, session, size):
-                before = _wchar(workers)
+                before, cpu_before = _wchar(workers), _cpu_seconds(workers)
+                rows_before = _session_rows()
                 with PeakMemory(workers) as memory:
                     started = time.perf_counter()
                     status = send(port)
                     seconds = time.perf_counter() - started
                 written = _wchar(workers) - before
+                rows = _session_rows() - rows_before
+                cpu = round(_cpu_seconds(workers) - cpu_before, 2)
                 peak = round(memory.peak, 1)
                 reference = name.startswith(REFERENCE)
-                result = Result(name, status, expected, written, peak, seconds, reference)
+                requests = AT_ONCE if name.endswith(f"{AT_ONCE} at once") else 1
+                result = Result(
+                    name, status, expected, written, peak, seconds, reference, cpu, requests, rows
+                )
                 results.append(result)
                 print(_row(result), flush=True)
             left_behind = sorted(str(p) for p in temp.iterdir())
@@ -354,12 +536,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "upload_mib": args.upload_mib,
         "results": [{**asdict(r), "ok": r.ok} for r in results],
         "temporary_files_left": left_behind,
+        "healthz_seconds_during_bursts": HEALTHZ_DURING,
+        "burst_answers": BURST_ANSWERS,
         "checks": [
             {
                 "metric": r.attack,
                 "value": f"{r.status}, {r.written_bytes:,} B, {r.peak_rss_mib} MiB, "
-                f"{r.seconds:.2f} s",
-                "target": f"{r.expected}" if r.reference else f"{r.expected}, < 1 MiB written",
+                f"{r.seconds:.2f} s, {r.cpu_seconds:.2f} s CPU, {r.rows_stored} rows stored",
+                "target": f"{r.expected}"
+                if r.reference
+                else f"{r.expected}, < 1 MiB written per request",
                 "ok": r.ok,
             }
             for r in results
@@ -369,6 +555,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 HEADER = (
     f"{'attack':<44} {'status':>6} {'expect':>6} {'written B':>11} {'peak RSS MiB':>12} {'s':>7}"
+    f" {'CPU s':>6}"
 )
 
 
@@ -376,7 +563,7 @@ def _row(r: Result) -> str:
     mark = "" if r.ok else "  <-- FAIL"
     return (
         f"{r.attack:<44} {r.status:>6} {r.expected:>6} {r.written_bytes:>11,} "
-        f"{r.peak_rss_mib:>12.1f} {r.seconds:>7.2f}{mark}"
+        f"{r.peak_rss_mib:>12.1f} {r.seconds:>7.2f} {r.cpu_seconds:>6.2f}{mark}"
     )
 
 
@@ -403,6 +590,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = [c for c in report["checks"] if not c["ok"]]
     if report["temporary_files_left"]:
         print(f"temporary files left: {report['temporary_files_left']}")
+    for burst, seconds in report["healthz_seconds_during_bursts"].items():
+        answers = report["burst_answers"].get(burst)
+        print(f"/healthz during {AT_ONCE} previews at once ({burst}): {seconds:.2f} s; {answers}")
     print(f"{report['machine']}, {report['date']}; report: {args.out}")
     return 1 if failed or report["temporary_files_left"] else 0
 

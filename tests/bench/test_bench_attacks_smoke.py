@@ -42,5 +42,15 @@ def test_every_attack_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.read_text())
     assert [c for c in report["checks"] if not c["ok"]] == []
-    assert len(report["checks"]) == 12
+    assert len(report["checks"]) >= 16
+    # ...the block Markdown rows among them, alone and in bursts, with /healthz timed
+    names = {c["metric"] for c in report["checks"]}
+    assert {"preview: 100,000-char table", "preview: 100,000-char nested lists"} <= names
+    assert set(report["healthz_seconds_during_bursts"]) == {"table", "lists"}
+    # ...the anonymous SAML body, the `[{},...]` body and the template's width, alone and
+    # 16 at once, each answered without a session row left behind
+    mine = [
+        r for r in report["results"] if r["attack"].startswith(("SAML", "token sign-in", "judge"))
+    ]
+    assert len(mine) == 6 and all(r["rows_stored"] == 0 for r in mine)
     assert report["temporary_files_left"] == []
