@@ -144,34 +144,67 @@ def bootstrap(
 
 
 def monte_carlo(engine: Any, chains: Sequence[dict[str, Any]], args: Any) -> list[int | None]:
+    """Each chain's first error by the binary search of ``ml.rollouts.first_error_search``
+    (what ``rollout_search`` runs for one chain), the chains' searches in lockstep: each
+    round probes the middle step of every chain still searching, all in one ``generate``
+    call (``--batch`` rows a forward pass), where a rollout run probes one chain at a
+    time. Each completion draws from its own seed, so a chain's probes and verdict are the
+    ones it would get alone; the CPU time is a fraction."""
     from prm_training.ml.generation import SamplingParams
-    from prm_training.ml.rollouts import rollout_search
+    from prm_training.ml.grading import answers_equivalent, extract_answer
+    from prm_training.ml.rollouts import rollout_prompt
+    from prm_training.ml.sampling import sample_prompt
 
     params = SamplingParams(
         n=args.rollouts, temperature=0.7, max_new_tokens=args.max_new_tokens, seed=args.seed
     )
-    found: list[int | None] = []
-    for number, chain in enumerate(chains, 1):
-        result = rollout_search(
-            chain["problem"], chain["steps"], chain["reference"], engine, params
+    # The first error of each chain is in [lo, hi]; hi == its step count means none.
+    bounds = [[0, len(chain["steps"])] for chain in chains]
+    rounds = 0
+    while open_ := [i for i, (lo, hi) in enumerate(bounds) if lo < hi]:
+        rounds += 1
+        mids = {i: sum(bounds[i]) // 2 for i in open_}
+        prompts = [
+            rollout_prompt(chains[i]["problem"], chains[i]["steps"], mids[i], engine) for i in open_
+        ]
+        for i, prompt, completions in zip(
+            open_, prompts, engine.generate(prompts, params), strict=True
+        ):
+            start = len(sample_prompt(chains[i]["problem"], engine))
+            reached = any(
+                (answer := extract_answer(prompt[start:] + completion.text)) is not None
+                and answers_equivalent(answer, chains[i]["reference"]) is True
+                for completion in completions
+            )
+            if reached:
+                bounds[i][0] = mids[i] + 1
+            else:
+                bounds[i][1] = mids[i]
+        print(
+            f"monte_carlo round {rounds}: {len(open_)} chains probed", file=sys.stderr, flush=True
         )
-        found.append(
-            (-1 if result.first_error is None else result.first_error) if result.decided else None
-        )
-        print(f"monte_carlo {number}/{len(chains)}: {found[-1]}", file=sys.stderr, flush=True)
-    return found
+    return [
+        -1 if lo == len(chain["steps"]) else lo
+        for (lo, _), chain in zip(bounds, chains, strict=True)
+    ]
 
 
 def judge(engine: Any, chains: Sequence[dict[str, Any]], args: Any) -> list[int | None]:
+    """ProcessBench's template, greedy, one critique a chain. The chains go to the engine
+    together (``--batch`` rows a forward pass) where a judge run sends one chain at a time:
+    greedy decoding gives the same critiques either way, in a fraction of the CPU time."""
     from prm_training.ml.generation import SamplingParams
-    from prm_training.ml.judge import DEFAULT_TEMPLATE, judge_chain
+    from prm_training.ml.judge import DEFAULT_TEMPLATE, judge_prompt, parse_verdict
 
     params = SamplingParams(n=1, temperature=0.0, max_new_tokens=args.judge_tokens)
+    prompts = [
+        engine.chat_prompt(judge_prompt(DEFAULT_TEMPLATE, chain["problem"], chain["steps"]))
+        for chain in chains
+    ]
     found = []
-    for number, chain in enumerate(chains, 1):
-        result = judge_chain(engine, DEFAULT_TEMPLATE, chain["problem"], chain["steps"], params)
-        found.append(result.majority)
-        print(f"judge {number}/{len(chains)}: {found[-1]}", file=sys.stderr, flush=True)
+    for chain, [critique] in zip(chains, engine.generate(prompts, params), strict=True):
+        found.append(parse_verdict(critique.text, len(chain["steps"])))
+    print(f"judge: {found}", file=sys.stderr, flush=True)
     return found
 
 
@@ -213,7 +246,7 @@ def prm(records: list[dict[str, Any]], chains: Sequence[dict[str, Any]]) -> list
         model = load_prm(result.checkpoint_dir)
         found: list[int | None] = []
         for example, scores in zip(targets, score_chains(model, targets), strict=True):
-            first = model.readout.first_error(scores, example.answer_correct)
+            first = model.readout.first_error(scores.step_probs, example.answer_correct)
             found.append(first)
     return found
 
@@ -221,6 +254,22 @@ def prm(records: list[dict[str, Any]], chains: Sequence[dict[str, Any]]) -> list
 def _row(name: str, figures_: dict[str, tuple[float, float, float]], extra: str) -> str:
     cells = [f"{v:.3f} [{lo:.3f}, {hi:.3f}]" for v, lo, hi in figures_.values()]
     return f"| {name} | " + " | ".join(cells) + f" | {extra} |"
+
+
+def _run_key(args: Any, chains: Sequence[dict[str, Any]]) -> str:
+    """What a kept result must match: the model, the settings and the chains drawn."""
+    import hashlib
+
+    settings = [args.model.name, args.rollouts, args.max_new_tokens, args.judge_tokens]
+    drawn = [[chain["problem"], chain["steps"]] for chain in chains]
+    return hashlib.sha256(json.dumps([settings, drawn]).encode()).hexdigest()
+
+
+def _resumed(path: Path, key: str) -> dict[str, Any]:
+    kept = json.loads(path.read_text()) if path.is_file() else {}
+    if kept.get("key") != key:
+        kept = {"key": key, "verdicts": {}, "seconds": {}}
+    return kept
 
 
 def main() -> int:
@@ -247,12 +296,19 @@ def main() -> int:
     chains = pick_chains(records, args.chains, args.seed)
     chosen = args.sources.split(",")
     engine = TransformersEngine(args.model, device="cpu", batch_size=args.batch)
-    verdicts: dict[str, list[int | None]] = {}
-    seconds: dict[str, float] = {}
+    # Each source's result is kept as it ends (``<json>.partial``): a run stopped midway
+    # resumes with what the same chains and settings already gave.
+    partial = args.json.with_suffix(".partial.json")
+    done = _resumed(partial, _run_key(args, chains))
+    verdicts: dict[str, list[int | None]] = done["verdicts"]
+    seconds: dict[str, float] = done["seconds"]
     for name in ("solved", *chosen):
+        if name in seconds:
+            print(f"{name}: kept from {partial}", file=sys.stderr, flush=True)
+            continue
         start = time.monotonic()
         if name == "solved":
-            solved_share = solved(engine, chains, args)
+            done["solved"] = solved(engine, chains, args)
         elif name == "prm":
             verdicts[name] = prm(records, chains)
         else:
@@ -261,6 +317,10 @@ def main() -> int:
             )
         seconds[name] = time.monotonic() - start
         print(f"{name}: {seconds[name]:.0f} s", file=sys.stderr, flush=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(done))
+    solved_share = done["solved"]
+    verdicts = {name: verdicts[name] for name in chosen}
 
     human = [int(chain["label"]) for chain in chains]
     report: dict[str, Any] = {
