@@ -225,8 +225,11 @@ def solved(engine: Any, chains: Sequence[dict[str, Any]], args: Any) -> list[boo
     return outcome
 
 
-def prm(records: list[dict[str, Any]], chains: Sequence[dict[str, Any]]) -> list[int | None]:
-    """The default PRM trained on the chains of the other problems, its first errors."""
+def prm(
+    records: list[dict[str, Any]], chains: Sequence[dict[str, Any]], backbone: Path | None = None
+) -> list[int | None]:
+    """The default PRM trained on the chains of the other problems, its first errors
+    (``backbone``: another encoder than the bundled one, for the smoke test)."""
     from bench_prm_vs_rules import _read
 
     from prm_training.ml.checkpoint import load_prm
@@ -242,7 +245,8 @@ def prm(records: list[dict[str, Any]], chains: Sequence[dict[str, Any]]) -> list
         pool = [e for e in examples if e.problem not in asked]
         by_problem = {(e.problem, e.steps): e for e in examples}
         targets = [by_problem[(c["problem"], tuple(c["steps"]))] for c in chains]
-        result = train_prm(PRMConfig(device="cpu"), pool, [], Path(scratch) / "prm")
+        config = PRMConfig(device="cpu", **({"backbone": str(backbone)} if backbone else {}))
+        result = train_prm(config, pool, [], Path(scratch) / "prm")
         model = load_prm(result.checkpoint_dir)
         found: list[int | None] = []
         for example, scores in zip(targets, score_chains(model, targets), strict=True):
@@ -284,6 +288,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sources", default=",".join(SOURCES))
+    parser.add_argument("--prm-backbone", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=REPO_ROOT / "bench" / "out" / "sources.json")
     args = parser.parse_args()
 
@@ -310,7 +315,7 @@ def main() -> int:
         if name == "solved":
             done["solved"] = solved(engine, chains, args)
         elif name == "prm":
-            verdicts[name] = prm(records, chains)
+            verdicts[name] = prm(records, chains, args.prm_backbone)
         else:
             verdicts[name] = {"monte_carlo": monte_carlo, "judge": judge}[name](
                 engine, chains, args
