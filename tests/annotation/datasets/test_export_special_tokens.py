@@ -19,25 +19,13 @@ from annotation.datasets.exporters.records import (
 )
 from annotation.datasets.exporters.special_tokens import special_token_families
 from annotation.datasets.snapshot_reads import SnapshotExample
+from tests.annotation.datasets.examples import snapshot_example
 
 
 def _example(**changes: Any) -> SnapshotExample:
-    fields: dict[str, Any] = {
-        "chain_id": 1,
-        "chain_hash": "h",
-        "split": "train",
-        "labels": [1, -1, 0],
-        "support": [1.0, 2 / 3, 1 / 3],
-        "votes": [],
-        "problem": "What is 2 + 2?",
-        "reference_answer": "",
-        "final_answer": "",
-        "generator": "",
-        "steps": ["2 + 2 = 4", "so 5", "hm"],
-        "machine": {"sources": {"monte_carlo": [{"hard": True}, {"hard": False}]}},
-    }
-    fields.update(changes)
-    return SnapshotExample(**fields)
+    """With Monte-Carlo hard labels, so math_shepherd writes it too."""
+    machine = {"sources": {"monte_carlo": [{"hard": True}, {"hard": False}]}}
+    return snapshot_example(**{"machine": machine, **changes})
 
 
 def _written(fmt: str, example: SnapshotExample) -> bool:

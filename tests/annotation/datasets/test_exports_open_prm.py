@@ -31,6 +31,7 @@ from annotation.datasets.snapshots import snapshot_create
 from annotation.management.commands.export_dataset import Command as ExportCommand
 from annotation.models import Chain, LabelingMode, Role
 from annotation.quality.review import AdjudicatedRating, adjudication_create
+from tests.annotation.datasets.examples import snapshot_example
 from tests.annotation.datasets.test_exports import rate, reimport
 from tests.factories import (
     ChainFactory,
@@ -278,21 +279,7 @@ def test_qwen_prm_is_the_model_cards_chat_with_a_label_per_separator(
 
 
 def _example(**changes) -> SnapshotExample:
-    fields = {
-        "chain_id": 1,
-        "chain_hash": "h",
-        "split": "train",
-        "labels": [1, -1, 0],
-        "support": [1.0, 2 / 3, 1 / 3],
-        "votes": [],
-        "problem": "What is 2 + 2?",
-        "reference_answer": "",
-        "final_answer": "",
-        "generator": "",
-        "steps": ["2 + 2 = 4", "so 5", "hm"],
-    }
-    fields.update(changes)
-    return SnapshotExample(**fields)
+    return snapshot_example(**changes)
 
 
 def test_soft_labels_tell_apart_what_support_cannot():
