@@ -226,7 +226,10 @@ def solved(engine: Any, chains: Sequence[dict[str, Any]], args: Any) -> list[boo
 
 
 def prm(
-    records: list[dict[str, Any]], chains: Sequence[dict[str, Any]], backbone: Path | None = None
+    records: list[dict[str, Any]],
+    chains: Sequence[dict[str, Any]],
+    backbone: Path | None = None,
+    device: str = "auto",
 ) -> list[int | None]:
     """The default PRM trained on the chains of the other problems, its first errors
     (``backbone``: another encoder than the bundled one, for the smoke test)."""
@@ -245,7 +248,7 @@ def prm(
         pool = [e for e in examples if e.problem not in asked]
         by_problem = {(e.problem, e.steps): e for e in examples}
         targets = [by_problem[(c["problem"], tuple(c["steps"]))] for c in chains]
-        config = PRMConfig(device="cpu", **({"backbone": str(backbone)} if backbone else {}))
+        config = PRMConfig(device=device, **({"backbone": str(backbone)} if backbone else {}))
         result = train_prm(config, pool, [], Path(scratch) / "prm")
         model = load_prm(result.checkpoint_dir)
         found: list[int | None] = []
@@ -289,6 +292,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sources", default=",".join(SOURCES))
     parser.add_argument("--prm-backbone", type=Path, default=None)
+    # auto: CUDA when there is one (the GPU node), else the CPU.
+    parser.add_argument("--device", default="auto")
     parser.add_argument("--json", type=Path, default=REPO_ROOT / "bench" / "out" / "sources.json")
     args = parser.parse_args()
 
@@ -300,7 +305,7 @@ def main() -> int:
     records = json.loads(args.data.read_text())
     chains = pick_chains(records, args.chains, args.seed)
     chosen = args.sources.split(",")
-    engine = TransformersEngine(args.model, device="cpu", batch_size=args.batch)
+    engine = TransformersEngine(args.model, device=args.device, batch_size=args.batch)
     # Each source's result is kept as it ends (``<json>.partial``): a run stopped midway
     # resumes with what the same chains and settings already gave.
     partial = args.json.with_suffix(".partial.json")
@@ -315,7 +320,7 @@ def main() -> int:
         if name == "solved":
             done["solved"] = solved(engine, chains, args)
         elif name == "prm":
-            verdicts[name] = prm(records, chains, args.prm_backbone)
+            verdicts[name] = prm(records, chains, args.prm_backbone, args.device)
         else:
             verdicts[name] = {"monte_carlo": monte_carlo, "judge": judge}[name](
                 engine, chains, args
