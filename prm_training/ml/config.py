@@ -121,11 +121,14 @@ class PRMConfig:
     lora_r: int = field(
         default=0,
         metadata={
-            "run": Run(low=0, high=1024),
+            # 256 at most: LoRA's ranks in use are 8-64 (QLoRA's 64), and at 1024 the
+            # adapters of a 1.5B backbone (width 1,536) hold two thirds of its weights.
+            "run": Run(low=0, high=256),
             "help": "In 'full' mode: 0 fine-tunes every backbone weight; r > 0 trains LoRA "
-            "adapters of rank r on every linear layer of the backbone instead (peft), "
-            "the rest frozen: what fits a 7B backbone on one GPU. The adapters are "
-            "merged into the saved backbone, so a checkpoint loads the same either way.",
+            "adapters of rank r (at most 256) on every linear layer of the backbone "
+            "instead (peft), the rest frozen: what fits a 7B backbone on one GPU. The "
+            "adapters are merged into the saved backbone, so a checkpoint loads the same "
+            "either way.",
         },
     )
     lora_alpha: float = field(
