@@ -30,6 +30,10 @@ from django.utils import timezone
 from annotation.access import project_get_for_member, project_list_for_user
 from annotation.models import Annotation, AnnotationSource, Chain, Membership, Project, Role
 
+# A project's work, the chains its progress counts: not gold (every annotator labels gold,
+# so it never finishes) and not in an evaluation set (never leased, so never finished).
+WORK_CHAINS: dict[str, Any] = {"is_gold": False, "evaluation_set__isnull": True}
+
 
 def progress_annotations() -> dict[str, Any]:
     """What counts as a project's progress, as annotations on a Project queryset; the
@@ -49,7 +53,7 @@ def progress_annotations() -> dict[str, Any]:
     as an expression over these."""
     # Also filters out the chain-less LEFT JOIN row: LEAST ignores NULL on PostgreSQL, so
     # that row would otherwise count ``overlap`` finished annotations.
-    work = Q(chains__is_gold=False, chains__evaluation_set__isnull=True)
+    work = Q(**{f"chains__{name}": value for name, value in WORK_CHAINS.items()})
     return {
         "chains_total": Count("chains", filter=work),
         "chains_finished": Count("chains", filter=work & Q(chains__is_finished=True)),
@@ -80,12 +84,14 @@ PROGRESS_FIELDS = (
 
 
 def chains_imported_count(*, project: Project) -> int:
-    """The project's chains (gold left out, as in ``progress_annotations``) that carry
+    """The project's chains (gold and evaluation sets left out, as in
+    ``progress_annotations``, so it is never more than ``chains_total``) that carry
     labels an import brought in: counted apart from the chains people finished, since
     an import's labels finish no chain and enter a snapshot only when a lead includes
     them (``snapshot_create``). One query, by the (chain, source) index of annotations."""
     imported = Annotation.objects.filter(chain=OuterRef("pk"), source=AnnotationSource.IMPORT)
-    return Chain.objects.filter(project=project, is_gold=False).filter(Exists(imported)).count()
+    work = Chain.objects.filter(project=project, **WORK_CHAINS)
+    return work.filter(Exists(imported)).count()
 
 
 def annotations_needed(*, chains: int, overlap: int, extra: int) -> int:

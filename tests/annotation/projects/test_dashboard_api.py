@@ -11,7 +11,15 @@ from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
-from annotation.models import Annotation, AnnotationSource, Chain, Project, Role, StepRating
+from annotation.models import (
+    Annotation,
+    AnnotationSource,
+    Chain,
+    EvaluationSet,
+    Project,
+    Role,
+    StepRating,
+)
 from tests.factories import ChainFactory, UserFactory, annotation_with_ratings
 
 pytestmark = pytest.mark.django_db
@@ -276,14 +284,17 @@ def test_training_snapshots_are_listed_apart_and_never_replace_the_lead_s(
     lead = make_member(project, Role.LEAD)
     mine = snapshot_create(project=project, user=lead)
     trained = snapshot_create(project=project, user=None, training_run=7)
+    measured = snapshot_create(project=project, user=None, evaluation_run=3)
 
     # Then: the lead's stays "the newest snapshot" for the dashboard and for exports that
     # name no version; the training one is listed apart, with its run
     assert snapshot_get(project=project) == mine
-    assert training_snapshots(project=project) == [trained]
+    assert training_snapshots(project=project) == [measured, trained]
     html = page_client(lead).get(f"/projects/{project.pk}/").content.decode()
     assert f"Newest snapshot: <strong>v{mine.version}</strong>" in html
-    assert f"t{trained.version} for run #7" in html
+    # (an evaluation run's own snapshot names its run too: it read "for run #" once)
+    assert f"t{trained.version} for training run #7" in html
+    assert f"t{measured.version} for evaluation run #3" in html
     assert f"format=trl&amp;snapshot={mine.version}" in html
     # ...and every export button says what its file holds
     assert "TRL&#x27;s stepwise schema" in html or "TRL's stepwise schema" in html
@@ -313,3 +324,16 @@ def test_chains_an_import_labeled_are_counted_apart_from_those_people_finished(
     text = page.content.decode()
     assert "chains finished by people" in text
     assert "<strong>2</strong> of 5 chains carry labels from an import" in text
+
+    # When: two more imported chains are in an evaluation set
+    held = EvaluationSet.objects.create(project=project, name="held")
+    for _ in range(2):
+        chain = ChainFactory(project=project, evaluation_set=held)
+        annotation_with_ratings(chain=chain, labels=[1, 1, 1])
+
+    # Then: they are not work, so they count in neither figure, which still agree with
+    # the database's own count of the work's chains (it once read "414 of 398")
+    data = client_for(lead).get(f"/api/v1/projects/{project.pk}/dashboard/").json()
+    work = Chain.objects.filter(project=project, is_gold=False, evaluation_set__isnull=True)
+    assert data["progress"]["chains_total"] == work.count() == 5
+    assert data["progress"]["chains_imported"] == 2
