@@ -1048,6 +1048,16 @@ class Snapshot(models.Model):
         run's own snapshot (the two kinds number apart)."""
         return f"{SNAPSHOT_VERSION_PREFIX.get(self.kind, 'v')}{self.version}"
 
+    @property
+    def taken_for(self) -> str:
+        """The run that took it for itself, as people read it ("training run #7",
+        "evaluation run #3"), or "" for a dataset a person or a command took."""
+        meta = self.meta if isinstance(self.meta, dict) else {}
+        for key, name in (("training_run", "training run"), ("evaluation_run", "evaluation run")):
+            if isinstance(meta.get(key), int):
+                return f"{name} #{meta[key]}"
+        return ""
+
 
 class SnapshotChain(models.Model):
     """One chain in a snapshot. ``labels[i]`` is the consensus rating of step i (-1, 0, 1)

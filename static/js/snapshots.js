@@ -62,7 +62,7 @@ function snapshotRow(snapshot, withRun) {
   const version = el("td");
   version.append(el("strong", { text: snapshot.label }));
   tr.append(version);
-  if (withRun) tr.append(el("td", { text: snapshot.training_run === null ? NONE : `#${snapshot.training_run}` }));
+  if (withRun) tr.append(el("td", { text: snapshot.taken_for || NONE }));
   tr.append(el("td", { text: formatWhen(snapshot.created_at), cls: "sn-when" }));
   tr.append(el("td", { text: snapshot.created_by || NONE }));
   tr.append(el("td", { text: optionsText(snapshot.options), cls: "sn-options" }));
@@ -215,7 +215,7 @@ const labelOf = (choice) => {
 function fillVersionChoices() {
   const all = [
     ...datasets.state.rows.map((s) => [choiceOf(s), s.label, s.created_at]),
-    ...training.state.rows.map((s) => [choiceOf(s), `${s.label} (training run #${s.training_run})`, s.created_at]),
+    ...training.state.rows.map((s) => [choiceOf(s), `${s.label} (${s.taken_for})`, s.created_at]),
   ].sort((x, y) => (x[2] < y[2] ? 1 : x[2] > y[2] ? -1 : 0));
   for (const [id, fallback] of [["sn-diff-a", 1], ["sn-diff-b", 0]]) {
     const select = $(id);

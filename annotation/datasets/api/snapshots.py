@@ -158,6 +158,10 @@ class SnapshotOutputSerializer(serializers.Serializer):
     training_run = serializers.SerializerMethodField(
         help_text="The training run that took it for itself; null for a lead's dataset."
     )
+    taken_for = serializers.CharField(
+        help_text='The run that took it for itself, as pages say it ("training run #7", '
+        '"evaluation run #3"); empty for a dataset.'
+    )
 
     @extend_schema_field(SnapshotOptionsOutputSerializer)
     def get_options(self, snapshot: Snapshot) -> dict[str, Any]:
