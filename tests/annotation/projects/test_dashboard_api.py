@@ -324,6 +324,8 @@ def test_chains_an_import_labeled_are_counted_apart_from_those_people_finished(
     text = page.content.decode()
     assert "chains finished by people" in text
     assert "<strong>2</strong> of 5 chains carry labels from an import" in text
+    # ...and the Imports card sends the lead to the import page, not to a terminal first
+    assert f'id="db-import-link" href="/projects/{project.pk}/import/"' in text
 
     # When: two more imported chains are in an evaluation set
     held = EvaluationSet.objects.create(project=project, name="held")
