@@ -420,8 +420,10 @@ async function passToSave() {
       if (answer.keep) body.rewrite_moved = true;
       else body.rewrite = "";
     } else if (!answer.keep) {
+      // A step past the first −1 in first_error mode is not sent, nor its comment.
       const step = shown.steps[answer.index];
-      body.ratings.find((item) => item.step === step.id).comment = "";
+      const sent = body.ratings.find((item) => item.step === step.id);
+      if (sent) sent.comment = "";
     }
   }
   return body;
