@@ -297,6 +297,31 @@ LEASE_SUBMITTED_SQL = (
 CHAIN_COUNTED_SQL = (
     f"UPDATE {Chain._meta.db_table} SET finished_count = %s, is_finished = %s WHERE id = %s"
 )
+# ``Chain.agreement`` (``annotation.quality.chain_agreement``: the share of steps that the
+# chain's current human passes do not rate differently) worked out again for the one chain
+# a counted submit changed, after its write. The same definition as the ORM expression
+# there, which the bulk writers keep: built and compiled per call, that expression cost
+# more Django CPU than the rest of the submit, on every counted submit past a chain's
+# first pass (BENCHMARKS.md, the queue under concurrency). The ratings are reached
+# through the chain's own passes, so the plan reads that chain's rows only.
+CHAIN_AGREEMENT_SQL = f"""
+    UPDATE {Chain._meta.db_table} SET agreement = CASE
+        WHEN finished_count < 2 THEN NULL
+        ELSE 1.0 - CAST((
+            SELECT COUNT(*) FROM (
+                SELECT r.step_id FROM {StepRating._meta.db_table} r
+                JOIN {Annotation._meta.db_table} n ON n.id = r.annotation_id
+                WHERE n.chain_id = %(chain)s AND n.source = '{AnnotationSource.HUMAN}'
+                  AND NOT EXISTS (
+                      SELECT 1 FROM {Annotation._meta.db_table} later
+                      WHERE later.supersedes_id = n.id
+                  )
+                GROUP BY r.step_id HAVING MAX(r.rating) > MIN(r.rating)
+            ) disputed
+        ) AS DOUBLE PRECISION) / CASE WHEN step_count > 1 THEN step_count ELSE 1 END
+    END
+    WHERE id = %(chain)s
+"""
 # The submit that finishes a chain takes it out of its annotators' sets of closed leases
 # on open chains (``Assignment.chain_open``). In the submit's WITH, the lease being
 # submitted still reads as ACTIVE, so this leaves it to ``LEASE_SUBMITTED_SQL``.

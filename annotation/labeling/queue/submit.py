@@ -21,6 +21,7 @@ from annotation.labeling.queue.leases import (
 )
 from annotation.labeling.queue.prelabels import prelabel_outcomes
 from annotation.labeling.queue.sql import (
+    CHAIN_AGREEMENT_SQL,
     CHAIN_COUNTED_SQL,
     CHAIN_SHUT_SQL,
     LEASE_SUBMITTED_SQL,
@@ -38,7 +39,6 @@ from annotation.models import (
     Rating,
 )
 from annotation.public_ids import STEP_IDS
-from annotation.quality.chain_agreement import chains_agreement_refresh
 from annotation.webhooks.events import webhook_chain_finished
 
 if TYPE_CHECKING:
@@ -452,7 +452,8 @@ def _submit_new(
     )
     if counted is not None and counted[0] >= 2:
         # Two or more passes now count: the chain's agreement moves with this one.
-        chains_agreement_refresh(chains=Chain.objects.filter(pk=chain.pk))
+        with connection.cursor() as cursor:
+            cursor.execute(CHAIN_AGREEMENT_SQL, {"chain": chain.pk})
     assignment.status = AssignmentStatus.SUBMITTED
     assignment.finished_at = now
     assignment.chain_open = counted is not None and not counted[1]
