@@ -49,6 +49,12 @@ def lock_own_chain(*, assignment_id: int, user: User) -> Chain:
     A lease of someone else, or of a project the caller no longer belongs to, is reported
     as missing (Assignment.DoesNotExist) so its existence is not revealed. Plain SQL: this
     is half of every submit, and the queryset cost more to build than to run."""
+    return lock_own_chain_to_submit(assignment_id=assignment_id, user=user)[0]
+
+
+def lock_own_chain_to_submit(*, assignment_id: int, user: User) -> tuple[Chain, bool]:
+    """``lock_own_chain``'s chain, and whether its project has an active webhook (read in
+    the same statement, so a submit that finishes the chain need not look)."""
     lock = "FOR NO KEY UPDATE OF c" if connection.features.has_select_for_update else ""
     member = "" if user.is_superuser else MEMBER_SQL
     sql = LOCK_OWN_CHAIN_SQL.format(member=member, lock=lock)
@@ -59,8 +65,8 @@ def lock_own_chain(*, assignment_id: int, user: User) -> Chain:
         raise Assignment.DoesNotExist("No such assignment.")
     width = model_width(Chain)
     chain = model_from_row(Chain, row[:width])
-    chain.project = model_from_row(Project, row[width:])
-    return chain
+    chain.project = model_from_row(Project, row[width:-1])
+    return chain, bool(row[-1])
 
 
 def _place_is_free(*, chain: Chain, user: User, now: datetime) -> bool:

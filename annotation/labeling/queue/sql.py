@@ -25,6 +25,7 @@ from annotation.models import (
     Project,
     Step,
     StepRating,
+    Webhook,
 )
 
 # --- claim ---------------------------------------------------------------------------------
@@ -261,11 +262,15 @@ def token_user_sql() -> str:
 # --- the caller's own lease: renew, skip, submit --------------------------------------------
 
 # The chain of the caller's own lease, locked, with its project's row alongside (the
-# chain's columns, then the project's: ``queue.rows``). The lease's owner and, unless
-# the caller is a superuser, a membership in the project are part of the lookup: a lease
-# of someone else, or of a project the caller left, is not found.
+# chain's columns, then the project's: ``queue.rows``), then whether the project has an
+# active webhook: a submit that finishes the chain looks its webhooks up only then, so
+# most projects' finishing submits run no statement for them. The lease's owner and,
+# unless the caller is a superuser, a membership in the project are part of the lookup:
+# a lease of someone else, or of a project the caller left, is not found.
 LOCK_OWN_CHAIN_SQL = f"""
-    SELECT {select_columns(Chain, "c")}, {select_columns(Project, "p")}
+    SELECT {select_columns(Chain, "c")}, {select_columns(Project, "p")}, EXISTS (
+        SELECT 1 FROM {Webhook._meta.db_table} w WHERE w.project_id = p.id AND w.active
+    )
     FROM {Chain._meta.db_table} c
     JOIN {Project._meta.db_table} p ON p.id = c.project_id
     WHERE c.id = (

@@ -15,7 +15,7 @@ from annotation.chains.events import chain_labels_changed_notify
 from annotation.labeling.queue.errors import LeaseClosed, LeaseConflict
 from annotation.labeling.queue.leases import (
     lease_with_steps,
-    lock_own_chain,
+    lock_own_chain_to_submit,
     now_or_current,
     take_back_expired,
 )
@@ -376,7 +376,7 @@ def assignment_submit(
     rewrite = rewrite.strip()
     _check_request(request_id=request_id, duration_ms=duration_ms)
     with transaction.atomic():
-        chain = lock_own_chain(assignment_id=assignment_id, user=user)
+        chain, webhooks = lock_own_chain_to_submit(assignment_id=assignment_id, user=user)
         project = chain.project
         # Read after the lock: a claim may have marked this lease EXPIRED and taken its
         # place, or a concurrent repeat of this very submit may have just committed.
@@ -416,6 +416,7 @@ def assignment_submit(
                 request_id=request_id,
             ),
             now=now,
+            webhooks=webhooks,
         )
 
 
@@ -428,12 +429,14 @@ def _submit_new(
     row_of: dict[int, int] | None,
     annotation: Annotation,
     now: datetime,
+    webhooks: bool,
 ) -> Submitted:
     """Write a validated submit's ``annotation`` with ``ratings`` (in step order, steps
     named as the caller names them; ``row_of`` their row ids when those are public ids)
     and their pre-label ``outcomes`` (``prelabels.prelabel_outcomes``),
-    close the lease and count the annotation on the chain. Precondition: the chain's
-    row lock is held and the submit was validated under it."""
+    close the lease and count the annotation on the chain; ``webhooks``: whether the
+    project has an active webhook to tell of a chain it finishes. Precondition: the
+    chain's row lock is held and the submit was validated under it."""
     # finished_count was read under the lock, so it is current. A pass over a gold
     # chain is a test, not real work: it does not count (annotation/quality/gold.py).
     counted = None
@@ -459,7 +462,7 @@ def _submit_new(
     assignment.chain_open = counted is not None and not counted[1]
     if counted is not None:
         chain.finished_count, chain.is_finished = counted
-        if chain.is_finished:
+        if chain.is_finished and webhooks:
             # In this transaction: a submit rolled back sends nothing (webhooks.events).
             webhook_chain_finished(chain=chain)
     if chain.evaluation_set_id is not None:

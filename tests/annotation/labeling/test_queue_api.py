@@ -444,10 +444,10 @@ def test_submit_query_count(project, client, django_assert_num_queries) -> None:
     leased = client.post(next_url(project)).json()
     body = ratings_body(leased["chain"]["id"], request_id="q")
 
-    # the service's 6 (see the service test), and whether the project retrains
+    # the service's 5 (see the service test), and whether the project retrains
     # automatically, read once every few seconds per project (the chain just finished); the
     # answer is built from the stored ratings
     autostart._autostart_seen.clear()
-    with django_assert_num_queries(7):
+    with django_assert_num_queries(6):
         response = client.post(lease_url(leased["assignment"]["id"], "submit"), body, format="json")
     assert response.status_code == 201

@@ -348,14 +348,14 @@ def test_submit_costs_the_same_queries_with_pre_labels(
     prelabeled, make_member, client_for, django_assert_num_queries
 ):
     # The outcomes are worked out from the lease the submit reads anyway and written in
-    # its one statement: 7 queries, as without pre-labels (test_queue_api.py)
+    # its one statement: 6 queries, as without pre-labels (test_queue_api.py)
     chain = ChainFactory(project=prelabeled, step_count=12)
     machine_labels(chain, [1] * 6 + [-1] * 6)
     user = make_member(prelabeled)
     client = client_for(user)
     lease = lease_next(client, prelabeled)
     autostart._autostart_seen.clear()
-    with django_assert_num_queries(7):
+    with django_assert_num_queries(6):
         assert submit(client, lease, [1] * 12).status_code == 201
     assert [o for o, _ in outcomes(chain, user)] == [PrelabelOutcome.CONFIRMED] * 6 + [
         PrelabelOutcome.OVERRIDDEN
