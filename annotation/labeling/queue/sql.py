@@ -304,28 +304,49 @@ CHAIN_COUNTED_SQL = (
 )
 # ``Chain.agreement`` (``annotation.quality.chain_agreement``: the share of steps that the
 # chain's current human passes do not rate differently) worked out again for the one chain
-# a counted submit changed, after its write. The same definition as the ORM expression
-# there, which the bulk writers keep: built and compiled per call, that expression cost
-# more Django CPU than the rest of the submit, on every counted submit past a chain's
-# first pass (BENCHMARKS.md, the queue under concurrency). The ratings are reached
-# through the chain's own passes, so the plan reads that chain's rows only.
+# a counted submit changed. The same definition as the ORM expression there, which the
+# bulk writers keep: built and compiled per call, that expression cost more Django CPU
+# than the rest of the submit, on every counted submit past a chain's first pass
+# (BENCHMARKS.md, the queue under concurrency). The ratings are reached through the
+# chain's own passes, so the plan reads that chain's rows only. ``{chain}`` is the chain
+# id's placeholder, ``{more}`` more (step_id, rating) rows to count with them.
+_CURRENT_RATINGS_SQL = f"""
+    SELECT x.step_id, x.rating FROM {StepRating._meta.db_table} x
+    JOIN {Annotation._meta.db_table} m ON m.id = x.annotation_id
+    WHERE m.chain_id = {{chain}} AND m.source = '{AnnotationSource.HUMAN}'
+      AND NOT EXISTS (
+          SELECT 1 FROM {Annotation._meta.db_table} later WHERE later.supersedes_id = m.id
+      )
+    {{more}}
+"""
+
+
+def _agreement_sql(*, chain: str, more: str = "") -> str:
+    ratings = _CURRENT_RATINGS_SQL.format(chain=chain, more=more)
+    return f"""1.0 - CAST((
+        SELECT COUNT(*) FROM (
+            SELECT v.step_id FROM ({ratings}) v
+            GROUP BY v.step_id HAVING MAX(v.rating) > MIN(v.rating)
+        ) disputed
+    ) AS DOUBLE PRECISION) / CASE WHEN step_count > 1 THEN step_count ELSE 1 END"""
+
+
+# A counted submit past the chain's first pass, after its writes (SQLite, and the test
+# that holds this definition to the ORM's).
 CHAIN_AGREEMENT_SQL = f"""
     UPDATE {Chain._meta.db_table} SET agreement = CASE
-        WHEN finished_count < 2 THEN NULL
-        ELSE 1.0 - CAST((
-            SELECT COUNT(*) FROM (
-                SELECT r.step_id FROM {StepRating._meta.db_table} r
-                JOIN {Annotation._meta.db_table} n ON n.id = r.annotation_id
-                WHERE n.chain_id = %(chain)s AND n.source = '{AnnotationSource.HUMAN}'
-                  AND NOT EXISTS (
-                      SELECT 1 FROM {Annotation._meta.db_table} later
-                      WHERE later.supersedes_id = n.id
-                  )
-                GROUP BY r.step_id HAVING MAX(r.rating) > MIN(r.rating)
-            ) disputed
-        ) AS DOUBLE PRECISION) / CASE WHEN step_count > 1 THEN step_count ELSE 1 END
+        WHEN finished_count < 2 THEN NULL ELSE {_agreement_sql(chain="%(chain)s")}
     END
     WHERE id = %(chain)s
+"""
+# PostgreSQL: the chain's count and agreement in the submit's one statement
+# (``SUBMIT_WRITE_SQL``), for a pass that makes two or more count. Its sub-statements
+# share a snapshot that does not hold the new ratings, so they come from the ratings
+# insert's RETURNING (``r``). Parameters: finished_count, is_finished, the chain twice.
+CHAIN_COUNTED_AGREEMENT_SQL = f"""
+    UPDATE {Chain._meta.db_table} SET finished_count = %s, is_finished = %s,
+        agreement = {_agreement_sql(chain="%s", more="UNION ALL SELECT step_id, rating FROM r")}
+    WHERE id = %s
 """
 # The submit that finishes a chain takes it out of its annotators' sets of closed leases
 # on open chains (``Assignment.chain_open``). In the submit's WITH, the lease being
@@ -371,11 +392,11 @@ RATINGS_INSERT = (
     f"INSERT INTO {StepRating._meta.db_table} "
     "(annotation_id, step_id, rating, comment, duration_ms, prelabel, prelabel_source) "
 )
-# PostgreSQL: the annotation, its ratings, the lease's close and the chain's count in one
-# statement (one round trip). The ratings come as six arrays (step ids, ratings, comments,
-# durations, pre-label outcomes and their sources) zipped by ``unnest``, so the statement's
-# text and parameter count are the same for every chain length: psycopg converts and
-# PostgreSQL prepares it once.
+# PostgreSQL: the annotation, its ratings, the lease's close and the chain's count (and
+# agreement: ``CHAIN_COUNTED_AGREEMENT_SQL``) in one statement (one round trip). The
+# ratings come as six arrays (step ids, ratings, comments, durations, pre-label outcomes
+# and their sources) zipped by ``unnest``, so the statement's text and parameter count
+# are the same for every chain length: psycopg converts and PostgreSQL prepares it once.
 SUBMIT_WRITE_SQL = f"""
     WITH n AS ({{annotation}}),
     r AS (
@@ -385,6 +406,7 @@ SUBMIT_WRITE_SQL = f"""
         FROM n CROSS JOIN unnest(
             %s::bigint[], %s::smallint[], %s::text[], %s::integer[], %s::text[], %s::text[]
         ) AS v (step_id, rating, comment, duration_ms, prelabel, prelabel_source)
+        RETURNING step_id, rating
     ),
     l AS ({LEASE_SUBMITTED_SQL})
     {{count}}

@@ -22,6 +22,7 @@ from annotation.labeling.queue.leases import (
 from annotation.labeling.queue.prelabels import prelabel_outcomes
 from annotation.labeling.queue.sql import (
     CHAIN_AGREEMENT_SQL,
+    CHAIN_COUNTED_AGREEMENT_SQL,
     CHAIN_COUNTED_SQL,
     CHAIN_SHUT_SQL,
     LEASE_SUBMITTED_SQL,
@@ -185,7 +186,7 @@ class _Writes:
     INSERT, its rating rows (step id, rating, comment, duration, pre-label outcome and
     source), the lease's close and,
     unless ``counted`` is None (a gold pass), the chain's new (finished_count,
-    is_finished)."""
+    is_finished), with its agreement once two or more passes count."""
 
     chain_id: int
     insert_sql: str
@@ -202,6 +203,11 @@ class _Writes:
         return self.counted is not None and not self.counted[1]
 
     @property
+    def agreement_moves(self) -> bool:
+        """Whether two or more passes count now, so the chain's agreement moves with this one."""
+        return self.counted is not None and self.counted[0] >= 2
+
+    @property
     def shuts(self) -> bool:
         """Whether this annotation finishes the chain (its other closed leases close too)."""
         return self.counted is not None and self.counted[1]
@@ -211,7 +217,10 @@ def _write_postgresql(writes: _Writes) -> int:
     """Every write in one statement (``SUBMIT_WRITE_SQL``); the new annotation's id."""
     count_sql = ""
     count_params: list[Any] = []
-    if writes.counted is not None:
+    if writes.counted is not None and writes.agreement_moves:
+        count_sql = f", c AS ({CHAIN_COUNTED_AGREEMENT_SQL})"
+        count_params = [*writes.counted, writes.chain_id, writes.chain_id]
+    elif writes.counted is not None:
         count_sql = f", c AS ({CHAIN_COUNTED_SQL})"
         count_params = [*writes.counted, writes.chain_id]
     if writes.shuts:
@@ -246,6 +255,8 @@ def _write_sqlite(writes: _Writes) -> int:
         )
         if writes.counted is not None:
             cursor.execute(CHAIN_COUNTED_SQL, [*writes.counted, writes.chain_id])
+        if writes.agreement_moves:
+            cursor.execute(CHAIN_AGREEMENT_SQL, {"chain": writes.chain_id})
     return int(annotation_id)
 
 
@@ -265,7 +276,8 @@ def _submit_write(
     """Store the new ``annotation`` (setting its id) with ``ratings`` (stripped, in step
     order) and their pre-label ``outcomes`` ((outcome, source), one per rating), mark
     lease ``assignment_id`` SUBMITTED at ``now`` and, unless ``counted`` is None, set the
-    chain's ``(finished_count, is_finished)``. The lease's ``chain_open``
+    chain's ``(finished_count, is_finished)`` and, once two or more passes count, its
+    agreement. The lease's ``chain_open``
     says whether the chain still waits in the queue; the annotation that finishes the
     chain clears it on the chain's other closed leases too.
 
@@ -453,10 +465,6 @@ def _submit_new(
         now=now,
         counted=counted,
     )
-    if counted is not None and counted[0] >= 2:
-        # Two or more passes now count: the chain's agreement moves with this one.
-        with connection.cursor() as cursor:
-            cursor.execute(CHAIN_AGREEMENT_SQL, {"chain": chain.pk})
     assignment.status = AssignmentStatus.SUBMITTED
     assignment.finished_at = now
     assignment.chain_open = counted is not None and not counted[1]

@@ -42,7 +42,8 @@ NEXT = [
 ]
 # Every submit: the token door's lookup (the user by the token's hash), the chain locked
 # with its project (and whether it has an active webhook), the lease with the steps and
-# any earlier use of the request_id, then every write in one statement.
+# any earlier use of the request_id, then every write in one statement (the chain's
+# agreement too, once two passes count: queue.sql.CHAIN_COUNTED_AGREEMENT_SQL).
 SUBMIT = [
     "SELECT auth_user",
     "SAVEPOINT",
@@ -50,8 +51,6 @@ SUBMIT = [
     "SELECT annotation_assignment",
     "WITH annotation_annotation",
 ]
-# A submit that counts second or later: the chain's agreement (queue.sql.CHAIN_AGREEMENT_SQL).
-AGREEMENT = "UPDATE annotation_chain"
 # Once a submit that finishes a chain commits: whether the project retrains automatically,
 # read at most every few seconds per process (prm_training.services.autostart).
 AUTOSTART = "SELECT prm_training_projecttrainingsettings"
@@ -135,12 +134,12 @@ def test_a_first_pass_runs_the_submit_s_statements_only(lab, statements) -> None
     assert statements(lambda: lab.submit(0, lease)) == [*SUBMIT, "RELEASE"]
 
 
-def test_a_finishing_pass_adds_the_agreement_and_the_retraining_check(lab, statements) -> None:
+def test_a_finishing_pass_adds_only_the_retraining_check(lab, statements) -> None:
     lab.submit(0, lab.next(0))
     lease = lab.next(1)
     autostart._autostart_seen.clear()
 
-    assert statements(lambda: lab.submit(1, lease)) == [*SUBMIT, AGREEMENT, "RELEASE", AUTOSTART]
+    assert statements(lambda: lab.submit(1, lease)) == [*SUBMIT, "RELEASE", AUTOSTART]
     chain = Chain.objects.get(pk__in=Chain.objects.filter(project=lab.project, is_finished=True))
     assert chain.agreement == 0.0
 
@@ -170,7 +169,6 @@ def test_a_project_with_a_webhook_looks_its_webhooks_up_when_a_chain_finishes(
 
     assert statements(lambda: lab.submit(1, lease)) == [
         *SUBMIT,
-        AGREEMENT,
         "SELECT annotation_webhook",  # its active webhooks and their events
         "INSERT annotation_webhookdelivery",  # the outbox row, sent once committed
         "RELEASE",
