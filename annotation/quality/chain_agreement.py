@@ -1,11 +1,15 @@
 """``Chain.agreement``: the share of a chain's steps that its current human passes do not
 rate differently, kept on the chain so the data manager filters and sorts on a column.
 
-One definition, in SQL, for every writer: a counted submit (``annotation.labeling.queue.submit``),
-unmarking gold (its passes count again), the bulk actions and the migration that filled
-the column. A step is disputed when two or more current human ratings of it (passes not
-superseded by a correction) differ; the agreement is null while fewer than two passes
-count (``finished_count < 2``), else ``1 - disputed / steps``."""
+One definition, as an ORM expression, for every writer but one: unmarking gold (its
+passes count again), a revision, the bulk actions and the migration that filled the
+column. The counted submit (``annotation.labeling.queue.submit``), where compiling this
+expression cost more than the rest of the submit, runs the same definition as fixed SQL
+(``queue.sql.CHAIN_AGREEMENT_SQL``), which a test holds to this one.
+
+A step is disputed when two or more current human ratings of it (passes not superseded
+by a correction) differ; the agreement is null while fewer than two passes count
+(``finished_count < 2``), else ``1 - disputed / steps``."""
 
 from __future__ import annotations
 
