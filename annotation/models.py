@@ -494,9 +494,17 @@ class Problem(models.Model):
 class Chain(models.Model):
     """One sampled solution. ``finished_count`` counts finished human annotations;
     ``is_finished`` is kept equal to ``finished_count >= project.overlap + extra_labels``
-    by the services so the queue can use a partial index instead of counting."""
+    by the services so the queue can use a partial index instead of counting.
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="chains")
+    Every counted submit updates the row's ``finished_count``, which indexes read, so the
+    update inserts into every index whose condition holds: an index here costs each
+    submit, and none repeats another's leading column (BENCHMARKS.md, the queue under
+    concurrency)."""
+
+    # No index of its own: ``chain_by_project`` (project, id) serves lookups by project.
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="chains", db_index=False
+    )
     problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="chains")
     import_batch = models.ForeignKey(
         ImportBatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="chains"
@@ -540,8 +548,14 @@ class Chain(models.Model):
     # to every annotator once (annotation/quality/gold.py); its annotations do not count
     # toward ``finished_count``. Never shown to annotators.
     is_gold = models.BooleanField(default=False)
+    # Indexed where set only (``chain_by_gold_annotation``): most chains have none.
     gold_annotation = models.ForeignKey(
-        "Annotation", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        "Annotation",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,
     )
     # Human passes a lead asked for beyond the project's overlap (``chain_requeue``): the
     # chain needs ``overlap + extra_labels`` finished annotations.
@@ -649,6 +663,12 @@ class Chain(models.Model):
                 fields=["reviewer", "project", "id"],
                 condition=Q(reviewer__isnull=False),
                 name="chain_by_reviewer",
+            ),
+            # The chain whose answer key an annotation is (PROTECT, on deleting one).
+            models.Index(
+                fields=["gold_annotation"],
+                condition=Q(gold_annotation__isnull=False),
+                name="chain_by_gold_annotation",
             ),
         ]
 
@@ -779,7 +799,10 @@ class Annotation(models.Model):
     (``annotator`` is the lead, ``note`` says why). Never edited: a correction is a new row
     with ``supersedes`` set; a new adjudication supersedes the chain's previous one."""
 
-    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="annotations")
+    # No index of its own: ``annotation_by_chain`` (chain, source) serves lookups by chain.
+    chain = models.ForeignKey(
+        Chain, on_delete=models.CASCADE, related_name="annotations", db_index=False
+    )
     source = models.CharField(max_length=20, choices=AnnotationSource.choices)
     source_name = models.CharField(max_length=100, blank=True)
     annotator = models.ForeignKey(
@@ -842,7 +865,11 @@ class Annotation(models.Model):
 
 
 class StepRating(models.Model):
-    annotation = models.ForeignKey(Annotation, on_delete=models.CASCADE, related_name="ratings")
+    # No index of its own: ``rating_one_per_step`` (annotation, step) serves every lookup
+    # by annotation, and a submit writes a rating per step, each once per index.
+    annotation = models.ForeignKey(
+        Annotation, on_delete=models.CASCADE, related_name="ratings", db_index=False
+    )
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="ratings")
     rating = models.SmallIntegerField(choices=Rating.choices)
     comment = models.TextField(blank=True)
