@@ -322,6 +322,8 @@ _CURRENT_RATINGS_SQL = f"""
 
 
 def _agreement_sql(*, chain: str, more: str = "") -> str:
+    """The agreement of chain ``chain`` (a placeholder), an expression over the chain's row
+    (its ``step_count``): one minus the share of steps whose ratings differ."""
     ratings = _CURRENT_RATINGS_SQL.format(chain=chain, more=more)
     return f"""1.0 - CAST((
         SELECT COUNT(*) FROM (
