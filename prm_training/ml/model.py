@@ -303,7 +303,8 @@ class EnsembleHead(nn.Module):
     head): it joins the context and is also added to every member's logit with a learned
     weight that starts at 1, so an untrained head already scores like the backbone. The
     first layers of all members are one [H + C, E*Hh] matrix, so the expensive part is a
-    single well-shaped GEMM rather than E small ones (3-5x faster on a CPU)."""
+    single well-shaped GEMM rather than E small ones (faster on a CPU: BENCHMARKS.md,
+    "Figures from the code's comments")."""
 
     def __init__(
         self,

@@ -71,8 +71,9 @@ class Readout:
     wrong has an error somewhere, so its first error is the most likely one given that
     there is one, argmax_i p_1 ... p_(i-1) (1 - p_i); a chain graded right uses
     ``threshold_right`` (chosen apart: a right answer makes an error less likely); an
-    ungraded chain ``threshold``. On ProcessBench (BENCHMARKS.md) this gains about 0.07
-    F1 over the threshold alone with the same step probabilities.
+    ungraded chain ``threshold``. BENCHMARKS.md ("Figures from the code's comments") has
+    what this gains on ProcessBench over the threshold alone, with the same step
+    probabilities.
 
     >>> Readout(0.5, 0.2).first_error([0.9, 0.4, 0.6], False), Readout(0.5, 0.2).first_error(
     ...     [0.9, 0.4, 0.6], True), Readout(0.5).first_error([0.9, 0.4, 0.6], True)

@@ -75,14 +75,12 @@ PLACE_FREE_SQL = f"""
 # The ``NOT IN`` repeats a test of the predicate on purpose: PostgreSQL runs it as one hashed
 # subplan (the caller's submitted and skipped chains, read once by the annotator index), so
 # walking past chains the caller already did but that wait for other annotators costs a hash
-# probe each instead of three index probes. An annotator labeling alone in a project with
-# overlap 2 walks past everything they did: 2,000 such chains took 4.6 ms per claim with
-# the probes and 1.3 ms with the hash (EXPLAIN ANALYZE on the 100,000-chain bench database).
-# The set holds only closed leases on chains still in the queue (``chain_open``, index
-# ``assignment_done_open``): the chains the walk can meet. Over the whole history it grew
-# with every chain the annotator ever did, and so did every claim (1.9 ms at 300 chains
-# each, against 0.38 ms without it). Being a subset of what the probes exclude, a stale
-# flag only sends a chain to the probes.
+# probe each instead of three index probes: an annotator labeling alone in a project with
+# overlap 2 walks past everything they did (BENCHMARKS.md, "Figures from the code's
+# comments"). The set holds only closed leases on chains still in the queue
+# (``chain_open``, index ``assignment_done_open``): the chains the walk can meet. Over the
+# whole history it grew with every chain the annotator ever did, and so did every claim.
+# Being a subset of what the probes exclude, a stale flag only sends a chain to the probes.
 CANDIDATE_SQL = f"""
     SELECT c.id FROM {Chain._meta.db_table} c
     WHERE c.project_id = %(project)s AND NOT c.is_finished AND NOT c.is_flagged
