@@ -50,7 +50,6 @@ def test_the_submit_s_statement_writes_what_the_orm_definition_writes(project) -
     chains = [_random_chain(project=project, people=people, rng=rng) for _ in range(60)]
 
     # When each chain's agreement is written by the submit's statement, then by the ORM's
-    by_statement = {}
     with connection.cursor() as cursor:
         for chain in chains:
             cursor.execute(CHAIN_AGREEMENT_SQL, {"chain": chain.pk})
