@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from steplab_client.cli import EXPORT_FORMATS
+from steplab_client.cli_parser import EXPORT_FORMATS
 
 from annotation.models import Chain, Membership, Project, Role
 from tests.client.conftest import Steplab

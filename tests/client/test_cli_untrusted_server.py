@@ -11,7 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from steplab_client.cli import build_parser, main
+from steplab_client.cli import main
+from steplab_client.cli_parser import build_parser
 from steplab_client.config import settings_resolve
 from steplab_client.errors import ConfigError
 

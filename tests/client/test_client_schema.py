@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from steplab_client import cli
+from steplab_client import cli_parser as cli
 from steplab_client.endpoints import ENDPOINTS
 
 pytestmark = pytest.mark.django_db(transaction=True)
