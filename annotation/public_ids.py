@@ -13,6 +13,15 @@ queue's hot path, and it says no more than what the answer shows beside it (whic
 which step). Leads and ML staff keep reading row ids in their own rooms (the data
 manager, review, gold and training), which never show the public ones.
 
+Chain and step ids are also the viewer's own: their permutation is keyed by the
+annotator who reads them (``viewer``), so one chain has a different id for each
+annotator. With one id for everyone, annotators who pooled the ids they had seen could
+count how many of them met each chain, and a chain met by more of them than the overlap
+was gold (a gold chain is offered to every annotator). An assignment is one annotator's
+own row, so its id needs no viewer: no two annotators ever read the same one. Outside an
+annotator's door (a webhook's payload) a chain is shown with ``viewer=None``, the lab's
+own permutation, which matches no annotator's.
+
 The permutation is a six-round Feistel network with keyed BLAKE2b as its round function
 (a pseudo-random permutation by Luby and Rackoff's construction), over 52 bits, so a
 public id stays below 2**53 and survives a JavaScript number. Its keys come from
@@ -20,11 +29,13 @@ public id stays below 2**53 and survives a JavaScript number. Its keys come from
 is then found again through ``next``, under its new id).
 
 >>> ids = PublicIds("example")
->>> ids.read(ids.show(42)) == 42
+>>> ids.read(ids.show(42, viewer=5), viewer=5) == 42
 True
->>> ids.read(0) is None and ids.read(2**52 + 1) is None
+>>> ids.show(42, viewer=5) != ids.show(42, viewer=6)
 True
->>> STEP_IDS.read(STEP_IDS.show(7, 3)) == (7, 3)
+>>> ids.read(0, viewer=5) is None and ids.read(2**52 + 1, viewer=5) is None
+True
+>>> STEP_IDS.read(STEP_IDS.show(7, 3, viewer=5), viewer=5) == (7, 3)
 True
 """
 
@@ -54,10 +65,12 @@ def _purpose_key(secret: str, purpose: str) -> bytes:
     return hmac.digest(secret.encode(), f"steplab.{purpose}".encode(), "sha256")
 
 
-@functools.cache
-def _round_functions(secret: str, kind: str) -> tuple[Any, ...]:
-    """The keyed round functions of ``kind``'s permutation, ready to be copied."""
-    key = _purpose_key(secret, f"public-ids.{kind}")
+@functools.lru_cache(maxsize=16_384)
+def _round_functions(secret: str, kind: str, viewer: int | None) -> tuple[Any, ...]:
+    """The keyed round functions of ``kind``'s permutation for ``viewer``, ready to be
+    copied (a bounded cache: one entry per kind and annotator seen lately)."""
+    purpose = f"public-ids.{kind}" if viewer is None else f"public-ids.{kind}.viewer-{viewer}"
+    key = _purpose_key(secret, purpose)
     return tuple(
         hashlib.blake2b(key=key, digest_size=4, person=f"round-{i}".encode())
         for i in range(_ROUNDS)
@@ -75,30 +88,31 @@ class PublicIds:
         self._half_bits = bits // 2
         self._half_mask = (1 << self._half_bits) - 1
 
-    def _rounds(self) -> tuple[Any, ...]:
-        return _round_functions(settings.SECRET_KEY, self.kind)
+    def _rounds(self, viewer: int | None) -> tuple[Any, ...]:
+        return _round_functions(settings.SECRET_KEY, self.kind, viewer)
 
-    def show(self, pk: int) -> int:
-        """The public id of the row ``pk`` (1 .. 2**bits)."""
+    def show(self, pk: int, *, viewer: int | None) -> int:
+        """The public id of the row ``pk`` (1 .. 2**bits) as the user ``viewer`` reads it
+        (None: the lab's own permutation, no annotator's)."""
         if not 1 <= pk <= self.max:
             raise ValueError(f"A {self.kind} id past {self.max} has no public id.")
         half, mask = self._half_bits, self._half_mask
         left, right = (pk - 1) >> half, (pk - 1) & mask
-        for round_function in self._rounds():
+        for round_function in self._rounds(viewer):
             h = round_function.copy()
             h.update(right.to_bytes(4, "little"))
             left, right = right, left ^ (int.from_bytes(h.digest(), "little") & mask)
         return ((left << half) | right) + 1
 
-    def read(self, public: int) -> int | None:
-        """The row id whose public id is ``public``; None for a number that is no public
-        id at all. Any number in range reads as some row id, existing or not: the caller
-        looks the row up and answers for it as for any id it does not know."""
+    def read(self, public: int, *, viewer: int | None) -> int | None:
+        """The row id whose public id for ``viewer`` is ``public``; None for a number that
+        is no public id at all. Any number in range reads as some row id, existing or not:
+        the caller looks the row up and answers for it as for any id it does not know."""
         if not 1 <= public <= self.max:
             return None
         half, mask = self._half_bits, self._half_mask
         left, right = (public - 1) >> half, (public - 1) & mask
-        for round_function in reversed(self._rounds()):
+        for round_function in reversed(self._rounds(viewer)):
             h = round_function.copy()
             h.update(left.to_bytes(4, "little"))
             left, right = right ^ (int.from_bytes(h.digest(), "little") & mask), left
@@ -115,26 +129,27 @@ class StepPublicIds:
     def __init__(self) -> None:
         self._chains = PublicIds("step", bits=PUBLIC_ID_BITS - self.INDEX_BITS)
 
-    def base(self, chain_pk: int) -> int:
-        """The public id of the chain's step 0; step ``i``'s is this plus ``i``."""
-        return ((self._chains.show(chain_pk) - 1) << self.INDEX_BITS) + 1
+    def base(self, chain_pk: int, *, viewer: int | None) -> int:
+        """The public id of the chain's step 0 for ``viewer``; step ``i``'s is this plus
+        ``i``."""
+        return ((self._chains.show(chain_pk, viewer=viewer) - 1) << self.INDEX_BITS) + 1
 
-    def show(self, chain_pk: int, index: int) -> int:
+    def show(self, chain_pk: int, index: int, *, viewer: int | None) -> int:
         if not 0 <= index < 1 << self.INDEX_BITS:
             raise ValueError(f"A step index past {1 << self.INDEX_BITS} has no public id.")
-        return self.base(chain_pk) + index
+        return self.base(chain_pk, viewer=viewer) + index
 
-    def of(self, step: Any) -> int:
-        """The public id of a Step (its ``chain_id`` and ``index``)."""
-        return self.show(step.chain_id, step.index)
+    def of(self, step: Any, *, viewer: int | None) -> int:
+        """The public id of a Step (its ``chain_id`` and ``index``) for ``viewer``."""
+        return self.show(step.chain_id, step.index, viewer=viewer)
 
-    def read(self, public: int) -> tuple[int, int] | None:
-        """(chain row id, step index) of a step's public id; None for a number that is
-        none."""
+    def read(self, public: int, *, viewer: int | None) -> tuple[int, int] | None:
+        """(chain row id, step index) of ``viewer``'s public id of a step; None for a
+        number that is none."""
         if not 1 <= public <= PUBLIC_ID_MAX:
             return None
         high, index = (public - 1) >> self.INDEX_BITS, (public - 1) & ((1 << self.INDEX_BITS) - 1)
-        chain_pk = self._chains.read(high + 1)
+        chain_pk = self._chains.read(high + 1, viewer=viewer)
         return None if chain_pk is None else (chain_pk, index)
 
 

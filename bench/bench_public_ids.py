@@ -8,9 +8,11 @@ A pair shows the lease's, the chain's and the steps' public ids in next's answer
 permutation for all the chain's steps), reads the lease's back in submit and names the
 leased chain's steps by their public ids (one more), and shows the chain's in submit's
 answer (the steps' as sent): 6 permutations, whatever the chain's length, and a few
-additions per step. The reference, in the same process, is the
-same answer built with row ids (nothing to compute), so the table gives both the added
-microseconds per pair and the whole answer-building ratio. The full queue over HTTP is
+additions per step. Chains' and steps' permutations are keyed by the annotator who reads
+them (the lease holder, a fixed user id here); the lease's is one for everyone. The
+reference, in the same process, is the same answer built with row ids (nothing to
+compute), so the table gives both the added microseconds per pair and the whole
+answer-building ratio. The full queue over HTTP is
 bench/bench_foundation.py (BENCHMARKS.md, "Foundation")."""
 
 from __future__ import annotations
@@ -50,24 +52,28 @@ def main() -> None:
     print(f"{'steps':>6} {'row ids, us/pair':>17} {'public ids, us/pair':>20} {'added us':>9}")
     for steps in (int(s) for s in args.steps.split(",")):
         lease, chain, step_rows = 123_456_789, 4_567_890, list(range(9_000_000, 9_000_000 + steps))
+        viewer = 4_242  # the lease holder's user id: chains' and steps' ids are theirs
 
         def with_row_ids(lease=lease, chain=chain, step_rows=step_rows) -> object:
             shown = {"a": lease, "c": chain, "s": [{"id": s} for s in step_rows]}
             sent = [item["id"] for item in shown["s"]]
             return shown, sent, {"c": chain, "r": [{"step": s} for s in sent]}
 
-        def with_public_ids(lease=lease, chain=chain, step_rows=step_rows) -> object:
-            base = STEP_IDS.base(chain)
+        def with_public_ids(lease=lease, chain=chain, step_rows=step_rows, viewer=viewer) -> object:
+            base = STEP_IDS.base(chain, viewer=viewer)
             shown = {
-                "a": ASSIGNMENT_IDS.show(lease),
-                "c": CHAIN_IDS.show(chain),
+                "a": ASSIGNMENT_IDS.show(lease, viewer=None),
+                "c": CHAIN_IDS.show(chain, viewer=viewer),
                 "s": [{"id": base + i} for i, _ in enumerate(step_rows)],
             }
-            ASSIGNMENT_IDS.read(shown["a"])
-            named = STEP_IDS.base(chain)
+            ASSIGNMENT_IDS.read(shown["a"], viewer=None)
+            named = STEP_IDS.base(chain, viewer=viewer)
             row_of = {named + i: row for i, row in enumerate(step_rows)}
             sent = [row_of[item["id"]] for item in shown["s"]]
-            answer = {"c": CHAIN_IDS.show(chain), "r": [{"step": s["id"]} for s in shown["s"]]}
+            answer = {
+                "c": CHAIN_IDS.show(chain, viewer=viewer),
+                "r": [{"step": s["id"]} for s in shown["s"]],
+            }
             return shown, sent, answer
 
         pairs = max(200, args.pairs * 10 // max(steps, 1))

@@ -132,8 +132,9 @@ def _fits(page: Page, name: str) -> None:
     assert problems == {LAPTOP[0]: {}, PHONE[0]: {}}, name
 
 
-def _label(client: APIClient, project: Project, *, wrong_step: int | None) -> int:
-    """One annotator's next chain, every step rated +1 (``wrong_step`` -1); its row id."""
+def _label(client: APIClient, project: Project, *, viewer: int, wrong_step: int | None) -> int:
+    """One annotator's next chain, every step rated +1 (``wrong_step`` -1); its row id
+    (``viewer``: the user id of the annotator whose client it is, whose public ids it reads)."""
     leased = client.post(f"/api/v1/projects/{project.pk}/assignments/next/")
     assert leased.status_code == 200, leased.content
     chain = leased.json()["chain"]
@@ -147,7 +148,7 @@ def _label(client: APIClient, project: Project, *, wrong_step: int | None) -> in
         format="json",
     )
     assert submitted.status_code == 201, submitted.content
-    chain_id = CHAIN_IDS.read(int(chain["id"]))
+    chain_id = CHAIN_IDS.read(int(chain["id"]), viewer=viewer)
     assert chain_id is not None
     return chain_id
 
@@ -231,9 +232,12 @@ def test_a_lead_runs_a_project_from_an_empty_database_to_every_export(
         clients[user.username].credentials(HTTP_AUTHORIZATION=f"Token {key}")
     labeled: list[int] = []
     for index in range(CHAINS_LABELED):
-        chain_ann = _label(clients["ann"], project, wrong_step=None)
+        chain_ann = _label(clients["ann"], project, viewer=ann.pk, wrong_step=None)
         chain_bob = _label(
-            clients["bob"], project, wrong_step=DISPUTED_STEP if index == 0 else None
+            clients["bob"],
+            project,
+            viewer=bob.pk,
+            wrong_step=DISPUTED_STEP if index == 0 else None,
         )
         assert chain_ann == chain_bob  # overlap 2: both get the oldest chain
         labeled.append(chain_ann)

@@ -348,7 +348,7 @@ def _world() -> dict[str, Any]:
         "token_id": api_token.pk,
         "project_id": project.pk,
         # Leases are named by their public ids, as annotators read them.
-        "assignment_id": ASSIGNMENT_IDS.show(assignment.pk),
+        "assignment_id": ASSIGNMENT_IDS.show(assignment.pk, viewer=None),
         "chain_id": chain.pk,
         "run_id": run.pk,
         "version_id": scoring.model_version_id,
@@ -374,8 +374,12 @@ def _body(name: str, ids: dict[str, int]) -> dict[str, Any]:
     """A well-formed body where the view validates before it looks the object up, so
     the access decision, not the validation, answers."""
     if name in ("assignment-submit", "assignment-submit-and-next"):
+        # (steps named as the lease holder, the annotator, reads them)
         steps = Step.objects.filter(chain_id=ids["chain_id"]).order_by("index")
-        return {"ratings": [{"step": STEP_IDS.of(step), "rating": 1} for step in steps]}
+        viewer = ids["user_id"]
+        return {
+            "ratings": [{"step": STEP_IDS.of(step, viewer=viewer), "rating": 1} for step in steps]
+        }
     if name in ("assignment-skip", "assignment-flag"):
         return {"reason": "security matrix"}
     if name == "api-chains-bulk-preview":

@@ -78,7 +78,7 @@ url = f"/api/v1/assignments/{lease['assignment']['id']}/submit/"
 submitted = session.post(url, json.dumps(body), content_type=JSON)
 out["session_submit"] = submitted.status_code
 
-chain = Chain.objects.get(pk=CHAIN_IDS.read(lease["chain"]["id"]))
+chain = Chain.objects.get(pk=CHAIN_IDS.read(lease["chain"]["id"], viewer=users[1].pk))  # bob's
 out["chain"] = [chain.finished_count, chain.is_finished, chain.meta]
 out["stored"] = sorted(StepRating.objects.values_list("rating", "comment"))
 out["leases"] = sorted(Assignment.objects.values_list("status", flat=True))
@@ -127,8 +127,8 @@ flags = [token.post(url, reason, content_type=JSON).status_code for _ in "ab"]
 lead_client = Client()
 lead_client.force_login(lead)
 listed = lead_client.get(f"/api/v1/projects/{flag_project.pk}/flags/").json()["results"]
-# A lead's rooms name chains by their row ids, the workspace by their public ids.
-flagged_chain = CHAIN_IDS.read(lease["chain"]["id"])
+# A lead's rooms name chains by their row ids, the workspace by their public ids (ann's).
+flagged_chain = CHAIN_IDS.read(lease["chain"]["id"], viewer=users[0].pk)
 cleared = lead_client.post(f"/api/v1/chains/{flagged_chain}/unflag/", content_type=JSON).json()
 out["flag"] = flags + [
     [listed[0]["flagged_by"], listed[0]["flag_reason"]],

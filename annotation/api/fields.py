@@ -27,15 +27,18 @@ def IdField(**kwargs: Any) -> serializers.IntegerField:  # noqa: N802 (a field f
 
 class PublicIdField(serializers.IntegerField):
     """An id as annotators read it (``annotation.public_ids``): the row's id in, its
-    public id out. Output only: an id an annotator sends back is read by the view."""
+    public id out. Output only: an id an annotator sends back is read by the view. With
+    ``per_viewer`` (chains) the id is the reader's own, ``context["viewer"]`` (their user
+    id), which the serializer must be given."""
 
-    def __init__(self, ids: PublicIds, **kwargs: Any) -> None:
+    def __init__(self, ids: PublicIds, *, per_viewer: bool, **kwargs: Any) -> None:
         kwargs.setdefault("help_text", f"The {ids.kind}'s public id (not its row id).")
         super().__init__(min_value=1, max_value=PUBLIC_ID_MAX, read_only=True, **kwargs)
         self.ids = ids
+        self.per_viewer = per_viewer
 
     def to_representation(self, value: Any) -> int:
-        return self.ids.show(int(value))
+        return self.ids.show(int(value), viewer=self.context["viewer"] if self.per_viewer else None)
 
 
 def RatingField(**kwargs: Any) -> serializers.IntegerField:  # noqa: N802

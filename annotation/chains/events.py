@@ -4,9 +4,11 @@ change, without this app knowing them.
 The annotation app sits below the training app: it never imports ``prm_training``. An app
 that reacts to finished chains registers a hook in its ``AppConfig.ready()``
 (``prm_training`` registers the auto-retraining check); the submit path calls
-``chain_finished_notify`` after a new annotation finishes a chain. Not a Django signal:
-the one call site is explicit, the hooks run in order, in the request, and must be cheap
-(the training hook only queues a message on commit).
+``chain_finished_notify`` after a new annotation finishes a chain, and after a pass over
+a gold chain shaped as one (``labeling.queue.submit``: gold must cost and send what real
+work does), so a hook is a check that finds out for itself what changed. Not a Django
+signal: the one call site is explicit, the hooks run in order, in the request, and must be
+cheap (the training hook only queues a message on commit).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ def chain_finished_register(hook: ChainFinishedHook) -> None:
 
 
 def chain_finished_notify(*, project_id: int) -> None:
-    """Calls every registered hook for a chain of ``project_id`` that was just finished."""
+    """Calls every registered hook for a chain of ``project_id`` that was just finished (or
+    a gold pass shaped as the one that finishes its chain)."""
     for hook in _HOOKS:
         hook(project_id=project_id)
 

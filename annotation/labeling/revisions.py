@@ -90,7 +90,7 @@ def annotation_revise(
             Step.objects.filter(chain_id=chain_id).order_by("index").values_list("pk", "index")
         )
         steps, row_of = steps_as_named(
-            chain_id=chain_id, steps=step_rows, public_step_ids=public_step_ids
+            chain_id=chain_id, steps=step_rows, viewer=user.pk if public_step_ids else None
         )
         submission_validate(
             steps=steps, ratings=ratings, mode=project.labeling_mode, rewrite=rewrite

@@ -15,7 +15,7 @@ its normal candidate query, and the normal query never returns a gold chain:
   run is reproducible, two annotators do not get gold on the same beat, and no annotator
   can work out which of their claims will be gold (they know all three, not the key);
 * the gold chain drawn is the next of the annotator's own order of the project's gold
-  chains, a keyed shuffle (``annotation.quality.gold_reads.unseen_gold_chain``): never id
+  chains, a keyed shuffle (``annotation.quality.gold_reads.gold_order_key``): never id
   order, which put gold imported after the real work in a sequence of its own;
 * with ``Project.screening_chains`` N > 0, an annotator (role "annotator") who has not
   passed gets only gold chains, N of them (the first N of the project's keyed shuffle, the
@@ -24,8 +24,16 @@ its normal candidate query, and the normal query never returns a gold chain:
   more until a lead resets the screening.
 
 Nothing here tells the annotator a chain is gold: the lease and its payload are the same
-as for any chain (the ids in it are public ids, ``annotation.public_ids``), and a submit
-records an ordinary human annotation.
+as for any chain (the ids in it are the annotator's own public ids,
+``annotation.public_ids``, so annotators who pool theirs cannot count who met a chain), a
+gold claim runs the statements a real one does (its candidate query, then the same lease
+statement: ``labeling.queue.sql.CLAIMABLE_SQL``), and a submit records an ordinary human
+annotation.
+
+What stays observable: the texts. A gold chain is offered to every annotator, so
+annotators who compare the problems they were given can find the ones more of them met
+than the overlap allows. Keep the gold pool large against the number of annotators who
+might compare notes, and refresh it (the README's gold section says so).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import hmac
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -68,7 +76,6 @@ from annotation.quality.gold_reads import (
     ScreeningState,
     screening_applies,
     screening_state_get,
-    unseen_gold_chain,
 )
 
 if TYPE_CHECKING:
@@ -307,16 +314,21 @@ def gold_unmark(
 
 @dataclass(frozen=True, slots=True)
 class GoldPick:
-    """What ``gold_candidate`` decided for one claim: lease ``chain`` (a gold chain), or
-    answer nothing-left (``blocked``: screening failed, or pending with no gold chain to
-    give), or, with neither, go on with the normal queue."""
+    """What ``gold_candidate`` decided for one claim: lease the screening's gold chain
+    ``chain_id``, or lease the caller's next gold chain (``drawn``: the gold draw chose
+    gold; the queue's own query finds the chain, ``labeling.queue.sql.GOLD_CANDIDATE_SQL``,
+    and the normal queue's candidate when none is left), or answer nothing-left
+    (``blocked``: screening failed, or pending with no gold chain to give), or, with none
+    of these, go on with the normal queue."""
 
-    chain: Chain | None = None
+    chain_id: int | None = None
     blocked: bool = False
+    drawn: bool = False
 
 
 NORMAL = GoldPick()
 BLOCKED = GoldPick(blocked=True)
+DRAWN = GoldPick(drawn=True)
 
 
 def gold_draw(*, project_id: int, user_id: int, claim_number: int) -> float:
@@ -330,6 +342,21 @@ def gold_draw(*, project_id: int, user_id: int, claim_number: int) -> float:
     message = f"{project_id}:{user_id}:{claim_number}".encode()
     digest = hmac.digest(purpose_key("gold-draw"), message, "sha256")
     return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def gold_pass_place(*, chain_id: int, user_id: int, passes: int) -> int:
+    """Which of a chain's ``passes`` (1 .. passes) a pass over a gold chain looks like: a
+    keyed draw per chain and annotator, uniform like the place of a real pass among its
+    chain's passes. A gold pass counts for nothing, but it writes what a real pass at
+    that place writes (``labeling.queue.submit``), the one that finishes a chain
+    included, so its time tells no annotator that it was gold.
+
+    >>> 1 <= gold_pass_place(chain_id=7, user_id=2, passes=3) <= 3
+    True
+    """
+    message = f"{chain_id}:{user_id}".encode()
+    digest = hmac.digest(purpose_key("gold-pass-place"), message, "sha256")
+    return 1 + int.from_bytes(digest[:8], "big") % max(passes, 1)
 
 
 def _role(*, project: Project, user: User) -> str | None:
@@ -375,8 +402,9 @@ def gold_candidate(
     Returns NORMAL without a query when the project uses neither gold nor screening.
     Under screening (annotators who have not passed) the pick is the next screening chain,
     or BLOCKED when failed or when no gold chain is left to screen with. Otherwise, with
-    probability ``gold_rate`` (drawn from ``rng``, else from ``gold_draw``), the next gold
-    chain the user has not done in their own shuffled order, if any.
+    probability ``gold_rate`` (drawn from ``rng``, else from ``gold_draw``), DRAWN: the
+    claim leases the next gold chain the user has not done in their own shuffled order
+    (``gold_reads.gold_order_key``), if any, by the same statements as real work.
 
     Precondition: called by the claim, holding the user's claim lock."""
     if not project.gold_rate and not project.screening_chains:
@@ -389,7 +417,9 @@ def gold_candidate(
                 if state.status == ScreeningStatus.FAILED:
                     return BLOCKED
                 if state.status == ScreeningStatus.PENDING:
-                    return GoldPick(chain=state.next_chain, blocked=state.next_chain is None)
+                    if state.next_chain is None:
+                        return BLOCKED
+                    return GoldPick(chain_id=state.next_chain.pk)
     if not project.gold_rate:
         return NORMAL
     if rng is not None:
@@ -397,48 +427,7 @@ def gold_candidate(
     else:
         claims = Assignment.objects.filter(project=project, annotator=user).count()
         draw = gold_draw(project_id=project.pk, user_id=user.pk, claim_number=claims)
-    if draw >= project.gold_rate:
-        return NORMAL
-    chain = unseen_gold_chain(project=project, user=user, now=now, shuffle_for=user)
-    return GoldPick(chain=chain) if chain is not None else NORMAL
-
-
-def gold_lease(
-    *,
-    project: Project,
-    user: User,
-    chain: Chain,
-    now: datetime,
-    prelabels: Callable[[], dict[str, Any]] | None = None,
-) -> Assignment | None:
-    """Lease the gold ``chain`` to ``user``. No place to win: a gold chain has no overlap
-    and ``gold_candidate`` only returns chains the user has not done; the user's claim
-    lock serialises their own claims. The chain's row lock (taken after the user's, as
-    the queue's lock order says) keeps a concurrent ``gold_unmark`` from turning it into
-    ordinary work under a lease that ignored the overlap: if it is no longer gold this
-    returns None (the caller answers nothing-left; asking again gets ordinary work).
-    The user's own lease on it that ran out is expired first (one live lease per
-    annotator and chain). ``prelabels`` gives the lease's pre-label fields, read once the
-    chain is locked, as the queue's own lease reads them
-    (``annotation.labeling.queue.prelabels``)."""
-    still_gold = (
-        Chain.objects.filter(pk=chain.pk, is_gold=True)
-        .select_for_update(no_key=True)
-        .values_list("pk", flat=True)
-    )
-    if not still_gold:
-        return None
-    Assignment.objects.filter(
-        chain=chain, annotator=user, status=AssignmentStatus.ACTIVE, expires_at__lte=now
-    ).update(status=AssignmentStatus.EXPIRED)
-    return Assignment.objects.create(
-        project=project,
-        chain=chain,
-        annotator=user,
-        status=AssignmentStatus.ACTIVE,
-        expires_at=now + project.lease_duration,
-        **(prelabels() if prelabels is not None else {}),
-    )
+    return DRAWN if draw < project.gold_rate else NORMAL
 
 
 def gold_place_is_free(*, chain: Chain, user: User) -> bool:

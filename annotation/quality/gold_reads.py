@@ -251,9 +251,15 @@ def gold_order(*, project: Project, annotator: User | None = None) -> MD5:
     annotator's own order, their user id. Id order served gold chains from a later
     import in a rising sequence of their own beside the real work's; an order only the
     key decides reveals nothing, and differs from one annotator to the next."""
+    key = gold_order_key(project=project, annotator=annotator)
+    return MD5(Concat(Value(key), Cast("id", CharField())))
+
+
+def gold_order_key(*, project: Project, annotator: User | None = None) -> str:
+    """What ``gold_order`` hashes before a chain's id: the secret and the shuffle's scope
+    (the queue's gold query, ``labeling.queue.sql.GOLD_CANDIDATE_SQL``, hashes the same)."""
     scope = f"{project.pk}:{annotator.pk if annotator is not None else '*'}"
-    prefix = f"{purpose_key('gold-order').hex()}:{scope}:"
-    return MD5(Concat(Value(prefix), Cast("id", CharField())))
+    return f"{purpose_key('gold-order').hex()}:{scope}:"
 
 
 def unseen_gold_chain(

@@ -7,14 +7,16 @@ the broker cannot take the message, the row stays PENDING and a worker's sweep s
 
 A payload is small: ``type``, ``timestamp`` (when it happened, ISO 8601 UTC) and ``data``
 with the project's id and the object's ids and a few fields a pipeline acts on. Chains are
-named by their public ids (``annotation.public_ids``), the ids annotators read, which say
-nothing of when a chain was imported, so a payload shown where annotators look cannot
-tell gold chains apart by id; a pass over a gold chain never finishes it, so it sends no
-``chain.finished``. The training app calls ``webhook_event_record`` for its own events
-(it may import this app; this app never imports it)."""
+named by their public ids (``annotation.public_ids``) in the lab's own permutation
+(``viewer=None``), which say nothing of when a chain was imported and match no
+annotator's ids, so a payload shown where annotators look cannot tell gold chains apart by
+id; a pass over a gold chain never finishes it, so it sends no ``chain.finished``. The
+training app calls ``webhook_event_record`` for its own events (it may import this app;
+this app never imports it)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -88,12 +90,40 @@ def webhook_event_record(*, project_id: int, event: str, data: Mapping[str, Any]
 
 
 def webhook_chain_finished(*, chain: Chain) -> None:
-    """``chain.finished``: a human pass made the chain reach its overlap."""
+    """``chain.finished``: a human pass made the chain reach its overlap. (On PostgreSQL
+    the submit writes these rows in its own statement: ``chain_finished_payload``.)"""
     webhook_event_record(
         project_id=chain.project_id,
         event=WebhookEvent.CHAIN_FINISHED,
-        data={"chain": CHAIN_IDS.show(chain.pk), "passes": chain.finished_count},
+        data={"chain": CHAIN_IDS.show(chain.pk, viewer=None), "passes": chain.finished_count},
     )
+
+
+def chain_finished_payload(*, chain: Chain, passes: int, at: datetime) -> str:
+    """The ``chain.finished`` body for ``chain`` after ``passes`` passes, as JSON text: the
+    submit's statement writes it into each subscribed webhook's outbox row
+    (``labeling.queue.sql.CHAIN_FINISHED_HOOKS_SQL``) when the chain did finish. A gold
+    pass shaped as the finishing one builds it too and writes none: what it costs and
+    sends must be what the real one does."""
+    data = {"chain": CHAIN_IDS.show(chain.pk, viewer=None), "passes": passes}
+    payload = webhook_payload(
+        event=WebhookEvent.CHAIN_FINISHED, project_id=chain.project_id, data=data, at=at
+    )
+    return json.dumps(payload)
+
+
+# The id a message for no outbox row carries: the worker finds no such row and drops it.
+NO_DELIVERY = 0
+
+
+def webhook_deliveries_send_on_commit(*, ids: list[int], messages: int) -> None:
+    """Send each outbox row of ``ids`` to a worker once the transaction commits, and as
+    many messages for no row (``NO_DELIVERY``) as make ``messages`` in all: a gold pass
+    shaped as the one that finishes its chain sends what the real one would, so its time
+    says nothing of gold (``labeling.queue.submit``)."""
+    sent = [*ids, *[NO_DELIVERY] * (messages - len(ids))]
+    if sent:
+        transaction.on_commit(lambda: [webhook_delivery_enqueue(delivery_id=pk) for pk in sent])
 
 
 def webhook_snapshot_created(*, snapshot: Snapshot) -> None:

@@ -14,6 +14,8 @@
   is right): ``evaluation``, which also gives their intervals.
 * ``calibration_error``: expected calibration error of P(correct) over the labeled +1/-1
   steps (10 equal-width bins): how far "0.8" is from being right 80% of the time.
+* ``auc_interval``: the ROC AUC of one sample against another with DeLong's interval,
+  for any score (the gold timing tests rank request times with it).
 
 A chain counts for the chain-level metrics only when its labels settle the first error:
 every step up to the first -1 (or every step, if there is none) is rated. A metric that is
@@ -30,6 +32,28 @@ import numpy as np
 
 from .data import ChainExample
 from .readout import ChainScores, Readout, labeled_first_error
+
+
+def auc_interval(
+    positives: Sequence[float], negatives: Sequence[float], z: float = 1.959964
+) -> tuple[float, float, float]:
+    """(AUC, low, high): the chance that a positive scores above a negative (ties count
+    half), with DeLong's normal interval at ``z`` (1.96: 95%). An AUC whose interval holds
+    0.5 says the score tells the two apart no better than chance, either way round.
+
+    >>> auc, low, high = auc_interval([3.0, 4.0, 5.0, 6.0], [1.0, 2.0, 3.5, 4.5])
+    >>> round(auc, 4), low < 0.5 < high  # four of each: too few to tell
+    (0.8125, True)
+    """
+    x = np.asarray(positives, dtype=np.float64)[:, None]
+    y = np.asarray(negatives, dtype=np.float64)[None, :]
+    if x.size < 2 or y.size < 2:
+        raise ValueError("An AUC interval needs at least two of each.")
+    psi = (x > y) + 0.5 * (x == y)  # [m, n]
+    v10, v01 = psi.mean(axis=1), psi.mean(axis=0)
+    auc = float(psi.mean())
+    se = float(np.sqrt(v10.var(ddof=1) / v10.size + v01.var(ddof=1) / v01.size))
+    return auc, auc - z * se, auc + z * se
 
 
 def fit_platt(logits: Sequence[float], targets: Sequence[float]) -> tuple[float, float]:

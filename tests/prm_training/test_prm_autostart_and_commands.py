@@ -31,8 +31,9 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.django_db(transac
 CHECK_DONE = re.compile(r"Task prm_training\.autostart_check\[[^\]]+\] succeeded")
 
 
-def _submit_next(client: Any, project: Any) -> int:
-    """Lease the next chain and rate every step correct; returns the chain's row id."""
+def _submit_next(client: Any, project: Any, *, viewer: int) -> int:
+    """Lease the next chain and rate every step correct; returns the chain's row id
+    (``viewer``: the user id of the annotator whose client it is)."""
     leased = client.post(f"/api/v1/projects/{project.pk}/assignments/next/")
     assert leased.status_code == 200, leased.content
     body = leased.json()
@@ -43,7 +44,7 @@ def _submit_next(client: Any, project: Any) -> int:
         format="json",
     )
     assert submitted.status_code == 201, submitted.content
-    chain_id = CHAIN_IDS.read(body["chain"]["id"])
+    chain_id = CHAIN_IDS.read(body["chain"]["id"], viewer=viewer)
     assert chain_id is not None
     return chain_id
 
@@ -66,10 +67,11 @@ def test_auto_retraining_starts_after_every_n_new_finished_chains(
         project=project, data={"retrain_every_n_finished": 2, "default_config": config}
     )
     worker = celery_workers.start()
-    annotator = client_for(make_member(project, "annotator"))
+    member = make_member(project, "annotator")
+    annotator = client_for(member)
 
     # When one more chain is finished through the submit endpoint
-    _submit_next(annotator, project)
+    _submit_next(annotator, project, viewer=member.pk)
     wait_until(
         lambda: len(CHECK_DONE.findall(worker.output())) == 1,
         timeout=60,
@@ -81,7 +83,7 @@ def test_auto_retraining_starts_after_every_n_new_finished_chains(
     assert TrainingRun.objects.filter(trigger=RunTrigger.AUTO).count() == 0
 
     # When a second one is finished
-    _submit_next(annotator, project)
+    _submit_next(annotator, project, viewer=member.pk)
 
     # Then a run starts by itself with the default config, trains and publishes
     wait_until(

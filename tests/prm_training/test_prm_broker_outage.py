@@ -40,7 +40,8 @@ def test_labeling_goes_on_while_redis_is_down_and_training_waits_for_it(
     )
     worker = celery_workers.start(env={"CELERY_BROKER_URL": private_broker.url})
     ml = make_member(project, "ml")
-    annotator = client_for(make_member(project, "annotator"))
+    member = make_member(project, "annotator")
+    annotator = client_for(member)
 
     # When Redis stops
     private_broker.stop()
@@ -58,7 +59,8 @@ def test_labeling_goes_on_while_redis_is_down_and_training_waits_for_it(
         format="json",
     )
     assert submitted.status_code == 201, submitted.content
-    assert Annotation.objects.filter(chain_id=CHAIN_IDS.read(body["chain"]["id"])).exists()
+    chain_id = CHAIN_IDS.read(body["chain"]["id"], viewer=member.pk)
+    assert Annotation.objects.filter(chain_id=chain_id).exists()
     assert Chain.objects.filter(project=project, is_finished=True).count() == 31
 
     # ...and ML staff's training request is accepted and waits in its row, not sent

@@ -74,14 +74,14 @@ def assignment_pk(public_id: int) -> int:
     """The row id of the assignment an annotator names by its public id
     (``annotation.public_ids``); Assignment.DoesNotExist (a 404) for a number that is
     none, as for a lease that is not theirs."""
-    pk = ASSIGNMENT_IDS.read(public_id)
+    pk = ASSIGNMENT_IDS.read(public_id, viewer=None)
     if pk is None:
         raise Assignment.DoesNotExist("No such assignment.")
     return pk
 
 
 class LeaseOutputSerializer(serializers.ModelSerializer):
-    id = PublicIdField(ASSIGNMENT_IDS)
+    id = PublicIdField(ASSIGNMENT_IDS, per_viewer=False)
 
     class Meta:
         model = Assignment
@@ -117,7 +117,7 @@ class ChainForLabelingSerializer(serializers.ModelSerializer):
     """What an annotator sees: no ratings of others, no imported labels, no metadata
     (which may carry them), no generator name (which may bias the grade)."""
 
-    id = PublicIdField(CHAIN_IDS)
+    id = PublicIdField(CHAIN_IDS, per_viewer=True)
     problem = ProblemForLabelingSerializer()
     steps = StepForLabelingSerializer(many=True)
     labeling_mode = serializers.CharField()
@@ -143,21 +143,23 @@ _expires_at_field = serializers.DateTimeField()
 def lease_payload(*, lease: Lease, project: Project) -> dict[str, Any]:
     """The answer of next and prefetch for ``lease`` (``NextOutputSerializer`` in the
     schema), built as plain dicts: next is the hottest request, and nested serializers
-    cost more than the claim itself. Ids are public ids (``annotation.public_ids``). The
-    pre-labels are those the lease stored when it was taken (``queue.prelabels``)."""
+    cost more than the claim itself. Ids are public ids (``annotation.public_ids``), the
+    lease holder's own. The pre-labels are those the lease stored when it was taken
+    (``queue.prelabels``)."""
     chain = lease.chain
     problem = {"text": chain.problem_text}
     if project.show_reference_answer:
         problem["reference_answer"] = chain.reference_answer
-    step_base = STEP_IDS.base(lease.assignment.chain_id)
+    viewer = lease.assignment.annotator_id
+    step_base = STEP_IDS.base(lease.assignment.chain_id, viewer=viewer)
     verdicts = shown_verdicts(lease.assignment)
     return {
         "assignment": {
-            "id": ASSIGNMENT_IDS.show(lease.assignment.pk),
+            "id": ASSIGNMENT_IDS.show(lease.assignment.pk, viewer=None),
             "expires_at": _expires_at_field.to_representation(lease.assignment.expires_at),
         },
         "chain": {
-            "id": CHAIN_IDS.show(lease.assignment.chain_id),
+            "id": CHAIN_IDS.show(lease.assignment.chain_id, viewer=viewer),
             "problem": problem,
             "steps": [
                 {
@@ -249,7 +251,9 @@ class AssignmentPrefetchView(APIView):
 
 def after_submit(submitted: Submitted) -> None:
     """What every submit endpoint does once a new annotation is recorded."""
-    if submitted.created and submitted.annotation.chain.is_finished:
+    # A gold pass shaped as the one that finishes its chain asks too (the check finds
+    # nothing new): what a submit sends must not tell gold apart (queue.submit._Pass).
+    if submitted.created and submitted.finishing:
         # Auto-retraining counts finished chains (the training app's hook); a worker
         # checks, never this request.
         chain_finished_notify(project_id=submitted.annotation.chain.project_id)
@@ -260,7 +264,7 @@ class StepRatingOutputSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.IntegerField(min_value=1, max_value=PUBLIC_ID_MAX))
     def get_step(self, rating: StepRating) -> int:
-        return STEP_IDS.of(rating.step)
+        return STEP_IDS.of(rating.step, viewer=self.context["viewer"])
 
     class Meta:
         model = StepRating
@@ -268,7 +272,7 @@ class StepRatingOutputSerializer(serializers.ModelSerializer):
 
 
 class AnnotationOutputSerializer(serializers.ModelSerializer):
-    chain = PublicIdField(CHAIN_IDS, source="chain_id")
+    chain = PublicIdField(CHAIN_IDS, per_viewer=True, source="chain_id")
     ratings = StepRatingOutputSerializer(many=True)
 
     class Meta:
@@ -290,7 +294,7 @@ def annotation_payload(submitted: Submitted) -> dict[str, Any]:
     annotation = submitted.annotation
     return {
         "id": annotation.pk,
-        "chain": CHAIN_IDS.show(annotation.chain_id),
+        "chain": CHAIN_IDS.show(annotation.chain_id, viewer=annotation.annotator_id),
         "created_at": _created_at_field.to_representation(annotation.created_at),
         "rewrite": annotation.rewrite,
         "duration_ms": annotation.duration_ms,
@@ -391,7 +395,7 @@ class SkipInputSerializer(InputSerializer):
 
 
 class SkipOutputSerializer(serializers.ModelSerializer):
-    id = PublicIdField(ASSIGNMENT_IDS)
+    id = PublicIdField(ASSIGNMENT_IDS, per_viewer=False)
 
     class Meta:
         model = Assignment

@@ -18,6 +18,8 @@ are public ids, as the workspace showed them (``annotation.public_ids``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -32,6 +34,7 @@ from annotation.labeling.api.submit_input import RatingInputSerializer, ratings_
 from annotation.labeling.history import (
     HISTORY_PAGE_SIZE,
     HISTORY_PAGE_SIZE_MAX,
+    HistoryChain,
     HistoryStep,
     annotator_history_chain,
     annotator_history_page,
@@ -67,7 +70,7 @@ class HistoryQuerySerializer(serializers.Serializer):
 
 class HistoryEntryOutputSerializer(serializers.Serializer):
     annotation = serializers.IntegerField(source="annotation_id")
-    chain = PublicIdField(CHAIN_IDS, source="chain_id")
+    chain = PublicIdField(CHAIN_IDS, per_viewer=True, source="chain_id")
     submitted_at = serializers.DateTimeField()
     problem = serializers.CharField(
         source="problem_line", help_text="The problem's first line (cut at 200 characters)."
@@ -135,7 +138,10 @@ class HistoryView(APIView):
             before=query.validated_data.get("cursor"),
             limit=query.validated_data["limit"],
         )
-        return Response(HistoryPageOutputSerializer(page).data)
+        # Ids as the annotator whose history it is read them (a lead reading a member's).
+        return Response(
+            HistoryPageOutputSerializer(page, context={"viewer": page.annotator_id}).data
+        )
 
 
 class HistoryStepOutputSerializer(serializers.Serializer):
@@ -151,7 +157,7 @@ class HistoryStepOutputSerializer(serializers.Serializer):
 
     @extend_schema_field(serializers.IntegerField(min_value=1, max_value=PUBLIC_ID_MAX))
     def get_id(self, step: HistoryStep) -> int:
-        return STEP_IDS.show(self.context["chain_id"], step.index)
+        return STEP_IDS.show(self.context["chain_id"], step.index, viewer=self.context["viewer"])
 
 
 class HistoryChainOutputSerializer(serializers.Serializer):
@@ -160,7 +166,7 @@ class HistoryChainOutputSerializer(serializers.Serializer):
     submitted_at = serializers.DateTimeField()
     duration_ms = serializers.IntegerField(allow_null=True)
     labeling_mode = serializers.CharField()
-    chain = PublicIdField(CHAIN_IDS, source="chain_id")
+    chain = PublicIdField(CHAIN_IDS, per_viewer=True, source="chain_id")
     problem = serializers.CharField(source="problem_text")
     reference_answer = serializers.CharField(
         allow_null=True, help_text="Null unless the project shows reference answers."
@@ -192,6 +198,12 @@ class HistoryChainOutputSerializer(serializers.Serializer):
     )
 
 
+def history_chain_data(chain: HistoryChain) -> Any:
+    """A reopened pass as the answer shows it, its ids as its annotator read them."""
+    context = {"chain_id": chain.chain_id, "viewer": chain.annotator_id}
+    return HistoryChainOutputSerializer(chain, context=context).data
+
+
 class HistoryChainView(APIView):
     @extend_schema(
         tags=["history"],
@@ -214,9 +226,7 @@ class HistoryChainView(APIView):
             annotation_id=annotation_id,
             lead=membership_role(user=user, project=project) == Role.LEAD,
         )
-        return Response(
-            HistoryChainOutputSerializer(chain, context={"chain_id": chain.chain_id}).data
-        )
+        return Response(history_chain_data(chain))
 
 
 class ReviseInputSerializer(InputSerializer):
@@ -283,6 +293,6 @@ class HistoryReviseView(APIView):
         )
         chain = annotator_history_chain(project=project, user=user, annotation_id=revision.pk)
         return Response(
-            HistoryChainOutputSerializer(chain, context={"chain_id": chain.chain_id}).data,
+            history_chain_data(chain),
             status=status.HTTP_201_CREATED,
         )

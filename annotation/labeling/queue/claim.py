@@ -18,21 +18,20 @@ from annotation.labeling.queue.leases import (
     now_or_current,
     sql_params,
 )
-from annotation.labeling.queue.prelabels import (
-    lease_prelabel_fields,
-    prelabel_plan,
-    verdicts_from_db,
-)
+from annotation.labeling.queue.prelabels import prelabel_plan, verdicts_from_db
 from annotation.labeling.queue.rows import fetch_models
 from annotation.labeling.queue.sql import (
     CANDIDATE_SQL,
+    GOLD_CANDIDATE_SQL,
+    GOLD_LOCK_SQL,
     LIVE_LEASES_SQL,
     LOCK_USER_SQL,
     RECHECK_SQL,
     lease_sql,
 )
 from annotation.models import Assignment, AssignmentStatus, Project
-from annotation.quality.gold import gold_candidate, gold_lease
+from annotation.quality.gold import gold_candidate
+from annotation.quality.gold_reads import gold_order_key
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -58,23 +57,74 @@ MAX_LIVE_LEASES = 2
 
 
 def _candidate(
-    *, project: Project, user: User, now: datetime, skip: set[int], wait: bool
+    *, project: Project, user: User, now: datetime, skip: set[int], wait: bool, lock: bool = True
 ) -> int | None:
     """Lock the best claimable chain and return its id, skipping chains locked by others
-    unless ``wait``. Its subqueries see the snapshot from before the lock (see the
-    re-check)."""
+    unless ``wait`` (with ``lock`` False: the same query, locking nothing). Its subqueries
+    see the snapshot from before the lock (see the re-check)."""
     params = sql_params(project=project, user=user, now=now)
     skip_sql = ""
     if skip:
         names = [f"skip{i}" for i in range(len(skip))]
         skip_sql = "AND c.id NOT IN (" + ", ".join(f"%({n})s" for n in names) + ")"
         params.update(zip(names, sorted(skip), strict=True))
-    lock = ""
-    if connection.features.has_select_for_update:
-        lock = f"FOR NO KEY UPDATE OF c{'' if wait else ' SKIP LOCKED'}"
-    sql = CANDIDATE_SQL.format(skip=skip_sql, lock=lock)
+    locking = ""
+    if lock and connection.features.has_select_for_update:
+        locking = f"FOR NO KEY UPDATE OF c{'' if wait else ' SKIP LOCKED'}"
+    sql = CANDIDATE_SQL.format(skip=skip_sql, lock=locking)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return row[0] if row is not None else None
+
+
+def _row_lock() -> str:
+    return "FOR NO KEY UPDATE OF c" if connection.features.has_select_for_update else ""
+
+
+def _gold_candidate(*, project: Project, user: User, now: datetime, lock: bool) -> int | None:
+    """The next gold chain the caller may be offered, in their own keyed shuffle, locked
+    with ``lock``; None when they have done every one (``GOLD_CANDIDATE_SQL``)."""
+    params = sql_params(project=project, user=user, now=now)
+    params["gold_order"] = gold_order_key(project=project, annotator=user)
+    with connection.cursor() as cursor:
+        cursor.execute(GOLD_CANDIDATE_SQL.format(lock=_row_lock() if lock else ""), params)
+        row = cursor.fetchone()
+    return row[0] if row is not None else None
+
+
+def _gold_chain(
+    *, project: Project, user: User, now: datetime, mine: set[int]
+) -> tuple[int | None, bool]:
+    """(the gold chain this claim leases, locked, or None for real work; whether the claim
+    gets nothing at all), by ``quality.gold.gold_candidate``'s pick.
+
+    Under a gold rate every claim asks the gold query, locked when the draw chose gold and
+    unlocked and unused when it did not, and the caller then runs the real work's
+    candidate query either way (unlocked and unused after a gold pick): a gold claim and a
+    real one run the same statements, and then the same lease statement
+    (``sql.CLAIMABLE_SQL``), so that what an annotator times tells them nothing (a gold
+    claim that took its own path cost three times a real one)."""
+    pick = gold_candidate(project=project, user=user, now=now)
+    if pick.blocked:
+        return None, True
+    if pick.chain_id is not None:  # screening: only gold, no real claim to look like
+        if pick.chain_id in mine:
+            return None, False
+        locked = _gold_lock(chain_id=pick.chain_id)
+        return locked, locked is None  # no longer gold: nothing to screen with right now
+    if not project.gold_rate:
+        return None, False
+    found = _gold_candidate(project=project, user=user, now=now, lock=pick.drawn)
+    return (found if pick.drawn else None), False
+
+
+def _gold_lock(*, chain_id: int) -> int | None:
+    """Lock the gold chain the screening picked; None if it is no longer gold (the lock
+    keeps a concurrent ``gold_unmark`` from turning it into real work under a lease that
+    ignored the overlap)."""
+    with connection.cursor() as cursor:
+        cursor.execute(GOLD_LOCK_SQL.format(lock=_row_lock()), {"chain": chain_id})
         row = cursor.fetchone()
     return row[0] if row is not None else None
 
@@ -169,24 +219,18 @@ def _claim_once(
     skip |= mine
 
     # Gold chains and screening (annotation/quality/gold.py); no query unless used.
+    gold_id: int | None = None
     if project.gold_rate or project.screening_chains:
-        pick = gold_candidate(project=project, user=user, now=now)
-        if pick.blocked:
+        gold_id, blocked = _gold_chain(project=project, user=user, now=now, mine=mine)
+        if blocked:
             return None
-        if pick.chain is not None and pick.chain.pk not in mine:
-            # Pre-labels as on any chain: nothing the annotator reads tells gold apart.
-            gold_id = pick.chain.pk
-            plan = prelabel_plan(project=project, chain_id=gold_id, user_id=user.pk)
-            gold = gold_lease(
-                project=project,
-                user=user,
-                chain=pick.chain,
-                now=now,
-                prelabels=lambda: lease_prelabel_fields(plan=plan, chain_id=gold_id),
-            )
-            return (gold, None) if gold is not None else None
-
-    chain_id = _candidate(project=project, user=user, now=now, skip=skip, wait=False)
+    if gold_id is not None:
+        # The real work's query too, unlocked and unused: a gold claim runs the statements
+        # a real one does, so its time does not tell gold apart (``_gold_chain``).
+        _candidate(project=project, user=user, now=now, skip=skip, wait=False, lock=False)
+        chain_id: int | None = gold_id
+    else:
+        chain_id = _candidate(project=project, user=user, now=now, skip=skip, wait=False)
     if chain_id is None:
         # Chains locked right now by a submit or another claim were skipped; one of them
         # may still have a free place, and answering "nothing left" would send the

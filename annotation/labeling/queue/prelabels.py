@@ -24,9 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from django.db import connection
-
-from annotation.labeling.queue.sql import CHAIN_PRELABELS_SQL, prelabels_sql
 from annotation.models import Assignment, PrelabelOutcome, Project
 from annotation.public_ids import purpose_key
 
@@ -91,28 +88,6 @@ def verdicts_from_db(value: Any) -> dict[str, int] | None:
     if value is None:
         return None
     return json.loads(value) if isinstance(value, str | bytes) else dict(value)
-
-
-def chain_prelabels(*, chain_id: int, plan: PrelabelPlan) -> dict[str, int] | None:
-    """What ``sql.lease_sql`` stores on a lease of ``chain_id`` under ``plan``, read by
-    itself: for the gold claim, whose lease the ORM writes. Same SQL, so a gold chain's
-    pre-labels are read exactly as any other's. No query when the plan is ``OFF``."""
-    if not plan.source:
-        return None
-    sql = CHAIN_PRELABELS_SQL.format(prelabels=prelabels_sql(connection.vendor))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, {"chain": chain_id, **plan.sql_params()})
-        (value,) = cursor.fetchone()
-    return verdicts_from_db(value)
-
-
-def lease_prelabel_fields(*, plan: PrelabelPlan, chain_id: int) -> dict[str, Any]:
-    """The Assignment fields of a lease taken under ``plan`` (the gold claim's)."""
-    return {
-        "prelabel_source": plan.source,
-        "prelabels": chain_prelabels(chain_id=chain_id, plan=plan),
-        "prelabels_shown": plan.shown,
-    }
 
 
 def shown_verdicts(assignment: Assignment) -> dict[str, int]:

@@ -26,6 +26,8 @@ from annotation.models import (
     Step,
     StepRating,
     Webhook,
+    WebhookDelivery,
+    WebhookDeliveryStatus,
 )
 
 # --- claim ---------------------------------------------------------------------------------
@@ -67,6 +69,42 @@ PLACE_FREE_SQL = f"""
     )
 """
 
+# Whether the caller may lease chain ``c`` now: a gold chain has no overlap (it is offered
+# to every annotator once: ``quality.gold``), so past the flag only the claim's own gold
+# query (``GOLD_CANDIDATE_SQL``, or the screening's pick) decides; any other chain needs a
+# free place. Gold and real work are leased by the same statement, so a gold lease costs
+# what a real one does: nothing an annotator times tells them apart. The place is worked
+# out first, gold or not (an OR runs its arms in order), for the same reason.
+CLAIMABLE_SQL = f"NOT c.is_flagged AND (({PLACE_FREE_SQL}) OR c.is_gold)"
+
+# The gold chain a claim the gold draw chose leases, locked: the first of the project's gold
+# chains that the caller has not submitted, skipped or annotated and holds no live lease on,
+# in the caller's own keyed shuffle (``%(gold_order)s``: ``quality.gold_reads.gold_order``,
+# hashed with the chain id). One statement like the real work's candidate query, so that a
+# gold claim runs the statements a real one does.
+GOLD_CANDIDATE_SQL = f"""
+    SELECT c.id FROM {Chain._meta.db_table} c
+    WHERE c.project_id = %(project)s AND c.is_gold AND NOT c.is_flagged
+      AND NOT EXISTS (
+          SELECT 1 FROM {Assignment._meta.db_table} a
+          WHERE a.chain_id = c.id AND a.annotator_id = %(user)s
+            AND (a.status IN ('{AssignmentStatus.SUBMITTED}', '{AssignmentStatus.SKIPPED}')
+                 OR (a.status = '{AssignmentStatus.ACTIVE}' AND a.expires_at > %(now)s))
+      )
+      AND NOT EXISTS (
+          SELECT 1 FROM {Annotation._meta.db_table} n
+          WHERE n.chain_id = c.id AND n.annotator_id = %(user)s
+            AND n.source = '{AnnotationSource.HUMAN}'
+      )
+    ORDER BY MD5(%(gold_order)s || CAST(c.id AS TEXT)), c.id
+    LIMIT 1 {{lock}}
+"""
+
+# A gold chain the screening picked, locked while it is still gold (None: it no longer is).
+GOLD_LOCK_SQL = (
+    f"SELECT c.id FROM {Chain._meta.db_table} c WHERE c.id = %(chain)s AND c.is_gold {{lock}}"
+)
+
 # People first (routing), then highest priority, then oldest. ``project_id``, ``NOT
 # is_finished``, ``NOT is_flagged``, no evaluation set (its chains are never leased), not
 # machine-agreed (routing accepted it without a person) and the order match the partial index
@@ -96,7 +134,7 @@ CANDIDATE_SQL = f"""
 """
 
 RECHECK_SQL = f"""
-    SELECT (NOT c.is_flagged AND {PLACE_FREE_SQL}),
+    SELECT ({CLAIMABLE_SQL}),
            EXISTS (
                SELECT 1 FROM {Assignment._meta.db_table} a
                WHERE a.chain_id = c.id AND a.status = '{AssignmentStatus.ACTIVE}'
@@ -138,10 +176,6 @@ def prelabels_sql(vendor: str) -> str:
     return PRELABELS_SQL.format(json_object=_JSON_OBJECT_AGGREGATES[vendor])
 
 
-# The pre-labels of chain ``%(chain)s`` by themselves: the gold claim's lease, which the
-# ORM writes (``quality.gold.gold_lease``), stores what ``LEASE_IF_FREE_SQL`` would.
-CHAIN_PRELABELS_SQL = f"SELECT {{prelabels}} FROM {Chain._meta.db_table} c WHERE c.id = %(chain)s"
-
 # The lease itself, taken only if the re-check under the lock passes, in one statement: it
 # starts after the candidate statement got the chain's lock, so (READ COMMITTED) it sees
 # every lease and submit committed before. The common case costs this one round trip; when
@@ -155,7 +189,7 @@ LEASE_IF_FREE_SQL = f"""
     SELECT %(project)s, c.id, %(user)s, '{AssignmentStatus.ACTIVE}', %(now)s, %(expires)s,
            NULL, '', %(prelabel_from)s, {{prelabels}}, %(prelabels_shown)s
     FROM {Chain._meta.db_table} c
-    WHERE c.id = %(chain)s AND NOT c.is_flagged AND {PLACE_FREE_SQL}
+    WHERE c.id = %(chain)s AND {CLAIMABLE_SQL}
       AND NOT EXISTS (
           SELECT 1 FROM {Assignment._meta.db_table} a
           WHERE a.chain_id = c.id AND a.status = '{AssignmentStatus.ACTIVE}'
@@ -342,10 +376,18 @@ CHAIN_AGREEMENT_SQL = f"""
 # PostgreSQL: the chain's count and agreement in the submit's one statement
 # (``SUBMIT_WRITE_SQL``), for a pass that makes two or more count. Its sub-statements
 # share a snapshot that does not hold the new ratings, so they come from the ratings
-# insert's RETURNING (``r``). Parameters: finished_count, is_finished, the chain twice.
+# insert's RETURNING (``r``). Parameters: finished_count, is_finished, the chain three
+# times. A gold chain's pass counts for nothing: it writes the count it read and keeps its
+# agreement, worked out all the same (in FROM, which runs either way, where a CASE would
+# skip it) so that it costs what a real pass does (``submit._Pass``).
 CHAIN_COUNTED_AGREEMENT_SQL = f"""
     UPDATE {Chain._meta.db_table} SET finished_count = %s, is_finished = %s,
-        agreement = {_agreement_sql(chain="%s", more="UNION ALL SELECT step_id, rating FROM r")}
+        agreement = CASE WHEN is_gold THEN agreement ELSE g.worked_out END
+    FROM (
+        SELECT {_agreement_sql(chain="%s", more="UNION ALL SELECT step_id, rating FROM r")}
+            AS worked_out
+        FROM {Chain._meta.db_table} WHERE id = %s
+    ) g
     WHERE id = %s
 """
 # The submit that finishes a chain takes it out of its annotators' sets of closed leases
@@ -410,8 +452,33 @@ SUBMIT_WRITE_SQL = f"""
     ),
     l AS ({LEASE_SUBMITTED_SQL})
     {{count}}
-    SELECT id FROM n
+    SELECT id{{hooks}} FROM n
 """
+
+# PostgreSQL, in the submit's WITH: a pass shaped as the one that finishes its chain, in a
+# project with an active webhook. ``h``: the webhooks subscribed to ``chain.finished``;
+# ``w``: their outbox rows (``webhooks.events``), written only when the chain did finish
+# (the last parameter: false for a gold pass, which writes none; the submit sends as many
+# messages either way). Parameters: the project, the event as a JSON list, the event, the
+# payload (JSON text), the time twice, whether to write.
+CHAIN_FINISHED_HOOKS_SQL = f"""
+    , h AS (
+        SELECT id FROM {Webhook._meta.db_table}
+        WHERE project_id = %s AND active AND events @> CAST(%s AS jsonb)
+    ),
+    w AS (
+        INSERT INTO {WebhookDelivery._meta.db_table}
+            (webhook_id, event, message_id, payload, status, attempts, next_attempt_at,
+             last_error, created_at)
+        SELECT h.id, %s, 'msg_' || replace(CAST(gen_random_uuid() AS text), '-', ''),
+               CAST(%s AS jsonb), '{WebhookDeliveryStatus.PENDING}', 0, %s, '', %s
+        FROM h WHERE %s
+        RETURNING id
+    )
+"""
+# What the submit's statement returns beside the annotation's id with ``h`` and ``w``: the
+# outbox rows written and how many webhooks are subscribed.
+CHAIN_FINISHED_HOOKS_RETURNING = ", ARRAY(SELECT id FROM w), (SELECT COUNT(*) FROM h)"
 
 
 # --- the queue's order (``priorities``) -----------------------------------------------------

@@ -3,6 +3,7 @@ the annotation, its ratings, the lease's close and the chain's count together.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -24,6 +25,8 @@ from annotation.labeling.queue.sql import (
     CHAIN_AGREEMENT_SQL,
     CHAIN_COUNTED_AGREEMENT_SQL,
     CHAIN_COUNTED_SQL,
+    CHAIN_FINISHED_HOOKS_RETURNING,
+    CHAIN_FINISHED_HOOKS_SQL,
     CHAIN_SHUT_SQL,
     LEASE_SUBMITTED_SQL,
     RATINGS_INSERT,
@@ -38,9 +41,15 @@ from annotation.models import (
     Chain,
     LabelingMode,
     Rating,
+    WebhookEvent,
 )
 from annotation.public_ids import STEP_IDS
-from annotation.webhooks.events import webhook_chain_finished
+from annotation.quality.gold import gold_pass_place
+from annotation.webhooks.events import (
+    chain_finished_payload,
+    webhook_chain_finished,
+    webhook_deliveries_send_on_commit,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -63,11 +72,15 @@ class RatingInput:
 class Submitted:
     """What a submit recorded: the annotation (its ``chain`` loaded, with the project, when
     this call created it), whether this call created it (False: a repeat of an earlier
-    ``request_id``, which changed nothing) and its ratings in step order."""
+    ``request_id``, which changed nothing), its ratings in step order and whether it was
+    shaped as the pass that finishes its chain (``finishing``: the one that did, or a gold
+    pass that writes and sends what such a pass would; what follows a finished chain
+    follows it, so that gold costs what real work does)."""
 
     annotation: Annotation
     created: bool
     ratings: list[RatingInput]
+    finishing: bool = False
 
 
 def _describe(position: int) -> str:
@@ -161,7 +174,9 @@ def _idempotent_repeat(
     rows = annotation.ratings.order_by("step__index").values_list(
         "step_id", "step__index", "rating", "comment", "duration_ms"
     )
-    base = STEP_IDS.base(annotation.chain_id) if public_step_ids else 0
+    base = (
+        STEP_IDS.base(annotation.chain_id, viewer=annotation.annotator_id) if public_step_ids else 0
+    )
     ratings = [
         RatingInput(
             step_id=base + index if public_step_ids else step_id,
@@ -181,12 +196,54 @@ _RATINGS_PER_STATEMENT = 1_000
 
 
 @dataclass(frozen=True, slots=True)
+class _Pass:
+    """Where a validated submit's pass stands in its chain, decided under the chain's lock:
+    ``place`` (1 for the chain's first pass) of the chain's ``passes``, ``counts`` (False
+    for a gold chain, whose passes are tests) and ``count`` the chain's (finished_count,
+    is_finished) after it. A gold pass takes a keyed place (``quality.gold.gold_pass_place``)
+    and writes what a real pass there does with the count it read: its statements, its
+    cost and what it sends are a real pass's, so an annotator who times submits learns
+    nothing from them."""
+
+    place: int
+    passes: int
+    counts: bool
+    count: tuple[int, bool]
+
+    @property
+    def finishing(self) -> bool:
+        """Shaped as the pass that finishes its chain (really so when it ``counts``)."""
+        return self.place >= self.passes
+
+    @property
+    def chain_open(self) -> bool:
+        """Whether the chain still waits in the queue after it: not after a gold pass (it
+        never counts) or the annotation that finishes it."""
+        return self.counts and not self.count[1]
+
+    @property
+    def agreement_moves(self) -> bool:
+        """Whether two or more passes count with it, so the chain's agreement moves."""
+        return self.place >= 2
+
+
+def _pass_of(*, chain: Chain, user_id: int) -> _Pass:
+    passes = chain.project.overlap + chain.extra_labels
+    if chain.is_gold:  # a test, not real work: it does not count (annotation/quality/gold.py)
+        place = gold_pass_place(chain_id=chain.pk, user_id=user_id, passes=passes)
+        return _Pass(place, passes, False, (chain.finished_count, chain.is_finished))
+    finished = chain.finished_count + 1
+    return _Pass(finished, passes, True, (finished, finished >= passes))
+
+
+@dataclass(frozen=True, slots=True)
 class _Writes:
-    """What a validated submit writes, decided under the chain's lock: the annotation's
-    INSERT, its rating rows (step id, rating, comment, duration, pre-label outcome and
-    source), the lease's close and,
-    unless ``counted`` is None (a gold pass), the chain's new (finished_count,
-    is_finished), with its agreement once two or more passes count."""
+    """What a validated submit writes: the annotation's INSERT, its rating rows (step id,
+    rating, comment, duration, pre-label outcome and source), the lease's close, the
+    chain's count as ``standing`` says, with its agreement once two or more passes count,
+    and, where ``hooks_payload`` is set (a pass shaped as the one that finishes its chain,
+    in a project with an active webhook), the ``chain.finished`` outbox rows when the
+    chain did finish."""
 
     chain_id: int
     insert_sql: str
@@ -194,51 +251,54 @@ class _Writes:
     rows: list[tuple[int, int, str, int | None, str, str]]
     assignment_id: int
     finished_at: Any
-    counted: tuple[int, bool] | None
-
-    @property
-    def chain_open(self) -> bool:
-        """Whether the chain still waits in the queue: not after a gold pass (it never
-        counts) or the annotation that finishes it."""
-        return self.counted is not None and not self.counted[1]
-
-    @property
-    def agreement_moves(self) -> bool:
-        """Whether two or more passes count now, so the chain's agreement moves with this one."""
-        return self.counted is not None and self.counted[0] >= 2
-
-    @property
-    def shuts(self) -> bool:
-        """Whether this annotation finishes the chain (its other closed leases close too)."""
-        return self.counted is not None and self.counted[1]
+    standing: _Pass
+    project_id: int
+    hooks_payload: str | None
 
 
-def _write_postgresql(writes: _Writes) -> int:
-    """Every write in one statement (``SUBMIT_WRITE_SQL``); the new annotation's id."""
-    count_sql = ""
-    count_params: list[Any] = []
-    if writes.counted is not None and writes.agreement_moves:
-        count_sql = f", c AS ({CHAIN_COUNTED_AGREEMENT_SQL})"
-        count_params = [*writes.counted, writes.chain_id, writes.chain_id]
-    elif writes.counted is not None:
-        count_sql = f", c AS ({CHAIN_COUNTED_SQL})"
-        count_params = [*writes.counted, writes.chain_id]
-    if writes.shuts:
-        count_sql += f", o AS ({CHAIN_SHUT_SQL})"
-        count_params.append(writes.chain_id)
-    sql = SUBMIT_WRITE_SQL.format(annotation=writes.insert_sql, count=count_sql)
+def _count_sql(writes: _Writes) -> tuple[str, list[Any]]:
+    """The chain's count (and agreement, and shutting its closed leases) as WITH entries
+    of the submit's statement, and their parameters."""
+    standing = writes.standing
+    if standing.agreement_moves:
+        sql = f", c AS ({CHAIN_COUNTED_AGREEMENT_SQL})"
+        params = [*standing.count, writes.chain_id, writes.chain_id, writes.chain_id]
+    else:
+        sql, params = f", c AS ({CHAIN_COUNTED_SQL})", [*standing.count, writes.chain_id]
+    if standing.finishing:
+        sql += f", o AS ({CHAIN_SHUT_SQL})"
+        params.append(writes.chain_id)
+    return sql, params
+
+
+def _write_postgresql(writes: _Writes) -> tuple[int, list[int], int]:
+    """Every write in one statement (``SUBMIT_WRITE_SQL``): the new annotation's id, the
+    ``chain.finished`` outbox rows written and how many webhooks take that event."""
+    count_sql, count_params = _count_sql(writes)
+    hooks = ""
+    if writes.hooks_payload is not None:
+        event = WebhookEvent.CHAIN_FINISHED
+        count_sql += CHAIN_FINISHED_HOOKS_SQL
+        count_params += [writes.project_id, json.dumps([event]), event, writes.hooks_payload]
+        count_params += [writes.finished_at, writes.finished_at, writes.standing.counts]
+        hooks = CHAIN_FINISHED_HOOKS_RETURNING
+    sql = SUBMIT_WRITE_SQL.format(annotation=writes.insert_sql, count=count_sql, hooks=hooks)
     columns = [list(c) for c in zip(*writes.rows, strict=True)] if writes.rows else [[]] * 6
     params = [*writes.insert_params, *columns]
-    params += [writes.finished_at, writes.chain_open, writes.assignment_id, *count_params]
+    params += [writes.finished_at, writes.standing.chain_open, writes.assignment_id]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        (annotation_id,) = cursor.fetchone()
-    return int(annotation_id)
+        cursor.execute(sql, [*params, *count_params])
+        row = cursor.fetchone()
+    if writes.hooks_payload is None:
+        return int(row[0]), [], 0
+    return int(row[0]), list(row[1]), int(row[2])
 
 
-def _write_sqlite(writes: _Writes) -> int:
+def _write_sqlite(writes: _Writes) -> tuple[int, list[int], int]:
     """The same writes as a few statements (SQLite has no data-modifying CTEs); the new
-    annotation's id."""
+    annotation's id. Its ``chain.finished`` rows are the ORM's (``_submit_new``): the
+    demo's database, where no one times submits."""
+    standing = writes.standing
     with connection.cursor() as cursor:
         cursor.execute(writes.insert_sql, writes.insert_params)
         (annotation_id,) = cursor.fetchone()
@@ -248,20 +308,21 @@ def _write_sqlite(writes: _Writes) -> int:
                 f"{RATINGS_INSERT} VALUES {', '.join([_RATING_VALUES] * len(batch))}",
                 [value for row in batch for value in (annotation_id, *row)],
             )
-        if writes.shuts:
+        if standing.finishing:
             cursor.execute(CHAIN_SHUT_SQL, [writes.chain_id])
         cursor.execute(
-            LEASE_SUBMITTED_SQL, [writes.finished_at, writes.chain_open, writes.assignment_id]
+            LEASE_SUBMITTED_SQL, [writes.finished_at, standing.chain_open, writes.assignment_id]
         )
-        if writes.counted is not None:
-            cursor.execute(CHAIN_COUNTED_SQL, [*writes.counted, writes.chain_id])
-        if writes.agreement_moves:
+        cursor.execute(CHAIN_COUNTED_SQL, [*standing.count, writes.chain_id])
+        if standing.agreement_moves and standing.counts:
             cursor.execute(CHAIN_AGREEMENT_SQL, {"chain": writes.chain_id})
-    return int(annotation_id)
+    return int(annotation_id), [], 0
 
 
 # The submit's one writer interface: the database's own way to write ``_Writes``.
-_WRITERS: dict[str, Callable[[_Writes], int]] = {"postgresql": _write_postgresql}
+_WRITERS: dict[str, Callable[[_Writes], tuple[int, list[int], int]]] = {
+    "postgresql": _write_postgresql
+}
 
 
 def _submit_write(
@@ -271,15 +332,17 @@ def _submit_write(
     outcomes: Sequence[tuple[str, str]],
     assignment_id: int,
     now: datetime,
-    counted: tuple[int, bool] | None,
-) -> None:
+    standing: _Pass,
+    hooks_payload: str | None,
+) -> tuple[list[int], int]:
     """Store the new ``annotation`` (setting its id) with ``ratings`` (stripped, in step
     order) and their pre-label ``outcomes`` ((outcome, source), one per rating), mark
-    lease ``assignment_id`` SUBMITTED at ``now`` and, unless ``counted`` is None, set the
-    chain's ``(finished_count, is_finished)`` and, once two or more passes count, its
-    agreement. The lease's ``chain_open``
-    says whether the chain still waits in the queue; the annotation that finishes the
-    chain clears it on the chain's other closed leases too.
+    lease ``assignment_id`` SUBMITTED at ``now``, and write the chain's count as
+    ``standing`` says, with its agreement once two or more passes count. The lease's
+    ``chain_open`` says whether the chain still waits in the queue; the annotation that
+    finishes the chain clears it on the chain's other closed leases too. With
+    ``hooks_payload`` (PostgreSQL), the ``chain.finished`` outbox rows of a chain that
+    finished; returns them and how many webhooks take that event.
 
     Precondition: the chain's row lock is held and the submit was validated; these are
     the writes it decided on. One statement on PostgreSQL, four or more on SQLite."""
@@ -294,11 +357,14 @@ def _submit_write(
         ],
         assignment_id=assignment_id,
         finished_at=connection.ops.adapt_datetimefield_value(now),
-        counted=counted,
+        standing=standing,
+        project_id=annotation.chain.project_id,
+        hooks_payload=hooks_payload,
     )
-    annotation.pk = _WRITERS.get(connection.vendor, _write_sqlite)(writes)
+    annotation.pk, sent, hooks = _WRITERS.get(connection.vendor, _write_sqlite)(writes)
     annotation._state.adding = False
     annotation._state.db = connection.alias
+    return sent, hooks
 
 
 def _check_request(*, request_id: str, duration_ms: int | None) -> None:
@@ -343,13 +409,14 @@ def ratings_in_step_order(
 
 
 def steps_as_named(
-    *, chain_id: int, steps: list[tuple[int, int]], public_step_ids: bool
+    *, chain_id: int, steps: list[tuple[int, int]], viewer: int | None
 ) -> tuple[list[tuple[int, int]], dict[int, int] | None]:
     """The chain's steps as (the id the caller names them by, index), and, when that is
-    their public id, the row id of each public id (one permutation for the chain)."""
-    if not public_step_ids:
+    their public id (as the user ``viewer`` reads it; None: their row id), the row id of
+    each public id (one permutation for the chain)."""
+    if viewer is None:
         return steps, None
-    base = STEP_IDS.base(chain_id)
+    base = STEP_IDS.base(chain_id, viewer=viewer)
     return [(base + index, index) for _, index in steps], {
         base + index: row for row, index in steps
     }
@@ -382,7 +449,7 @@ def assignment_submit(
     Assignment.DoesNotExist.
 
     The ratings name steps by their row ids, or with ``public_step_ids`` by their public
-    ids (``annotation.public_ids``, as the queue's answers show them to annotators), and
+    ids (``annotation.public_ids``, as the queue's answers showed them to ``user``), and
     ``Submitted.ratings`` names them the same way."""
     now = now_or_current(now)
     rewrite = rewrite.strip()
@@ -404,7 +471,7 @@ def assignment_submit(
                 public_step_ids=public_step_ids,
             )
         steps, row_of = steps_as_named(
-            chain_id=chain.pk, steps=step_rows, public_step_ids=public_step_ids
+            chain_id=chain.pk, steps=step_rows, viewer=user.pk if public_step_ids else None
         )
         _hold_place(chain=chain, assignment=assignment, user=user, now=now)
         submission_validate(
@@ -449,13 +516,12 @@ def _submit_new(
     close the lease and count the annotation on the chain; ``webhooks``: whether the
     project has an active webhook to tell of a chain it finishes. Precondition: the
     chain's row lock is held and the submit was validated under it."""
-    # finished_count was read under the lock, so it is current. A pass over a gold
-    # chain is a test, not real work: it does not count (annotation/quality/gold.py).
-    counted = None
-    if not chain.is_gold:
-        finished = chain.finished_count + 1
-        counted = (finished, finished >= chain.project.overlap + chain.extra_labels)
-    _submit_write(
+    # finished_count was read under the lock, so it is current.
+    standing = _pass_of(chain=chain, user_id=assignment.annotator_id)
+    # The chain.finished payload is built for a pass shaped as the finishing one, gold
+    # included: the statement writes its rows only when the chain did finish.
+    in_statement = webhooks and standing.finishing and connection.vendor == "postgresql"
+    sent, hooks = _submit_write(
         annotation=annotation,
         ratings=ratings
         if row_of is None
@@ -463,20 +529,27 @@ def _submit_new(
         outcomes=outcomes,
         assignment_id=assignment.pk,
         now=now,
-        counted=counted,
+        standing=standing,
+        hooks_payload=chain_finished_payload(chain=chain, passes=standing.count[0], at=now)
+        if in_statement
+        else None,
     )
     assignment.status = AssignmentStatus.SUBMITTED
     assignment.finished_at = now
-    assignment.chain_open = counted is not None and not counted[1]
-    if counted is not None:
-        chain.finished_count, chain.is_finished = counted
-        if chain.is_finished and webhooks:
-            # In this transaction: a submit rolled back sends nothing (webhooks.events).
-            webhook_chain_finished(chain=chain)
+    assignment.chain_open = standing.chain_open
+    chain.finished_count, chain.is_finished = standing.count
+    if in_statement:
+        # As many messages for a gold pass as for the real one (``webhooks.events``).
+        webhook_deliveries_send_on_commit(ids=sent, messages=hooks)
+    elif webhooks and standing.counts and chain.is_finished:
+        # In this transaction: a submit rolled back sends nothing (webhooks.events).
+        webhook_chain_finished(chain=chain)
     if chain.evaluation_set_id is not None:
         # A lease taken before the chain was held out, submitted after: the set's labels
         # changed, so the figures measured on it are measured again (rare: set chains
         # are never leased afterwards, and the read below runs only here).
         chain_labels_changed_notify(chain_id=chain.pk)
     annotation.chain = chain
-    return Submitted(annotation=annotation, created=True, ratings=ratings)
+    return Submitted(
+        annotation=annotation, created=True, ratings=ratings, finishing=standing.finishing
+    )

@@ -91,7 +91,7 @@ def test_no_annotator_response_reveals_gold(project, make_member, client_for, go
 
     base = f"/api/v1/projects/{project.pk}"
     first = record("next", api.post(f"{base}/assignments/next/"))
-    gold_first = CHAIN_IDS.read(first["chain"]["id"])
+    gold_first = CHAIN_IDS.read(first["chain"]["id"], viewer=user.pk)
     assert gold_first in {adjudicated.pk, imported.pk}  # a gold chain came first
     lease = first["assignment"]["id"]
     record("renew", api.post(f"/api/v1/assignments/{lease}/renew/"))
@@ -106,7 +106,7 @@ def test_no_annotator_response_reveals_gold(project, make_member, client_for, go
     )
     second = both["next"]
     assert (
-        CHAIN_IDS.read(second["chain"]["id"])
+        CHAIN_IDS.read(second["chain"]["id"], viewer=user.pk)
         == ({adjudicated.pk, imported.pk} - {gold_first}).pop()
     )
     record(
@@ -118,7 +118,7 @@ def test_no_annotator_response_reveals_gold(project, make_member, client_for, go
         ),
     )
     normal = record("next_ordinary", api.post(f"{base}/assignments/next/"))
-    assert CHAIN_IDS.read(normal["chain"]["id"]) == ordinary.pk
+    assert CHAIN_IDS.read(normal["chain"]["id"], viewer=user.pk) == ordinary.pk
     assert api.post(f"{base}/assignments/prefetch/").status_code == 204  # nothing else left
     record(
         "submit",
@@ -130,7 +130,10 @@ def test_no_annotator_response_reveals_gold(project, make_member, client_for, go
     )
     record("stats_after", api.get(f"{base}/my-stats/"))
     history = record("history", api.get(f"{base}/history/"))
-    assert [CHAIN_IDS.read(e["chain"]) for e in history["results"]] == [ordinary.pk, gold_first]
+    assert [CHAIN_IDS.read(e["chain"], viewer=user.pk) for e in history["results"]] == [
+        ordinary.pk,
+        gold_first,
+    ]
     ordinary_pass, gold_pass = (
         record(f"history_{name}", api.get(f"{base}/history/{entry['annotation']}/"))
         for name, entry in zip(("ordinary", "gold"), history["results"], strict=True)
@@ -138,10 +141,13 @@ def test_no_annotator_response_reveals_gold(project, make_member, client_for, go
     record("project", api.get(f"{base}/"))
     record("projects", api.get("/api/v1/projects/"))
     record("members", api.get(f"{base}/members/"))
-    other = client_for(make_member(project))
+    other_user = make_member(project)
+    other = client_for(other_user)
     flagged = record("other_next", other.post(f"{base}/assignments/next/"))
     prefetched = record("other_prefetch", other.post(f"{base}/assignments/prefetch/"))
-    assert {CHAIN_IDS.read(b["chain"]["id"]) for b in (flagged, prefetched)} == {
+    assert {
+        CHAIN_IDS.read(b["chain"]["id"], viewer=other_user.pk) for b in (flagged, prefetched)
+    } == {
         adjudicated.pk,
         imported.pk,
     }
@@ -395,7 +401,7 @@ def test_what_an_annotator_reads_moves_alike_for_gold_and_real_chains(
                 f"/api/v1/assignments/{lease_id}/{action}/", {"reason": "unclear"}, format="json"
             )
         assert done.status_code in (200, 201), done.content
-        return CHAIN_IDS.read(lease["chain"]["id"]), _moves(
+        return CHAIN_IDS.read(lease["chain"]["id"], viewer=user.pk), _moves(
             before, _readable(api, page, project.pk)
         )
 
@@ -512,8 +518,9 @@ class _Served:
     annotation: int
 
 
-def _work_through(api: Any, project_id: int, gold_ids: set[int]) -> list[_Served]:
-    """Lease and submit until nothing is left, as a script would; what each lease showed."""
+def _work_through(api: Any, project_id: int, gold_ids: set[int], *, viewer: int) -> list[_Served]:
+    """Lease and submit until nothing is left, as a script would; what each lease showed
+    (``viewer``: the user id of the annotator whose client ``api`` is)."""
     served: list[_Served] = []
     for claim in itertools.count():
         leased = api.post(f"/api/v1/projects/{project_id}/assignments/next/")
@@ -529,7 +536,7 @@ def _work_through(api: Any, project_id: int, gold_ids: set[int]) -> list[_Served
         served.append(
             _Served(
                 claim=claim,
-                gold=CHAIN_IDS.read(chain["id"]) in gold_ids,
+                gold=CHAIN_IDS.read(chain["id"], viewer=viewer) in gold_ids,
                 assignment=lease_id,
                 chain=chain["id"],
                 steps=[s["id"] for s in chain["steps"]],
@@ -545,7 +552,8 @@ def _assert_no_id_sits_apart_for_gold(sessions: dict[Any, list[_Served]]) -> Non
     # No id sits apart for gold: chains, steps, leases, annotations
     for name, of in {
         "chain": lambda s: [s.chain],
-        "step": lambda s: s.steps,
+        # a chain's step ids are its base plus the index: one sample per chain, not three
+        "step": lambda s: s.steps[:1],
         "assignment": lambda s: [s.assignment],
         "annotation": lambda s: [s.annotation],
     }.items():
@@ -571,9 +579,15 @@ def _assert_no_id_sits_apart_for_gold(sessions: dict[Any, list[_Served]]) -> Non
 def _assert_gold_order_and_beat_are_keyed(sessions: dict[Any, list[_Served]], project: Any) -> None:
     """Gold comes in an order of each annotator's own, not by row id, on claims that the
     annotator cannot compute from what they know."""
-    for served in sessions.values():
-        assert trend_p([CHAIN_IDS.read(s.chain) for s in served if s.gold]) > SIGNIFICANT
-    orders = [[s.chain for s in served if s.gold] for served in sessions.values()]
+    for user, served in sessions.items():
+        assert trend_p([CHAIN_IDS.read(s.chain, viewer=user.pk) for s in served if s.gold]) > (
+            SIGNIFICANT
+        )
+    # (compared by row id: each annotator reads the chains under ids of their own)
+    orders = [
+        [CHAIN_IDS.read(s.chain, viewer=user.pk) for s in served if s.gold]
+        for user, served in sessions.items()
+    ]
     both = set(orders[0]) & set(orders[1])
     assert [c for c in orders[0] if c in both] != [c for c in orders[1] if c in both]
     for user, served in sessions.items():
@@ -608,16 +622,26 @@ def test_ids_and_their_order_tell_gold_from_real_work_no_better_than_chance(
 
     # When: each works through the whole queue
     sessions = {
-        scripted: _work_through(token_client, project.pk, gold_ids),
-        browsing: _work_through(client_for(browsing), project.pk, gold_ids),
+        scripted: _work_through(token_client, project.pk, gold_ids, viewer=scripted.pk),
+        browsing: _work_through(client_for(browsing), project.pk, gold_ids, viewer=browsing.pk),
     }
 
     # Then: each saw every real chain once and gold chains among them (at most once each;
     # gold is mixed into real work, so some is left when the real work runs out)
-    for served in sessions.values():
-        seen = [CHAIN_IDS.read(s.chain) for s in served]
+    for user, served in sessions.items():
+        seen = [CHAIN_IDS.read(s.chain, viewer=user.pk) for s in served]
         assert sorted(c for c in seen if c not in gold_ids) == [c.pk for c in real]
         assert len(set(seen)) == len(seen) and sum(s.gold for s in served) >= 5
+    # And: a chain both met reads under a different id for each (the ids they read, pooled,
+    # count nothing)
+    public_of = {
+        user: {CHAIN_IDS.read(s.chain, viewer=user.pk): s.chain for s in served}
+        for user, served in sessions.items()
+    }
+    met_by_both = public_of[scripted].keys() & public_of[browsing].keys()
+    assert met_by_both
+    assert all(public_of[scripted][c] != public_of[browsing][c] for c in met_by_both)
+    assert not set(public_of[scripted].values()) & set(public_of[browsing].values())
     # And: the ids and their order say nothing of gold, nor does its order or its beat
     _assert_no_id_sits_apart_for_gold(sessions)
     _assert_gold_order_and_beat_are_keyed(sessions, project)

@@ -319,7 +319,7 @@ def test_api_reopens_own_chain_with_ratings(
     }
     assert (body["annotation"], body["chain"], body["problem"]) == (
         mine.pk,
-        CHAIN_IDS.show(mine.chain_id),
+        CHAIN_IDS.show(mine.chain_id, viewer=me.pk),
         "Find $x$.",
     )
     assert [(s["index"], s["rating"], s["comment"]) for s in body["steps"]] == [

@@ -136,7 +136,10 @@ def test_annotator_reopens_a_submitted_chain_with_their_ratings(
     second = page.evaluate(
         SUBMIT_NEXT, {"next": next_url, "ratings": [1, 1, 1], "comments": [], "rewrite": ""}
     )
-    assert (first, second) == (CHAIN_IDS.show(math.pk), CHAIN_IDS.show(plain.pk))
+    assert (first, second) == (
+        CHAIN_IDS.show(math.pk, viewer=user.pk),
+        CHAIN_IDS.show(plain.pk, viewer=user.pk),
+    )
 
     # Then: the workspace has nothing left and links to the history from its summary
     workspace_open(page=page, base_url=live_server.url, project_id=project.pk)

@@ -21,10 +21,12 @@ def url(project: Any, annotation_id: int, tail: str = "") -> str:
     return f"/api/v1/projects/{project.pk}/history/{annotation_id}/{tail}"
 
 
-def body_for(chain: Chain, labels: list[int], **extra: Any) -> dict[str, Any]:
+def body_for(chain: Chain, labels: list[int], *, viewer: int, **extra: Any) -> dict[str, Any]:
+    """A revise body naming the chain's steps by their public ids as the annotator
+    ``viewer`` (their user id, whose history it is) read them."""
     return {
         "ratings": [
-            {"step": STEP_IDS.show(chain.pk, index), "rating": label}
+            {"step": STEP_IDS.show(chain.pk, index, viewer=viewer), "rating": label}
             for index, label in enumerate(labels)
         ],
         **extra,
@@ -41,7 +43,7 @@ def test_an_annotator_revises_a_pass_and_reopens_the_revision(project, make_memb
     assert (opened["can_revise"], opened["closed_reason"], opened["supersedes"]) == (True, "", None)
 
     # When: they send the pass again with step 3 incorrect, a comment and a rewrite
-    sent = body_for(chain, [1, 1, -1], rewrite="So x = 3.")
+    sent = body_for(chain, [1, 1, -1], viewer=me.pk, rewrite="So x = 3.")
     sent["ratings"][2]["comment"] = "off by one"
     response = api.post(url(project, mine.pk, "revise/"), sent, format="json")
 
@@ -80,7 +82,7 @@ def test_a_rewrite_does_not_move_to_another_step_unless_the_annotator_says_so(
     api = client_for(me)
 
     # When: a revision makes step 3 the first -1 and sends the rewrite unchanged
-    moved = body_for(chain, [1, 1, -1, 1], rewrite="So 12 + 6 = 18.")
+    moved = body_for(chain, [1, 1, -1, 1], viewer=me.pk, rewrite="So 12 + 6 = 18.")
     refused = api.post(url(project, mine.pk, "revise/"), moved, format="json")
 
     # Then: 400, naming both steps; nothing is written
@@ -103,12 +105,12 @@ def test_someone_else_s_pass_is_a_404_and_bad_ratings_a_400(project, make_member
     me, other, lead = make_member(project), make_member(project), make_member(project, "lead")
     chain = ChainFactory(project=project)
     mine = annotation_with_ratings(chain=chain, annotator=me, labels=[1, 1, 1])
-    good = body_for(chain, [1, 1, 1])
+    good = body_for(chain, [1, 1, 1], viewer=me.pk)
 
     target = url(project, mine.pk, "revise/")
     for user in (other, lead):
         assert client_for(user).post(target, good, format="json").status_code == 404
-    bad = client_for(me).post(target, body_for(chain, [1, 1]), format="json")
+    bad = client_for(me).post(target, body_for(chain, [1, 1], viewer=me.pk), format="json")
     assert bad.status_code == 400
     assert "missing: step 3" in str(bad.json()["ratings"])
     assert Annotation.objects.filter(chain=chain).count() == 1
@@ -122,7 +124,9 @@ def test_a_closed_pass_says_why_and_refuses(project, make_member, client_for):
     api = client_for(me)
 
     opened = api.get(url(project, mine.pk)).json()
-    refused = api.post(url(project, mine.pk, "revise/"), body_for(chain, [1, 1, 0]), format="json")
+    refused = api.post(
+        url(project, mine.pk, "revise/"), body_for(chain, [1, 1, 0], viewer=me.pk), format="json"
+    )
 
     assert (opened["can_revise"], opened["closed_reason"]) == (False, CLOSED_SNAPSHOT)
     assert refused.status_code == 409 and refused.json()["detail"] == CLOSED_SNAPSHOT

@@ -35,10 +35,14 @@ def lease_url(assignment_id: int, action: str) -> str:
     return f"/api/v1/assignments/{assignment_id}/{action}/"
 
 
-def ratings_body(chain_id: int, value: int = 1, **extra: object) -> dict:
-    """A submit body rating every step of the chain whose public id is ``chain_id``."""
-    steps = Chain.objects.get(pk=CHAIN_IDS.read(chain_id)).steps.order_by("index")
-    return {"ratings": [{"step": STEP_IDS.of(s), "rating": value} for s in steps], **extra}
+def ratings_body(chain_id: int, value: int = 1, *, viewer: int, **extra: object) -> dict:
+    """A submit body rating every step of the chain whose public id is ``chain_id``, as
+    the annotator ``viewer`` (their user id, whose client was given it) read it."""
+    steps = Chain.objects.get(pk=CHAIN_IDS.read(chain_id, viewer=viewer)).steps.order_by("index")
+    return {
+        "ratings": [{"step": STEP_IDS.of(s, viewer=viewer), "rating": value} for s in steps],
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -54,7 +58,7 @@ def client(annotator, client_for) -> APIClient:
 # --- next --------------------------------------------------------------------------------
 
 
-def test_next_returns_the_lease_and_the_chain_to_label(project, client) -> None:
+def test_next_returns_the_lease_and_the_chain_to_label(project, client, annotator) -> None:
     # Given a chain whose import carried labels and metadata
     problem = ProblemFactory(project=project, text="What is 6 * 7?", reference_answer="42")
     chain = ChainFactory(
@@ -75,14 +79,19 @@ def test_next_returns_the_lease_and_the_chain_to_label(project, client) -> None:
     assert response.status_code == 200
     body = response.json()
     lease = Assignment.objects.get()
-    assert body["assignment"]["id"] == ASSIGNMENT_IDS.show(lease.pk)
+    assert body["assignment"]["id"] == ASSIGNMENT_IDS.show(lease.pk, viewer=None)
     assert body["assignment"]["expires_at"].startswith(lease.expires_at.strftime("%Y-%m-%dT%H:%M"))
     steps = list(chain.steps.order_by("index"))
     assert body["chain"] == {
-        "id": CHAIN_IDS.show(chain.pk),
+        "id": CHAIN_IDS.show(chain.pk, viewer=annotator.pk),
         "problem": {"text": "What is 6 * 7?", "reference_answer": "42"},
         "steps": [
-            {"id": STEP_IDS.of(s), "index": s.index, "text": s.text, "prelabel": None}
+            {
+                "id": STEP_IDS.of(s, viewer=annotator.pk),
+                "index": s.index,
+                "text": s.text,
+                "prelabel": None,
+            }
             for s in steps
         ],
         "final_answer": "42",
@@ -144,7 +153,7 @@ def test_the_queue_needs_authentication(project, api_client, annotator) -> None:
 
     assert api_client.post(next_url(project)).status_code in (401, 403)
     for action in ("submit", "renew", "skip"):
-        url = lease_url(ASSIGNMENT_IDS.show(lease.pk), action)
+        url = lease_url(ASSIGNMENT_IDS.show(lease.pk, viewer=None), action)
         assert api_client.post(url, {}).status_code in (401, 403)
     assert not Assignment.objects.exclude(pk=lease.pk).exists()
 
@@ -152,11 +161,11 @@ def test_the_queue_needs_authentication(project, api_client, annotator) -> None:
 # --- submit ------------------------------------------------------------------------------
 
 
-def test_submit_answers_201_with_the_annotation(project, client) -> None:
+def test_submit_answers_201_with_the_annotation(project, client, annotator) -> None:
     ChainFactory(project=project)
     leased = client.post(next_url(project)).json()
     chain_id = leased["chain"]["id"]
-    body = ratings_body(chain_id, duration_ms=1500, request_id="r-1")
+    body = ratings_body(chain_id, viewer=annotator.pk, duration_ms=1500, request_id="r-1")
     body["ratings"][0]["comment"] = "clear"
 
     response = client.post(lease_url(leased["assignment"]["id"], "submit"), body, format="json")
@@ -175,13 +184,13 @@ def test_submit_answers_201_with_the_annotation(project, client) -> None:
 
 
 @pytest.mark.parametrize("extras", [{}, {"comment": " a note ", "rewrite": " fixed "}])
-def test_a_repeated_submit_answers_as_the_first_did(project, client, extras) -> None:
+def test_a_repeated_submit_answers_as_the_first_did(project, client, annotator, extras) -> None:
     # Given a leased chain and a submit body with a request_id (plain ints, which take the
     # hand-written answer, or with a comment and a rewrite, which take the serializer)
     ChainFactory(project=project)
     leased = client.post(next_url(project)).json()
     url = lease_url(leased["assignment"]["id"], "submit")
-    body = ratings_body(leased["chain"]["id"], request_id="same")
+    body = ratings_body(leased["chain"]["id"], viewer=annotator.pk, request_id="same")
     if extras:
         body["ratings"][0] = {**body["ratings"][0], "rating": -1, "comment": extras["comment"]}
         body["rewrite"] = extras["rewrite"]
@@ -210,10 +219,12 @@ def test_a_repeated_submit_answers_as_the_first_did(project, client, extras) -> 
         (lambda b: b.update(duration_ms=-1), "duration_ms", ""),
     ],
 )
-def test_invalid_submits_are_400_with_a_clear_message(project, client, mutate, field, expected):
+def test_invalid_submits_are_400_with_a_clear_message(
+    project, client, annotator, mutate, field, expected
+):
     ChainFactory(project=project)
     leased = client.post(next_url(project)).json()
-    body = ratings_body(leased["chain"]["id"])
+    body = ratings_body(leased["chain"]["id"], viewer=annotator.pk)
     mutate(body)
 
     response = client.post(lease_url(leased["assignment"]["id"], "submit"), body, format="json")
@@ -252,7 +263,7 @@ def test_first_error_submit_over_http(make_member, client_for) -> None:
     assert len(accepted.json()["annotation"]["ratings"]) == 2
 
 
-def test_leases_and_steps_are_named_by_their_public_ids_only(project, client) -> None:
+def test_leases_and_steps_are_named_by_their_public_ids_only(project, client, annotator) -> None:
     # Given a lease on a chain
     ChainFactory(project=project)
     leased = client.post(next_url(project)).json()
@@ -261,7 +272,7 @@ def test_leases_and_steps_are_named_by_their_public_ids_only(project, client) ->
 
     # Then the lease's row id names no lease of the caller, nor does a number past the
     # public ids' range
-    body = ratings_body(leased["chain"]["id"])
+    body = ratings_body(leased["chain"]["id"], viewer=annotator.pk)
     for wrong in (lease.pk, PUBLIC_ID_MAX + 1):
         assert client.post(lease_url(wrong, "renew")).status_code == 404
         assert client.post(lease_url(wrong, "submit"), body, format="json").status_code == 404
@@ -275,14 +286,14 @@ def test_leases_and_steps_are_named_by_their_public_ids_only(project, client) ->
     assert not Annotation.objects.exists()
 
 
-def test_submit_for_someone_elses_lease_is_404(project, client, make_member, client_for):
+def test_submit_for_someone_elses_lease_is_404(project, client, make_member, client_for, annotator):
     ChainFactory(project=project)
     leased = client.post(next_url(project)).json()
     intruder = client_for(make_member(project))
 
     response = intruder.post(
         lease_url(leased["assignment"]["id"], "submit"),
-        ratings_body(leased["chain"]["id"]),
+        ratings_body(leased["chain"]["id"], viewer=annotator.pk),
         format="json",
     )
 
@@ -291,20 +302,20 @@ def test_submit_for_someone_elses_lease_is_404(project, client, make_member, cli
 
 
 def test_submit_of_an_expired_lease_taken_by_someone_else_is_409(
-    project, client, make_member, client_for
+    project, client, make_member, client_for, annotator
 ):
     # Given a lease that ran out, and whose place another annotator then took
     ChainFactory(project=project)
     leased = client.post(next_url(project)).json()
-    Assignment.objects.filter(pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"])).update(
-        expires_at=timezone.now() - timedelta(seconds=1)
-    )
+    Assignment.objects.filter(
+        pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"], viewer=None)
+    ).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert client_for(make_member(project)).post(next_url(project)).status_code == 200
 
     # When the first annotator submits
     response = client.post(
         lease_url(leased["assignment"]["id"], "submit"),
-        ratings_body(leased["chain"]["id"]),
+        ratings_body(leased["chain"]["id"], viewer=annotator.pk),
         format="json",
     )
 
@@ -315,29 +326,36 @@ def test_submit_of_an_expired_lease_taken_by_someone_else_is_409(
     assert not Annotation.objects.exists()
 
 
-def test_submit_of_an_expired_lease_whose_place_is_free_is_201(project, client) -> None:
+def test_submit_of_an_expired_lease_whose_place_is_free_is_201(project, client, annotator) -> None:
     ChainFactory(project=project)
     leased = client.post(next_url(project)).json()
-    Assignment.objects.filter(pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"])).update(
-        expires_at=timezone.now() - timedelta(hours=1)
-    )
+    Assignment.objects.filter(
+        pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"], viewer=None)
+    ).update(expires_at=timezone.now() - timedelta(hours=1))
 
     response = client.post(
         lease_url(leased["assignment"]["id"], "submit"),
-        ratings_body(leased["chain"]["id"]),
+        ratings_body(leased["chain"]["id"], viewer=annotator.pk),
         format="json",
     )
 
     assert response.status_code == 201
 
 
-def test_a_second_submit_without_request_id_is_409(project, client) -> None:
+def test_a_second_submit_without_request_id_is_409(project, client, annotator) -> None:
     ChainFactory(project=project)
     leased = client.post(next_url(project)).json()
     url = lease_url(leased["assignment"]["id"], "submit")
 
-    assert client.post(url, ratings_body(leased["chain"]["id"]), format="json").status_code == 201
-    again = client.post(url, ratings_body(leased["chain"]["id"], -1), format="json")
+    assert (
+        client.post(
+            url, ratings_body(leased["chain"]["id"], viewer=annotator.pk), format="json"
+        ).status_code
+        == 201
+    )
+    again = client.post(
+        url, ratings_body(leased["chain"]["id"], -1, viewer=annotator.pk), format="json"
+    )
 
     assert again.status_code == 409
     assert again.json()["code"] == "lease_closed"
@@ -352,13 +370,13 @@ def test_renew_extends_the_lease(project, client) -> None:
     leased = client.post(next_url(project)).json()
     lease_id = leased["assignment"]["id"]
     soon = timezone.now() + timedelta(minutes=1)
-    Assignment.objects.filter(pk=ASSIGNMENT_IDS.read(lease_id)).update(expires_at=soon)
+    Assignment.objects.filter(pk=ASSIGNMENT_IDS.read(lease_id, viewer=None)).update(expires_at=soon)
 
     response = client.post(lease_url(lease_id, "renew"))
 
     assert response.status_code == 200
     assert response.json()["id"] == lease_id
-    lease = Assignment.objects.get(pk=ASSIGNMENT_IDS.read(lease_id))
+    lease = Assignment.objects.get(pk=ASSIGNMENT_IDS.read(lease_id, viewer=None))
     assert lease.expires_at > soon + timedelta(minutes=25)
 
 
@@ -369,7 +387,7 @@ def test_renew_and_skip_of_someone_elses_lease_are_404(project, client, make_mem
 
     assert intruder.post(lease_url(lease_id, "renew")).status_code == 404
     assert intruder.post(lease_url(lease_id, "skip"), {"reason": "x"}).status_code == 404
-    lease = Assignment.objects.get(pk=ASSIGNMENT_IDS.read(lease_id))
+    lease = Assignment.objects.get(pk=ASSIGNMENT_IDS.read(lease_id, viewer=None))
     assert lease.status == AssignmentStatus.ACTIVE
 
 
@@ -387,11 +405,15 @@ def test_skip_needs_a_reason_and_then_the_chain_is_gone(project, client) -> None
     assert client.post(next_url(project)).status_code == 204
 
 
-def test_skip_of_a_submitted_lease_is_409(project, client) -> None:
+def test_skip_of_a_submitted_lease_is_409(project, client, annotator) -> None:
     ChainFactory(project=project)
     leased = client.post(next_url(project)).json()
     lease_id = leased["assignment"]["id"]
-    client.post(lease_url(lease_id, "submit"), ratings_body(leased["chain"]["id"]), format="json")
+    client.post(
+        lease_url(lease_id, "submit"),
+        ratings_body(leased["chain"]["id"], viewer=annotator.pk),
+        format="json",
+    )
 
     response = client.post(lease_url(lease_id, "skip"), {"reason": "late"}, format="json")
 
@@ -439,10 +461,10 @@ def test_next_query_count_with_an_existing_lease(project, client, django_assert_
     assert response.status_code == 200
 
 
-def test_submit_query_count(project, client, django_assert_num_queries) -> None:
+def test_submit_query_count(project, client, django_assert_num_queries, annotator) -> None:
     ChainFactory(project=project, step_count=12)
     leased = client.post(next_url(project)).json()
-    body = ratings_body(leased["chain"]["id"], request_id="q")
+    body = ratings_body(leased["chain"]["id"], viewer=annotator.pk, request_id="q")
 
     # the service's 5 (see the service test), and whether the project retrains
     # automatically, read once every few seconds per project (the chain just finished); the

@@ -555,14 +555,14 @@ def test_a_skip_racing_a_submit_of_the_same_lease_has_exactly_one_winner(
         lease = assignment_claim_next(project=project, user=user)
         assert lease is not None
         steps = Chain.objects.get(pk=lease.chain_id).steps.order_by("index")
-        ratings = [{"step": STEP_IDS.of(s), "rating": 1} for s in steps]
+        ratings = [{"step": STEP_IDS.of(s, viewer=user.pk), "rating": 1} for s in steps]
         body = {"ratings": ratings, "request_id": f"r{trial}"}
         answers: dict[str, tuple[int, dict]] = {}
         start = threading.Barrier(2, timeout=BARRIER_TIMEOUT)
         outcome = Outcome()
 
         # When the skip (or flag) and the submit of that lease are sent at the same instant
-        lease_id = ASSIGNMENT_IDS.show(lease.pk)
+        lease_id = ASSIGNMENT_IDS.show(lease.pk, viewer=None)
         skip_url = f"/api/v1/assignments/{lease_id}/{action}/"
         submit_url = f"/api/v1/assignments/{lease_id}/submit/"
         run_threads(

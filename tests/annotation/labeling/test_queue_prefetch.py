@@ -33,10 +33,14 @@ def submit_url(assignment_id: int) -> str:
     return f"/api/v1/assignments/{assignment_id}/submit/"
 
 
-def ratings_body(chain_id: int, **extra: object) -> dict:
-    """A submit body rating every step of the chain whose public id is ``chain_id``."""
-    steps = Chain.objects.get(pk=CHAIN_IDS.read(chain_id)).steps.order_by("index")
-    return {"ratings": [{"step": STEP_IDS.of(s), "rating": 1} for s in steps], **extra}
+def ratings_body(chain_id: int, *, viewer: int, **extra: object) -> dict:
+    """A submit body rating every step of the chain whose public id is ``chain_id``, as
+    the annotator ``viewer`` (their user id) read it."""
+    steps = Chain.objects.get(pk=CHAIN_IDS.read(chain_id, viewer=viewer)).steps.order_by("index")
+    return {
+        "ratings": [{"step": STEP_IDS.of(s, viewer=viewer), "rating": 1} for s in steps],
+        **extra,
+    }
 
 
 def rate_all(chain_id: int) -> list[RatingInput]:
@@ -178,7 +182,7 @@ def test_an_expired_prefetch_frees_its_place(make_member) -> None:
 # --- API -----------------------------------------------------------------------------------
 
 
-def test_prefetch_then_submit_then_next_over_http(project, client) -> None:
+def test_prefetch_then_submit_then_next_over_http(project, client, annotator) -> None:
     ChainFactory.create_batch(3, project=project)
     current = client.post(next_url(project)).json()
 
@@ -193,7 +197,7 @@ def test_prefetch_then_submit_then_next_over_http(project, client) -> None:
 
     submitted = client.post(
         submit_url(current["assignment"]["id"]),
-        ratings_body(current["chain"]["id"], request_id="a"),
+        ratings_body(current["chain"]["id"], viewer=annotator.pk, request_id="a"),
         format="json",
     )
     assert submitted.status_code == 201
@@ -277,11 +281,14 @@ def test_a_submits_answer_is_what_the_schema_describes(project, annotator) -> No
     lease = assignment_claim_next(project=project, user=annotator)
     assert lease is not None
     steps = list(chain.steps.order_by("index"))
-    # (named by their public ids, as the API's submit names them)
+    # (named by their public ids as the annotator read them, as the API's submit names them)
+    viewer = annotator.pk
     ratings = [
-        RatingInput(step_id=STEP_IDS.of(steps[2]), rating=0, comment="  unsure <b>why</b> "),
-        RatingInput(step_id=STEP_IDS.of(steps[0]), rating=1, duration_ms=1200),
-        RatingInput(step_id=STEP_IDS.of(steps[1]), rating=-1),
+        RatingInput(
+            step_id=STEP_IDS.of(steps[2], viewer=viewer), rating=0, comment="  unsure <b>why</b> "
+        ),
+        RatingInput(step_id=STEP_IDS.of(steps[0], viewer=viewer), rating=1, duration_ms=1200),
+        RatingInput(step_id=STEP_IDS.of(steps[1], viewer=viewer), rating=-1),
     ]
     submitted = assignment_submit(
         assignment_id=lease.pk,
@@ -305,10 +312,14 @@ def test_a_submits_answer_is_what_the_schema_describes(project, annotator) -> No
 
     # Then it is what the schema's serializer gives for the stored row, ratings in step
     # order, comments stripped; the repeat answers the same
-    described = AnnotationOutputSerializer(Annotation.objects.get(pk=submitted.annotation.pk))
+    described = AnnotationOutputSerializer(
+        Annotation.objects.get(pk=submitted.annotation.pk), context={"viewer": viewer}
+    )
     # (the stored rows come in step row id order)
-    by_step = sorted(described.data["ratings"], key=lambda r: STEP_IDS.read(r["step"])[1])
+    by_step = sorted(
+        described.data["ratings"], key=lambda r: STEP_IDS.read(r["step"], viewer=viewer)[1]
+    )
     assert payload == {**described.data, "ratings": by_step}
-    assert [r["step"] for r in payload["ratings"]] == [STEP_IDS.of(s) for s in steps]
+    assert [r["step"] for r in payload["ratings"]] == [STEP_IDS.of(s, viewer=viewer) for s in steps]
     assert payload["ratings"][2]["comment"] == "unsure <b>why</b>"
     assert not repeat.created and annotation_payload(repeat) == payload

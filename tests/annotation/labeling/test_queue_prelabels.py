@@ -239,7 +239,8 @@ def test_the_holdout_share_is_what_the_project_says(prelabeled, make_member, cli
     shown = {}
     for _ in chains:
         lease = lease_next(client, prelabeled)
-        shown[CHAIN_IDS.read(lease["chain"]["id"])] = lease["chain"]["prelabel_source"] is not None
+        chain_pk = CHAIN_IDS.read(lease["chain"]["id"], viewer=user.pk)
+        shown[chain_pk] = lease["chain"]["prelabel_source"] is not None
         assert submit(client, lease, [1]).status_code == 201
 
     # Then: exactly the chains the keyed draw holds out were served bare
@@ -290,8 +291,8 @@ def test_gold_chains_look_and_behave_like_any_other(prelabeled, make_member, cli
 
     # Then: the gold chain came first, the two answers have the same shape, show the
     # verdicts alike, and the same outcomes were recorded
-    assert CHAIN_IDS.read(first["chain"]["id"]) == gold.pk
-    assert CHAIN_IDS.read(second["chain"]["id"]) == ordinary.pk
+    assert CHAIN_IDS.read(first["chain"]["id"], viewer=user.pk) == gold.pk
+    assert CHAIN_IDS.read(second["chain"]["id"], viewer=user.pk) == ordinary.pk
 
     def without_ids(payload: dict) -> dict:
         chain = payload["chain"]
@@ -316,11 +317,12 @@ def test_gold_chains_are_held_out_by_the_same_draw(prelabeled, make_member, clie
     annotation_with_ratings(chain=gold, labels=[1, 1, 1])
     gold_mark(project=prelabeled, chain_ids=[gold.pk])
     machine_labels(gold, [1, 1, 1])
-    client = client_for(make_member(prelabeled))
+    user = make_member(prelabeled)
+    client = client_for(user)
 
     # Then: the gold lease is held out as an ordinary one would be, and stores the same
     lease = lease_next(client, prelabeled)
-    assert CHAIN_IDS.read(lease["chain"]["id"]) == gold.pk
+    assert CHAIN_IDS.read(lease["chain"]["id"], viewer=user.pk) == gold.pk
     assert lease["chain"]["prelabel_source"] is None
     stored = Assignment.objects.get(chain=gold, annotator__isnull=False, status="active")
     assert (stored.prelabel_source, stored.prelabels, stored.prelabels_shown) == (

@@ -26,10 +26,14 @@ def submit_url(assignment_id: int) -> str:
     return f"/api/v1/assignments/{assignment_id}/submit/"
 
 
-def ratings_body(chain_id: int, value: int = 1, **extra: object) -> dict:
-    """A submit body rating every step of the chain whose public id is ``chain_id``."""
-    steps = Chain.objects.get(pk=CHAIN_IDS.read(chain_id)).steps.order_by("index")
-    return {"ratings": [{"step": STEP_IDS.of(s), "rating": value} for s in steps], **extra}
+def ratings_body(chain_id: int, value: int = 1, *, viewer: int, **extra: object) -> dict:
+    """A submit body rating every step of the chain whose public id is ``chain_id``, as
+    the annotator ``viewer`` (their user id, whose client was given it) read it."""
+    steps = Chain.objects.get(pk=CHAIN_IDS.read(chain_id, viewer=viewer)).steps.order_by("index")
+    return {
+        "ratings": [{"step": STEP_IDS.of(s, viewer=viewer), "rating": value} for s in steps],
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -84,8 +88,9 @@ def test_next_and_submit_answer_as_drf_does(project, make_member, door_calls) ->
     for chain in chains:
         chain.problem = chains[0].problem
         chain.save()
-    token, _ = clients(make_member(project))
-    _, drf = clients(make_member(project))
+    token_user, drf_user = make_member(project), make_member(project)
+    token, _ = clients(token_user)
+    _, drf = clients(drf_user)
 
     # When both ask for the next chain
     token_next, drf_next = (
@@ -100,9 +105,12 @@ def test_next_and_submit_answer_as_drf_does(project, make_member, door_calls) ->
 
     # When both submit, then repeat the submit with the same request_id
     results = {}
-    for name, client, leased in (("token", token, token_next[1]), ("drf", drf, drf_next[1])):
+    for name, client, user, leased in (
+        ("token", token, token_user, token_next[1]),
+        ("drf", drf, drf_user, drf_next[1]),
+    ):
         url = submit_url(leased["assignment"]["id"])
-        body = ratings_body(leased["chain"]["id"], request_id=f"r-{name}")
+        body = ratings_body(leased["chain"]["id"], viewer=user.pk, request_id=f"r-{name}")
         results[name] = [answer(client.post(url, body, format="json")) for _ in range(2)]
 
     # Then: 201 twice with the same body (a repeat answers as the first submit did), the
@@ -151,8 +159,8 @@ def test_errors_are_drfs(case: str, project, make_member, door_calls) -> None:
             got = both("post", url, {"ratings": [{"step": 10**9, "rating": 1}]})
             expected_status = 400
         elif case == "closed_lease":
-            drf.post(url, ratings_body(leased["chain"]["id"]), format="json")
-            got = both("post", url, ratings_body(leased["chain"]["id"]))
+            drf.post(url, ratings_body(leased["chain"]["id"], viewer=user.pk), format="json")
+            got = both("post", url, ratings_body(leased["chain"]["id"], viewer=user.pk))
             expected_status = 409
         elif case == "foreign_lease":
             stranger_lease = Assignment.objects.create(
@@ -160,28 +168,30 @@ def test_errors_are_drfs(case: str, project, make_member, door_calls) -> None:
                 chain=Chain.objects.filter(project=other).get(),
                 annotator=make_member(other),
                 expires_at=Assignment.objects.get(
-                    pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"])
+                    pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"], viewer=None)
                 ).expires_at,
             )
             body = {"ratings": [{"step": 1, "rating": 1}]}
-            got = both("post", submit_url(ASSIGNMENT_IDS.show(stranger_lease.pk)), body)
+            got = both(
+                "post", submit_url(ASSIGNMENT_IDS.show(stranger_lease.pk, viewer=None)), body
+            )
             expected_status = 404
         else:  # lost_lease: expired, and its place went to someone else
-            Assignment.objects.filter(pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"])).update(
-                status=AssignmentStatus.EXPIRED
-            )
+            Assignment.objects.filter(
+                pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"], viewer=None)
+            ).update(status=AssignmentStatus.EXPIRED)
             project.overlap = 1
             project.save()
             taker = make_member(project)
             Assignment.objects.create(
                 project=project,
-                chain_id=CHAIN_IDS.read(leased["chain"]["id"]),
+                chain_id=CHAIN_IDS.read(leased["chain"]["id"], viewer=user.pk),
                 annotator=taker,
                 expires_at=Assignment.objects.get(
-                    pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"])
+                    pk=ASSIGNMENT_IDS.read(leased["assignment"]["id"], viewer=None)
                 ).expires_at,
             )
-            got = both("post", url, ratings_body(leased["chain"]["id"]))
+            got = both("post", url, ratings_body(leased["chain"]["id"], viewer=user.pk))
             expected_status = 409
 
     # Then the token door gives DRF's status and body
@@ -224,13 +234,16 @@ def test_a_body_with_comments_and_a_rewrite_takes_the_token_door(
     project.labeling_mode = "all_steps"
     project.save()
     ChainFactory(project=project, step_count=2)
-    token, _ = clients(make_member(project))
+    user = make_member(project)
+    token, _ = clients(user)
     leased = token.post(next_url(project)).json()
     door_calls.clear()
 
     # When the body carries what only a serializer handled before: a comment to strip, a
     # rewrite, numbers as strings and a non-ASCII request id
-    body = ratings_body(leased["chain"]["id"], value=-1, rewrite=" fixed ", request_id="ü-1")
+    body = ratings_body(
+        leased["chain"]["id"], value=-1, viewer=user.pk, rewrite=" fixed ", request_id="ü-1"
+    )
     body["ratings"][0]["comment"] = "  a note  "
     body["ratings"][1]["step"] = str(body["ratings"][1]["step"])
     answered = token.post(submit_url(leased["assignment"]["id"]), body, format="json")

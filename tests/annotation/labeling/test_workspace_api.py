@@ -35,13 +35,18 @@ pytestmark = pytest.mark.django_db
 
 def lease_url(lease: Assignment | int, action: str) -> str:
     """The URL of ``action`` on a lease: an Assignment, or the public id an answer gave."""
-    public = ASSIGNMENT_IDS.show(lease.pk) if isinstance(lease, Assignment) else lease
+    public = ASSIGNMENT_IDS.show(lease.pk, viewer=None) if isinstance(lease, Assignment) else lease
     return f"/api/v1/assignments/{public}/{action}/"
 
 
-def ratings_body(chain: Chain, value: int = 1, **extra: Any) -> dict[str, Any]:
+def ratings_body(chain: Chain, value: int = 1, *, viewer: int, **extra: Any) -> dict[str, Any]:
+    """A submit body rating every step of ``chain``, named by their public ids as the
+    annotator ``viewer`` (their user id, the lease holder) read them."""
     steps = chain.steps.order_by("index")
-    return {"ratings": [{"step": STEP_IDS.of(s), "rating": value} for s in steps], **extra}
+    return {
+        "ratings": [{"step": STEP_IDS.of(s, viewer=viewer), "rating": value} for s in steps],
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -93,7 +98,7 @@ def test_flag_of_a_submitted_lease_is_refused_and_flags_nothing(
     # Given: a submitted lease
     chain = ChainFactory(project=project, step_count=1)
     lease = assignment_claim_next(project=project, user=annotator)
-    client.post(lease_url(lease, "submit"), ratings_body(chain), format="json")
+    client.post(lease_url(lease, "submit"), ratings_body(chain, viewer=annotator.pk), format="json")
 
     # When: it is flagged afterwards
     response = client.post(lease_url(lease, "flag"), {"reason": "broken"}, format="json")
@@ -332,9 +337,9 @@ def test_submit_and_next_records_times_and_returns_the_next_chain(
     steps = list(first.steps.order_by("index"))
     body = {
         "ratings": [
-            {"step": STEP_IDS.of(steps[0]), "rating": 1, "duration_ms": 1200},
+            {"step": STEP_IDS.of(steps[0], viewer=annotator.pk), "rating": 1, "duration_ms": 1200},
             {
-                "step": STEP_IDS.of(steps[1]),
+                "step": STEP_IDS.of(steps[1], viewer=annotator.pk),
                 "rating": -1,
                 "duration_ms": 3400,
                 "comment": "wrong sign",
@@ -352,8 +357,10 @@ def test_submit_and_next_records_times_and_returns_the_next_chain(
     assert response.status_code == 201, response.content
     data = response.json()
     assert data["next_status"] == "leased"
-    assert data["next"]["chain"]["id"] == CHAIN_IDS.show(second.pk)
-    following = Assignment.objects.get(pk=ASSIGNMENT_IDS.read(data["next"]["assignment"]["id"]))
+    assert data["next"]["chain"]["id"] == CHAIN_IDS.show(second.pk, viewer=annotator.pk)
+    following = Assignment.objects.get(
+        pk=ASSIGNMENT_IDS.read(data["next"]["assignment"]["id"], viewer=None)
+    )
     assert following.chain_id == second.pk
     annotation = Annotation.objects.get(pk=data["annotation"]["id"])
     assert annotation.duration_ms == 5000 and annotation.rewrite == "The right step."
@@ -380,7 +387,9 @@ def test_submit_and_next_on_the_last_chain_says_empty(
     chain = ChainFactory(project=project, step_count=1)
     lease = assignment_claim_next(project=project, user=annotator)
 
-    response = client.post(lease_url(lease, "submit-and-next"), ratings_body(chain), format="json")
+    response = client.post(
+        lease_url(lease, "submit-and-next"), ratings_body(chain, viewer=annotator.pk), format="json"
+    )
 
     assert response.status_code == 201
     assert response.json()["next"] is None
@@ -392,7 +401,7 @@ def test_submit_and_next_with_bad_ratings_claims_nothing(
 ) -> None:
     chain, _other = ChainFactory.create_batch(2, project=project, step_count=2)
     lease = assignment_claim_next(project=project, user=annotator)
-    body = ratings_body(chain)
+    body = ratings_body(chain, viewer=annotator.pk)
     body["ratings"] = body["ratings"][:1]  # all_steps mode needs both
 
     response = client.post(lease_url(lease, "submit-and-next"), body, format="json")
@@ -406,7 +415,7 @@ def test_step_duration_must_not_be_negative(
 ) -> None:
     chain = ChainFactory(project=project, step_count=1)
     lease = assignment_claim_next(project=project, user=annotator)
-    body = ratings_body(chain)
+    body = ratings_body(chain, viewer=annotator.pk)
     body["ratings"][0]["duration_ms"] = -5
 
     response = client.post(lease_url(lease, "submit"), body, format="json")
@@ -500,16 +509,20 @@ def test_submit_and_next_query_count_does_not_grow_with_steps(
     big = ChainFactory(project=project, step_count=30)
     lease = assignment_claim_next(project=project, user=annotator)
     assert lease.chain_id == small.pk
-    response = client.post(lease_url(lease, "submit-and-next"), ratings_body(small), format="json")
+    response = client.post(
+        lease_url(lease, "submit-and-next"), ratings_body(small, viewer=annotator.pk), format="json"
+    )
     assert response.status_code == 201
     lease_id = response.json()["next"]["assignment"]["id"]
-    chain = Assignment.objects.get(pk=ASSIGNMENT_IDS.read(lease_id)).chain
+    chain = Assignment.objects.get(pk=ASSIGNMENT_IDS.read(lease_id, viewer=None)).chain
 
     # When / Then: a 30-step submit that leases the next 30-step chain takes 20 queries
     # for submit, claim and output together, none of them per step
     with django_assert_max_num_queries(20):
         response = client.post(
-            lease_url(lease_id, "submit-and-next"), ratings_body(chain), format="json"
+            lease_url(lease_id, "submit-and-next"),
+            ratings_body(chain, viewer=annotator.pk),
+            format="json",
         )
     assert response.status_code == 201
-    assert response.json()["next"]["chain"]["id"] == CHAIN_IDS.show(big.pk)
+    assert response.json()["next"]["chain"]["id"] == CHAIN_IDS.show(big.pk, viewer=annotator.pk)

@@ -175,7 +175,9 @@ def test_grade_whole_chain_with_keyboard_only(live_server: Any, page: Page) -> N
     assert annotation.duration_ms is not None and annotation.duration_ms > 0
     assert all(d is not None for d in annotation.ratings.values_list("duration_ms", flat=True))
     # (the workspace names its lease by the public id the API gave it)
-    assert annotation.request_id.startswith(f"ws-{ASSIGNMENT_IDS.show(annotation.assignment_id)}-")
+    assert annotation.request_id.startswith(
+        f"ws-{ASSIGNMENT_IDS.show(annotation.assignment_id, viewer=None)}-"
+    )
     assert drafts(page) == []
     # And: the own counts show the submit
     expect(page.locator("#stat-total")).to_have_text("1")

@@ -244,12 +244,12 @@ def test_a_finished_chain_is_named_by_its_public_id_and_a_gold_pass_sends_nothin
         )
     assert sorted(seen) == sorted([gold.pk, real.pk])
 
-    # Then only the real chain finished, named by the id annotators read
+    # Then only the real chain finished, named by the lab's public id (no annotator's)
     (row,) = WebhookDelivery.objects.all()
     assert row.payload["type"] == "chain.finished"
     assert row.payload["data"] == {
         "project": project.pk,
-        "chain": CHAIN_IDS.show(real.pk),
+        "chain": CHAIN_IDS.show(real.pk, viewer=None),
         "passes": 1,
     }
 

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
-from annotation.labeling.queue.prelabels import PrelabelPlan, chain_prelabels
+from annotation.labeling.queue.prelabels import PrelabelPlan, verdicts_from_db
+from annotation.labeling.queue.sql import prelabels_sql
 from annotation.models import (
     Annotation,
     Chain,
@@ -124,6 +126,17 @@ def test_the_answer_grade_is_read_where_the_version_reads_answers(run) -> None:
     assert [rating for _, rating, _ in _labels(right)] == [1, 1, -1]
     assert [rating for _, rating, _ in _labels(wrong)] == [-1, 1, -1]
     assert MachineLabel.objects.filter(chain=right).first().detail["threshold"] == 0.2
+
+
+def chain_prelabels(*, chain_id: int, plan: PrelabelPlan) -> dict[str, int] | None:
+    """What the queue's lease statement stores on a lease of ``chain_id`` under ``plan``:
+    its pre-labels' subquery (``sql.prelabels_sql``), run by itself."""
+    prelabels = prelabels_sql(connection.vendor)
+    sql = f"SELECT {prelabels} FROM annotation_chain c WHERE c.id = %(chain)s"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"chain": chain_id, **plan.sql_params()})
+        (value,) = cursor.fetchone()
+    return verdicts_from_db(value)
 
 
 def test_pre_labels_and_routing_read_them_and_they_are_never_votes(run) -> None:
