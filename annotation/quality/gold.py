@@ -26,9 +26,10 @@ its normal candidate query, and the normal query never returns a gold chain:
 Nothing here tells the annotator a chain is gold: the lease and its payload are the same
 as for any chain (the ids in it are the annotator's own public ids,
 ``annotation.public_ids``, so annotators who pool theirs cannot count who met a chain), a
-gold claim runs the statements a real one does (its candidate query, then the same lease
-statement: ``labeling.queue.sql.CLAIMABLE_SQL``), and a submit records an ordinary human
-annotation.
+gold claim runs the statements a real one does (the gold query and the real work's
+candidate query, each locking its row, then the same lease statement:
+``labeling.queue.claim._gold_chain``), and a submit records an ordinary human annotation
+that writes and sends what a real pass does (``labeling.queue.submit._Pass``).
 
 What stays observable: the texts. A gold chain is offered to every annotator, so
 annotators who compare the problems they were given can find the ones more of them met

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
@@ -46,6 +46,12 @@ class _ClaimRace(Exception):
     """Internal: the locked candidate was taken meanwhile; roll back and try again."""
 
 
+class _WaitWithoutDecoy(Exception):
+    """Internal: the claim must wait for a locked chain while it holds a gold chain's lock
+    it took only to look like a gold claim; roll back (releasing it) and claim again
+    without that lock, so no wait ever holds a chain lock (no deadlock cycle)."""
+
+
 # A claim's lease, with its chain when the claim read it in the same trip (a new lease on
 # PostgreSQL); None: the chain is read when an answer needs it.
 _Claimed = tuple[Assignment, LeasedChain | None]
@@ -57,21 +63,21 @@ MAX_LIVE_LEASES = 2
 
 
 def _candidate(
-    *, project: Project, user: User, now: datetime, skip: set[int], wait: bool, lock: bool = True
+    *, project: Project, user: User, now: datetime, skip: set[int], wait: bool
 ) -> int | None:
     """Lock the best claimable chain and return its id, skipping chains locked by others
-    unless ``wait`` (with ``lock`` False: the same query, locking nothing). Its subqueries
-    see the snapshot from before the lock (see the re-check)."""
+    unless ``wait``. Its subqueries see the snapshot from before the lock (see the
+    re-check)."""
     params = sql_params(project=project, user=user, now=now)
     skip_sql = ""
     if skip:
         names = [f"skip{i}" for i in range(len(skip))]
         skip_sql = "AND c.id NOT IN (" + ", ".join(f"%({n})s" for n in names) + ")"
         params.update(zip(names, sorted(skip), strict=True))
-    locking = ""
-    if lock and connection.features.has_select_for_update:
-        locking = f"FOR NO KEY UPDATE OF c{'' if wait else ' SKIP LOCKED'}"
-    sql = CANDIDATE_SQL.format(skip=skip_sql, lock=locking)
+    lock = ""
+    if connection.features.has_select_for_update:
+        lock = f"FOR NO KEY UPDATE OF c{'' if wait else ' SKIP LOCKED'}"
+    sql = CANDIDATE_SQL.format(skip=skip_sql, lock=lock)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
@@ -82,41 +88,56 @@ def _row_lock() -> str:
     return "FOR NO KEY UPDATE OF c" if connection.features.has_select_for_update else ""
 
 
-def _gold_candidate(*, project: Project, user: User, now: datetime, lock: bool) -> int | None:
-    """The next gold chain the caller may be offered, in their own keyed shuffle, locked
-    with ``lock``; None when they have done every one (``GOLD_CANDIDATE_SQL``)."""
+def _gold_candidate(*, project: Project, user: User, now: datetime) -> int | None:
+    """Lock the next gold chain the caller may be offered, in their own keyed shuffle,
+    skipping those locked by others, and return its id; None when there is none
+    (``GOLD_CANDIDATE_SQL``)."""
     params = sql_params(project=project, user=user, now=now)
     params["gold_order"] = gold_order_key(project=project, annotator=user)
+    locking = f"{_row_lock()} SKIP LOCKED" if _row_lock() else ""
     with connection.cursor() as cursor:
-        cursor.execute(GOLD_CANDIDATE_SQL.format(lock=_row_lock() if lock else ""), params)
+        cursor.execute(GOLD_CANDIDATE_SQL.format(lock=locking), params)
         row = cursor.fetchone()
     return row[0] if row is not None else None
 
 
-def _gold_chain(
-    *, project: Project, user: User, now: datetime, mine: set[int]
-) -> tuple[int | None, bool]:
-    """(the gold chain this claim leases, locked, or None for real work; whether the claim
-    gets nothing at all), by ``quality.gold.gold_candidate``'s pick.
+class _GoldTurn(NamedTuple):
+    """What gold makes of one claim: the gold chain it leases (locked; None: real work),
+    whether it gets nothing at all, and whether it holds a gold chain's lock it does not
+    lease (``decoy``)."""
 
-    Under a gold rate every claim asks the gold query, locked when the draw chose gold and
-    unlocked and unused when it did not, and the caller then runs the real work's
-    candidate query either way (unlocked and unused after a gold pick): a gold claim and a
-    real one run the same statements, and then the same lease statement
-    (``sql.CLAIMABLE_SQL``), so that what an annotator times tells them nothing (a gold
-    claim that took its own path cost three times a real one)."""
+    chain_id: int | None = None
+    blocked: bool = False
+    decoy: bool = False
+
+
+def _gold_chain(
+    *, project: Project, user: User, now: datetime, mine: set[int], decoys: bool
+) -> _GoldTurn:
+    """Gold's part in this claim, by ``quality.gold.gold_candidate``'s pick.
+
+    Under a gold rate every claim asks the gold query and then (the caller) the real
+    work's candidate query, each locking its row, and leases one of the two by the same
+    lease statement (``sql.CLAIMABLE_SQL``): a gold claim and a real one run the same
+    statements at the same cost, so that what an annotator times tells them nothing (a
+    gold claim that took its own path cost twice a real one; locking only the row it
+    leased still told it apart, AUC 0.57 over HTTP). Without ``decoys`` (a claim that
+    must wait for a locked chain) a real claim skips the gold query."""
     pick = gold_candidate(project=project, user=user, now=now)
     if pick.blocked:
-        return None, True
+        return _GoldTurn(blocked=True)
     if pick.chain_id is not None:  # screening: only gold, no real claim to look like
         if pick.chain_id in mine:
-            return None, False
+            return _GoldTurn()
         locked = _gold_lock(chain_id=pick.chain_id)
-        return locked, locked is None  # no longer gold: nothing to screen with right now
-    if not project.gold_rate:
-        return None, False
-    found = _gold_candidate(project=project, user=user, now=now, lock=pick.drawn)
-    return (found if pick.drawn else None), False
+        # None: no longer gold, nothing to screen with right now
+        return _GoldTurn(chain_id=locked, blocked=locked is None)
+    if not project.gold_rate or not (pick.drawn or decoys):
+        return _GoldTurn()
+    found = _gold_candidate(project=project, user=user, now=now)
+    if pick.drawn:
+        return _GoldTurn(chain_id=found)
+    return _GoldTurn(decoy=found is not None)
 
 
 def _gold_lock(*, chain_id: int) -> int | None:
@@ -197,7 +218,13 @@ def _lease_if_free(
 
 
 def _claim_once(
-    *, project: Project, user: User, now: datetime, skip: set[int], prefetch: bool = False
+    *,
+    project: Project,
+    user: User,
+    now: datetime,
+    skip: set[int],
+    prefetch: bool = False,
+    decoys: bool = True,
 ) -> _Claimed | None:
     # One claim per person at a time: without this a double-clicked "next" could give the
     # same annotator two chains (the second one's place idle until it expires), and two
@@ -219,18 +246,20 @@ def _claim_once(
     skip |= mine
 
     # Gold chains and screening (annotation/quality/gold.py); no query unless used.
-    gold_id: int | None = None
+    gold = _GoldTurn()
     if project.gold_rate or project.screening_chains:
-        gold_id, blocked = _gold_chain(project=project, user=user, now=now, mine=mine)
-        if blocked:
+        gold = _gold_chain(project=project, user=user, now=now, mine=mine, decoys=decoys)
+        if gold.blocked:
             return None
-    if gold_id is not None:
-        # The real work's query too, unlocked and unused: a gold claim runs the statements
+    if gold.chain_id is not None:
+        # The real work's query too, locking and unused: a gold claim runs the statements
         # a real one does, so its time does not tell gold apart (``_gold_chain``).
-        _candidate(project=project, user=user, now=now, skip=skip, wait=False, lock=False)
-        chain_id: int | None = gold_id
+        _candidate(project=project, user=user, now=now, skip=skip, wait=False)
+        chain_id: int | None = gold.chain_id
     else:
         chain_id = _candidate(project=project, user=user, now=now, skip=skip, wait=False)
+    if chain_id is None and gold.decoy:
+        raise _WaitWithoutDecoy
     if chain_id is None:
         # Chains locked right now by a submit or another claim were skipped; one of them
         # may still have a free place, and answering "nothing left" would send the
@@ -263,16 +292,24 @@ def _claim_once(
 
 def _claim(*, project: Project, user: User, now: datetime, prefetch: bool) -> _Claimed | None:
     skip: set[int] = set()
+    decoys = True
     for _attempt in range(CLAIM_MAX_ATTEMPTS):
         try:
             # A savepoint per attempt: rolling a lost race back also releases the row
             # lock on its candidate, so a retry never waits while holding a chain lock.
             with transaction.atomic():
                 return _claim_once(
-                    project=project, user=user, now=now, skip=skip, prefetch=prefetch
+                    project=project,
+                    user=user,
+                    now=now,
+                    skip=skip,
+                    prefetch=prefetch,
+                    decoys=decoys,
                 )
         except _ClaimRace:
             continue
+        except _WaitWithoutDecoy:
+            decoys = False
     raise QueueBusy("The queue is busy right now; please try again.")
 
 

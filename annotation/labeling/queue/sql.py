@@ -77,11 +77,12 @@ PLACE_FREE_SQL = f"""
 # out first, gold or not (an OR runs its arms in order), for the same reason.
 CLAIMABLE_SQL = f"NOT c.is_flagged AND (({PLACE_FREE_SQL}) OR c.is_gold)"
 
-# The gold chain a claim the gold draw chose leases, locked: the first of the project's gold
-# chains that the caller has not submitted, skipped or annotated and holds no live lease on,
-# in the caller's own keyed shuffle (``%(gold_order)s``: ``quality.gold_reads.gold_order``,
-# hashed with the chain id). One statement like the real work's candidate query, so that a
-# gold claim runs the statements a real one does.
+# The gold chain a claim leases when the gold draw chose gold: the first of the project's
+# gold chains that the caller has not submitted, skipped or annotated and holds no live
+# lease on, in the caller's own keyed shuffle (``%(gold_order)s``:
+# ``quality.gold_reads.gold_order``, hashed with the chain id), locked. Every claim under a
+# gold rate runs it, and the real work's candidate query, each locking its row, and leases
+# one of the two (``claim._gold_chain``): a gold claim runs the statements a real one does.
 GOLD_CANDIDATE_SQL = f"""
     SELECT c.id FROM {Chain._meta.db_table} c
     WHERE c.project_id = %(project)s AND c.is_gold AND NOT c.is_flagged

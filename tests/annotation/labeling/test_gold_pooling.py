@@ -17,6 +17,7 @@ statements each request ran and the broker messages it sent, and rank request ti
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -24,13 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from kombu import Producer
 
-from annotation.models import Assignment, Webhook, WebhookEvent
+from annotation.labeling.queue.claim import lease_next
+from annotation.models import Assignment, Chain, Webhook, WebhookEvent
 from annotation.public_ids import ASSIGNMENT_IDS
-from annotation.quality.gold import gold_mark
+from annotation.quality.gold import gold_draw, gold_mark
 from prm_training.ml.metrics import auc_interval
 from prm_training.models import ProjectTrainingSettings
 from tests.factories import ChainFactory, ProjectFactory, annotation_with_ratings
@@ -220,3 +222,66 @@ def test_a_timing_classifier_tells_gold_from_real_work_no_better_than_chance(
         real = [score(n, s) for n, s in pairs if not n.gold]
         auc, low, high = auc_interval(gold, real, z=Z_999)
         assert low <= 0.5 <= high, (name, round(auc, 3), len(gold), len(real))
+
+
+def test_a_real_claim_waiting_for_a_locked_chain_holds_no_gold_lock(make_member):
+    """A real claim locks a gold chain too, unused, to cost what a gold claim does; it
+    must let go of it before it waits for a chain another transaction holds, or a lead's
+    bulk action locking both (in id order) could close a deadlock cycle with it."""
+    # Given: one real chain, held for a while by another transaction, one gold chain, and
+    # an annotator whose next claim the gold draw gives to real work
+    project = ProjectFactory(overlap=OVERLAP)
+    real = ChainFactory(project=project)
+    gold = ChainFactory(project=project)
+    annotation_with_ratings(chain=gold, labels=[1, 1, 1])
+    gold_mark(project=project, chain_ids=[gold.pk])
+    user = make_member(project)
+    draw = gold_draw(project_id=project.pk, user_id=user.pk, claim_number=0)
+    project.gold_rate = draw / 2  # on, and this claim's draw above it: real work
+    project.save()
+    locked, release, probed = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, Any] = {}
+
+    def hold_real() -> None:
+        with transaction.atomic():
+            Chain.objects.select_for_update(no_key=True).get(pk=real.pk)
+            locked.set()
+            probed.wait(timeout=30)
+            release.wait(timeout=30)
+
+    def claim() -> None:
+        assert locked.wait(timeout=30)
+        seen["lease"] = lease_next(project=project, user=user)
+
+    def probe_gold() -> None:
+        assert locked.wait(timeout=30)
+        time.sleep(0.5)  # the claim is waiting for the real chain by now
+        try:
+            with transaction.atomic():
+                free = Chain.objects.select_for_update(nowait=True).filter(pk=gold.pk)
+                seen["gold_free"] = free.exists()
+        except DatabaseError:
+            seen["gold_free"] = False
+        probed.set()
+        release.set()
+
+    # When: the annotator asks for the next chain meanwhile
+    threads = [threading.Thread(target=_own_connection(t)) for t in (hold_real, claim, probe_gold)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    # Then: while it waited, the gold chain was free; then it got the real chain
+    assert seen["gold_free"] is True
+    assert seen["lease"].assignment.chain_id == real.pk
+
+
+def _own_connection(target: Any) -> Any:
+    def run() -> None:
+        try:
+            target()
+        finally:
+            connections.close_all()
+
+    return run
