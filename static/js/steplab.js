@@ -96,42 +96,109 @@ export function formatPercent(value, digits = 0) {
 // The rating keys of the workspace and the review page: 1/+ correct, 2/0 ambiguous,
 // 3/- incorrect.
 export const RATING_KEYS = Object.freeze({ "1": 1, "+": 1, "2": 0, "0": 0, "3": -1, "-": -1 });
+// Delimiters KaTeX's auto-render reads itself. A single $ is not among them: texts
+// mean money by it as often as math (GSM8K: "$5 ... $12"), so ``delimitedMath`` decides
+// which $...$ are math and hands those over as \(...\).
 const KATEX_OPTIONS = {
   delimiters: [
     { left: "$$", right: "$$", display: true },
     { left: "\\[", right: "\\]", display: true },
     { left: "\\(", right: "\\)", display: false },
-    { left: "$", right: "$", display: false },
   ],
   throwOnError: false,
   trust: false,
   strict: "ignore",
 };
 
-// Put ``text`` in ``element`` as text, then let KaTeX (trust off) turn $...$ into math;
-// a formula it cannot parse stays as source. ``raw``: leave the source as it is. KaTeX's
-// auto-render is loaded (deferred) by the pages that show math, after this file.
+// Put ``text`` in ``element`` as text, then let KaTeX (trust off) typeset its math
+// (``delimitedMath``); a formula it cannot parse stays as source. ``raw``: leave the
+// source as it is. KaTeX's auto-render is loaded (deferred) by the pages that show math,
+// after this file.
 export function renderMath(element, text, raw = false) {
   const typeset = !raw && typeof window.renderMathInElement === "function";
-  element.textContent = typeset ? boxedAsMath(text) : text;
+  element.textContent = typeset ? delimitedMath(text) : text;
   if (typeset) window.renderMathInElement(element, KATEX_OPTIONS);
 }
 
-// Model answers often write \boxed{42} outside any $...$; KaTeX's auto-render only reads
-// delimited math, so such a box (up to its matching brace, however nested) is wrapped in
-// \( \). Text already inside $...$, \(...\) or \[...\] is left alone.
-function boxedAsMath(text) {
-  if (!text.includes("\\boxed{")) return text;
-  const math = /\$\$[\s\S]*?\$\$|\$[^$]*\$|\\\([\s\S]*?\\\)|\\\[[\s\S]*?\\\]/g;
+// Text already delimited for KaTeX: $$...$$, \(...\) and \[...\].
+const DELIMITED = /\$\$[\s\S]*?\$\$|\\\([\s\S]*?\\\)|\\\[[\s\S]*?\\\]/g;
+
+// ``text`` with the math that auto-render would not find delimited as \(...\): a $...$
+// that TeX writers mean as math, and \boxed{...} outside any math (model answers box
+// their result bare). Text already delimited is left alone.
+export function delimitedMath(text) {
   let out = "";
   let last = 0;
-  for (const match of text.matchAll(math)) {
-    out += wrapBoxes(text.slice(last, match.index)) + match[0];
+  for (const match of text.matchAll(DELIMITED)) {
+    out += plainAsMath(text.slice(last, match.index)) + match[0];
     last = match.index + match[0].length;
   }
-  return out + wrapBoxes(text.slice(last));
+  return out + plainAsMath(text.slice(last));
 }
 
+function plainAsMath(plain) {
+  return dollarSpans(plain)
+    .map((span) => (span.math ? `\\(${span.text}\\)` : wrapBoxes(span.text)))
+    .join("");
+}
+
+// The index of the next lone $ at or after ``from`` (not escaped as \$, not half of $$),
+// or -1.
+function nextDollar(text, from) {
+  for (let i = text.indexOf("$", from); i >= 0; i = text.indexOf("$", i + 1)) {
+    if (text[i + 1] === "$") {
+      i += 1;
+      continue;
+    }
+    if (text[i - 1] !== "\\") return i;
+  }
+  return -1;
+}
+
+// Pandoc's rule for $...$, which chat front-ends follow: the opening $ has a non-space
+// right after it, the closing $ a non-space right before it and no digit right after it,
+// and no other $ between them. So "$5 for one, $12 for two" holds no math. A span must
+// also look like math (not two or more words of prose) and parse (KaTeX), else its
+// dollars stay text. Returns the text cut into {math, text} spans.
+function dollarSpans(plain) {
+  const spans = [];
+  let at = 0;
+  for (let open = nextDollar(plain, 0); open >= 0; ) {
+    const close = nextDollar(plain, open + 1);
+    if (close < 0) break;
+    const inner = plain.slice(open + 1, close);
+    const opens = /\S/.test(plain[open + 1]);
+    const closes = /\S/.test(plain[close - 1]) && !/[0-9]/.test(plain[close + 1] || "");
+    if (opens && closes && looksLikeMath(inner)) {
+      if (open > at) spans.push({ math: false, text: plain.slice(at, open) });
+      spans.push({ math: true, text: inner });
+      at = close + 1;
+      open = nextDollar(plain, at);
+    } else {
+      open = close; // the next $ may open a span of its own
+    }
+  }
+  if (at < plain.length) spans.push({ math: false, text: plain.slice(at) });
+  return spans;
+}
+
+const PROSE_WORD = /(?:^|\s)[A-Za-z]{3,}(?=\s|[.,;:!?]|$)/g;
+
+function looksLikeMath(inner) {
+  if (/\n\s*\n/.test(inner)) return false; // math does not run across paragraphs
+  if (!inner.includes("\\") && (inner.match(PROSE_WORD) || []).length >= 2) return false;
+  if (typeof window.katex === "undefined") return true;
+  try {
+    window.katex.renderToString(inner, { throwOnError: true, strict: "ignore", trust: false });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// Model answers often write \boxed{42} outside any math; KaTeX's auto-render only reads
+// delimited math, so such a box (up to its matching brace, however nested) is wrapped in
+// \( \).
 function wrapBoxes(plain) {
   let out = "";
   let at = 0;
@@ -146,7 +213,9 @@ function wrapBoxes(plain) {
       }
     }
     if (end < 0) break; // unbalanced: leave the rest as it is
-    out += plain.slice(at, start) + "\\(" + plain.slice(start, end) + "\\)";
+    // A bare $ in the box is money (\boxed{$70}): in math it must read \$.
+    const box = plain.slice(start, end).replace(/(?<!\\)\$/g, "\\$");
+    out += plain.slice(at, start) + "\\(" + box + "\\)";
     at = end;
   }
   return out + plain.slice(at);

@@ -69,7 +69,9 @@ let state = null; // what is persisted: ratings, comments, rewrite, times, curso
 let rows = []; // one {li, buttons, comment, commentBox} per step, in order
 let busy = false; // a submit, skip or flag is in flight
 let leaseLost = false;
-let showRaw = false;
+// The raw-source toggle stays where the annotator left it, across chains and visits.
+const RAW_KEY = "steplab:raw-source";
+let showRaw = remembered(RAW_KEY) === "true";
 let focusSince = performance.now(); // when the current step got the focus
 let renewTimer = null;
 let reasonAction = null; // "skip" or "flag" while the reason dialog is open
@@ -103,6 +105,23 @@ function newState(assignmentId) {
 
 function storageKey(assignmentId) {
   return STORAGE_PREFIX + assignmentId;
+}
+
+// A setting kept in localStorage; none when storage is off (the page works the same).
+function remembered(key) {
+  try {
+    return localStorage.getItem(key);
+  } catch {
+    return null;
+  }
+}
+
+function remember(key, value) {
+  try {
+    localStorage.setItem(key, value);
+  } catch {
+    /* not kept across visits */
+  }
 }
 
 function save() {
@@ -602,10 +621,15 @@ els.rewrite.addEventListener("keydown", (event) => {
   }
 });
 
-function toggleRaw() {
-  showRaw = !showRaw;
+function showRawState() {
   els.raw.setAttribute("aria-pressed", showRaw ? "true" : "false");
   els.raw.classList.toggle("is-on", showRaw);
+}
+
+function toggleRaw() {
+  showRaw = !showRaw;
+  remember(RAW_KEY, showRaw ? "true" : "false");
+  showRawState();
   rerenderTexts();
 }
 
@@ -1037,6 +1061,7 @@ $("btn-help").addEventListener("click", () => toggleDialog(els.help));
 $("btn-guidelines").addEventListener("click", () => toggleDialog(els.guidelines));
 $("btn-check-again").addEventListener("click", () => loadNext());
 els.raw.addEventListener("click", toggleRaw);
+showRawState();
 window.addEventListener("pagehide", save);
 
 purgeOldDrafts();
