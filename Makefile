@@ -77,8 +77,9 @@ DEMO_WORKERS ?= 2
 DEMO_THREADS ?= 8
 demo: install
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo --host $(HOST):$(PORT)
-	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.dev} exec $(PY) -m config.demo -- \
+	$(PY) manage.py seed_demo --host $(HOST):$(PORT) --banner var/demo-banner.txt
+	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-config.settings.dev} exec $(PY) -m config.demo \
+		--banner var/demo-banner.txt -- \
 		$(VENV)/bin/gunicorn config.wsgi:application --bind $(HOST):$(PORT) --workers $(DEMO_WORKERS) \
 		--worker-class gthread --threads $(DEMO_THREADS) --timeout 120 --access-logfile -
 

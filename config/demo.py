@@ -1,6 +1,6 @@
 """`make demo` and `make serve`: the web server and its Celery workers as one command.
 
-    python -m config.demo -- WEB COMMAND ...
+    python -m config.demo [--banner FILE] -- WEB COMMAND ...
 
 starts the web command (gunicorn, or runserver) and two Celery workers beside it, as
 production runs them (`make worker`, `make gpu-worker`): queue ``default`` for light
@@ -8,6 +8,11 @@ work, queue ``gpu`` for training, scoring and simulations, one task at a time in
 child process that ends with its task, so the memory a run took is returned. No web
 request runs a task. The broker is whatever the settings say: without
 ``CELERY_BROKER_URL``, the folder broker of ``config/broker.py``, which needs no server.
+
+With ``--banner FILE`` (``seed_demo --banner``: the URL and the logins), the file is
+printed once the web server listens and each worker said it is ready, so it is the last
+thing on the screen, not lost above Celery's banners. The children's output passes
+through this process, line by line, to see that.
 
 One lifetime for all three: when the web server stops, the workers are stopped too; a
 worker that dies (killed, out of memory) is started again under the same node name, which
@@ -21,9 +26,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from config.workers import worker_argv
 
@@ -35,6 +42,12 @@ RESTART_WINDOW = 20.0
 WEB_STOP_SECONDS = 30.0
 WORKER_WARM_STOP_SECONDS = 10.0
 WORKER_COLD_STOP_SECONDS = 10.0
+# The banner waits at most this long for the children to say they are ready.
+BANNER_WAIT_SECONDS = 180.0
+
+# What a child prints once it is ready: a Celery worker ("celery@host ready."), gunicorn
+# ("Listening at: ..."), Django's development server ("Quit the server with ...").
+READY_MARKS = (b" ready.", b"Listening at:", b"Quit the server with")
 
 # The workers' commands are defined once (``config.workers``), as production runs them.
 WORKERS = {f"worker-{name}": worker_argv(name) for name in ("default", "gpu")}
@@ -60,15 +73,23 @@ class Child:
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     quick_restarts: int = 0
+    ready: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> None:
         first_signal = self.stop_signals[0][0]
         # Its own session: a Ctrl-C in the terminal reaches this process, which stops the
-        # children in order, not every child at once.
+        # children in order, not every child at once. Its output comes through here
+        # (``_relay``), unbuffered, so lines reach the terminal as they are written.
         self.process = subprocess.Popen(
-            self.command, start_new_session=True, preexec_fn=_parent_death_signal(first_signal)
+            self.command,
+            start_new_session=True,
+            preexec_fn=_parent_death_signal(first_signal),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.started_at = time.monotonic()
+        threading.Thread(target=_relay, args=(self,), daemon=True).start()
         _say(f"started {self.name} (pid {self.process.pid})")
 
     def exited(self) -> int | None:
@@ -90,6 +111,29 @@ class Child:
             except ProcessLookupError:
                 pass
             self.process.wait()
+
+
+def _relay(child: Child) -> None:
+    """Copy the child's output to ours line by line; mark it ready at its ready line."""
+    assert child.process is not None and child.process.stdout is not None
+    for line in iter(child.process.stdout.readline, b""):
+        try:
+            sys.stdout.buffer.write(line)
+            sys.stdout.buffer.flush()
+        except OSError:
+            pass  # our output is gone (a closed terminal): keep draining the child's
+        if not child.ready.is_set() and any(mark in line for mark in READY_MARKS):
+            child.ready.set()
+
+
+def _banner_when_ready(children: Sequence[Child], banner: Path) -> None:
+    """Print ``banner`` once every child is ready (or after BANNER_WAIT_SECONDS)."""
+    deadline = time.monotonic() + BANNER_WAIT_SECONDS
+    for child in children:
+        child.ready.wait(timeout=max(0.0, deadline - time.monotonic()))
+    text = banner.read_text() if banner.exists() else ""
+    if text:
+        print(f"\n{text.rstrip()}\n", flush=True)
 
 
 def stop_all(children: Sequence[Child]) -> None:
@@ -119,9 +163,9 @@ def _raise_stop(signum: int, frame: object) -> None:
     raise _Stop(signal.Signals(signum).name)
 
 
-def supervise(web_command: Sequence[str]) -> int:
+def supervise(web_command: Sequence[str], banner: Path | None = None) -> int:
     """Run the web command and the workers until the web command ends or a stop signal
-    comes; returns the exit status to end with."""
+    comes; returns the exit status to end with. ``banner``: printed once all are ready."""
     web = Child("web", web_command, ((signal.SIGTERM, WEB_STOP_SECONDS),))
     # Warm shutdown first (a task may end), then cold (a long training run is left to
     # the reaper: it shows as lost and can be retried).
@@ -136,6 +180,10 @@ def supervise(web_command: Sequence[str]) -> int:
     try:
         for child in [*workers, web]:
             child.start()
+        if banner is not None:
+            threading.Thread(
+                target=_banner_when_ready, args=([*workers, web], banner), daemon=True
+            ).start()
         while True:
             time.sleep(0.5)
             code = web.exited()
@@ -171,12 +219,15 @@ def _restart_if_dead(worker: Child) -> None:
 
 def main(argv: Sequence[str]) -> int:
     arguments = list(argv)
+    banner = None
+    if arguments[:1] == ["--banner"] and len(arguments) > 1:
+        banner, arguments = Path(arguments[1]), arguments[2:]
     if arguments[:1] == ["--"]:
         arguments = arguments[1:]
     if not arguments:
-        print("usage: python -m config.demo -- WEB COMMAND ...", file=sys.stderr)
+        print("usage: python -m config.demo [--banner FILE] -- WEB COMMAND ...", file=sys.stderr)
         return 2
-    return supervise(arguments)
+    return supervise(arguments, banner)
 
 
 if __name__ == "__main__":

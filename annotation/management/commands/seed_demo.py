@@ -123,6 +123,12 @@ class Command(BaseCommand):
             "server others can reach.",
         )
         parser.add_argument("--host", default="127.0.0.1:8000", help="For the printed URL.")
+        parser.add_argument(
+            "--banner",
+            default=None,
+            help="Also write the URL and the logins to this file (`make demo` prints it "
+            "once its server and workers are up: config.demo).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not settings.DEBUG and not options["allow_without_debug"]:
@@ -174,10 +180,16 @@ class Command(BaseCommand):
                 f"Demo ready: {len(DEMO_PROJECTS) + 1} projects, {created_chains} chains added."
             )
         )
-        self.stdout.write(f"URL: http://{options['host']}/")
+        lines = [f"URL: http://{options['host']}/"]
         for login in DEMO_USERS:
             what = "superuser" if login.is_superuser else (login.role or "")
-            self.stdout.write(f"login: {login.username} / {login.password} ({what})")
+            lines.append(f"login: {login.username} / {login.password} ({what})")
+        for line in lines:
+            self.stdout.write(line)
+        if options["banner"]:
+            banner = Path(options["banner"])
+            banner.parent.mkdir(parents=True, exist_ok=True)
+            banner.write_text("Steplab is running.\n" + "\n".join(lines) + "\n")
 
 
 def _machine_project_ensure(users: dict[str, User]) -> Project:
