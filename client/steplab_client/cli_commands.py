@@ -11,7 +11,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from steplab_client.cli_output import ProgressLine, import_progress_line, run_progress_line
+from steplab_client.cli_output import (
+    ProgressLine,
+    import_progress_line,
+    import_said,
+    run_progress_line,
+)
 from steplab_client.client import Client
 from steplab_client.datasets import Download
 from steplab_client.errors import JobFailed
@@ -155,13 +160,15 @@ def follow_import(
 def import_file(client: Client, args: argparse.Namespace) -> Any:
     project = client.projects.resolve(args.project)
     job = client.imports.upload(project, args.file, format=args.format)
-    return follow_import(client, project, job, follow=not args.no_follow, timeout=args.timeout)
+    job = follow_import(client, project, job, follow=not args.no_follow, timeout=args.timeout)
+    return import_said(job)
 
 
 def imports_show(client: Client, args: argparse.Namespace) -> Any:
     project = client.projects.resolve(args.project)
     job = client.imports.show(project, args.job_id)
-    return follow_import(client, project, job, follow=args.follow, timeout=args.timeout)
+    job = follow_import(client, project, job, follow=args.follow, timeout=args.timeout)
+    return import_said(job)
 
 
 CHAIN_FILTERS = (
@@ -228,8 +235,10 @@ def export_snapshot(client: Client, args: argparse.Namespace) -> Any:
     progress = ProgressLine(sys.stderr)
 
     def received(size: int) -> None:
-        # A line per megabyte at most: a large export stays a short log.
-        progress.show(f"export: {size // 1_000_000:,} MB received")
+        # A line per megabyte at most: a large export stays a short log, and a small one
+        # says only what it wrote.
+        if size >= 1_000_000:
+            progress.show(f"export: {size // 1_000_000:,} MB received")
 
     download: Download = client.snapshots.export(
         args.project,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from steplab_client.resource import JSON
@@ -112,7 +113,50 @@ def fields(row: JSON) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Said:
+    """A command's result told in a sentence (``text``), and as the object (``data``)
+    that ``--json`` prints."""
+
+    text: str
+    data: JSON
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def import_said(job: JSON) -> Said:
+    """An import job as a person reads it: what it added, from which file and format, or
+    where it stands while it runs."""
+    result = job.get("result")
+    if job["status"] != "done" or not result:
+        return Said(f"Import {job['id']} is {job['status']}: {job['filename']}.", job)
+    if result.get("already_imported"):
+        text = (
+            f"Import {job['id']} done: {result['filename']} was imported into this project "
+            f"before (batch {result['batch_id']}); nothing was added."
+        )
+        return Said(text, job)
+    if result.get("format") == "problems":
+        added = _count(result.get("problems_created", 0), "problem")
+        there = result.get("problems_duplicate", 0)
+    else:
+        added = (
+            f"{_count(result['chains_created'], 'chain')} with "
+            f"{_count(result['steps_created'], 'step')} and "
+            f"{_count(result['labels_created'], 'label')}"
+        )
+        there = result["chains_duplicate"]
+    text = f"Import {job['id']} done: {added} added from {result['filename']} ({result['format']})"
+    text += f", {there:,} already there." if there else "."
+    return Said(text, job)
+
+
 def print_result(result: Any, *, as_json: bool, out: TextIO) -> None:
+    if isinstance(result, Said):
+        out.write((json.dumps(result.data, indent=2) if as_json else result.text) + "\n")
+        return
     if isinstance(result, tuple):
         rows, columns = result
         if as_json:

@@ -84,7 +84,10 @@ def test_the_command_line_against_make_demo(demo_url: str, tmp_path: Path) -> No
 
     # Then: the demo's worker ran it
     assert imported.returncode == 0, imported.stderr
-    assert "done" in imported.stderr and "chains_created" in imported.stdout
+    assert "done" in imported.stderr
+    assert imported.stdout.startswith("Import ") and " added from processbench_sample.json" in (
+        imported.stdout
+    )
 
     # ...a snapshot of every labeled chain, and its TRL export streamed to a file
     taken = _steplab(
