@@ -33,6 +33,7 @@ from annotation.routing.services import ROUTING_FIELDS, chains_route_enqueue_on_
 # The settings a lead may change after creation. ``name`` is deliberately absent:
 # commands and exports refer to projects by name.
 PROJECT_UPDATABLE_FIELDS = (
+    "name",
     "guidelines",
     "overlap",
     "labeling_mode",

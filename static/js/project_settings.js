@@ -103,6 +103,11 @@ function showWarnings(project) {
 function fill(project) {
   loaded = project;
   showWarnings(project);
+  const title = document.getElementById("settings-title");
+  if (title && project.name) {
+    title.textContent = `Settings · ${project.name}`;
+    document.title = `Settings · ${project.name}`;
+  }
   for (const [field, input] of Object.entries(inputs)) {
     if (!(field in project)) continue;
     if (field in radios) {

@@ -166,6 +166,12 @@ class ProjectCreateInputSerializer(_ProjectSettingsInputSerializer):
 
 
 class ProjectUpdateInputSerializer(_ProjectSettingsInputSerializer, _ProjectRoutingInputSerializer):
+    name = serializers.CharField(
+        required=False,
+        max_length=200,
+        help_text="A new name, unique on the server: commands, pages and exports made from "
+        "now on use it (files exported before keep theirs).",
+    )
     guidelines = serializers.CharField(
         required=False, allow_blank=True, max_length=GUIDELINES_MAX_CHARS, help_text=GUIDELINES_HELP
     )

@@ -150,7 +150,8 @@ def test_lead_edits_settings_with_a_validation_error_first(
     _no_sideways_scroll(page)
     _shot(page, "project_settings_error", width)
 
-    # When: they fix it, change the rest and save again
+    # When: they fix it, change the rest (the name too) and save again
+    page.fill("#f-name", f"Geometry {width}, round 2")
     page.fill("#f-overlap", "3")
     page.get_by_label("Count each imported label as one more vote").check()
     page.fill("#f-lease_minutes", "45")
@@ -170,6 +171,8 @@ def test_lead_edits_settings_with_a_validation_error_first(
     assert (project.lease_minutes, project.screening_chains) == (45, 5)
     assert project.screening_pass_accuracy == 0.9
     assert project.guidelines == "Rate **each** step."
+    assert project.name == f"Geometry {width}, round 2"
+    expect(page.locator("#settings-title")).to_have_text(f"Settings · Geometry {width}, round 2")
     _shot(page, "project_settings", width)
 
     # And the dashboard and the workspace show the guidelines as the preview did

@@ -273,7 +273,9 @@ def test_lead_changes_settings_and_overlap_reopens_chains(
         ({"overlap": 51}, "overlap"),
         ({"labeling_mode": "nope"}, "labeling_mode"),
         ({"lease_minutes": 0}, "lease_minutes"),
-        ({"name": "renamed"}, "name"),
+        ({"name": ""}, "name"),
+        ({"name": "x" * 201}, "name"),
+        ({"name": "the other project"}, "name"),  # taken
     ],
 )
 def test_update_rejects_bad_input(
@@ -283,6 +285,7 @@ def test_update_rejects_bad_input(
     field: str,
 ) -> None:
     project: Project = world["project"]
+    ProjectFactory(name="the other project")
     response = client_for(world["people"]["lead"]).patch(
         f"/api/v1/projects/{project.pk}/", payload, format="json"
     )
@@ -483,3 +486,26 @@ def test_role_change_of_a_non_member_is_404_and_adds_nobody(
     )
     assert response.status_code == 404
     assert Membership.objects.count() == before
+
+
+def test_a_lead_renames_the_project_and_the_old_name_is_free_again(
+    world: dict[str, Any], client_for: Callable[..., APIClient]
+) -> None:
+    # Given: a project with a name
+    project: Project = world["project"]
+    old = project.name
+    lead = client_for(world["people"]["lead"])
+
+    # When: its lead renames it (surrounding spaces dropped)
+    response = lead.patch(
+        f"/api/v1/projects/{project.pk}/", {"name": "  Geometry, round 2 "}, format="json"
+    )
+
+    # Then: the new name is the project's everywhere, and the old one can be taken
+    assert response.status_code == 200, response.json()
+    assert response.json()["name"] == "Geometry, round 2"
+    assert Project.objects.get(pk=project.pk).name == "Geometry, round 2"
+    listed = lead.get("/api/v1/projects/").json()
+    names = [row["name"] for row in listed.get("results", listed)]
+    assert "Geometry, round 2" in names and old not in names
+    assert ProjectFactory(name=old).pk != project.pk
