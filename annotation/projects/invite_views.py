@@ -88,12 +88,23 @@ def _page(
     return render(request, "annotation/invite.html", context, status=status)
 
 
+class _SignupForm(UserCreationForm):
+    """Django's sign-up form with a weak password's reasons under the password itself:
+    Django puts them under the confirmation box, where a person looks for "the two do
+    not match", not for "too short"."""
+
+    def validate_password_for_user(
+        self, user: Any, password_field_name: str = "password1", **kwargs: Any
+    ) -> None:
+        # SetPasswordMixin's (Django 5.1+), which the type stubs do not know yet.
+        parent = super().validate_password_for_user  # type: ignore[misc]
+        parent(user, password_field_name=password_field_name, **kwargs)
+
+
 def _signup_form(invite: Invite, data: Any = None) -> UserCreationForm:
     # The instance carries the address and name, so the similarity validator compares the
     # password with them too.
-    return UserCreationForm(
-        data, instance=get_user_model()(email=invite.email, first_name=invite.name)
-    )
+    return _SignupForm(data, instance=get_user_model()(email=invite.email, first_name=invite.name))
 
 
 def _show(
@@ -186,8 +197,8 @@ def _accept(request: HttpRequest) -> HttpResponse:
         if form is None or not hasattr(exc, "error_dict"):
             return _show(request, form=form, error=" ".join(exc.messages))
         for field, problems in exc.message_dict.items():
-            # The service's "password" is the form's second box, where Django puts its own.
-            field = "password2" if field == "password" else field
+            # The service's "password" is the form's first box, as the form's own (above).
+            field = "password1" if field == "password" else field
             form.add_error(field if field in form.fields else None, problems)
         return _show(request, form=form)
     if accepted.new_account:
