@@ -85,7 +85,7 @@ out["leases"] = sorted(Assignment.objects.values_list("status", flat=True))
 out["annotations"] = Annotation.objects.count()
 
 # a chain longer than one batch of rating inserts
-from annotation.labeling.queue.submit import _RATINGS_PER_STATEMENT
+from annotation.labeling.queue.submit_writes import _RATINGS_PER_STATEMENT
 long_project = Project.objects.create(name="long", overlap=1)
 Membership.objects.create(project=long_project, user=users[0], role="annotator")
 long_chain = Chain.objects.create(

@@ -29,7 +29,7 @@ as for any chain (the ids in it are the annotator's own public ids,
 gold claim runs the statements a real one does (the gold query and the real work's
 candidate query, each locking its row, then the same lease statement:
 ``labeling.queue.claim._gold_chain``), and a submit records an ordinary human annotation
-that writes and sends what a real pass does (``labeling.queue.submit._Pass``).
+that writes and sends what a real pass does (``labeling.queue.submit_writes.Standing``).
 
 What stays observable: the texts. A gold chain is offered to every annotator, so
 annotators who compare the problems they were given can find the ones more of them met

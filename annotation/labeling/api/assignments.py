@@ -252,7 +252,7 @@ class AssignmentPrefetchView(APIView):
 def after_submit(submitted: Submitted) -> None:
     """What every submit endpoint does once a new annotation is recorded."""
     # A gold pass shaped as the one that finishes its chain asks too (the check finds
-    # nothing new): what a submit sends must not tell gold apart (queue.submit._Pass).
+    # nothing new): what a submit sends must not tell gold apart (queue.submit_writes.Standing).
     if submitted.created and submitted.finishing:
         # Auto-retraining counts finished chains (the training app's hook); a worker
         # checks, never this request.

@@ -380,7 +380,7 @@ CHAIN_AGREEMENT_SQL = f"""
 # insert's RETURNING (``r``). Parameters: finished_count, is_finished, the chain three
 # times. A gold chain's pass counts for nothing: it writes the count it read and keeps its
 # agreement, worked out all the same (in FROM, which runs either way, where a CASE would
-# skip it) so that it costs what a real pass does (``submit._Pass``).
+# skip it) so that it costs what a real pass does (``submit_writes.Standing``).
 CHAIN_COUNTED_AGREEMENT_SQL = f"""
     UPDATE {Chain._meta.db_table} SET finished_count = %s, is_finished = %s,
         agreement = CASE WHEN is_gold THEN agreement ELSE g.worked_out END

@@ -152,11 +152,8 @@ def test_a_bad_submit_body_gets_its_serializers_messages(body) -> None:
 def test_a_long_chain_stores_every_rating_in_step_order(project, make_member) -> None:
     # Given a long chain (on SQLite, more than two insert batches of ratings; on
     # PostgreSQL, still one statement)
-    from annotation.labeling.queue.submit import (
-        _RATINGS_PER_STATEMENT,
-        RatingInput,
-        assignment_submit,
-    )
+    from annotation.labeling.queue.submit import RatingInput, assignment_submit
+    from annotation.labeling.queue.submit_writes import _RATINGS_PER_STATEMENT
     from annotation.models import StepRating
     from tests.annotation.labeling.claiming import assignment_claim_next
 
