@@ -188,6 +188,14 @@ SUITE: tuple[Bench, ...] = (
         "issue 22's attacks: status, bytes written, peak memory, seconds",
     ),
     Bench(
+        "gold_timing",
+        "bench_gold_timing.py",
+        (),
+        ("--real", "60", "--gold", "16"),
+        "gold.json",
+        "gold told apart by pooled ids and by request times (AUC, 95% intervals)",
+    ),
+    Bench(
         "workspace",
         "bench_workspace.py",
         (),

@@ -111,11 +111,12 @@ def page_clipped_sideways(page: Page) -> list[str]:
     """Up to 8 boxes whose content is wider than the box, so part of it is hidden or only
     reached by scrolling that box sideways: a table cut off in its card, math clipped by
     ``overflow: hidden``. Only math and code may scroll inside their own box (KaTeX's
-    display boxes, ``pre``, and a box marked ``data-scroll-x``); text cut with an ellipsis
-    is not counted. [] when everything is in view."""
+    display boxes, ``pre``, and a box marked ``data-scroll-x``), and a one-line input its
+    own value (a long project name in its field: the caret reaches all of it); text cut
+    with an ellipsis is not counted. [] when everything is in view."""
     return page.evaluate(
         """() => {
-          const own = '.katex-display, .katex, pre, [data-scroll-x]';
+          const own = '.katex-display, .katex, pre, [data-scroll-x], input';
           return [...document.querySelectorAll('body *')]
             .filter((el) => {
               if (el.scrollWidth <= el.clientWidth + 1 || el.clientWidth <= 1) return false;

@@ -73,6 +73,14 @@ def _shape(sql: str) -> str:
     return f"{verb} {' '.join(_TABLES.findall(sql))}"
 
 
+@pytest.fixture(autouse=True)
+def autostart_read_each_time(monkeypatch) -> None:
+    """Every submit shaped as the finishing one reads the auto-retraining setting: kept
+    for a few seconds, it was read by whichever such submit came when it ran out, gold or
+    real, and a slow run could leave the one read to a gold pass."""
+    monkeypatch.setattr("prm_training.services.autostart.AUTOSTART_SETTING_TTL", 0.0)
+
+
 @pytest.fixture
 def published(monkeypatch) -> Iterator[list[str]]:
     """Every message the process publishes to the broker (still sent: the cost is real)."""

@@ -90,8 +90,8 @@ def test_update_without_overlap_change_leaves_chains_alone() -> None:
 def test_update_refuses_unknown_fields() -> None:
     project = ProjectFactory(name="keep")
     with pytest.raises(ValidationError) as caught:
-        project_update(project=project, data={"name": "renamed"})
-    assert "name" in caught.value.message_dict
+        project_update(project=project, data={"name": "renamed", "created_by": None})
+    assert "created_by" in caught.value.message_dict
     assert Project.objects.get(pk=project.pk).name == "keep"
 
 
