@@ -8,7 +8,7 @@ from datetime import datetime
 
 import numpy as np
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, F, OuterRef, QuerySet
+from django.db.models import F, QuerySet
 
 from annotation.models import (
     Annotation,
@@ -44,9 +44,12 @@ class ChainDisagreement:
     disagreeing_steps: int
     # Sum over disagreeing steps of (highest - lowest rating): a -1 vs +1 clash weighs 2.
     spread: int
+    # Resolved: a lead's current ruling rates every disagreeing step.
     adjudicated: bool
     # Usernames of the annotators with a current pass, sorted.
     by: tuple[str, ...] = ()
+    # Disagreeing steps the current ruling rates (all of them once resolved).
+    ruled_steps: int = 0
 
     @property
     def agreement(self) -> float:
@@ -83,10 +86,12 @@ def chain_disagreements(
 
     A step counts as disagreeing when two or more annotators rated it and not alike. A
     step only one annotator rated (e.g. after another's first error in first_error mode)
-    is not a disagreement: it was simply not asked of the other. A chain a lead ruled on
-    is resolved and leaves the list (the review count falls); ``include_resolved`` lists
-    those too, marked ``adjudicated``, so a lead can revisit a ruling. Four queries:
-    the ratings, the annotators' names, the chains and their adjudication flag."""
+    is not a disagreement: it was simply not asked of the other. A chain whose current
+    ruling rates every disagreeing step is resolved and leaves the list (the review count
+    falls); a ruling that leaves one out resolves nothing (``ruled_steps`` says how far it
+    got). ``include_resolved`` lists resolved chains too, marked ``adjudicated``, so a lead
+    can revisit a ruling. Four queries: the ratings, the annotators' names, the chains and
+    the steps their current rulings rate."""
     data = current_human_ratings(project=project)
     if not len(data):
         return []
@@ -107,15 +112,15 @@ def chain_disagreements(
         chain_pos.reshape(-1), weights=(high - low)[disagreeing], minlength=chains.size
     )
     voters = _voter_names(data, chains)
-    adjudicated = Annotation.objects.filter(
-        chain=OuterRef("pk"), source=AnnotationSource.ADJUDICATION, superseded_by__isnull=True
-    )
     info = {
         row[0]: row[1:]
-        for row in Chain.objects.filter(pk__in=chains.tolist())
-        .annotate(adjudicated=Exists(adjudicated))
-        .values_list("id", "problem__text", "step_count", "adjudicated")
+        for row in Chain.objects.filter(pk__in=chains.tolist()).values_list(
+            "id", "problem__text", "step_count"
+        )
     }
+    ruled = _ruled_disputes(
+        chains=chains, disputed_steps=steps[disagreeing], disputed_chains=step_chain[disagreeing]
+    )
     rows = [
         ChainDisagreement(
             chain_id=chain_id,
@@ -124,8 +129,9 @@ def chain_disagreements(
             annotators=len(voters[chain_id]),
             disagreeing_steps=int(count),
             spread=int(spread),
-            adjudicated=bool(info[chain_id][2]),
+            adjudicated=ruled.get(chain_id, 0) == count,
             by=tuple(sorted(voters[chain_id])),
+            ruled_steps=ruled.get(chain_id, 0),
         )
         for chain_id, count, spread in zip(
             chains.tolist(), counts.tolist(), spreads.tolist(), strict=True
@@ -141,6 +147,22 @@ def chain_disagreements(
     ]
     rows.sort(key=lambda row: (-row.disagreeing_steps, -row.spread, row.chain_id))
     return rows
+
+
+def _ruled_disputes(
+    *, chains: np.ndarray, disputed_steps: np.ndarray, disputed_chains: np.ndarray
+) -> dict[int, int]:
+    """How many of each chain's disagreeing steps (``disputed_steps``, of the chains
+    ``disputed_chains`` alike) its current ruling rates, for the chains that have one."""
+    ruled_steps = StepRating.objects.filter(
+        annotation__chain_id__in=chains.tolist(),
+        annotation__source=AnnotationSource.ADJUDICATION,
+        annotation__superseded_by__isnull=True,
+        rating__isnull=False,
+    ).values_list("step_id", flat=True)
+    covered = np.isin(disputed_steps, np.fromiter(ruled_steps, dtype=np.int64))
+    found, tally = np.unique(disputed_chains[covered], return_counts=True)
+    return dict(zip(found.tolist(), tally.tolist(), strict=True))
 
 
 @dataclass(frozen=True, slots=True)

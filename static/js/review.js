@@ -57,6 +57,9 @@ let choices = {}; // step id -> the lead's ruling
 let current = 0; // the step the keyboard acts on
 let rows = []; // one {tr, buttons} per step
 let busy = false;
+// A save that would leave disputed steps without a ruling asks once first: set after the
+// first Save (or Enter), cleared by any new ruling or another chain.
+let partialAsked = false;
 
 const when = formatWhen;
 
@@ -104,7 +107,7 @@ function renderList() {
         problem,
         el("span", { text: `chain ${item.chain} · ${item.disagreeing_steps} disputed step` +
             `${item.disagreeing_steps === 1 ? "" : "s"} of ${item.step_count} · ` +
-            `${item.annotators} annotators${item.adjudicated ? " · resolved" : ""}`, cls: "rv-meta" }),
+            `${item.annotators} annotators${listStatus(item)}`, cls: "rv-meta" }),
       );
       button.addEventListener("click", () => select(index));
       li.append(button);
@@ -140,6 +143,7 @@ async function loadChain(chainId) {
   // Start from the chain's current adjudication, if there is one.
   const adjudication = labels.columns.find((column) => column.source === "adjudication");
   choices = {};
+  partialAsked = false;
   if (adjudication) {
     for (const step of labels.steps) {
       const rating = adjudication.ratings[String(step.index)];
@@ -155,6 +159,18 @@ async function loadChain(chainId) {
   els.chain.hidden = false;
   root.dataset.state = "ready";
   root.dataset.chain = String(labels.chain);
+}
+
+// Resolved only once a ruling covers every disputed step; a partial one says how far.
+function listStatus(item) {
+  if (item.adjudicated) return " · resolved";
+  if (item.ruled_steps) return ` · ${item.ruled_steps} of ${item.disagreeing_steps} disputes ruled`;
+  return "";
+}
+
+// The disputed steps still without a ruling, in step order.
+function disputesLeft() {
+  return rows.filter((row) => isDisputed(row.step) && choices[row.step.step] === undefined);
 }
 
 function isDisputed(step) {
@@ -388,7 +404,11 @@ function refresh() {
     }
   });
   const ruled = Object.keys(choices).length;
-  els.progress.textContent = `${ruled} of ${rows.length} steps ruled`;
+  const disputed = rows.filter((row) => isDisputed(row.step)).length;
+  const open = disputesLeft().length;
+  els.progress.textContent =
+    `${ruled} of ${rows.length} steps ruled` +
+    (disputed ? ` · ${disputed - open} of ${disputed} disputed` : "");
   els.submit.disabled = busy || ruled === 0;
 }
 
@@ -402,6 +422,7 @@ function moveTo(index) {
 function rule(rating) {
   if (!rows.length) return;
   choices[rows[current].step.step] = rating;
+  partialAsked = false;
   moveTo(current + 1);
 }
 
@@ -412,6 +433,7 @@ function takeConsensus() {
       choices[row.step.step] = row.step.consensus;
     }
   }
+  partialAsked = false;
   refresh();
 }
 
@@ -424,6 +446,22 @@ async function save() {
     showMessage(els.message, "Rule at least one step first (1, 2, 3 or the buttons).");
     return;
   }
+  const left = disputesLeft();
+  if (left.length && !partialAsked) {
+    // A tie "Take consensus" cannot settle, or a step skipped: say which, once.
+    partialAsked = true;
+    const steps = left.map((row) => rows.indexOf(row) + 1).join(", ");
+    showMessage(
+      els.message,
+      `Disputed step${left.length === 1 ? "" : "s"} ${steps} ha${left.length === 1 ? "s" : "ve"} ` +
+        "no ruling: the chain stays in the review list until every disputed step has one. " +
+        "Save again to keep this partial ruling.",
+      "warn",
+    );
+    moveTo(rows.indexOf(left[0]));
+    return;
+  }
+  const resolves = left.length === 0;
   busy = true;
   refresh();
   try {
@@ -431,10 +469,21 @@ async function save() {
       method: "POST",
       body: { ratings, note: els.note.value.trim() },
     });
-    showMessage(els.message, `Adjudication saved as revision #${made.annotation}.`, "ok");
+    showMessage(
+      els.message,
+      `Adjudication saved as revision #${made.annotation}.` +
+        (resolves ? "" : " The chain stays in the list: some disputed steps have no ruling."),
+      resolves ? "ok" : "warn",
+    );
     busy = false;
     let next = -1;
-    if (selected >= 0 && !$("rv-resolved").checked) {
+    if (selected >= 0 && !resolves) {
+      // Partial: the chain stays listed, with how far its ruling got.
+      items[selected].ruled_steps = ratings.filter((r) =>
+        rows.some((row) => row.step.step === r.step && isDisputed(row.step)),
+      ).length;
+      next = selected;
+    } else if (selected >= 0 && !$("rv-resolved").checked) {
       // Resolved: the chain leaves the list and the count falls; the next one moves up.
       items.splice(selected, 1);
       listCount = Math.max(0, listCount - 1);

@@ -71,7 +71,12 @@ class DisagreementOutputSerializer(serializers.Serializer):
         help_text="Sum over disagreeing steps of highest minus lowest rating."
     )
     adjudicated = serializers.BooleanField(
-        help_text="A lead ruled on it: resolved (listed with include_resolved only)."
+        help_text="Resolved: a lead's current ruling rates every disagreeing step (listed "
+        "with include_resolved only)."
+    )
+    ruled_steps = serializers.IntegerField(
+        help_text="Disagreeing steps the current ruling rates: a ruling that leaves one "
+        "out resolves nothing."
     )
     agreement = serializers.FloatField(help_text="Share of the chain's steps nobody disputes.")
     by = serializers.ListField(
@@ -93,7 +98,8 @@ class DisagreementFilterSerializer(serializers.Serializer):
     include_resolved = serializers.BooleanField(
         required=False,
         default=False,
-        help_text="Also the chains a lead ruled on (resolved), to revisit a ruling.",
+        help_text="Also the resolved chains (every disagreeing step ruled), to revisit a "
+        "ruling.",
     )
 
 

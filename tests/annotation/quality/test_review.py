@@ -196,7 +196,7 @@ def test_disagreements_worst_first_and_lone_ratings_are_not_disagreement(
     annotation_with_ratings(chain=clash, annotator=cid, labels=[1, 1, 1])
     adjudication_create(chain=mild, lead=make_member(project, "lead"), ratings=_rate(mild, s1=1))
 
-    # (four: the ratings, the annotators' names, the chains, their adjudication flags)
+    # (four: the ratings, the annotators' names, the chains, their rulings' steps)
     with django_assert_max_num_queries(4):
         rows = chain_disagreements(project=project)
 
@@ -218,6 +218,37 @@ def test_disagreements_worst_first_and_lone_ratings_are_not_disagreement(
     assert [row.chain_id for row in only_cid] == [clash.pk]
     worst = chain_disagreements(project=project, max_agreement=0.5)
     assert [(row.chain_id, round(row.agreement, 3)) for row in worst] == [(clash.pk, 0.333)]
+
+
+def test_a_ruling_resolves_its_chain_only_once_it_rates_every_disputed_step(
+    project, make_member, client_for
+):
+    # Given: a chain whose two annotators disagree on steps 1 and 2 of 3
+    lead = make_member(project, "lead")
+    ann, bob = UserFactory(), UserFactory()
+    chain = ChainFactory(project=project, step_count=3)
+    annotation_with_ratings(chain=chain, annotator=ann, labels=[0, -1, 1])
+    annotation_with_ratings(chain=chain, annotator=bob, labels=[1, 1, 1])
+    url = f"/api/v1/projects/{project.pk}/disagreements/"
+
+    # When: the lead rules on step 2 and on the undisputed step 3 only
+    adjudication_create(chain=chain, lead=lead, ratings=_rate(chain, s1=1, s2=1))
+
+    # Then: the chain is not resolved: it stays listed, one of its two disputes ruled
+    (row,) = chain_disagreements(project=project)
+    assert (row.chain_id, row.adjudicated, row.ruled_steps) == (chain.pk, False, 1)
+    listed = client_for(lead).get(url).json()["results"]
+    assert [(r["chain"], r["adjudicated"], r["ruled_steps"]) for r in listed] == [
+        (chain.pk, False, 1)
+    ]
+
+    # When: a newer ruling rates both disputed steps
+    adjudication_create(chain=chain, lead=lead, ratings=_rate(chain, s0=1, s1=1))
+
+    # Then: it is resolved, and listed only with the resolved
+    assert chain_disagreements(project=project) == []
+    (row,) = chain_disagreements(project=project, include_resolved=True)
+    assert (row.adjudicated, row.ruled_steps) == (True, 2)
 
 
 @pytest.mark.django_db

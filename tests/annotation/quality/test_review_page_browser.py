@@ -166,6 +166,9 @@ def test_review_page_says_so_when_nobody_disagrees(live_server: Any, page: Page)
 
 
 def test_taking_the_consensus_leaves_a_tie_for_the_lead(live_server: Any, page: Page) -> None:
+    """A tie has no consensus to take, and a ruling that leaves it out resolves nothing:
+    the page says which disputed step has no ruling before it saves, and the chain stays
+    in the list until the tie is ruled too."""
     # Given: two annotators split 1-1 on step 2 and agree elsewhere
     project, lead, ann, bob = _lead_and_two_annotators()
     chain = ChainFactory(project=project, step_count=3)
@@ -174,16 +177,44 @@ def test_taking_the_consensus_leaves_a_tie_for_the_lead(live_server: Any, page: 
     page_login(page=page, base_url=live_server.url, username=lead.username)
     page.goto(f"{live_server.url}/projects/{project.pk}/review/")
     page.wait_for_selector("#review[data-state=ready]")
+    # (the keys act on the highlighted step: the first disputed one)
+    expect(page.locator("#rv-grid tr.is-current")).to_have_attribute("data-index", "1")
 
     # When: the lead takes the consensus and saves
     page.keyboard.press("a")
     page.keyboard.press("Enter")
 
-    # Then: the ruling covers the agreed steps only; the tie waits for a ruling
-    page.wait_for_selector("#rv-message.ok")
+    # Then: nothing is saved yet: the page names the tie and highlights it
+    expect(page.locator("#rv-message")).to_contain_text("Disputed step 2 has no ruling")
+    expect(page.locator("#rv-grid tr.is-current")).to_have_attribute("data-index", "1")
+    assert not Annotation.objects.filter(chain=chain, source=AnnotationSource.ADJUDICATION)
+
+    # When: they save again, keeping the partial ruling
+    page.keyboard.press("Enter")
+
+    # Then: the ruling covers the agreed steps only, and the chain is still to review
+    expect(page.locator("#rv-message")).to_contain_text("stays in the list")
     ruling = Annotation.objects.get(chain=chain, source=AnnotationSource.ADJUDICATION)
     assert list(ruling.ratings.order_by("step__index").values_list("step__index", "rating")) == [
         (0, 1),
+        (2, 1),
+    ]
+    expect(page.locator("#rv-list .rv-item")).to_have_count(1)
+    expect(page.locator("#rv-list .rv-item")).not_to_contain_text("resolved")
+
+    # When: they rule the tie (the highlighted step) and save
+    expect(page.locator("#rv-grid tr.is-current")).to_have_attribute("data-index", "1")
+    page.keyboard.press("3")
+    page.keyboard.press("Enter")
+
+    # Then: the chain is resolved and leaves the list
+    expect(page.locator("#rv-list .rv-item")).to_have_count(0)
+    current = Annotation.objects.get(
+        chain=chain, source=AnnotationSource.ADJUDICATION, superseded_by__isnull=True
+    )
+    assert list(current.ratings.order_by("step__index").values_list("step__index", "rating")) == [
+        (0, 1),
+        (1, -1),
         (2, 1),
     ]
 
