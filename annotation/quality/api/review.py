@@ -98,8 +98,7 @@ class DisagreementFilterSerializer(serializers.Serializer):
     include_resolved = serializers.BooleanField(
         required=False,
         default=False,
-        help_text="Also the resolved chains (every disagreeing step ruled), to revisit a "
-        "ruling.",
+        help_text="Also the resolved chains (every disagreeing step ruled), to revisit a ruling.",
     )
 
 
