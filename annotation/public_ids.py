@@ -60,6 +60,22 @@ def purpose_key(purpose: str) -> bytes:
     return _purpose_key(settings.SECRET_KEY, purpose)
 
 
+def keyed_share(purpose: str, *parts: object) -> float:
+    """A uniform number in [0, 1) fixed by ``parts`` (joined with ":") and keyed with
+    ``purpose``'s secret: the draws annotators must not be able to work out from the ids
+    they know (the gold draw, a gold pass's place, pre-label holdout, routing's spot
+    checks).
+
+    >>> keyed_share("example", 1, 2) == keyed_share("example", 1, 2)
+    True
+    >>> 0.0 <= keyed_share("example", 1, 2) < 1.0
+    True
+    """
+    message = ":".join(str(part) for part in parts).encode()
+    digest = hmac.digest(purpose_key(purpose), message, "sha256")
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
 @functools.cache
 def _purpose_key(secret: str, purpose: str) -> bytes:
     return hmac.digest(secret.encode(), f"steplab.{purpose}".encode(), "sha256")

@@ -39,7 +39,6 @@ might compare notes, and refresh it (the README's gold section says so).
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -71,7 +70,7 @@ from annotation.models import (
     Screening,
     ScreeningStatus,
 )
-from annotation.public_ids import purpose_key
+from annotation.public_ids import keyed_share
 from annotation.quality.chain_agreement import chains_agreement_refresh
 from annotation.quality.gold_reads import (
     ScreeningState,
@@ -340,24 +339,20 @@ def gold_draw(*, project_id: int, user_id: int, claim_number: int) -> float:
     ...     project_id=1, user_id=2, claim_number=3)
     True
     """
-    message = f"{project_id}:{user_id}:{claim_number}".encode()
-    digest = hmac.digest(purpose_key("gold-draw"), message, "sha256")
-    return int.from_bytes(digest[:8], "big") / 2**64
+    return keyed_share("gold-draw", project_id, user_id, claim_number)
 
 
 def gold_pass_place(*, chain_id: int, user_id: int, passes: int) -> int:
     """Which of a chain's ``passes`` (1 .. passes) a pass over a gold chain looks like: a
     keyed draw per chain and annotator, uniform like the place of a real pass among its
     chain's passes. A gold pass counts for nothing, but it writes what a real pass at
-    that place writes (``labeling.queue.submit``), the one that finishes a chain
+    that place writes (``labeling.queue.submit_writes``), the one that finishes a chain
     included, so its time tells no annotator that it was gold.
 
     >>> 1 <= gold_pass_place(chain_id=7, user_id=2, passes=3) <= 3
     True
     """
-    message = f"{chain_id}:{user_id}".encode()
-    digest = hmac.digest(purpose_key("gold-pass-place"), message, "sha256")
-    return 1 + int.from_bytes(digest[:8], "big") % max(passes, 1)
+    return 1 + int(keyed_share("gold-pass-place", chain_id, user_id) * max(passes, 1))
 
 
 def _role(*, project: Project, user: User) -> str | None:

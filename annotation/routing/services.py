@@ -28,7 +28,6 @@ lead saves the rules."""
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -55,7 +54,7 @@ from annotation.models import (
     MachineSource,
     Project,
 )
-from annotation.public_ids import purpose_key
+from annotation.public_ids import keyed_share
 from annotation.quality.machine_quality import machine_source_quality
 from annotation.routing.machine_labels import machine_chain_labels
 from annotation.routing.sources import HOW_TO_WRITE
@@ -113,9 +112,7 @@ def spot_checked(*, project_id: int, chain_id: int, share: float) -> bool:
     >>> spot_checked(project_id=1, chain_id=2, share=1.0)
     True
     """
-    message = f"{project_id}:{chain_id}".encode()
-    digest = hmac.digest(purpose_key("routing-spot-check"), message, "sha256")
-    return int.from_bytes(digest[:8], "big") / 2**64 < share
+    return keyed_share("routing-spot-check", project_id, chain_id) < share
 
 
 def routing_sources(*, project: Project) -> list[RoutingSource]:

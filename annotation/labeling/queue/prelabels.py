@@ -18,14 +18,13 @@ annotator confirms or overrides, and each rating records which it was.
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from annotation.models import Assignment, PrelabelOutcome, Project
-from annotation.public_ids import purpose_key
+from annotation.public_ids import keyed_share
 
 
 class Rated(Protocol):
@@ -47,9 +46,7 @@ def prelabel_held_out(*, project_id: int, chain_id: int, user_id: int, share: fl
     >>> prelabel_held_out(project_id=1, chain_id=2, user_id=3, share=1.0)
     True
     """
-    message = f"{project_id}:{chain_id}:{user_id}".encode()
-    digest = hmac.digest(purpose_key("prelabel-holdout"), message, "sha256")
-    return int.from_bytes(digest[:8], "big") / 2**64 < share
+    return keyed_share("prelabel-holdout", project_id, chain_id, user_id) < share
 
 
 @dataclass(frozen=True, slots=True)
