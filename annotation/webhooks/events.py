@@ -95,8 +95,12 @@ def webhook_chain_finished(*, chain: Chain) -> None:
     webhook_event_record(
         project_id=chain.project_id,
         event=WebhookEvent.CHAIN_FINISHED,
-        data={"chain": CHAIN_IDS.show(chain.pk, viewer=None), "passes": chain.finished_count},
+        data=_chain_finished_data(chain=chain, passes=chain.finished_count),
     )
+
+
+def _chain_finished_data(*, chain: Chain, passes: int) -> dict[str, Any]:
+    return {"chain": CHAIN_IDS.show(chain.pk, viewer=None), "passes": passes}
 
 
 def chain_finished_payload(*, chain: Chain, passes: int, at: datetime) -> str:
@@ -105,9 +109,11 @@ def chain_finished_payload(*, chain: Chain, passes: int, at: datetime) -> str:
     (``labeling.queue.sql.CHAIN_FINISHED_HOOKS_SQL``) when the chain did finish. A gold
     pass shaped as the finishing one builds it too and writes none: what it costs and
     sends must be what the real one does."""
-    data = {"chain": CHAIN_IDS.show(chain.pk, viewer=None), "passes": passes}
     payload = webhook_payload(
-        event=WebhookEvent.CHAIN_FINISHED, project_id=chain.project_id, data=data, at=at
+        event=WebhookEvent.CHAIN_FINISHED,
+        project_id=chain.project_id,
+        data=_chain_finished_data(chain=chain, passes=passes),
+        at=at,
     )
     return json.dumps(payload)
 

@@ -62,6 +62,12 @@ _Claimed = tuple[Assignment, LeasedChain | None]
 MAX_LIVE_LEASES = 2
 
 
+def _row_lock() -> str:
+    """The claim's lock on the chain row it may lease (none on SQLite, whose writers are
+    serialized: the module doc)."""
+    return "FOR NO KEY UPDATE OF c" if connection.features.has_select_for_update else ""
+
+
 def _candidate(
     *, project: Project, user: User, now: datetime, skip: set[int], wait: bool
 ) -> int | None:
@@ -74,18 +80,14 @@ def _candidate(
         names = [f"skip{i}" for i in range(len(skip))]
         skip_sql = "AND c.id NOT IN (" + ", ".join(f"%({n})s" for n in names) + ")"
         params.update(zip(names, sorted(skip), strict=True))
-    lock = ""
-    if connection.features.has_select_for_update:
-        lock = f"FOR NO KEY UPDATE OF c{'' if wait else ' SKIP LOCKED'}"
+    lock = _row_lock()
+    if lock and not wait:
+        lock += " SKIP LOCKED"
     sql = CANDIDATE_SQL.format(skip=skip_sql, lock=lock)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     return row[0] if row is not None else None
-
-
-def _row_lock() -> str:
-    return "FOR NO KEY UPDATE OF c" if connection.features.has_select_for_update else ""
 
 
 def _gold_candidate(*, project: Project, user: User, now: datetime) -> int | None:
@@ -94,9 +96,10 @@ def _gold_candidate(*, project: Project, user: User, now: datetime) -> int | Non
     (``GOLD_CANDIDATE_SQL``)."""
     params = sql_params(project=project, user=user, now=now)
     params["gold_order"] = gold_order_key(project=project, annotator=user)
-    locking = f"{_row_lock()} SKIP LOCKED" if _row_lock() else ""
+    lock = _row_lock()
+    sql = GOLD_CANDIDATE_SQL.format(lock=f"{lock} SKIP LOCKED" if lock else "")
     with connection.cursor() as cursor:
-        cursor.execute(GOLD_CANDIDATE_SQL.format(lock=locking), params)
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     return row[0] if row is not None else None
 
